@@ -1,0 +1,1 @@
+"""Backends: reports (plan JSON, trace, Gantt) and executables built from a placed graph."""

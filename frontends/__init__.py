@@ -1,0 +1,1 @@
+"""Frontends: `.pir` text (`text`), cost-graph JSON (`json_graph`), JAX functions (`jax`)."""

@@ -1,0 +1,37 @@
+"""Pesto IR: place and schedule DNN computations across accelerators.
+
+The public surface: the IR (`Graph`, `Op`, `Value`, types, attributes), `parse`/`load` and
+`str(graph)` for the `.pir` text format, `verify`, and the pass manager.
+"""
+
+from pesto_ir.attributes import (
+    Attr,
+    BoolAttr,
+    BytesAttr,
+    DeviceAttr,
+    DictAttr,
+    DtypeAttr,
+    DurationAttr,
+    FloatAttr,
+    GraphAttr,
+    IntAttr,
+    ListAttr,
+    NoneAttr,
+    StringAttr,
+    TypeAttr,
+    to_attr,
+)
+from pesto_ir.errors import Diagnostic, ParseError, PassError, PestoError, VerifyError
+from pesto_ir.ir import Graph, Location, Op, Value
+from pesto_ir.loader import load, parse
+from pesto_ir.printer import print_graph
+from pesto_ir.types import BlobType, TensorType, Type
+from pesto_ir.verifier import verify
+
+__all__ = [
+    "Attr", "BoolAttr", "BytesAttr", "DeviceAttr", "DictAttr", "DtypeAttr", "DurationAttr", "FloatAttr",
+    "GraphAttr", "IntAttr", "ListAttr", "NoneAttr", "StringAttr", "TypeAttr", "to_attr",
+    "Diagnostic", "ParseError", "PassError", "PestoError", "VerifyError",
+    "Graph", "Location", "Op", "Value", "load", "parse", "print_graph",
+    "BlobType", "TensorType", "Type", "verify",
+]

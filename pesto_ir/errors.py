@@ -1,0 +1,103 @@
+"""Errors a user sees. Each formats itself as one readable message, never a traceback.
+
+`PestoError.format()` is what the CLI prints: `file:line:col: error: message`, then the source
+line and a caret when the error points into a text the user wrote.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class PestoError(Exception):
+    """Base of every error that is the input's fault, not Pesto's."""
+
+    def format(self) -> str:
+        return f"error: {self}"
+
+
+@dataclass
+class SourceSpan:
+    """A position in a named text, with the text itself so a caret can be drawn."""
+
+    file: str
+    line: int  # 1-based
+    col: int  # 1-based
+    text: str | None = None
+    width: int = 1
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}:{self.col}"
+
+    def excerpt(self) -> str:
+        if self.text is None:
+            return ""
+        lines = self.text.splitlines()
+        if not 1 <= self.line <= len(lines):
+            return ""
+        src = lines[self.line - 1]
+        lead = "".join(c if c == "\t" else " " for c in src[: self.col - 1])
+        return f"  {src}\n  {lead}{'^' * max(1, self.width)}"
+
+
+class ParseError(PestoError):
+    """Bad `.pir` text, pipeline string or JSON: points at the offending character."""
+
+    def __init__(self, message: str, span: SourceSpan, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.span = span
+        self.hint = hint
+
+    def format(self) -> str:
+        out = f"{self.span}: error: {self.message}"
+        excerpt = self.span.excerpt()
+        if excerpt:
+            out += "\n" + excerpt
+        if self.hint:
+            out += "\n  " + self.hint
+        return out
+
+    def __str__(self) -> str:
+        return f"{self.span}: {self.message}"
+
+
+@dataclass
+class Diagnostic:
+    """One verifier finding, naming the op and where it is."""
+
+    where: str
+    op: str | None
+    message: str
+
+    def __str__(self) -> str:
+        subject = f"op '{self.op}': " if self.op else ""
+        return f"{self.where}: error: {subject}{self.message}"
+
+
+class VerifyError(PestoError):
+    """The graph breaks an IR rule; carries every finding, not just the first."""
+
+    def __init__(self, diagnostics: list[Diagnostic], context: str = "") -> None:
+        self.diagnostics = diagnostics
+        self.context = context
+        super().__init__("; ".join(map(str, diagnostics)))
+
+    def format(self) -> str:
+        head = f"{self.context}\n" if self.context else ""
+        return head + "\n".join(map(str, self.diagnostics))
+
+
+class PassError(PestoError):
+    """A pass failed: says which pass, after which ones, and why."""
+
+    def __init__(self, pass_name: str, done: list[str], cause: BaseException) -> None:
+        self.pass_name = pass_name
+        self.done = done
+        self.cause = cause
+        after = f" (after {', '.join(done)})" if done else ""
+        super().__init__(f"error in pass {pass_name}{after}")
+
+    def format(self) -> str:
+        inner = self.cause.format() if isinstance(self.cause, PestoError) else f"error: {self.cause}"
+        return f"{self}:\n{inner}"

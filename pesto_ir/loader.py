@@ -1,0 +1,46 @@
+"""Read a model from disk whatever its format, and write outputs whole or not at all."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from pesto_ir.ir import Graph
+
+
+def parse(text: str, filename: str = "<string>") -> Graph:
+    """Parse `.pir` text into a Graph (call `verify` to check it)."""
+    from pesto_ir.frontends.text import parse as parse_text
+
+    return parse_text(text, filename)
+
+
+def load(path: str | os.PathLike[str]) -> Graph:
+    """Load a `.pir` file or a `pesto-graph/1` JSON file, chosen by extension."""
+    p = Path(path)
+    if p.suffix == ".json":
+        from pesto_ir.frontends.json_graph import load_json_graph
+
+        return load_json_graph(p)
+    from pesto_ir.frontends.text import parse_file
+
+    return parse_file(p)
+
+
+def write_atomic(path: str | os.PathLike[str], data: str | bytes) -> None:
+    """Write to a temporary file beside `path`, then rename: readers never see half a file."""
+    target = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent or ".")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data.encode("utf-8") if isinstance(data, str) else data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise

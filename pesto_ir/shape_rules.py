@@ -1,0 +1,218 @@
+"""Shape rules: the result types an op must have, given its operands and attributes.
+
+One table keyed by opcode (JAX primitive names). An opcode with no rule is opaque to the
+verifier: its declared result types are trusted. A rule raises `ShapeError` with a sentence
+when the operands or attributes cannot go together.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from pesto_ir.ir import Op
+from pesto_ir.types import TensorType, Type
+
+
+class ShapeError(ValueError):
+    """The operands or attributes of an op are inconsistent."""
+
+
+ShapeRule = Callable[[Op, Sequence[TensorType]], list[Type]]
+
+
+def _tensors(op: Op) -> list[TensorType]:
+    out = []
+    for v in op.operands:
+        if not isinstance(v.type, TensorType):
+            raise ShapeError(f"operand %{v.name} is {v.type}, not a tensor")
+        out.append(v.type)
+    return out
+
+
+def _need(op: Op, key: str) -> Any:
+    if key not in op.attrs:
+        raise ShapeError(f"missing attribute '{key}'")
+    return op.attrs[key].value
+
+
+def _arity(ts: Sequence[TensorType], n: int) -> None:
+    if len(ts) != n:
+        raise ShapeError(f"expects {n} operand(s), got {len(ts)}")
+
+
+def _unary(op: Op, ts: Sequence[TensorType]) -> list[Type]:
+    _arity(ts, 1)
+    return [ts[0]]
+
+
+def _broadcast_shape(ts: Sequence[TensorType]) -> tuple[int, ...]:
+    """Operands of an elementwise op share one shape; rank-0 operands (jaxpr literals) adapt."""
+    shapes = {t.shape for t in ts if t.shape != ()}
+    if len(shapes) > 1:
+        raise ShapeError("operand shapes differ: " + ", ".join(str(t) for t in ts))
+    return shapes.pop() if shapes else ()
+
+
+def _binary(op: Op, ts: Sequence[TensorType]) -> list[Type]:
+    _arity(ts, 2)
+    if ts[0].dtype != ts[1].dtype:
+        raise ShapeError(f"operand dtypes differ: {ts[0]} and {ts[1]}")
+    return [TensorType(ts[0].dtype, _broadcast_shape(ts))]
+
+
+def _compare(op: Op, ts: Sequence[TensorType]) -> list[Type]:
+    _arity(ts, 2)
+    return [TensorType("bool", _broadcast_shape(ts))]
+
+
+def _select_n(op: Op, ts: Sequence[TensorType]) -> list[Type]:
+    if len(ts) < 2:
+        raise ShapeError("expects a predicate and at least one case")
+    cases = ts[1:]
+    if len({t.dtype for t in cases}) != 1:
+        raise ShapeError("cases have different dtypes")
+    return [TensorType(cases[0].dtype, _broadcast_shape(ts))]
+
+
+def _convert(op: Op, ts: Sequence[TensorType]) -> list[Type]:
+    _arity(ts, 1)
+    return [TensorType(_need(op, "new_dtype"), ts[0].shape)]
+
+
+def _dot_general(op: Op, ts: Sequence[TensorType]) -> list[Type]:
+    _arity(ts, 2)
+    lhs, rhs = ts
+    try:
+        (lc, rc), (lb, rb) = _need(op, "dimension_numbers")
+    except (TypeError, ValueError):
+        raise ShapeError("dimension_numbers must be [[lhs_contract, rhs_contract], [lhs_batch, rhs_batch]]") from None
+    for dims, t, side in ((lc, lhs, "lhs"), (lb, lhs, "lhs"), (rc, rhs, "rhs"), (rb, rhs, "rhs")):
+        if any(not 0 <= d < t.rank for d in dims):
+            raise ShapeError(f"dimension out of range for {side} {t}")
+    if len(lc) != len(rc) or any(lhs.shape[a] != rhs.shape[b] for a, b in zip(lc, rc)):
+        raise ShapeError(f"contracting dimensions of {lhs} and {rhs} do not match")
+    if len(lb) != len(rb) or any(lhs.shape[a] != rhs.shape[b] for a, b in zip(lb, rb)):
+        raise ShapeError(f"batch dimensions of {lhs} and {rhs} do not match")
+    batch = tuple(lhs.shape[d] for d in lb)
+    lfree = tuple(s for i, s in enumerate(lhs.shape) if i not in lc and i not in lb)
+    rfree = tuple(s for i, s in enumerate(rhs.shape) if i not in rc and i not in rb)
+    dtype = op.get("preferred_element_type") or lhs.dtype
+    return [TensorType(dtype, batch + lfree + rfree)]
+
+
+def _reduce(op: Op, ts: Sequence[TensorType]) -> list[Type]:
+    _arity(ts, 1)
+    axes = tuple(_need(op, "axes"))
+    if any(not 0 <= a < ts[0].rank for a in axes):
+        raise ShapeError(f"axes {list(axes)} out of range for {ts[0]}")
+    return [TensorType(ts[0].dtype, tuple(s for i, s in enumerate(ts[0].shape) if i not in axes))]
+
+
+def _argreduce(op: Op, ts: Sequence[TensorType]) -> list[Type]:
+    (t,) = _reduce(op, ts)
+    assert isinstance(t, TensorType)
+    return [TensorType(_need(op, "index_dtype"), t.shape)]
+
+
+def _transpose(op: Op, ts: Sequence[TensorType]) -> list[Type]:
+    _arity(ts, 1)
+    perm = tuple(_need(op, "permutation"))
+    if sorted(perm) != list(range(ts[0].rank)):
+        raise ShapeError(f"permutation {list(perm)} does not fit {ts[0]}")
+    return [TensorType(ts[0].dtype, tuple(ts[0].shape[p] for p in perm))]
+
+
+def _reshape(op: Op, ts: Sequence[TensorType]) -> list[Type]:
+    if not ts:
+        raise ShapeError("expects an operand")
+    new = tuple(_need(op, "new_sizes"))
+    out = TensorType(ts[0].dtype, new)
+    if out.size != ts[0].size:
+        raise ShapeError(f"cannot reshape {ts[0]} ({ts[0].size} elements) to {list(new)}")
+    return [out]
+
+
+def _broadcast_in_dim(op: Op, ts: Sequence[TensorType]) -> list[Type]:
+    if not ts:
+        raise ShapeError("expects an operand")
+    shape = tuple(_need(op, "shape"))
+    dims = tuple(_need(op, "broadcast_dimensions"))
+    t = ts[0]
+    if len(dims) != t.rank or any(not 0 <= d < len(shape) for d in dims):
+        raise ShapeError(f"broadcast_dimensions {list(dims)} do not fit {t} -> {list(shape)}")
+    if any(t.shape[i] not in (1, shape[d]) for i, d in enumerate(dims)):
+        raise ShapeError(f"cannot broadcast {t} to {list(shape)}")
+    return [TensorType(t.dtype, shape)]
+
+
+def _squeeze(op: Op, ts: Sequence[TensorType]) -> list[Type]:
+    _arity(ts, 1)
+    dims = {d % max(ts[0].rank, 1) for d in _need(op, "dimensions")}
+    if any(ts[0].shape[d] != 1 for d in dims):
+        raise ShapeError(f"can only squeeze size-1 dimensions of {ts[0]}")
+    return [TensorType(ts[0].dtype, tuple(s for i, s in enumerate(ts[0].shape) if i not in dims))]
+
+
+def _concatenate(op: Op, ts: Sequence[TensorType]) -> list[Type]:
+    if not ts:
+        raise ShapeError("expects operands")
+    d = _need(op, "dimension")
+    first = ts[0]
+    for t in ts[1:]:
+        if t.rank != first.rank or any(a != b for i, (a, b) in enumerate(zip(t.shape, first.shape)) if i != d):
+            raise ShapeError(f"cannot concatenate {first} and {t} along {d}")
+    shape = list(first.shape)
+    shape[d] = sum(t.shape[d] for t in ts)
+    return [TensorType(first.dtype, tuple(shape))]
+
+
+def _slice(op: Op, ts: Sequence[TensorType]) -> list[Type]:
+    _arity(ts, 1)
+    start, limit = _need(op, "start_indices"), _need(op, "limit_indices")
+    strides = op.get("strides") or (1,) * len(start)
+    t = ts[0]
+    if not len(start) == len(limit) == len(strides) == t.rank:
+        raise ShapeError(f"slice indices do not match the rank of {t}")
+    if any(not 0 <= s <= lim <= n for s, lim, n in zip(start, limit, t.shape)):
+        raise ShapeError(f"slice out of bounds for {t}")
+    return [TensorType(t.dtype, tuple((lim - s + st - 1) // st for s, lim, st in zip(start, limit, strides)))]
+
+
+UNARY = (
+    "neg", "exp", "exp2", "log", "log1p", "expm1", "tanh", "logistic", "sqrt", "rsqrt", "cbrt", "abs",
+    "sign", "floor", "ceil", "round", "sin", "cos", "tan", "not", "integer_pow", "stop_gradient", "copy",
+    "erf", "erfc", "erf_inv", "square", "reduce_precision",
+)
+BINARY = ("add", "sub", "mul", "div", "max", "min", "pow", "rem", "atan2", "and", "or", "xor", "nextafter",
+          "add_any", "shift_left", "shift_right_logical", "shift_right_arithmetic")
+COMPARE = ("eq", "ne", "lt", "le", "gt", "ge")
+
+SHAPE_RULES: dict[str, ShapeRule] = {
+    **{name: _unary for name in UNARY},
+    **{name: _binary for name in BINARY},
+    **{name: _compare for name in COMPARE},
+    "select_n": _select_n,
+    "convert_element_type": _convert,
+    "dot_general": _dot_general,
+    "reduce_sum": _reduce,
+    "reduce_max": _reduce,
+    "reduce_min": _reduce,
+    "reduce_prod": _reduce,
+    "argmax": _argreduce,
+    "argmin": _argreduce,
+    "transpose": _transpose,
+    "reshape": _reshape,
+    "broadcast_in_dim": _broadcast_in_dim,
+    "squeeze": _squeeze,
+    "concatenate": _concatenate,
+    "slice": _slice,
+}
+
+
+def infer_result_types(op: Op) -> list[Type] | None:
+    """The result types `op` must have, or None when its opcode has no rule."""
+    rule = SHAPE_RULES.get(op.opcode)
+    if rule is None:
+        return None
+    return rule(op, _tensors(op))
