@@ -1,0 +1,9 @@
+"""One file per pass. `PASSES` maps each pipeline name to its pass class."""
+
+from pesto_ir.passes.verify import VerifyPass
+
+from pesto_ir.passmanager import Pass
+
+PASSES: dict[str, type[Pass]] = {p.name: p for p in (VerifyPass,)}
+
+__all__ = ["PASSES"]

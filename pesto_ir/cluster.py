@@ -1,0 +1,223 @@
+"""The machine model: devices and the directed links between them (`pesto-cluster/1`).
+
+A transfer of `n` bytes from device a to device b takes `latency + n / bandwidth` of link (a, b);
+transfers on one directed link run one at a time. Heterogeneous clusters are the normal case:
+every device carries its own speed and memory.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pesto_ir.errors import PestoError
+
+
+@dataclass(frozen=True)
+class DeviceKind:
+    """Datasheet figures of one accelerator model (dense FP32/TF32-class peak as used for costs)."""
+
+    name: str
+    peak_flops: float  # FLOP/s
+    mem_bandwidth: float  # bytes/s
+    memory: float  # bytes
+    link_bandwidth: float  # bytes/s to a peer of the same kind (NVLink, or PCIe for the CPU)
+    link_latency: float  # seconds
+
+
+# Public datasheet figures. peak_flops is the dense bf16/fp16 tensor-core peak for GPUs (what
+# training step graphs mostly run), the CPU figure is a 2-core AVX2 host like this machine.
+KINDS: dict[str, DeviceKind] = {
+    "cpu": DeviceKind("cpu", 1.0e11, 2.0e10, 16 * 2**30, 1.0e10, 2e-6),
+    "v100": DeviceKind("v100", 125e12, 900e9, 16 * 2**30, 150e9, 1e-5),
+    "a100": DeviceKind("a100", 312e12, 2039e9, 80 * 2**30, 300e9, 1e-5),
+    "h100": DeviceKind("h100", 989e12, 3350e9, 80 * 2**30, 450e9, 1e-5),
+    "h200": DeviceKind("h200", 989e12, 4800e9, 141 * 2**30, 450e9, 1e-5),
+}
+
+
+@dataclass(frozen=True)
+class Device:
+    name: str
+    kind: str
+    peak_flops: float
+    mem_bandwidth: float
+    memory: float
+
+    @staticmethod
+    def of_kind(name: str, kind: str, memory: float | None = None) -> Device:
+        k = kind_named(kind)
+        return Device(name, k.name, k.peak_flops, k.mem_bandwidth, k.memory if memory is None else memory)
+
+
+@dataclass(frozen=True)
+class Link:
+    src: str
+    dst: str
+    latency: float  # seconds
+    bandwidth: float  # bytes/s
+
+    def time(self, nbytes: float) -> float:
+        return self.latency + nbytes / self.bandwidth
+
+
+class ClusterError(PestoError):
+    pass
+
+
+def kind_named(kind: str) -> DeviceKind:
+    k = KINDS.get(kind.lower())
+    if k is None:
+        raise ClusterError(f"unknown device kind '{kind}' (built in: {', '.join(KINDS)}; "
+                           "describe others in a pesto-cluster/1 file)")
+    return k
+
+
+@dataclass
+class Cluster:
+    """Devices plus a link for every ordered pair of distinct devices."""
+
+    devices: list[Device]
+    links: dict[tuple[str, str], Link] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        names = [d.name for d in self.devices]
+        if not names:
+            raise ClusterError("a cluster needs at least one device")
+        if len(set(names)) != len(names):
+            raise ClusterError(f"duplicate device names in cluster: {names}")
+        self._by_name = {d.name: d for d in self.devices}
+        for a in names:
+            for b in names:
+                if a != b and (a, b) not in self.links:
+                    raise ClusterError(f"no link from {a} to {b}")
+
+    # ---------------------------------------------------------------- queries
+    @property
+    def names(self) -> list[str]:
+        return [d.name for d in self.devices]
+
+    def __len__(self) -> int:
+        return len(self.devices)
+
+    def device(self, name: str) -> Device:
+        d = self._by_name.get(name)
+        if d is None:
+            raise ClusterError(f"no device named '{name}' in the cluster ({', '.join(self.names)})")
+        return d
+
+    def link(self, src: str, dst: str) -> Link:
+        return self.links[(src, dst)]
+
+    def transfer_time(self, src: str, dst: str, nbytes: float) -> float:
+        """Seconds to move `nbytes` from `src` to `dst` (0 on the same device)."""
+        if src == dst:
+            return 0.0
+        return self.links[(src, dst)].time(nbytes)
+
+    def is_homogeneous(self) -> bool:
+        first = self.devices[0]
+        same_dev = all((d.kind, d.peak_flops, d.mem_bandwidth, d.memory) ==
+                       (first.kind, first.peak_flops, first.mem_bandwidth, first.memory) for d in self.devices)
+        ls = {(lk.latency, lk.bandwidth) for lk in self.links.values()}
+        return same_dev and len(ls) <= 1
+
+    # ---------------------------------------------------------------- builders
+    @staticmethod
+    def homogeneous(n: int, kind: str = "v100", memory: float | None = None,
+                    latency: float | None = None, bandwidth: float | None = None, prefix: str | None = None) -> Cluster:
+        """`n` devices of one built-in kind, fully connected by identical links."""
+        if n < 1:
+            raise ClusterError(f"--devices must be at least 1, got {n}")
+        k = kind_named(kind)
+        prefix = prefix or ("cpu" if k.name == "cpu" else "gpu")
+        devices = [Device.of_kind(f"{prefix}{i}", k.name, memory) for i in range(n)]
+        return Cluster.fully_connected(devices, k.link_latency if latency is None else latency,
+                                       k.link_bandwidth if bandwidth is None else bandwidth)
+
+    @staticmethod
+    def fully_connected(devices: Sequence[Device], latency: float, bandwidth: float) -> Cluster:
+        links = {(a.name, b.name): Link(a.name, b.name, latency, bandwidth)
+                 for a in devices for b in devices if a.name != b.name}
+        return Cluster(list(devices), links)
+
+    # ---------------------------------------------------------------- pesto-cluster/1
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": "pesto-cluster/1",
+            "devices": [{"name": d.name, "kind": d.kind, "peak_flops": d.peak_flops,
+                         "mem_bandwidth": d.mem_bandwidth, "memory": d.memory} for d in self.devices],
+            "links": [{"src": lk.src, "dst": lk.dst, "latency": lk.latency, "bandwidth": lk.bandwidth}
+                      for lk in self.links.values()],
+        }
+
+    @staticmethod
+    def from_json(data: dict[str, Any], source: str = "<cluster>") -> Cluster:
+        def bad(msg: str) -> ClusterError:
+            return ClusterError(f"{source}: {msg}")
+
+        if not isinstance(data, dict) or data.get("format") != "pesto-cluster/1":
+            raise bad("not a pesto-cluster/1 document (its \"format\" must be \"pesto-cluster/1\")")
+        raw_devices = data.get("devices")
+        if not isinstance(raw_devices, list) or not raw_devices:
+            raise bad("\"devices\" must be a non-empty list")
+        devices = []
+        for i, d in enumerate(raw_devices):
+            if not isinstance(d, dict) or not isinstance(d.get("name"), str):
+                raise bad(f"devices[{i}] needs a string \"name\"")
+            kind = d.get("kind", "cpu")
+            base = KINDS.get(str(kind).lower())
+            try:
+                def num(key: str, default: float | None, _d: dict[str, Any] = d, _i: int = i) -> float:
+                    v = _d.get(key, default)
+                    if v is None:
+                        raise bad(f"devices[{_i}] ({_d['name']}): kind '{kind}' is not built in, so \"{key}\" is required")
+                    v = float(v)
+                    if not math.isfinite(v) or v <= 0:
+                        raise bad(f"devices[{_i}] ({_d['name']}): \"{key}\" must be a positive number")
+                    return v
+
+                devices.append(Device(d["name"], str(kind), num("peak_flops", base and base.peak_flops),
+                                      num("mem_bandwidth", base and base.mem_bandwidth),
+                                      num("memory", base and base.memory)))
+            except (TypeError, ValueError):
+                raise bad(f"devices[{i}]: numbers expected") from None
+        default = data.get("link") or {}
+        first_kind = KINDS.get(devices[0].kind.lower())
+        lat0 = float(default.get("latency", first_kind.link_latency if first_kind else 1e-5))
+        bw0 = float(default.get("bandwidth", first_kind.link_bandwidth if first_kind else 1e10))
+        links: dict[tuple[str, str], Link] = {}
+        names = {d.name for d in devices}
+        for a in devices:
+            for b in devices:
+                if a.name != b.name:
+                    links[(a.name, b.name)] = Link(a.name, b.name, lat0, bw0)
+        for i, lk in enumerate(data.get("links") or []):
+            src, dst = lk.get("src"), lk.get("dst")
+            if src not in names or dst not in names or src == dst:
+                raise bad(f"links[{i}]: src and dst must be two different device names")
+            links[(src, dst)] = Link(src, dst, float(lk.get("latency", lat0)), float(lk.get("bandwidth", bw0)))
+        for lk in links.values():
+            if lk.bandwidth <= 0 or lk.latency < 0:
+                raise bad(f"link {lk.src}->{lk.dst}: bandwidth must be positive and latency not negative")
+        return Cluster(devices, links)
+
+    @staticmethod
+    def load(path: str | Path) -> Cluster:
+        try:
+            data = json.loads(Path(path).read_text(encoding="utf-8"))
+        except OSError as e:
+            raise ClusterError(f"{path}: cannot read cluster file: {e.strerror}") from None
+        except json.JSONDecodeError as e:
+            raise ClusterError(f"{path}:{e.lineno}:{e.colno}: invalid JSON: {e.msg}") from None
+        return Cluster.from_json(data, str(path))
+
+    def with_memory(self, memory: float) -> Cluster:
+        """The same cluster with every device's capacity set to `memory` bytes."""
+        devices = [Device(d.name, d.kind, d.peak_flops, d.mem_bandwidth, memory) for d in self.devices]
+        return Cluster(devices, dict(self.links))
+

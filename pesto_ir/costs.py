@@ -1,0 +1,43 @@
+"""Reading costs off the IR: op time on a device, op memory, bytes a value costs to send.
+
+The `annotate-costs` pass writes these attributes; every placement algorithm and the simulator
+read them only through the functions here, so there is one meaning of `cost`:
+
+- `cost`: a duration (the same on every device) or a dict keyed by device name or device kind
+  (`{h100 = 1ms, cpu = 20ms}`); a plain number is seconds. Missing means 0.
+- `memory`: bytes the op holds on its device (parameters resident, activations). Missing means 0.
+- bytes sent for a value: its type's size (`blob[N]` for cost-only graphs).
+"""
+
+from __future__ import annotations
+
+from pesto_ir.attributes import DictAttr
+from pesto_ir.cluster import Device
+from pesto_ir.errors import PestoError
+from pesto_ir.ir import Op, Value
+
+
+class CostError(PestoError):
+    pass
+
+
+def op_cost(op: Op, device: Device) -> float:
+    """Seconds `op` takes on `device`."""
+    a = op.attrs.get("cost")
+    if a is None:
+        return 0.0
+    if isinstance(a, DictAttr):
+        entry = a.get(device.name) or a.get(device.kind)
+        if entry is None:
+            raise CostError(f"op '{op.name}' ({op.where()}) has no cost for device {device.name} "
+                            f"(kind {device.kind}); it has costs for: {', '.join(k for k, _ in a.entries)}")
+        return float(entry.value)
+    return float(a.value)
+
+
+def op_memory(op: Op) -> int:
+    return int(op.get("memory", 0) or 0)
+
+
+def value_bytes(v: Value) -> int:
+    return v.type.nbytes
