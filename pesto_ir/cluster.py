@@ -165,27 +165,7 @@ class Cluster:
         raw_devices = data.get("devices")
         if not isinstance(raw_devices, list) or not raw_devices:
             raise bad("\"devices\" must be a non-empty list")
-        devices = []
-        for i, d in enumerate(raw_devices):
-            if not isinstance(d, dict) or not isinstance(d.get("name"), str):
-                raise bad(f"devices[{i}] needs a string \"name\"")
-            kind = d.get("kind", "cpu")
-            base = KINDS.get(str(kind).lower())
-            try:
-                def num(key: str, default: float | None, _d: dict[str, Any] = d, _i: int = i) -> float:
-                    v = _d.get(key, default)
-                    if v is None:
-                        raise bad(f"devices[{_i}] ({_d['name']}): kind '{kind}' is not built in, so \"{key}\" is required")
-                    v = float(v)
-                    if not math.isfinite(v) or v <= 0:
-                        raise bad(f"devices[{_i}] ({_d['name']}): \"{key}\" must be a positive number")
-                    return v
-
-                devices.append(Device(d["name"], str(kind), num("peak_flops", base and base.peak_flops),
-                                      num("mem_bandwidth", base and base.mem_bandwidth),
-                                      num("memory", base and base.memory)))
-            except (TypeError, ValueError):
-                raise bad(f"devices[{i}]: numbers expected") from None
+        devices = [_device_from_json(i, d, source) for i, d in enumerate(raw_devices)]
         default = data.get("link") or {}
         first_kind = KINDS.get(devices[0].kind.lower())
         lat0 = float(default.get("latency", first_kind.link_latency if first_kind else 1e-5))
@@ -221,3 +201,26 @@ class Cluster:
         devices = [Device(d.name, d.kind, d.peak_flops, d.mem_bandwidth, memory) for d in self.devices]
         return Cluster(devices, dict(self.links))
 
+
+
+def _device_from_json(i: int, d: Any, source: str) -> Device:
+    """One entry of a pesto-cluster/1 "devices" list; built-in kinds fill in missing figures."""
+    if not isinstance(d, dict) or not isinstance(d.get("name"), str):
+        raise ClusterError(f"{source}: devices[{i}] needs a string \"name\"")
+    kind = str(d.get("kind", "cpu"))
+    base = KINDS.get(kind.lower())
+
+    def num(key: str) -> float:
+        v = d.get(key, getattr(base, key) if base is not None else None)
+        if v is None:
+            raise ClusterError(f"{source}: devices[{i}] ({d['name']}): kind '{kind}' is not built in, "
+                               f"so \"{key}\" is required")
+        try:
+            v = float(v)
+        except (TypeError, ValueError):
+            v = float("nan")
+        if not math.isfinite(v) or v <= 0:
+            raise ClusterError(f"{source}: devices[{i}] ({d['name']}): \"{key}\" must be a positive number")
+        return v
+
+    return Device(d["name"], kind, num("peak_flops"), num("mem_bandwidth"), num("memory"))
