@@ -1,0 +1,35 @@
+"""What every placement algorithm shares: its options and its signature.
+
+An algorithm takes a graph without groups (the `place` pass hands it the coarse quotient graph
+when the graph was coarsened), a cluster and options, and returns a `Plan` with times for every
+op and transfer. The `place` pass validates that plan before it is recorded.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TextIO
+
+from pesto_ir.cluster import Cluster
+from pesto_ir.ir import Graph
+from pesto_ir.plan import Plan
+
+
+@dataclass(frozen=True)
+class PlaceOptions:
+    time_limit: float = 30.0  # seconds for exact solvers
+    seed: int = 0  # every random choice is seeded
+    solver: str = "cbc"  # MILP backend for algo=ilp: cbc, or highs when installed
+    threads: int = 1  # solver threads; 1 keeps runs deterministic
+    warm_start: Plan | None = None  # best heuristic plan, for exact solvers to start from
+    quiet: bool = False
+    log: TextIO = field(default_factory=lambda: sys.stderr)
+
+    def progress(self, message: str) -> None:
+        if not self.quiet:
+            print(message, file=self.log, flush=True)
+
+
+Algorithm = Callable[[Graph, Cluster, PlaceOptions], Plan]
