@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
+
 from pesto_ir.ir import Op
 from pesto_ir.types import TensorType, Type
 
@@ -47,11 +49,11 @@ def _unary(op: Op, ts: Sequence[TensorType]) -> list[Type]:
 
 
 def _broadcast_shape(ts: Sequence[TensorType]) -> tuple[int, ...]:
-    """Operands of an elementwise op share one shape; rank-0 operands (jaxpr literals) adapt."""
-    shapes = {t.shape for t in ts if t.shape != ()}
-    if len(shapes) > 1:
-        raise ShapeError("operand shapes differ: " + ", ".join(str(t) for t in ts))
-    return shapes.pop() if shapes else ()
+    """Elementwise operands broadcast like numpy: rank-0 literals, and size-1 dimensions."""
+    try:
+        return tuple(int(d) for d in np.broadcast_shapes(*(t.shape for t in ts)))
+    except ValueError:
+        raise ShapeError("operand shapes do not broadcast: " + ", ".join(str(t) for t in ts)) from None
 
 
 def _binary(op: Op, ts: Sequence[TensorType]) -> list[Type]:
