@@ -229,6 +229,7 @@ class _Builder(Transformer):  # type: ignore[type-arg]
         name_tok: Token = children[0]
         graph = Graph(_unquote(str(name_tok)[1:]))
         graph.pos = Location(self.filename, name_tok.line or 0, name_tok.column or 0)
+        graph.source_text = self.text
         values: dict[str, Value] = {}
         body: list[Any] = []
         for c in children[1:]:

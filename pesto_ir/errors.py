@@ -64,15 +64,20 @@ class ParseError(PestoError):
 
 @dataclass
 class Diagnostic:
-    """One verifier finding, naming the op and where it is."""
+    """One verifier finding, naming the op and where it is (with the source line when known)."""
 
     where: str
     op: str | None
     message: str
+    span: SourceSpan | None = None
 
     def __str__(self) -> str:
         subject = f"op '{self.op}': " if self.op else ""
         return f"{self.where}: error: {subject}{self.message}"
+
+    def format(self) -> str:
+        excerpt = self.span.excerpt() if self.span is not None else ""
+        return f"{self}\n{excerpt}" if excerpt else str(self)
 
 
 class VerifyError(PestoError):
@@ -85,7 +90,7 @@ class VerifyError(PestoError):
 
     def format(self) -> str:
         head = f"{self.context}\n" if self.context else ""
-        return head + "\n".join(map(str, self.diagnostics))
+        return head + "\n".join(d.format() for d in self.diagnostics)
 
 
 class PassError(PestoError):

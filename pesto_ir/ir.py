@@ -164,6 +164,7 @@ class Graph:
         self._values: dict[str, Value] = {}
         self._ops_by_name: dict[str, Op] = {}
         self.pos: Location | None = None
+        self.source_text: str | None = None  # the .pir text it was parsed from, for error excerpts
 
     # ---------------------------------------------------------------- building
     def add_input(self, name: str, type: Type, param: bool = False) -> Value:

@@ -7,8 +7,8 @@ and raises one `VerifyError` carrying them all.
 from __future__ import annotations
 
 from pesto_ir.attributes import Attr, DictAttr, GraphAttr, ListAttr
-from pesto_ir.errors import Diagnostic, VerifyError
-from pesto_ir.ir import Graph, Op, Value
+from pesto_ir.errors import Diagnostic, SourceSpan, VerifyError
+from pesto_ir.ir import Graph, Location, Op, Value
 from pesto_ir.shape_rules import ShapeError, infer_result_types
 
 
@@ -30,7 +30,21 @@ def verify_diagnostics(graph: Graph) -> list[Diagnostic]:
             for d in verify_diagnostics(sub):
                 d.message = f"in body '{sub.name}' of op '{op.name}': {d.message}"
                 diags.append(d)
+    _attach_excerpts(graph, diags)
     return diags
+
+
+def _attach_excerpts(graph: Graph, diags: list[Diagnostic]) -> None:
+    """Point each finding about a parsed op at its line, so the user sees it with a caret."""
+    if graph.source_text is None:
+        return
+    for d in diags:
+        if d.span is not None or d.op is None or not graph.has_op(d.op):
+            continue
+        pos: Location | None = graph.op(d.op).pos
+        if pos is not None:
+            width = len(graph.op(d.op).opcode)
+            d.span = SourceSpan(pos.file, pos.line, pos.col, graph.source_text, width)
 
 
 def _where(graph: Graph, v: Value) -> str:

@@ -1,0 +1,3 @@
+graph @g(%x: blob[2,3]) {
+  return %x
+}

@@ -1,0 +1,5 @@
+graph @g(%x: f32[2]) {
+  %y = neg(%x) : f32[2]
+  %y = neg(%x) : f32[2]
+  return %y
+}

@@ -1,0 +1,4 @@
+graph @g(%x: f32[2]) {
+  %y = add(%x %x) : f32[2]
+  return %y
+}

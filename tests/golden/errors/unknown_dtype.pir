@@ -1,0 +1,3 @@
+graph @g(%x: f33[2]) {
+  return %x
+}

@@ -1,0 +1,3 @@
+graph @g(%x: f32[2]) {
+  barrier(%x)
+}
