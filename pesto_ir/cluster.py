@@ -201,6 +201,131 @@ class Cluster:
         devices = [Device(d.name, d.kind, d.peak_flops, d.mem_bandwidth, memory) for d in self.devices]
         return Cluster(devices, dict(self.links))
 
+    # ---------------------------------------------------------------- real JAX devices
+    @staticmethod
+    def from_jax_devices(devices: Sequence[Any] | None = None, kind: str | None = None,
+                         measure: bool = False) -> Cluster:
+        """The cluster of real JAX devices (default `jax.devices()`), in their order.
+
+        Each device is named by platform and id (`cpu0`, `gpu3`); its figures come from the
+        built-in kind (`kind`, or read off the device), its memory from the device when JAX
+        reports a limit. Links get the kind's datasheet figures, or with `measure=True` figures
+        fitted to timed `jax.device_put` copies (see `measure_links`).
+        """
+        if devices is None:
+            import jax
+
+            devices = jax.devices()
+        devices = list(devices)
+        if not devices:
+            raise ClusterError("no JAX devices to build a cluster from")
+        k = kind_named(kind) if kind is not None else kind_named(jax_device_kind(devices[0]))
+        out = [Device.of_kind(f"{_platform_prefix(d)}{d.id}", k.name, _jax_memory_limit(d)) for d in devices]
+        latency, bandwidth = k.link_latency, k.link_bandwidth
+        if measure and len(devices) > 1:
+            latency, bandwidth = measure_links(devices)
+        return Cluster.fully_connected(out, latency, bandwidth)
+
+
+# JAX `device_kind` text -> built-in kind; the first pattern found in the lower-cased text wins.
+JAX_KIND_PATTERNS: tuple[tuple[str, str], ...] = (
+    ("h200", "h200"),
+    ("h100", "h100"),
+    ("a100", "a100"),
+    ("v100", "v100"),
+)
+
+
+def jax_device_kind(device: Any) -> str:
+    """The built-in kind of a JAX device: `cpu` for host devices, else matched on `device_kind`."""
+    if device.platform == "cpu":
+        return "cpu"
+    text = str(device.device_kind).lower()
+    for pattern, kind in JAX_KIND_PATTERNS:
+        if pattern in text:
+            return kind
+    raise ClusterError(f"JAX device {device} ('{device.device_kind}') is not a built-in kind "
+                       f"({', '.join(KINDS)}); pass a kind or describe it in a pesto-cluster/1 file")
+
+
+def _platform_prefix(device: Any) -> str:
+    return {"cpu": "cpu", "gpu": "gpu", "cuda": "gpu", "rocm": "gpu"}.get(device.platform, device.platform)
+
+
+def _jax_memory_limit(device: Any) -> float | None:
+    """The device's memory in bytes when JAX knows it (GPUs do, host devices do not)."""
+    try:
+        stats = device.memory_stats()
+    except Exception:  # backends without memory statistics raise various errors
+        return None
+    limit = (stats or {}).get("bytes_limit")
+    return float(limit) if limit else None
+
+
+# Transfer sizes `measure_links` times: 4 KiB to 16 MiB, enough to separate latency from bandwidth.
+LINK_PROBE_SIZES: tuple[int, ...] = tuple(4096 * 4**i for i in range(7))
+
+
+def measure_links(devices: Sequence[Any], sizes: Sequence[int] = LINK_PROBE_SIZES, repeats: int = 5,
+                  cache: bool = True) -> tuple[float, float]:
+    """(latency seconds, bandwidth bytes/s) fitted to `jax.device_put` copies between devices.
+
+    Copies of each size go both ways between the first two devices; the median time of each is
+    fitted by least squares to `latency + bytes / bandwidth`. The fit is cached on disk per
+    platform, device kind and device count, since it only changes with the machine.
+    """
+    from pesto_ir.diskcache import cache_get, cache_put
+
+    if len(devices) < 2:
+        raise ClusterError("measuring links needs at least two devices")
+    a, b = devices[0], devices[1]
+    key = f"links-v2/{a.platform}/{a.device_kind}/{len(devices)}/{tuple(sizes)}"
+    hit = cache_get("links", key) if cache else None
+    if hit is not None:
+        return float(hit[0]), float(hit[1])
+    points = [(n, _time_device_put(src, dst, n, repeats)) for n in sizes for src, dst in ((a, b), (b, a))]
+    latency, bandwidth = fit_link(points)
+    if cache:
+        cache_put("links", key, [latency, bandwidth])
+    return latency, bandwidth
+
+
+def fit_link(points: Sequence[tuple[float, float]]) -> tuple[float, float]:
+    """Least-squares `t = latency + n / bandwidth` over (bytes, seconds) points.
+
+    Errors are relative (each row is divided by its time): with absolute errors the largest copies
+    would decide everything and the latency of small copies would be lost.
+    """
+    import numpy as np
+
+    n = np.array([p[0] for p in points], dtype=float)
+    t = np.array([p[1] for p in points], dtype=float)
+    w = 1.0 / np.maximum(t, 1e-12)
+    a = np.stack([n, np.ones_like(n)], axis=1) * w[:, None]
+    (slope, intercept), *_ = np.linalg.lstsq(a, t * w, rcond=None)
+    if not slope > 0:
+        raise ClusterError(f"link measurement gave no usable bandwidth (time per byte {slope:.3g} s); "
+                           "describe the links in a pesto-cluster/1 file instead")
+    return max(float(intercept), 0.0), float(1.0 / slope)
+
+
+def _time_device_put(src: Any, dst: Any, nbytes: int, repeats: int) -> float:
+    """Median seconds to copy an `nbytes` array already on `src` to `dst` (after one warm-up)."""
+    import statistics
+    import time
+
+    import jax
+    import numpy as np
+
+    x = jax.device_put(np.ones(nbytes // 4, dtype=np.float32), src)
+    x.block_until_ready()
+    jax.device_put(x, dst).block_until_ready()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        jax.device_put(x, dst).block_until_ready()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
 
 
 def _device_from_json(i: int, d: Any, source: str) -> Device:

@@ -1,0 +1,185 @@
+"""`annotate-costs{model=given|roofline|profile}`: put each op's time and memory in the IR.
+
+- `given`: the costs are already on the ops (cost graphs, hand-written `.pir`); check that every op
+  has one, for every device of the cluster, so no placement reads a silent 0.
+- `roofline`: FLOPs and bytes from shapes (`pesto_ir.roofline`), timed on each device's figures.
+- `profile`: each op run with `jax.jit` on a real JAX device of each kind (`pesto_ir.profile`),
+  median of `runs` timed calls after `warmup`, cached on disk.
+
+`roofline` and `profile` write `cost` (one duration when every device is alike, else a dict keyed by
+device kind, or by device name when one kind has several speeds), `flops`, `bytes_accessed` and
+`memory`. Memory is what the op holds on its device: its results (activations) plus every graph
+input (parameters and data) it is the first reader of, in graph order, since the input must be
+resident where it is first read. `given` leaves `memory` as it is.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import ClassVar
+
+from pesto_ir.attributes import Attr, BytesAttr, DictAttr, DurationAttr, IntAttr
+from pesto_ir.cluster import Cluster, Device
+from pesto_ir.costs import CostError, op_cost
+from pesto_ir.ir import Graph, Op
+from pesto_ir.passmanager import Pass, PassContext
+from pesto_ir.roofline import op_time, op_work
+from pesto_ir.roofline import out_bytes as result_bytes
+
+MAX_LISTED = 10
+
+
+def _listed(problems: list[str]) -> str:
+    more = f"\n  ... and {len(problems) - MAX_LISTED} more" if len(problems) > MAX_LISTED else ""
+    return "\n  " + "\n  ".join(problems[:MAX_LISTED]) + more
+
+
+# ---------------------------------------------------------------- cost keys
+
+def cost_keys(cluster: Cluster, figures: Callable[[Device], tuple[object, ...]]) -> dict[str, Device] | None:
+    """Representative device per cost key, or None when one cost fits every device.
+
+    Devices alike in `figures` share a cost. Keys are device kinds when each kind has one set of
+    figures, else device names (`op_cost` looks a key up by name first, then by kind).
+    """
+    distinct = {figures(d) for d in cluster.devices}
+    if len(distinct) == 1:
+        return None
+    per_kind: dict[str, set[tuple[object, ...]]] = {}
+    for d in cluster.devices:
+        per_kind.setdefault(d.kind, set()).add(figures(d))
+    if all(len(f) == 1 for f in per_kind.values()):
+        firsts: dict[str, Device] = {}
+        for d in cluster.devices:
+            firsts.setdefault(d.kind, d)
+        return firsts
+    return {d.name: d for d in cluster.devices}
+
+
+def cost_attr(times: dict[str, float] | float) -> Attr:
+    if isinstance(times, dict):
+        return DictAttr(tuple((k, DurationAttr(t)) for k, t in times.items()))
+    return DurationAttr(times)
+
+
+def _roofline_figures(d: Device) -> tuple[object, ...]:
+    return (d.kind, d.peak_flops, d.mem_bandwidth)
+
+
+def _kind_only(d: Device) -> tuple[object, ...]:
+    return (d.kind,)
+
+
+def annotate_times(graph: Graph, cluster: Cluster, figures: Callable[[Device], tuple[object, ...]],
+                   time_of: Callable[[Op, Device], float]) -> None:
+    """Write `cost` on every op: `time_of(op, device)` for one device per distinct cost key."""
+    keys = cost_keys(cluster, figures)
+    for op in graph.ops:
+        if keys is None:
+            op.attrs["cost"] = cost_attr(time_of(op, cluster.devices[0]))
+        else:
+            op.attrs["cost"] = cost_attr({k: time_of(op, d) for k, d in keys.items()})
+
+
+# ---------------------------------------------------------------- memory and work
+
+def op_memory_bytes(graph: Graph) -> dict[str, int]:
+    """Bytes each op holds: its results, plus the graph inputs it is the first to read."""
+    memory = {op.name: result_bytes(op) for op in graph.ops}
+    index = {id(op): i for i, op in enumerate(graph.ops)}
+    for v in graph.inputs:
+        readers = [op for op, _ in v.uses if id(op) in index]
+        if readers:
+            first = min(readers, key=lambda op: index[id(op)])
+            memory[first.name] += v.type.nbytes
+    return memory
+
+
+def annotate_work_and_memory(graph: Graph) -> None:
+    memory = op_memory_bytes(graph)
+    for op in graph.ops:
+        work = op_work(op)
+        op.attrs["flops"] = IntAttr(work.flops)
+        op.attrs["bytes_accessed"] = BytesAttr(work.bytes)
+        op.attrs["memory"] = BytesAttr(memory[op.name])
+
+
+# ---------------------------------------------------------------- the models
+
+def check_given(graph: Graph, cluster: Cluster | None) -> None:
+    """Every op has a finite, non-negative cost for every device of the cluster."""
+    problems: list[str] = []
+    for op in graph.ops:
+        if "cost" not in op.attrs:
+            problems.append(f"op '{op.name}' ({op.where()}) has no cost")
+            continue
+        for d in cluster.devices if cluster is not None else ():
+            try:
+                t = op_cost(op, d)
+            except CostError as e:
+                problems.append(str(e))
+                break
+            except (TypeError, ValueError):
+                problems.append(f"op '{op.name}' ({op.where()}): cost {op.attrs['cost']} is not a time")
+                break
+            if not math.isfinite(t) or t < 0:
+                problems.append(f"op '{op.name}' ({op.where()}): cost {t} s on {d.name} is not a finite, "
+                                "non-negative time")
+                break
+    if problems:
+        raise CostError(f"{len(problems)} op(s) lack a usable cost (model=given reads costs already on the ops; "
+                        "use annotate-costs{model=roofline} or {model=profile} to compute them):" + _listed(problems))
+
+
+def _given(p: AnnotateCostsPass, graph: Graph, cluster: Cluster | None, ctx: PassContext) -> None:
+    check_given(graph, cluster)
+
+
+def _roofline(p: AnnotateCostsPass, graph: Graph, cluster: Cluster | None, ctx: PassContext) -> None:
+    cluster = cluster or Cluster.from_jax_devices()
+    annotate_times(graph, cluster, _roofline_figures, op_time)
+    annotate_work_and_memory(graph)
+    ctx.progress(f"annotate-costs: roofline costs for {len(graph.ops)} ops on {_kinds(cluster)}")
+
+
+def _profile(p: AnnotateCostsPass, graph: Graph, cluster: Cluster | None, ctx: PassContext) -> None:
+    from pesto_ir.profile import Profiler
+
+    cluster = cluster or Cluster.from_jax_devices()
+    profiler = Profiler(runs=p.runs, warmup=p.warmup, cache=p.cache, progress=ctx.progress)
+    annotate_times(graph, cluster, _kind_only, profiler.time_on_kind)
+    annotate_work_and_memory(graph)
+    ctx.progress(f"annotate-costs: profiled {len(graph.ops)} ops ({profiler.measured} measured, "
+                 f"{profiler.cached} from cache) on {_kinds(cluster)}")
+
+
+def _kinds(cluster: Cluster) -> str:
+    kinds = sorted({d.kind for d in cluster.devices})
+    return ", ".join(kinds)
+
+
+MODELS: dict[str, Callable[[AnnotateCostsPass, Graph, Cluster | None, PassContext], None]] = {
+    "given": _given,
+    "roofline": _roofline,
+    "profile": _profile,
+}
+
+
+@dataclass(frozen=True)
+class AnnotateCostsPass(Pass):
+    name: ClassVar[str] = "annotate-costs"
+    model: str = "given"
+    runs: int = 5  # profile: timed runs per op (the median is kept)
+    warmup: int = 2  # profile: untimed runs first (compilation, caches)
+    cache: bool = True  # profile: reuse and store measurements on disk
+
+    def __post_init__(self) -> None:
+        if self.model not in MODELS:
+            raise ValueError(f"model must be one of {', '.join(MODELS)}, not '{self.model}'")
+        if self.runs < 1 or self.warmup < 0:
+            raise ValueError("runs must be at least 1 and warmup not negative")
+
+    def run(self, graph: Graph, ctx: PassContext) -> None:
+        MODELS[self.model](self, graph, ctx.cluster, ctx)

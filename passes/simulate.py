@@ -1,0 +1,77 @@
+"""`simulate`: re-time the plan recorded in the graph with the discrete-event simulator.
+
+A placement algorithm's own times may be optimistic or stale (costs changed, the graph was
+expanded from a coarse plan). This pass keeps what was decided, each op's device and the order
+of ops on each device (by recorded start time, ties in graph order, which is topological), and
+lets `pesto_ir.simulate` compute the times under the cluster's link model. The result is
+validated, written back in place of the old times, and summarised.
+
+A graph with no placement at all on a one-device cluster runs on that device in graph order, so
+`annotate-costs,simulate` gives the single-device makespan.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from pesto_ir.bounds import lower_bound
+from pesto_ir.cluster import Cluster
+from pesto_ir.errors import PestoError
+from pesto_ir.ir import Graph
+from pesto_ir.passmanager import Pass, PassContext
+from pesto_ir.plan import Plan, read_plan_attrs, write_plan_attrs
+from pesto_ir.report import format_summary, summarize
+from pesto_ir.simulate import simulate
+from pesto_ir.validate import check_plan
+
+
+class SimulateError(PestoError):
+    pass
+
+
+def recorded_schedule(graph: Graph, cluster: Cluster) -> tuple[dict[str, str], dict[str, list[str]]]:
+    """(placement, per-device order) from the ops' `device` and `start` attributes."""
+    placed = {op.name: op.get("device") for op in graph.ops if "device" in op.attrs}
+    if not placed and len(cluster) == 1:
+        only = cluster.names[0]
+        return {op.name: only for op in graph.ops}, {only: [op.name for op in graph.ops]}
+    missing = [op for op in graph.ops if op.name not in placed]
+    if missing:
+        first = missing[0]
+        raise SimulateError(f"simulate needs a placed graph: {len(missing)} op(s) have no device, e.g. "
+                            f"'{first.name}' ({first.where()}); run a place pass first")
+    index = {op.name: i for i, op in enumerate(graph.ops)}
+    timed = all("start" in op.attrs for op in graph.ops)
+
+    def key(op_name: str) -> tuple[float, int]:
+        return (float(graph.op(op_name).get("start")) if timed else 0.0, index[op_name])
+
+    order: dict[str, list[str]] = {}
+    for name in sorted(placed, key=key):
+        order.setdefault(placed[name], []).append(name)
+    return placed, order
+
+
+def resimulate(graph: Graph, cluster: Cluster) -> Plan:
+    """The recorded schedule, re-timed, with the lower bound, checked by the plan validator."""
+    previous = read_plan_attrs(graph)
+    placement, order = recorded_schedule(graph, cluster)
+    plan = simulate(graph, cluster, placement, order, algorithm=previous.algorithm if previous else "simulate")
+    if previous is not None:
+        plan.solver, plan.notes = previous.solver, list(previous.notes)
+    plan.lower_bound = lower_bound(graph, cluster)
+    check_plan(graph, cluster, plan)
+    return plan
+
+
+@dataclass(frozen=True)
+class SimulatePass(Pass):
+    name: ClassVar[str] = "simulate"
+
+    def run(self, graph: Graph, ctx: PassContext) -> None:
+        if ctx.cluster is None:
+            raise SimulateError("simulate needs a cluster (give --cluster FILE or --devices N)")
+        plan = resimulate(graph, ctx.cluster)
+        write_plan_attrs(graph, plan)
+        ctx.progress(format_summary(summarize(graph, plan, ctx.cluster)))

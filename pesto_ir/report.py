@@ -1,0 +1,141 @@
+"""What a plan amounts to: makespan against the lower bound, how busy each device and link is,
+and how much memory each device holds. The `simulate` pass prints it; the CLI can too.
+
+Memory follows Pesto's model (DESIGN.md): an op holds its `memory` bytes on its device for the
+whole step, so a device's peak is the sum over the ops placed on it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pesto_ir.cluster import Cluster
+from pesto_ir.costs import op_memory
+from pesto_ir.ir import Graph
+from pesto_ir.plan import Plan
+
+
+@dataclass(frozen=True)
+class DeviceUse:
+    name: str
+    kind: str
+    ops: int
+    busy: float  # seconds running ops
+    utilisation: float  # busy / makespan
+    memory: int  # bytes held (peak)
+    capacity: float | None  # bytes, when the cluster is known
+
+
+@dataclass(frozen=True)
+class LinkUse:
+    src: str
+    dst: str
+    transfers: int
+    nbytes: int
+    busy: float  # seconds carrying transfers
+
+
+@dataclass(frozen=True)
+class Summary:
+    graph: str
+    algorithm: str
+    makespan: float
+    lower_bound: float | None
+    devices: list[DeviceUse]
+    links: list[LinkUse]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "graph": self.graph, "algorithm": self.algorithm, "makespan": self.makespan,
+            "lower_bound": self.lower_bound,
+            "devices": [vars(d) for d in self.devices],
+            "links": [vars(lk) for lk in self.links],
+        }
+
+
+def device_busy(plan: Plan) -> dict[str, float]:
+    """Seconds each device of the plan spends running ops."""
+    busy = {d: 0.0 for d in plan.devices}
+    for slot in plan.ops.values():
+        busy[slot.device] = busy.get(slot.device, 0.0) + (slot.end - slot.start)
+    return busy
+
+
+def utilisation(plan: Plan) -> dict[str, float]:
+    """Busy time over makespan per device (0 for an empty plan)."""
+    span = plan.makespan
+    return {d: (b / span if span > 0 else 0.0) for d, b in device_busy(plan).items()}
+
+
+def link_busy(plan: Plan) -> dict[tuple[str, str], float]:
+    """Seconds each directed link that carries anything is busy."""
+    busy: dict[tuple[str, str], float] = {}
+    for t in plan.transfers:
+        key = (t.src_device, t.to)
+        busy[key] = busy.get(key, 0.0) + (t.end - t.start)
+    return busy
+
+
+def peak_memory(graph: Graph, plan: Plan) -> dict[str, int]:
+    """Bytes each device holds at its peak: the sum of `memory` of the ops placed on it."""
+    held = {d: 0 for d in plan.devices}
+    for op in graph.ops:
+        slot = plan.ops.get(op.name)
+        if slot is not None:
+            held[slot.device] = held.get(slot.device, 0) + op_memory(op)
+    return held
+
+
+def summarize(graph: Graph, plan: Plan, cluster: Cluster | None = None) -> Summary:
+    busy, util, memory = device_busy(plan), utilisation(plan), peak_memory(graph, plan)
+    counts: dict[str, int] = {}
+    for slot in plan.ops.values():
+        counts[slot.device] = counts.get(slot.device, 0) + 1
+    known = {d.name: d for d in cluster.devices} if cluster is not None else {}
+    devices = [DeviceUse(d, known[d].kind if d in known else "", counts.get(d, 0), busy[d], util[d], memory[d],
+                         known[d].memory if d in known else None) for d in busy]
+    links: dict[tuple[str, str], list[float]] = {}
+    for t in plan.transfers:
+        entry = links.setdefault((t.src_device, t.to), [0, 0, 0.0])
+        entry[0] += 1
+        entry[1] += t.nbytes
+        entry[2] += t.end - t.start
+    link_uses = [LinkUse(s, d, int(n), int(b), float(busy_s)) for (s, d), (n, b, busy_s) in sorted(links.items())]
+    return Summary(plan.graph, plan.algorithm, plan.makespan, plan.lower_bound, devices, link_uses)
+
+
+# ---------------------------------------------------------------- text
+
+def human_time(seconds: float) -> str:
+    """Three significant digits in a readable unit: `3.10 ms`."""
+    for unit, scale in (("s", 1.0), ("ms", 1e3), ("us", 1e6)):
+        if abs(seconds) * scale >= 1:
+            return f"{seconds * scale:.3g} {unit}"
+    return f"{seconds * 1e9:.3g} ns"
+
+
+def human_bytes(n: float) -> str:
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(n) >= size:
+            return f"{n / size:.3g} {unit}"
+    return f"{int(n)} B"
+
+
+def format_summary(s: Summary) -> str:
+    """A short table: the headline, one line per device, one per busy link."""
+    head = f"plan for '{s.graph}'" + (f" ({s.algorithm})" if s.algorithm else "")
+    head += f": makespan {human_time(s.makespan)}"
+    if s.lower_bound is not None:
+        ratio = f", {s.makespan / s.lower_bound:.3f}x" if s.lower_bound > 0 else ""
+        head += f", lower bound {human_time(s.lower_bound)}{ratio}"
+    lines = [head]
+    for d in s.devices:
+        cap = f" / {human_bytes(d.capacity)}" if d.capacity is not None else ""
+        kind = f" ({d.kind})" if d.kind else ""
+        lines.append(f"  {d.name}{kind}: {d.ops} ops, busy {human_time(d.busy)} ({100 * d.utilisation:.1f}%), "
+                     f"memory {human_bytes(d.memory)}{cap}")
+    for lk in s.links:
+        lines.append(f"  link {lk.src} -> {lk.dst}: {lk.transfers} transfers, {human_bytes(lk.nbytes)}, "
+                     f"busy {human_time(lk.busy)}")
+    return "\n".join(lines)

@@ -1,0 +1,306 @@
+"""Roofline cost model: FLOPs and bytes of an op from its shapes, then time on a device.
+
+One rule table keyed by opcode (JAX primitive names) gives each op's `Work`: floating-point
+operations and bytes moved to and from device memory. An op's time on a device is
+
+    max(flops / peak_flops, bytes / mem_bandwidth) + launch overhead of the device kind
+
+(`LAUNCH_OVERHEAD`; `DEFAULT_LAUNCH_OVERHEAD` for kinds not listed). Ops that hold nested graphs
+(`scan`, `while`, `cond`, calls) are costed from their bodies (`NESTED_RULES`): each body op
+is timed on its own and the sum is multiplied by the trip count (`length` of `scan`; the
+`trip_count` attribute of `while` when a frontend or user sets it, else 1), and `cond` takes its
+most expensive branch. An opcode without a rule gets `DEFAULT_RULE`: one FLOP per result
+element and every operand and result byte moved once.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from pesto_ir.attributes import Attr, GraphAttr, ListAttr
+from pesto_ir.cluster import Device
+from pesto_ir.errors import PestoError
+from pesto_ir.ir import Graph, Op, Value
+from pesto_ir.shape_rules import BINARY, COMPARE, UNARY
+from pesto_ir.types import TensorType
+
+# Seconds each op costs on top of its roofline time: kernel launch and dispatch. GPUs launch a
+# kernel in a few microseconds; a CPU op inside one XLA executable is a function call.
+LAUNCH_OVERHEAD: dict[str, float] = {"cpu": 1e-6}
+DEFAULT_LAUNCH_OVERHEAD = 5e-6
+
+
+class RooflineError(PestoError):
+    pass
+
+
+@dataclass(frozen=True)
+class Work:
+    """What an op does: floating-point operations and bytes read plus written."""
+
+    flops: int
+    bytes: int
+
+    def __add__(self, other: Work) -> Work:
+        return Work(self.flops + other.flops, self.bytes + other.bytes)
+
+    def scaled(self, k: float) -> Work:
+        return Work(int(round(self.flops * k)), int(round(self.bytes * k)))
+
+
+WorkRule = Callable[[Op], Work]
+
+
+# ---------------------------------------------------------------- shape helpers
+
+def _elements(v: Value) -> int:
+    return v.type.size if isinstance(v.type, TensorType) else 0
+
+
+def _distinct(values: tuple[Value, ...] | list[Value]) -> list[Value]:
+    return list({id(v): v for v in values}.values())
+
+
+def in_bytes(op: Op) -> int:
+    """Bytes of the op's operands, each distinct value read once."""
+    return sum(v.type.nbytes for v in _distinct(op.operands))
+
+
+def out_bytes(op: Op) -> int:
+    return sum(r.type.nbytes for r in op.results)
+
+
+def out_elements(op: Op) -> int:
+    return sum(_elements(r) for r in op.results)
+
+
+def _moved(op: Op) -> int:
+    return in_bytes(op) + out_bytes(op)
+
+
+def _tensor(op: Op, i: int) -> TensorType:
+    if i >= len(op.operands) or not isinstance(op.operands[i].type, TensorType):
+        raise RooflineError(f"op '{op.name}' ({op.where()}): {op.opcode} needs a tensor operand {i}")
+    return op.operands[i].type
+
+
+def _attr(op: Op, key: str) -> object:
+    if key not in op.attrs:
+        raise RooflineError(f"op '{op.name}' ({op.where()}): {op.opcode} needs attribute '{key}' to be costed")
+    return op.attrs[key].value
+
+
+# ---------------------------------------------------------------- rules
+
+def _elementwise(op: Op) -> Work:
+    """One FLOP per result element (transcendentals included), every byte once."""
+    return Work(out_elements(op), _moved(op))
+
+
+def _data_movement(op: Op) -> Work:
+    """Layout ops (transpose, reshape, broadcast, slicing) compute nothing; they read and write."""
+    return Work(0, _moved(op))
+
+
+def _indexed_read(op: Op) -> Work:
+    """gather / dynamic_slice read only what they return (plus the indices), not the whole operand."""
+    return Work(0, 2 * out_bytes(op) + sum(v.type.nbytes for v in _distinct(op.operands[1:])))
+
+
+def _indexed_update(op: Op) -> Work:
+    """scatter / dynamic_update_slice touch only the updated part: read and write it once."""
+    rest = _distinct(op.operands[1:])
+    return Work(max((_elements(v) for v in rest), default=0), 2 * sum(v.type.nbytes for v in rest))
+
+
+def _reduction(op: Op) -> Work:
+    """One FLOP per input element."""
+    return Work(sum(_elements(v) for v in _distinct(op.operands)), _moved(op))
+
+
+def _reduce_window(op: Op) -> Work:
+    """Each result element combines one window."""
+    window = math.prod(int(d) for d in _attr(op, "window_dimensions"))  # type: ignore[union-attr]
+    return Work(out_elements(op) * window, _moved(op))
+
+
+def _select_and_scatter(op: Op) -> Work:
+    """Max-pool gradient: every source element selects within one window of the operand."""
+    window = math.prod(int(d) for d in _attr(op, "window_dimensions"))  # type: ignore[union-attr]
+    return Work(_elements(op.operands[0]) * window, _moved(op))
+
+
+def dot_general_flops(op: Op) -> int:
+    """2 x (batch x free dims, i.e. result elements) x (product of contracted dims): one multiply-add each."""
+    lhs = _tensor(op, 0)
+    (lc, _rc), _batch = _attr(op, "dimension_numbers")  # type: ignore[misc]
+    contracted = math.prod(lhs.shape[d] for d in lc)
+    return 2 * out_elements(op) * contracted
+
+
+def _dot_general(op: Op) -> Work:
+    return Work(dot_general_flops(op), _moved(op))
+
+
+def conv_kernel_out_dim(op: Op) -> int:
+    """Which kernel dimension holds the output features: `rhs_spec[0]` of the dimension numbers.
+
+    Accepts JAX's ConvDimensionNumbers as lowered to attributes (a [lhs, rhs, out] list, or a
+    dict with `rhs_spec`); without dimension numbers the kernel is OIHW-like (dimension 0).
+    """
+    dn = op.get("dimension_numbers")
+    if dn is None:
+        return 0
+    rhs_spec = dn.get("rhs_spec") if isinstance(dn, dict) else dn[1]
+    return int(rhs_spec[0])
+
+
+def conv_flops(op: Op) -> int:
+    """2 x result elements x (kernel elements per output feature).
+
+    A kernel of shape O x (I/groups) x spatial feeds each output element from (I/groups) x
+    prod(spatial) inputs, whatever the layout, strides, padding, dilation or group counts: so
+    FLOPs = 2 * out_elements * kernel_elements / O.
+    """
+    rhs = _tensor(op, 1)
+    o = rhs.shape[conv_kernel_out_dim(op)]
+    per_output = rhs.size // o if o else 0
+    return 2 * out_elements(op) * per_output
+
+
+def _conv(op: Op) -> Work:
+    return Work(conv_flops(op), _moved(op))
+
+
+def _free(op: Op) -> Work:
+    """Ops that produce no data worth costing (iota of a constant, sharding hints)."""
+    return Work(0, out_bytes(op))
+
+
+DEFAULT_RULE: WorkRule = _elementwise
+
+_REDUCTIONS = ("reduce_sum", "reduce_max", "reduce_min", "reduce_prod", "reduce_and", "reduce_or",
+               "reduce_xor", "argmax", "argmin", "cumsum", "cumprod", "cummax", "cummin", "cumlogsumexp",
+               "reduce_precision_sum", "sort", "top_k")
+_REDUCE_WINDOWS = ("reduce_window_sum", "reduce_window_max", "reduce_window_min", "reduce_window")
+_MOVEMENT = ("transpose", "reshape", "broadcast_in_dim", "squeeze", "expand_dims", "concatenate", "slice",
+             "pad", "rev", "copy", "copy_p", "device_put", "split", "convert_element_type", "bitcast_convert_type")
+_ELEMENTWISE_EXTRA = ("select_n", "clamp", "integer_pow", "is_finite", "exp2", "sinh", "cosh", "asin", "acos",
+                      "atan", "asinh", "acosh", "atanh", "lgamma", "digamma", "imag", "real", "conj",
+                      "population_count", "clz", "not", "random_bits", "threefry2x32")
+
+WORK_RULES: dict[str, WorkRule] = {
+    **{name: _elementwise for name in (*UNARY, *BINARY, *COMPARE, *_ELEMENTWISE_EXTRA)},
+    **{name: _reduction for name in _REDUCTIONS},
+    **{name: _reduce_window for name in _REDUCE_WINDOWS},
+    **{name: _data_movement for name in _MOVEMENT},
+    "dot_general": _dot_general,
+    "conv_general_dilated": _conv,
+    "select_and_scatter_add": _select_and_scatter,
+    "gather": _indexed_read,
+    "dynamic_slice": _indexed_read,
+    "scatter": _indexed_update,
+    "scatter-add": _indexed_update,
+    "scatter_add": _indexed_update,
+    "dynamic_update_slice": _indexed_update,
+    "iota": _free,
+    "sharding_constraint": _free,
+}
+
+
+# ---------------------------------------------------------------- nested graphs
+
+@dataclass(frozen=True)
+class Nested:
+    """How an op runs its nested graphs: all of them `trips` times, or (`one_of`) just one."""
+
+    graphs: tuple[Graph, ...]
+    trips: float = 1.0
+    one_of: bool = False
+
+
+def nested_graphs(op: Op) -> tuple[Graph, ...]:
+    """Graphs held in the op's attributes, also inside lists (`cond` branches)."""
+
+    def walk(a: Attr) -> Iterator[Graph]:
+        if isinstance(a, GraphAttr):
+            yield a.graph
+        elif isinstance(a, ListAttr):
+            for item in a.items:
+                yield from walk(item)
+
+    return tuple(g for a in op.attrs.values() for g in walk(a))
+
+
+def _scan(op: Op) -> Nested:
+    return Nested(nested_graphs(op), float(op.get("length", 1) or 1))
+
+
+def _while(op: Op) -> Nested:
+    return Nested(nested_graphs(op), float(op.get("trip_count", 1) or 1))
+
+
+def _cond(op: Op) -> Nested:
+    return Nested(nested_graphs(op), 1.0, one_of=True)
+
+
+def _call(op: Op) -> Nested:
+    return Nested(nested_graphs(op))
+
+
+# Ops with nested graphs not listed here are calls: their graphs run once.
+NESTED_RULES: dict[str, Callable[[Op], Nested]] = {
+    "scan": _scan,
+    "while": _while,
+    "cond": _cond,
+}
+
+
+def _nested(op: Op) -> Nested | None:
+    rule = NESTED_RULES.get(op.opcode)
+    if rule is not None:
+        return rule(op)
+    graphs = nested_graphs(op)
+    return _call(op) if graphs else None
+
+
+# ---------------------------------------------------------------- work and time
+
+def op_work(op: Op) -> Work:
+    """FLOPs and bytes of one op (for ops with bodies: of everything the body runs)."""
+    nested = _nested(op)
+    if nested is not None:
+        parts = [graph_work(g) for g in nested.graphs]
+        if nested.one_of:
+            return max(parts, key=lambda w: (w.flops, w.bytes), default=Work(0, 0))
+        return sum(parts, Work(0, 0)).scaled(nested.trips)
+    return WORK_RULES.get(op.opcode, DEFAULT_RULE)(op)
+
+
+def graph_work(graph: Graph) -> Work:
+    return sum((op_work(op) for op in graph.ops), Work(0, 0))
+
+
+def launch_overhead(device: Device) -> float:
+    return LAUNCH_OVERHEAD.get(device.kind, DEFAULT_LAUNCH_OVERHEAD)
+
+
+def work_time(work: Work, device: Device) -> float:
+    """Roofline seconds of `work` on `device`: compute-bound or memory-bound, plus launch overhead."""
+    return max(work.flops / device.peak_flops, work.bytes / device.mem_bandwidth) + launch_overhead(device)
+
+
+def op_time(op: Op, device: Device) -> float:
+    """Roofline seconds of `op` on `device`; bodies of nested graphs are timed op by op."""
+    nested = _nested(op)
+    if nested is None:
+        return work_time(op_work(op), device)
+    parts = [graph_time(g, device) for g in nested.graphs]
+    body = max(parts, default=0.0) if nested.one_of else nested.trips * sum(parts)
+    return body + launch_overhead(device)
+
+
+def graph_time(graph: Graph, device: Device) -> float:
+    return sum(op_time(op, device) for op in graph.ops)
