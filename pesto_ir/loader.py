@@ -9,11 +9,14 @@ from pathlib import Path
 from pesto_ir.ir import Graph
 
 
-def parse(text: str, filename: str = "<string>") -> Graph:
-    """Parse `.pir` text into a Graph (call `verify` to check it)."""
+def parse(text: str, filename: str = "<string>", engine: str = "fast") -> Graph:
+    """Parse `.pir` text into a Graph (call `verify` to check it).
+
+    `engine="lark"` runs only the reference Lark parser; the default fast path gives the same graph.
+    """
     from pesto_ir.frontends.text import parse as parse_text
 
-    return parse_text(text, filename)
+    return parse_text(text, filename, engine)
 
 
 def load(path: str | os.PathLike[str]) -> Graph:
