@@ -1,0 +1,100 @@
+"""The discrete-event simulator on small graphs with hand-computed schedules."""
+
+from __future__ import annotations
+
+import pytest
+
+from pesto_ir import parse
+from pesto_ir.cluster import Cluster, Device, Link
+from pesto_ir.simulate import PlanError, order_from_priority, simulate
+
+MS = 1e-3
+
+
+def cluster(n: int = 2, latency: float = 1 * MS, bandwidth: float = 1e6) -> Cluster:
+    """Devices gpu0..; a link moves 1000 bytes in latency + 1 ms."""
+    return Cluster.homogeneous(n, "v100", latency=latency, bandwidth=bandwidth)
+
+
+FORK = parse("""
+graph @fork() {
+  %a = opaque() {cost = 1ms} : blob[1000]
+  %b = opaque(%a) {cost = 2ms} : blob[0]
+  %c = opaque(%a) {cost = 3ms} : blob[0]
+}
+""")
+
+
+def test_chain_on_one_device_runs_back_to_back() -> None:
+    p = simulate(FORK, cluster(), {"a": "gpu0", "b": "gpu0", "c": "gpu0"}, {"gpu0": ["a", "c", "b"]})
+    assert [(n, s.start, s.end) for n, s in sorted(p.ops.items())] == [
+        ("a", 0, pytest.approx(1 * MS)), ("b", pytest.approx(4 * MS), pytest.approx(6 * MS)),
+        ("c", pytest.approx(1 * MS), pytest.approx(4 * MS))]
+    assert p.transfers == []
+    assert p.makespan == pytest.approx(6 * MS)
+
+
+def test_a_tensor_is_sent_once_per_destination_device() -> None:
+    p = simulate(FORK, cluster(), {"a": "gpu0", "b": "gpu1", "c": "gpu1"}, {"gpu0": ["a"], "gpu1": ["b", "c"]})
+    (t,) = p.transfers
+    assert (t.src, t.src_device, t.to, t.nbytes) == ("a", "gpu0", "gpu1", 1000)
+    assert (t.start, t.end) == (pytest.approx(1 * MS), pytest.approx(3 * MS))  # 1 ms latency + 1 ms bytes
+    assert p.ops["b"].start == pytest.approx(3 * MS) and p.ops["c"].start == pytest.approx(5 * MS)
+
+
+def test_transfers_on_one_link_run_one_at_a_time() -> None:
+    g = parse("""
+graph @two_sends() {
+  %a1 = opaque() {cost = 1ms} : blob[1000]
+  %a2 = opaque() {cost = 1ms} : blob[1000]
+  %b = opaque(%a1, %a2) {cost = 1ms} : blob[0]
+}
+""")
+    c = cluster(3)
+    p = simulate(g, c, {"a1": "gpu0", "a2": "gpu1", "b": "gpu2"}, order_from_priority(g, {"a1": "gpu0", "a2": "gpu1", "b": "gpu2"}))
+    assert len(p.transfers) == 2  # two links: no contention
+    assert p.ops["b"].start == pytest.approx(3 * MS)
+    p = simulate(g, c, {"a1": "gpu0", "a2": "gpu0", "b": "gpu2"}, {"gpu0": ["a1", "a2"], "gpu2": ["b"]})
+    t1, t2 = sorted(p.transfers, key=lambda t: t.start)
+    assert (t1.start, t1.end) == (pytest.approx(1 * MS), pytest.approx(3 * MS))
+    assert (t2.start, t2.end) == (pytest.approx(3 * MS), pytest.approx(5 * MS))  # waits for the link
+    assert p.ops["b"].start == pytest.approx(5 * MS)
+
+
+def test_heterogeneous_devices_take_their_own_cost() -> None:
+    g = parse("""
+graph @hetero() {
+  %a = opaque() {cost = {h100 = 1ms, cpu = 10ms}} : blob[0]
+}
+""")
+    devices = [Device.of_kind("fast", "h100"), Device.of_kind("slow", "cpu")]
+    links = {("fast", "slow"): Link("fast", "slow", 0.0, 1e9), ("slow", "fast"): Link("slow", "fast", 0.0, 1e9)}
+    c = Cluster(devices, links)
+    assert simulate(g, c, {"a": "fast"}, {"fast": ["a"]}).makespan == pytest.approx(1 * MS)
+    assert simulate(g, c, {"a": "slow"}, {"slow": ["a"]}).makespan == pytest.approx(10 * MS)
+
+
+def test_only_the_results_read_on_a_device_are_sent_there() -> None:
+    g = parse("""
+graph @multi() {
+  %a, %a_big = opaque() {cost = 1ms} : blob[1000], blob[5000]
+  %b = opaque(%a) {cost = 1ms} : blob[0]
+  %c = opaque(%a_big) {cost = 1ms} : blob[0]
+}
+""")
+    place = {"a": "gpu0", "b": "gpu1", "c": "gpu2"}
+    p = simulate(g, cluster(3), place, order_from_priority(g, place))
+    assert sorted((t.to, t.nbytes) for t in p.transfers) == [("gpu1", 1000), ("gpu2", 5000)]
+
+
+def test_an_order_against_the_dependencies_is_reported_not_hung() -> None:
+    with pytest.raises(PlanError, match="deadlock: gpu0 waits at op 'b'"):
+        simulate(FORK, cluster(), {"a": "gpu0", "b": "gpu0", "c": "gpu0"}, {"gpu0": ["b", "a", "c"]})
+
+
+def test_missing_and_misplaced_ops_are_reported() -> None:
+    with pytest.raises(PlanError) as info:
+        simulate(FORK, cluster(), {"a": "gpu0", "b": "gpu9"}, {"gpu0": ["a", "b"]})
+    text = str(info.value)
+    assert "op 'b' is placed on unknown device 'gpu9'" in text
+    assert "op 'c' is not placed" in text
