@@ -1,23 +1,29 @@
 """`pesto-compile`: load a model, run a pass pipeline, write the results.
 
 Every user error is printed as `file:line:col: error: message` (with the source line and a
-caret where there is one) and exits with status 1; nothing is written unless it is whole.
+caret where there is one) and exits with status 1; outputs are rendered first and each is
+written atomically, so a failed run leaves no half-written file.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
+from pesto_ir.cluster import KINDS, Cluster, ClusterError
 from pesto_ir.errors import PestoError
 from pesto_ir.ir import Graph
 from pesto_ir.loader import load, write_atomic
 from pesto_ir.passmanager import PassContext, PassManager, Pipeline
+from pesto_ir.plan import Plan, read_plan_attrs
 from pesto_ir.verifier import verify
 
-DEFAULT_PIPELINE = "verify"
+DEFAULT_PIPELINE = "annotate-costs,coarsen,place,expand,simulate"
+DEFAULT_DEVICES = 2
+DEFAULT_KIND = "h100"
 
 
 def build_arg_parser() -> argparse.ArgumentParser:
@@ -27,8 +33,23 @@ def build_arg_parser() -> argparse.ArgumentParser:
     )
     ap.add_argument("model", help="a .pir model or a pesto-graph/1 .json cost graph")
     ap.add_argument("-p", "--pipeline", default=DEFAULT_PIPELINE,
-                    help=f"pass pipeline, e.g. 'verify,...' (default: {DEFAULT_PIPELINE})")
+                    help=f"pass pipeline (default: {DEFAULT_PIPELINE})")
     ap.add_argument("-o", "--output", metavar="OUT.pir", help="write the resulting IR here ('-' for stdout)")
+    target = ap.add_argument_group("target cluster")
+    target.add_argument("--cluster", metavar="FILE", help="a pesto-cluster/1 JSON file")
+    target.add_argument("--devices", type=int, metavar="N",
+                        help=f"N identical devices (default: the graph's suggested cluster, else {DEFAULT_DEVICES})")
+    target.add_argument("--device-kind", default=None, metavar="K", choices=sorted(KINDS),
+                        help=f"built-in device kind for --devices (default: {DEFAULT_KIND})")
+    target.add_argument("--memory", type=float, metavar="BYTES", help="memory of each device, overriding the kind's")
+    place = ap.add_argument_group("placement")
+    place.add_argument("--algo", metavar="NAME", help="placement algorithm for the place pass (e.g. ilp, m-etf)")
+    place.add_argument("--time-limit", type=float, metavar="S", help="time limit of exact solvers, in seconds")
+    place.add_argument("--seed", type=int, default=0, help="seed for every random choice (default 0)")
+    out = ap.add_argument_group("reports")
+    out.add_argument("--plan-json", metavar="FILE", help="write the plan as pesto-plan/1 JSON")
+    out.add_argument("--trace", metavar="FILE", help="write a Chrome trace (open in Perfetto)")
+    out.add_argument("--gantt", metavar="FILE", help="write a Gantt chart (.png, .svg or .pdf)")
     ap.add_argument("--no-verify", action="store_true", help="do not verify the IR after each pass")
     ap.add_argument("--print-ir-after-all", action="store_true", help="print the IR after every pass (stderr)")
     ap.add_argument("--time-passes", action="store_true", help="print how long each pass took (stderr)")
@@ -38,10 +59,10 @@ def build_arg_parser() -> argparse.ArgumentParser:
 
 def run(argv: Sequence[str] | None = None) -> int:
     args = build_arg_parser().parse_args(argv)
-    pipeline = Pipeline.parse(args.pipeline, source="<pipeline>")
+    pipeline = with_place_options(Pipeline.parse(args.pipeline, source="<pipeline>"), args)
     graph = load(args.model)
     verify(graph, context=f"{args.model}: the input is not valid IR")
-    ctx = PassContext(quiet=args.quiet)
+    ctx = PassContext(cluster=make_cluster(args, graph), quiet=args.quiet, seed=args.seed)
     manager = PassManager(pipeline, verify_each=not args.no_verify,
                           print_ir_after_all=args.print_ir_after_all, time_passes=args.time_passes,
                           out=sys.stderr)
@@ -50,16 +71,71 @@ def run(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
+def with_place_options(pipeline: Pipeline, args: argparse.Namespace) -> Pipeline:
+    """Apply --algo and --time-limit to the pipeline's place passes (an error if it has none)."""
+    changes = {k: v for k, v in (("algo", args.algo), ("time_limit", args.time_limit)) if v is not None}
+    if not changes:
+        return pipeline
+    if not any(p.name == "place" for p in pipeline.passes):
+        flags = " and ".join(f"--{k.replace('_', '-')}" for k in changes)
+        raise PestoError(f"{flags} need a place pass in the pipeline ({pipeline})")
+    passes, explicit = [], []
+    for p, keys in zip(pipeline.passes, pipeline.explicit):
+        if p.name == "place":
+            try:
+                p = dataclasses.replace(p, **changes)
+            except (TypeError, ValueError) as e:
+                raise PestoError(f"bad placement option: {e}") from None
+            keys = tuple(dict.fromkeys(keys + tuple(k.replace("_", "-") for k in changes)))
+        passes.append(p)
+        explicit.append(keys)
+    return Pipeline(passes, explicit)
+
+
+def make_cluster(args: argparse.Namespace, graph: Graph) -> Cluster:
+    """--cluster FILE, else N devices of one kind: N from --devices, the graph's suggestion, or 2."""
+    if args.cluster:
+        if args.devices or args.device_kind:
+            raise ClusterError("give either --cluster or --devices/--device-kind, not both")
+        cluster = Cluster.load(args.cluster)
+        return cluster.with_memory(args.memory) if args.memory else cluster
+    suggested = graph.attrs.get("suggested_cluster")
+    hint = suggested.value if suggested is not None else {}
+    n = args.devices or int(hint.get("devices", DEFAULT_DEVICES))
+    memory = args.memory or hint.get("memory")
+    return Cluster.homogeneous(n, args.device_kind or DEFAULT_KIND, memory=memory)
+
+
+def _report_writers() -> dict[str, Callable[[Plan, Graph, str], str | bytes]]:
+    from pesto_ir.backends.gantt import gantt_for_path
+    from pesto_ir.backends.plan_json import plan_json_text
+    from pesto_ir.backends.trace import trace_json_text
+
+    return {
+        "plan_json": lambda plan, graph, path: plan_json_text(plan),
+        "trace": lambda plan, graph, path: trace_json_text(plan, graph),
+        "gantt": lambda plan, graph, path: gantt_for_path(plan, graph, path),
+    }
+
+
 def write_outputs(graph: Graph, args: argparse.Namespace) -> None:
     """Render every requested output first, then write each atomically."""
-    rendered: list[tuple[str, str]] = []
+    rendered: list[tuple[str, str | bytes]] = []
     if args.output:
         rendered.append((args.output, str(graph)))
-    for path, text in rendered:
+    wanted = {key: getattr(args, key) for key in ("plan_json", "trace", "gantt") if getattr(args, key)}
+    if wanted:
+        plan = read_plan_attrs(graph)
+        if plan is None:
+            flags = ", ".join("--" + k.replace("_", "-") for k in wanted)
+            raise PestoError(f"{flags}: the pipeline placed nothing (add a place pass, e.g. -p {DEFAULT_PIPELINE})")
+        writers = _report_writers()
+        rendered.extend((path, writers[key](plan, graph, path)) for key, path in wanted.items())
+    for path, data in rendered:
         if path == "-":
-            sys.stdout.write(text)
+            sys.stdout.write(data if isinstance(data, str) else data.decode("utf-8", "replace"))
         else:
-            write_atomic(path, text)
+            write_atomic(path, data)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
