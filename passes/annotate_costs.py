@@ -4,7 +4,7 @@
   has one, for every device of the cluster, so no placement reads a silent 0.
 - `roofline`: FLOPs and bytes from shapes (`pesto_ir.roofline`), timed on each device's figures.
 - `profile`: each op run with `jax.jit` on a real JAX device of each kind (`pesto_ir.profile`),
-  median of `runs` timed calls after `warmup`, cached on disk.
+  median (`stat=min`: minimum) of `runs` timed calls after `warmup`, cached on disk.
 
 `roofline` and `profile` write `cost` (one duration when every device is alike, else a dict keyed by
 device kind, or by device name when one kind has several speeds), `flops`, `bytes_accessed` and
@@ -148,7 +148,8 @@ def _profile(p: AnnotateCostsPass, graph: Graph, cluster: Cluster | None, ctx: P
     from pesto_ir.profile import Profiler
 
     cluster = cluster or Cluster.from_jax_devices()
-    profiler = Profiler(runs=p.runs, warmup=p.warmup, cache=p.cache, progress=ctx.progress)
+    profiler = Profiler(runs=p.runs, warmup=p.warmup, cache=p.cache, progress=ctx.progress, stat=p.stat,
+                        clock=p.clock)
     annotate_times(graph, cluster, _kind_only, profiler.time_on_kind)
     annotate_work_and_memory(graph)
     ctx.progress(f"annotate-costs: profiled {len(graph.ops)} ops ({profiler.measured} measured, "
@@ -174,10 +175,14 @@ class AnnotateCostsPass(Pass):
     runs: int = 5  # profile: timed runs per op (the median is kept)
     warmup: int = 2  # profile: untimed runs first (compilation, caches)
     cache: bool = True  # profile: reuse and store measurements on disk
+    stat: str = "median"  # profile: median of the runs, or min (steadier on a shared machine)
+    clock: str = "wall"  # profile: wall time, or cpu (process CPU time; single-threaded CPU backends only)
 
     def __post_init__(self) -> None:
         if self.model not in MODELS:
             raise ValueError(f"model must be one of {', '.join(MODELS)}, not '{self.model}'")
+        if self.stat not in ("median", "min") or self.clock not in ("wall", "cpu"):
+            raise ValueError(f"stat must be median or min and clock wall or cpu, not '{self.stat}', '{self.clock}'")
         if self.runs < 1 or self.warmup < 0:
             raise ValueError("runs must be at least 1 and warmup not negative")
 

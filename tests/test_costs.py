@@ -218,3 +218,79 @@ def test_given_on_cost_graph_json() -> None:
 def test_bad_model_option_is_a_pipeline_error() -> None:
     with pytest.raises(pesto_ir.ParseError, match="model must be one of"):
         Pipeline.parse("annotate-costs{model=guess}")
+
+
+# ---------------------------------------------------------------- profile (tiny ops, real CPU device)
+
+TINY = """graph @tiny(%x: f32[8,8], %w: f32[8,8]) {
+  %y = dot_general(%x, %w) {dimension_numbers = [[[1], [0]], [[], []]]} : f32[8,8]
+  %z = add(%y, %x) : f32[8,8]
+  %z2 = add(%y, %x) : f32[8,8]
+  return %z, %z2
+}"""
+
+
+@pytest.fixture
+def cache_dir(tmp_path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("PESTO_CACHE", str(tmp_path))
+    return tmp_path
+
+
+def test_profile_writes_costs_and_caches(cache_dir) -> None:
+    import io
+
+    cluster = Cluster.from_jax_devices(__import__("jax").devices()[:2])
+    log = io.StringIO()
+    g = PassManager("annotate-costs{model=profile runs=3 warmup=1}").run(
+        pesto_ir.parse(TINY), PassContext(cluster=cluster, log=log))
+    for op in g.ops:
+        assert isinstance(op.attrs["cost"], DurationAttr) and op.get("cost") >= 0
+        assert op.get("flops") > 0 and op.get("memory") > 0
+    assert "2 measured, 0 from cache" in log.getvalue()  # the two identical adds are timed once
+    assert list(cache_dir.rglob("*.json"))
+    log2 = io.StringIO()
+    g2 = PassManager("annotate-costs{model=profile runs=3 warmup=1}").run(
+        pesto_ir.parse(TINY), PassContext(cluster=cluster, log=log2))
+    assert "0 measured, 2 from cache" in log2.getvalue()
+    assert [op.get("cost") for op in g2.ops] == [op.get("cost") for op in g.ops]
+    quiet = io.StringIO()
+    PassManager("annotate-costs{model=profile runs=1 cache=false}").run(
+        pesto_ir.parse(TINY), PassContext(cluster=cluster, log=quiet, quiet=True))
+    assert quiet.getvalue() == ""
+
+
+def test_profile_nested_scan_from_the_jax_frontend(cache_dir) -> None:
+    import jax
+    import jax.numpy as jnp
+    from pesto_ir.frontends.jax import lower
+
+    def f(c, xs):
+        return jax.lax.scan(lambda h, x: (jnp.tanh(h @ x), h.sum()), c, xs)
+
+    g = lower(f, jnp.ones((4, 4)), jnp.ones((3, 4, 4)))
+    scan = next(op for op in g.ops if op.opcode == "scan")
+    assert op_work(scan).flops >= 3 * 2 * 4 * 4 * 4
+    PassManager("annotate-costs{model=profile runs=2 warmup=1}").run(
+        g, PassContext(cluster=Cluster.from_jax_devices(jax.devices()[:1]), quiet=True))
+    assert scan.get("cost") >= 0
+
+
+def test_profile_errors_name_the_op_and_the_kind(cache_dir) -> None:
+    opaque = "graph @o() {\n  %a = opaque() : blob[4]\n}"
+    with pytest.raises(pesto_ir.PassError) as e:
+        run_pass(opaque, "annotate-costs{model=profile runs=1}", Cluster.homogeneous(1, "cpu"))
+    assert "op 'a'" in e.value.format()
+    with pytest.raises(pesto_ir.PassError) as e:
+        run_pass(TINY, "annotate-costs{model=profile runs=1}", Cluster.homogeneous(1, "h100"))
+    assert "no local JAX device of that kind" in e.value.format() and "'h100'" in e.value.format()
+
+
+def test_profile_segment_of_ops(cache_dir) -> None:
+    import jax
+
+    from pesto_ir.profile import Profiler, subgraph
+
+    g = pesto_ir.parse(TINY)
+    sub = subgraph(g.ops[:2])
+    assert [v.name for v in sub.inputs] == ["x", "w"] and [v.name for v in sub.outputs] == ["y", "z"]
+    assert Profiler(runs=2, warmup=1, cache=False).time_ops(g.ops[:2], jax.devices()[0]) >= 0
