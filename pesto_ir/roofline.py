@@ -5,7 +5,8 @@ operations and bytes moved to and from device memory. An op's time on a device i
 
     max(flops / peak_flops, bytes / mem_bandwidth) + launch overhead of the device kind
 
-(`LAUNCH_OVERHEAD`; `DEFAULT_LAUNCH_OVERHEAD` for kinds not listed). Ops that hold nested graphs
+(`LAUNCH_OVERHEAD`; `DEFAULT_LAUNCH_OVERHEAD` for kinds not listed; ops in `NO_KERNEL` take no
+time). Ops that hold nested graphs
 (`scan`, `while`, `cond`, calls) are costed from their bodies (`NESTED_RULES`): each body op
 is timed on its own and the sum is multiplied by the trip count (`length` of `scan`; the
 `trip_count` attribute of `while` when a frontend or user sets it, else 1), and `cond` takes its
@@ -25,6 +26,10 @@ from pesto_ir.errors import PestoError
 from pesto_ir.ir import Graph, Op, Value
 from pesto_ir.shape_rules import BINARY, COMPARE, UNARY
 from pesto_ir.types import TensorType
+
+# Ops that run no kernel: constants are folded into their readers, the others are identities to
+# the compiler. They take no time.
+NO_KERNEL: frozenset[str] = frozenset({"constant", "sharding_constraint", "stop_gradient"})
 
 # Seconds each op costs on top of its roofline time: kernel launch and dispatch. GPUs launch a
 # kernel in a few microseconds; a CPU op inside one XLA executable is a function call.
@@ -206,6 +211,7 @@ WORK_RULES: dict[str, WorkRule] = {
     "scatter_add": _indexed_update,
     "dynamic_update_slice": _indexed_update,
     "iota": _free,
+    "constant": _free,
     "sharding_constraint": _free,
 }
 
@@ -294,6 +300,8 @@ def work_time(work: Work, device: Device) -> float:
 
 def op_time(op: Op, device: Device) -> float:
     """Roofline seconds of `op` on `device`; bodies of nested graphs are timed op by op."""
+    if op.opcode in NO_KERNEL:
+        return 0.0
     nested = _nested(op)
     if nested is None:
         return work_time(op_work(op), device)

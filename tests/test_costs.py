@@ -113,6 +113,11 @@ def test_scan_costs_body_times_length() -> None:
     assert op_time(op, dev) == pytest.approx(10 * op_time(body_op, dev) + LAUNCH_OVERHEAD.get("h100", 5e-6))
 
 
+def test_constants_take_no_time() -> None:
+    op = one_op("%c = constant() {value = 1.0} : f32[]", "")
+    assert op_time(op, Device.of_kind("d", "v100")) == 0.0
+
+
 def test_cond_takes_the_costliest_branch() -> None:
     g = pesto_ir.parse("""graph @c(%p: i32[], %a: f32[16,16]) {
   %y = cond(%p, %a) {branches = [graph @b0(%x: f32[16,16]) {

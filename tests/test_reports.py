@@ -138,3 +138,16 @@ def test_colour_keys() -> None:
   %d = exp(%x) {group = "coarse7"} : f32[4]
 }""")
     assert [colour_key(g, n) for n in "abcd"] == ["exp", "bert", "node", "coarse7"]
+
+
+def test_render_reports_all_or_a_clear_error() -> None:
+    from pesto_ir.backends.reports import ReportError, render_reports
+
+    g, _ = simulated()
+    out = dict(render_reports(g, plan_json="p.json", trace="t.json", gantt="g.svg"))
+    assert json.loads(out["p.json"])["format"] == "pesto-plan/1"
+    assert "traceEvents" in json.loads(out["t.json"])
+    assert b"<svg" in out["g.svg"]
+    assert render_reports(pesto_ir.parse("graph @e() {\n}")) == []
+    with pytest.raises(ReportError, match="no plan to report"):
+        render_reports(pesto_ir.parse("graph @e() {\n}"), trace="t.json")
