@@ -25,7 +25,7 @@ from pesto_ir.cluster import Device
 from pesto_ir.errors import PestoError
 from pesto_ir.ir import Graph, Op, Value
 from pesto_ir.shape_rules import BINARY, COMPARE, UNARY
-from pesto_ir.types import TensorType
+from pesto_ir.types import BlobType, TensorType
 
 # Ops that run no kernel: constants are folded into their readers, the others are identities to
 # the compiler. They take no time.
@@ -276,6 +276,9 @@ def _nested(op: Op) -> Nested | None:
 
 def op_work(op: Op) -> Work:
     """FLOPs and bytes of one op (for ops with bodies: of everything the body runs)."""
+    if any(isinstance(v.type, BlobType) for v in (*op.operands, *op.results)):
+        raise RooflineError(f"op '{op.name}' ({op.where()}) computes on opaque blob values, which have no "
+                            "shapes to count FLOPs from; its cost must be given (annotate-costs{model=given})")
     nested = _nested(op)
     if nested is not None:
         parts = [graph_work(g) for g in nested.graphs]

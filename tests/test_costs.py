@@ -220,6 +220,13 @@ def test_given_on_cost_graph_json() -> None:
     assert g.op("a").get("memory") == 1048576  # given keeps memory as it is
 
 
+def test_roofline_refuses_opaque_cost_graph_ops() -> None:
+    text = "graph @g() {\n  %a = opaque() {cost = 1ms} : blob[8]\n}"
+    with pytest.raises(pesto_ir.PassError) as e:
+        run_pass(text, "annotate-costs{model=roofline}", Cluster.homogeneous(1, "v100"))
+    assert "op 'a'" in e.value.format() and "model=given" in e.value.format()
+
+
 def test_bad_model_option_is_a_pipeline_error() -> None:
     with pytest.raises(pesto_ir.ParseError, match="model must be one of"):
         Pipeline.parse("annotate-costs{model=guess}")
