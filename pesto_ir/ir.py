@@ -11,7 +11,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pesto_ir.attributes import Attr, GraphAttr, to_attr
+from pesto_ir.attributes import Attr, DictAttr, GraphAttr, ListAttr, to_attr
 from pesto_ir.types import Type
 
 
@@ -141,7 +141,11 @@ class Op:
         return list(seen.values())
 
     def subgraphs(self) -> list[Graph]:
-        return [a.graph for a in self.attrs.values() if isinstance(a, GraphAttr)]
+        """Nested graphs held by attributes, also inside lists and dicts (`cond` branches)."""
+        out: list[Graph] = []
+        for a in self.attrs.values():
+            _collect_graphs(a, out)
+        return out
 
     def where(self) -> str:
         """Where this op is, for error messages: its .pir position and/or its source location."""
@@ -150,6 +154,17 @@ class Op:
 
     def __repr__(self) -> str:
         return f"<Op {self.name} = {self.opcode}>"
+
+
+def _collect_graphs(a: Attr, out: list[Graph]) -> None:
+    if isinstance(a, GraphAttr):
+        out.append(a.graph)
+    elif isinstance(a, ListAttr):
+        for x in a.items:
+            _collect_graphs(x, out)
+    elif isinstance(a, DictAttr):
+        for _, x in a.entries:
+            _collect_graphs(x, out)
 
 
 class Graph:

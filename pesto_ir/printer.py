@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from pesto_ir.attributes import Attr, GraphAttr, format_key, format_name
+from pesto_ir.attributes import Attr, DictAttr, GraphAttr, ListAttr, format_key, format_name
 from pesto_ir.ir import Graph, Location, Op
 
 INDENT = "  "
@@ -63,10 +63,25 @@ def print_attr_dict(attrs: Mapping[str, Attr], indent: str) -> str:
 
 
 def print_attr(a: Attr, indent: str) -> str:
-    """Like str(a), but nested graphs are indented to sit inside the op that holds them."""
+    """Like str(a), but nested graphs (also in lists and dicts: `cond` branches) are indented to
+    sit inside the op that holds them."""
     if isinstance(a, GraphAttr):
         return print_graph(a.graph, indent + INDENT).lstrip()
+    if isinstance(a, ListAttr) and _holds_graph(a):
+        return "[" + ", ".join(print_attr(x, indent) for x in a.items) + "]"
+    if isinstance(a, DictAttr) and _holds_graph(a):
+        return "{" + ", ".join(f"{format_key(k)} = {print_attr(x, indent)}" for k, x in a.entries) + "}"
     return str(a)
+
+
+def _holds_graph(a: Attr) -> bool:
+    if isinstance(a, GraphAttr):
+        return True
+    if isinstance(a, ListAttr):
+        return any(_holds_graph(x) for x in a.items)
+    if isinstance(a, DictAttr):
+        return any(_holds_graph(x) for _, x in a.entries)
+    return False
 
 
 def print_location(loc: Location) -> str:

@@ -58,9 +58,27 @@ def _broadcast_shape(ts: Sequence[TensorType]) -> tuple[int, ...]:
 
 def _binary(op: Op, ts: Sequence[TensorType]) -> list[Type]:
     _arity(ts, 2)
-    if ts[0].dtype != ts[1].dtype:
+    out_dtype = op.get("out_dtype")  # `mul` may widen (i8 x i8 -> i32); then dtypes may differ
+    if out_dtype is None and ts[0].dtype != ts[1].dtype:
         raise ShapeError(f"operand dtypes differ: {ts[0]} and {ts[1]}")
+    return [TensorType(out_dtype or ts[0].dtype, _broadcast_shape(ts))]
+
+
+def _pow(op: Op, ts: Sequence[TensorType]) -> list[Type]:
+    """`pow(x, y)`: y has x's dtype or is an integer; the result has x's dtype."""
+    _arity(ts, 2)
+    if ts[1].dtype != ts[0].dtype and ts[1].dtype[0] not in "iu":
+        raise ShapeError(f"exponent {ts[1]} is neither {ts[0].dtype} nor an integer")
     return [TensorType(ts[0].dtype, _broadcast_shape(ts))]
+
+
+_REAL_OF_COMPLEX = {"c64": "f32", "c128": "f64"}
+
+
+def _abs(op: Op, ts: Sequence[TensorType]) -> list[Type]:
+    """|z| of a complex tensor is real."""
+    _arity(ts, 1)
+    return [TensorType(_REAL_OF_COMPLEX.get(ts[0].dtype, ts[0].dtype), ts[0].shape)]
 
 
 def _compare(op: Op, ts: Sequence[TensorType]) -> list[Type]:
@@ -194,6 +212,8 @@ SHAPE_RULES: dict[str, ShapeRule] = {
     **{name: _unary for name in UNARY},
     **{name: _binary for name in BINARY},
     **{name: _compare for name in COMPARE},
+    "pow": _pow,
+    "abs": _abs,
     "select_n": _select_n,
     "convert_element_type": _convert,
     "dot_general": _dot_general,

@@ -1,0 +1,500 @@
+"""Lower a JAX function into a Pesto IR Graph, one op per jaxpr equation.
+
+`lower(fn, *example_args)` traces `fn` with `jax.make_jaxpr` and walks the jaxpr:
+
+* every equation becomes an op whose opcode is the primitive's name and whose attributes are its
+  parameters, printed through the codec table of `pesto_ir.jax_params` (so the interpreter can
+  decode them back and bind the primitive);
+* calls (`jit`/`pjit`, `closed_call`, `custom_jvp_call`, `custom_vjp_call`, `remat`/`checkpoint`,
+  `custom_linear_solve`) are inlined: their bodies' equations become ops of the enclosing graph,
+  tagged with a `scope` attribute naming the call boundary (`"jit(relu)"`); placement wants to see
+  every operation, not an opaque call;
+* `scan`, `while` and `cond` stay single ops whose bodies are nested graphs (`GraphAttr`);
+* scalar literals become `constant` ops with a `value` attribute; closed-over arrays become
+  trailing graph inputs (listed in the graph attribute `consts`; their arrays are
+  `LoweredFunction.consts`), never giant literals. Arrays a nested body closes over are threaded
+  into it as extra leading body inputs and extra operands (raising `num_consts` and friends);
+* each op's location is the user's frame of its equation (`jax.extend.source_info_util`).
+
+Inputs are marked `param` (trainable state) by position: `param_argnums=(0, 1)` marks every leaf of
+the first two positional arguments. `lower` returns the Graph; `lower_function` also returns the
+pytree structures and constant arrays a caller needs to run it (`LoweredFunction.__call__`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+import jax
+import jax.extend.core as jex
+import numpy as np
+from jax.extend import source_info_util
+
+from pesto_ir.attributes import Attr, FloatAttr, GraphAttr, ListAttr, StringAttr, to_attr
+from pesto_ir.errors import PestoError
+from pesto_ir.ir import Graph, Location, Op, Value
+from pesto_ir.jax_params import (
+    DERIVED_PARAMS,
+    ParamEncodeError,
+    encode_param,
+    remember_primitive,
+)
+from pesto_ir.types import TensorType, dtype_short_name
+
+Atom = Any  # a jaxpr Var or Literal
+Env = dict[Any, Value]
+
+
+class _Ctx(NamedTuple):
+    """Where equations are lowered from: the call boundaries around them, and the location of the
+    innermost call site (JAX traces a library function's body without the user's frames)."""
+
+    scope: tuple[str, ...] = ()
+    loc: Location | None = None
+
+    def location(self, eqn: Any) -> Location | None:
+        return _location(eqn.source_info) or self.loc
+
+
+class LoweringError(PestoError):
+    """The JAX program uses something Pesto IR cannot represent; says what and where."""
+
+
+# ---------------------------------------------------------------- public API
+
+@dataclass
+class LoweredFunction:
+    """A lowered function and what running it needs besides the graph.
+
+    Graph inputs are the flattened leaves of `(args, kwargs)`, then the closed-over constants
+    (`consts`, in order). Outputs are the flattened leaves of the result (`out_tree`).
+    """
+
+    graph: Graph
+    consts: list[Any]
+    in_tree: Any
+    out_tree: Any
+    jaxpr: Any = field(repr=False, default=None)
+
+    @property
+    def num_args(self) -> int:
+        return len(self.graph.inputs) - len(self.consts)
+
+    def flat_inputs(self, *args: Any, **kwargs: Any) -> list[Any]:
+        """Every graph input, in order, for a call with these arguments."""
+        leaves, tree = jax.tree_util.tree_flatten((args, kwargs))
+        if tree != self.in_tree:
+            raise PestoError(f"arguments do not match the example the graph was lowered with: "
+                             f"{tree} vs {self.in_tree}")
+        return [*leaves, *self.consts]
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Run the graph with the reference interpreter; same pytree result as the function."""
+        from pesto_ir.interpreter import evaluate
+
+        outs = evaluate(self.graph, *self.flat_inputs(*args, **kwargs))
+        return jax.tree_util.tree_unflatten(self.out_tree, outs)
+
+
+def lower(fn: Callable[..., Any], *example_args: Any, param_argnums: int | Sequence[int] = (),
+          verify: bool = True, **example_kwargs: Any) -> Graph:
+    """Trace `fn` on example arguments and lower its jaxpr into a verified Graph."""
+    return lower_function(fn, *example_args, param_argnums=param_argnums, verify=verify,
+                          **example_kwargs).graph
+
+
+def lower_function(fn: Callable[..., Any], *example_args: Any, param_argnums: int | Sequence[int] = (),
+                   verify: bool = True, **example_kwargs: Any) -> LoweredFunction:
+    """Like `lower`, keeping the pytree structures and constants needed to run the graph."""
+    closed, out_shape = jax.make_jaxpr(fn, return_shape=True)(*example_args, **example_kwargs)
+    in_tree = jax.tree_util.tree_structure((example_args, example_kwargs))
+    flags = _param_flags(example_args, example_kwargs, param_argnums)
+    graph, consts = lower_jaxpr(closed, name=_function_name(fn), param_flags=flags)
+    if verify:
+        from pesto_ir.verifier import verify as verify_graph
+
+        verify_graph(graph, f"after lowering {graph.name}")
+    return LoweredFunction(graph, consts, in_tree, jax.tree_util.tree_structure(out_shape), closed)
+
+
+def lower_jaxpr(closed: Any, name: str = "main", param_flags: Sequence[bool] | None = None,
+                input_names: Sequence[str] | None = None) -> tuple[Graph, list[Any]]:
+    """Lower a ClosedJaxpr; returns the graph and the constant arrays its trailing inputs take."""
+    graph = Graph(_sanitize(name, "main"))
+    b = _Builder(graph)
+    jaxpr = closed.jaxpr
+    names = input_names or _arg_names(jaxpr, len(jaxpr.invars))
+    flags = list(param_flags) if param_flags is not None else [False] * len(jaxpr.invars)
+    env: Env = {}
+    for var, hint, is_param in zip(jaxpr.invars, names, flags):
+        env[var] = graph.add_input(b.names.fresh(hint), b.tensor_type(var.aval, None, "input"), param=is_param)
+    for var, c in zip(jaxpr.constvars, closed.consts):
+        env[var] = b.const_value(c)
+    b.lower_eqns(jaxpr, env, _Ctx())
+    graph.set_outputs(b.read(v, env, None) for v in jaxpr.outvars)
+    consts = [array for array, _ in b.captured.values()]
+    if consts:
+        graph.attrs["consts"] = ListAttr(tuple(StringAttr(v.name) for _, v in b.captured.values()))
+    return graph, consts
+
+
+# ---------------------------------------------------------------- names
+
+_BAD_NAME_CHARS = re.compile(r"[^A-Za-z0-9_.$\-]+")
+
+
+def _sanitize(text: str, default: str) -> str:
+    """A readable bare name from a pytree path (`p['w'][0]` -> `p.w.0`) or a function name."""
+    text = _BAD_NAME_CHARS.sub(".", text.replace("'", "").replace('"', ""))
+    text = re.sub(r"\.{2,}", ".", text).strip(".")
+    return text or default
+
+
+class _Names:
+    """Fresh names per graph: the hint itself, then `hint.1`, `hint.2`, ... (linear, not quadratic)."""
+
+    def __init__(self) -> None:
+        self.used: set[str] = set()
+        self.next: dict[str, int] = {}
+
+    def fresh(self, hint: str) -> str:
+        if hint not in self.used:
+            self.used.add(hint)
+            return hint
+        i = self.next.get(hint, 1)
+        while f"{hint}.{i}" in self.used:
+            i += 1
+        self.next[hint] = i + 1
+        name = f"{hint}.{i}"
+        self.used.add(name)
+        return name
+
+
+def _arg_names(jaxpr: Any, n: int) -> list[str]:
+    info = getattr(jaxpr, "debug_info", None)
+    names = getattr(info, "arg_names", None) if info is not None else None
+    if not names or len(names) != n:
+        return ["arg"] * n
+    return [_sanitize(a or "", "arg") for a in names]
+
+
+def _function_name(fn: Callable[..., Any]) -> str:
+    name = getattr(fn, "__name__", None) or type(fn).__name__
+    return _sanitize(name.replace("<lambda>", "lambda"), "main")
+
+
+def _param_flags(args: tuple[Any, ...], kwargs: dict[str, Any], argnums: int | Sequence[int]) -> list[bool]:
+    wanted = {argnums} if isinstance(argnums, int) else set(argnums)
+    bad = [i for i in wanted if not 0 <= i < len(args)]
+    if bad:
+        raise PestoError(f"param_argnums {sorted(bad)} out of range for {len(args)} positional argument(s)")
+    flags: list[bool] = []
+    for i, a in enumerate(args):
+        flags += [i in wanted] * len(jax.tree_util.tree_leaves(a))
+    return flags + [False] * len(jax.tree_util.tree_leaves(kwargs))
+
+
+# ---------------------------------------------------------------- locations
+
+_SUMMARY = re.compile(r"^(?P<file>.*?):(?P<line>\d+)(?::(?P<col>\d+))? \([^()]*\)$")
+
+
+def _location(source_info: Any) -> Location | None:
+    """The user's frame of an equation, from JAX's public one-line summary `file:line:col (fn)`."""
+    text = source_info_util.summarize(source_info)
+    m = _SUMMARY.match(text)
+    if m is None:
+        return None
+    col = m.group("col")
+    return Location(m.group("file"), int(m.group("line")), int(col) + 1 if col is not None else 0)
+
+
+def _scope_of(ctx: _Ctx, source_info: Any) -> str:
+    stack = str(source_info.name_stack)
+    return "/".join((*ctx.scope, stack) if stack else ctx.scope)
+
+
+# ---------------------------------------------------------------- the builder
+
+class _Builder:
+    """Builds one graph from one jaxpr (and the calls inlined into it); nested bodies get their own."""
+
+    def __init__(self, graph: Graph, parent: _Builder | None = None) -> None:
+        self.graph = graph
+        self.parent = parent
+        self.names = _Names()
+        self.captured: dict[int, tuple[Any, Value]] = {}  # id(array) -> (array, input it is read from)
+        self.literals: dict[tuple[str, bytes], Value] = {}
+        self._types: dict[tuple[Any, ...], TensorType] = {}
+
+    # -- values
+    def tensor_type(self, aval: Any, loc: Location | None, what: str) -> TensorType:
+        key = (aval.shape, aval.dtype) if hasattr(aval, "dtype") else (aval,)
+        t = self._types.get(key)
+        if t is None:
+            t = self._types[key] = _tensor_type(aval, loc, what)
+        return t
+
+    def const_value(self, array: Any) -> Value:
+        """The input that carries a closed-over array (created on first use)."""
+        hit = self.captured.get(id(array))
+        if hit is not None:
+            return hit[1]
+        aval = jax.typeof(array)
+        v = self.graph.add_input(self.names.fresh("const"), self.tensor_type(aval, None, "constant"))
+        self.captured[id(array)] = (array, v)
+        return v
+
+    def read(self, atom: Atom, env: Env, loc: Location | None) -> Value:
+        if isinstance(atom, jex.Literal):
+            return self.literal_value(atom.val, loc)
+        return env[atom]
+
+    def literal_value(self, val: Any, loc: Location | None) -> Value:
+        """A `constant` op for a scalar literal (one per distinct value and dtype), else an input."""
+        arr = np.asarray(val)
+        if arr.shape != ():
+            return self.const_value(val)
+        t = self.tensor_type(jax.typeof(val), loc, "literal")
+        key = (t.dtype, arr.tobytes())
+        hit = self.literals.get(key)
+        if hit is not None:
+            return hit
+        name = self.names.fresh("lit")
+        op = Op(name, "constant", (), [t], {"value": _scalar_attr(arr)}, [name], loc)
+        self.graph.append(op)
+        self.literals[key] = op.result
+        return op.result
+
+    # -- equations
+    def lower_eqns(self, jaxpr: Any, env: Env, ctx: _Ctx) -> None:
+        for eqn in jaxpr.eqns:
+            name = eqn.primitive.name
+            rule = INLINE_RULES.get(name)
+            if rule is not None:
+                outs = self.inline(eqn, rule, env, ctx)
+            else:
+                outs = STRUCTURED_RULES.get(name, _lower_plain)(self, eqn, env, ctx)
+            for var, value in zip(eqn.outvars, outs):
+                env[var] = value
+
+    def inline(self, eqn: Any, rule: InlineRule, env: Env, ctx: _Ctx) -> list[Value]:
+        body, atoms, label = rule(eqn)
+        loc = ctx.location(eqn)
+        args = [self.read(a, env, loc) for a in atoms]
+        jaxpr, consts = (body.jaxpr, body.consts) if isinstance(body, jex.ClosedJaxpr) else (body, ())
+        inner: Env = dict(zip(jaxpr.invars, args))
+        for var, c in zip(jaxpr.constvars, consts):
+            inner[var] = self.const_value(c)
+        stack = str(eqn.source_info.name_stack)
+        self.lower_eqns(jaxpr, inner, _Ctx((*ctx.scope, *((stack,) if stack else ()), label), loc))
+        return [self.read(v, inner, loc) for v in jaxpr.outvars]
+
+    def emit(self, eqn: Any, operands: Sequence[Value], attrs: dict[str, Attr], ctx: _Ctx,
+             loc: Location | None) -> list[Value]:
+        """Append the op of one equation; results are named after the opcode."""
+        name = eqn.primitive.name
+        remember_primitive(eqn.primitive)
+        types = [self.tensor_type(v.aval, loc, f"result of {name}") for v in eqn.outvars]
+        scope_text = _scope_of(ctx, eqn.source_info)
+        if scope_text:
+            attrs["scope"] = StringAttr(scope_text)
+        base = self.names.fresh(_sanitize(name, "op"))
+        results = [base] if len(types) == 1 else [self.names.fresh(f"{base}_{i}") for i in range(len(types))]
+        op = Op(base, name, operands, types, attrs, results, loc)
+        self.graph.append(op)
+        return op.results
+
+    def encode(self, eqn: Any, loc: Location | None, graphs: dict[str, Attr] | None = None) -> dict[str, Attr]:
+        """Printed parameters of an equation; `graphs` replaces the jaxpr-valued ones."""
+        name = eqn.primitive.name
+        derived = DERIVED_PARAMS.get(name, {})
+        graphs = graphs or {}
+        try:
+            return {k: graphs[k] if k in graphs else encode_param(name, k, v)
+                    for k, v in eqn.params.items() if k not in derived}
+        except ParamEncodeError as e:
+            if not graphs and any(True for _ in jex.jaxprs_in_params(eqn.params)):
+                raise LoweringError(
+                    f"{loc or '<unknown location>'}: primitive '{name}' carries sub-jaxprs and the JAX "
+                    f"frontend does not know how to lower it (it inlines {', '.join(sorted(INLINE_RULES))}; "
+                    f"keeps {', '.join(sorted(STRUCTURED_RULES))} as ops with nested graphs)") from None
+            raise LoweringError(f"{loc or '<unknown location>'}: {e}") from None
+
+    # -- nested bodies
+    def lower_body(self, body: Any, name: str, loc: Location | None) -> _Builder:
+        """Lower a sub-jaxpr into a nested graph; arrays it closes over are collected, not resolved."""
+        jaxpr, consts = (body.jaxpr, body.consts) if isinstance(body, jex.ClosedJaxpr) else (body, ())
+        child = _Builder(Graph(name), self)
+        child._types = self._types
+        env: Env = {}
+        for var, hint in zip(jaxpr.invars, _arg_names(jaxpr, len(jaxpr.invars))):
+            env[var] = child.graph.add_input(child.names.fresh(hint), child.tensor_type(var.aval, None, "input"))
+        for var, c in zip(jaxpr.constvars, consts):
+            env[var] = child.const_value(c)
+        child.lower_eqns(jaxpr, env, _Ctx((), loc))
+        child.graph.set_outputs(child.read(v, env, None) for v in jaxpr.outvars)
+        return child
+
+    def thread_captures(self, bodies: Sequence[_Builder]) -> list[Value]:
+        """Make every array the bodies captured a leading input of each body (in one shared order),
+        and return the values that feed them here."""
+        order: dict[int, Any] = {}
+        for body in bodies:
+            for key, (array, _) in body.captured.items():
+                order.setdefault(key, array)
+        for body in bodies:
+            leading = []
+            for key, array in order.items():
+                hit = body.captured.get(key)
+                leading.append(hit[1] if hit is not None else
+                               body.graph.add_input(body.names.fresh("const"), self.tensor_type(
+                                   jax.typeof(array), None, "constant")))
+            rest = [v for v in body.graph.inputs if all(v is not x for x in leading)]
+            body.graph.inputs = leading + rest
+        return [self.const_value(array) for array in order.values()]
+
+
+def _tensor_type(aval: Any, loc: Location | None, what: str) -> TensorType:
+    shape = getattr(aval, "shape", None)
+    dtype = getattr(aval, "dtype", None)
+    try:
+        if shape is None or dtype is None:
+            raise ValueError(f"{aval} is not an array")
+        return TensorType(dtype_short_name(dtype), tuple(int(d) for d in shape))
+    except (ValueError, TypeError) as e:
+        raise LoweringError(f"{loc or '<unknown location>'}: {what} of type {aval} has no Pesto IR type ({e})") from None
+
+
+def _scalar_attr(arr: np.ndarray) -> Attr:
+    v = arr.item()
+    if isinstance(v, complex):
+        return ListAttr((FloatAttr(v.real), FloatAttr(v.imag)))
+    return to_attr(v)
+
+
+# ---------------------------------------------------------------- plain equations
+
+def _lower_plain(b: _Builder, eqn: Any, env: Env, ctx: _Ctx) -> list[Value]:
+    loc = ctx.location(eqn)
+    operands = [b.read(a, env, loc) for a in eqn.invars]
+    return b.emit(eqn, operands, b.encode(eqn, loc), ctx, loc)
+
+
+# ---------------------------------------------------------------- inlined calls
+
+InlineRule = Callable[[Any], tuple[Any, list[Atom], str]]
+
+
+def _func_name(body: Any, default: str) -> str:
+    jaxpr = body.jaxpr if isinstance(body, jex.ClosedJaxpr) else body
+    info = getattr(jaxpr, "debug_info", None)
+    name = getattr(info, "func_name", None) if info is not None else None
+    return _sanitize(name.replace("<lambda>", "lambda"), default) if name else default
+
+
+def _call(param: str, kind: str) -> InlineRule:
+    """A call whose body is `eqn.params[param]`, applied to the equation's operands."""
+
+    def rule(eqn: Any) -> tuple[Any, list[Atom], str]:
+        body = eqn.params[param]
+        name = eqn.params.get("name") or _func_name(body, kind)
+        return body, list(eqn.invars), f"{kind}({name})"
+
+    return rule
+
+
+def _linear_solve(eqn: Any) -> tuple[Any, list[Atom], str]:
+    """custom_linear_solve computes `solve(b)`; its other jaxprs only define derivatives."""
+    lengths, jaxprs = eqn.params["const_lengths"], eqn.params["jaxprs"]
+    start = lengths.matvec + lengths.vecmat
+    consts = eqn.invars[start:start + lengths.solve]
+    rhs = eqn.invars[sum(lengths):]
+    return jaxprs.solve, [*consts, *rhs], "linear_solve"
+
+
+INLINE_RULES: dict[str, InlineRule] = {
+    "jit": _call("jaxpr", "jit"),
+    "pjit": _call("jaxpr", "jit"),
+    "closed_call": _call("call_jaxpr", "call"),
+    "core_call": _call("call_jaxpr", "call"),
+    "custom_jvp_call": _call("call_jaxpr", "custom_jvp"),
+    "custom_vjp_call": _call("call_jaxpr", "custom_vjp"),
+    "custom_vjp_call_jaxpr": _call("fun_jaxpr", "custom_vjp"),
+    "remat2": _call("jaxpr", "checkpoint"),
+    "checkpoint": _call("jaxpr", "checkpoint"),
+    "custom_linear_solve": _linear_solve,
+}
+
+
+# ---------------------------------------------------------------- ops with nested graphs
+
+StructuredRule = Callable[[_Builder, Any, Env, _Ctx], list[Value]]
+
+
+def _lower_scan(b: _Builder, eqn: Any, env: Env, ctx: _Ctx) -> list[Value]:
+    loc = ctx.location(eqn)
+    body = b.lower_body(eqn.params["jaxpr"], "body", loc)
+    extra = b.thread_captures([body])
+    operands = [*extra, *(b.read(a, env, loc) for a in eqn.invars)]
+    attrs = b.encode(eqn, loc, {"jaxpr": GraphAttr(body.graph)})
+    attrs["num_consts"] = to_attr(eqn.params["num_consts"] + len(extra))
+    return b.emit(eqn, operands, attrs, ctx, loc)
+
+
+def _lower_while(b: _Builder, eqn: Any, env: Env, ctx: _Ctx) -> list[Value]:
+    loc = ctx.location(eqn)
+    p = eqn.params
+    cond = b.lower_body(p["cond_jaxpr"], "cond", loc)
+    body = b.lower_body(p["body_jaxpr"], "body", loc)
+    cond_extra, body_extra = b.thread_captures([cond]), b.thread_captures([body])
+    args = [b.read(a, env, loc) for a in eqn.invars]
+    nc, nb = p["cond_nconsts"], p["body_nconsts"]
+    operands = [*cond_extra, *args[:nc], *body_extra, *args[nc:nc + nb], *args[nc + nb:]]
+    attrs = b.encode(eqn, loc, {"cond_jaxpr": GraphAttr(cond.graph), "body_jaxpr": GraphAttr(body.graph)})
+    attrs["cond_nconsts"] = to_attr(nc + len(cond_extra))
+    attrs["body_nconsts"] = to_attr(nb + len(body_extra))
+    return b.emit(eqn, operands, attrs, ctx, loc)
+
+
+def _lower_cond(b: _Builder, eqn: Any, env: Env, ctx: _Ctx) -> list[Value]:
+    loc = ctx.location(eqn)
+    branches = [b.lower_body(br, f"branch{i}", loc) for i, br in enumerate(eqn.params["branches"])]
+    extra = b.thread_captures(branches)
+    index, *args = [b.read(a, env, loc) for a in eqn.invars]
+    graphs = ListAttr(tuple(GraphAttr(br.graph) for br in branches))
+    return b.emit(eqn, [index, *extra, *args], b.encode(eqn, loc, {"branches": graphs}), ctx, loc)
+
+
+def _lower_with_computations(b: _Builder, eqn: Any, env: Env, ctx: _Ctx) -> list[Value]:
+    """Primitives whose jaxpr parameters are small reduction bodies (scatter-add's `add`)."""
+    loc = ctx.location(eqn)
+    graphs: dict[str, Attr] = {}
+    for key, v in eqn.params.items():
+        if isinstance(v, (jex.Jaxpr, jex.ClosedJaxpr)):
+            body = b.lower_body(v, key, loc)
+            if body.captured:
+                raise LoweringError(f"{loc}: the '{key}' body of '{eqn.primitive.name}' closes over arrays")
+            graphs[key] = GraphAttr(body.graph)
+    operands = [b.read(a, env, loc) for a in eqn.invars]
+    return b.emit(eqn, operands, b.encode(eqn, loc, graphs), ctx, loc)
+
+
+STRUCTURED_RULES: dict[str, StructuredRule] = {
+    "scan": _lower_scan,
+    "while": _lower_while,
+    "cond": _lower_cond,
+    "reduce": _lower_with_computations,
+    "reduce_window": _lower_with_computations,
+    "select_and_scatter": _lower_with_computations,
+    **{name: _lower_with_computations for name in (
+        "scatter", "scatter-add", "scatter-sub", "scatter-mul", "scatter-min", "scatter-max",
+        "scatter_add", "scatter_sub", "scatter_mul", "scatter_min", "scatter_max")},
+}
+
+
+__all__ = ["LoweredFunction", "LoweringError", "lower", "lower_function", "lower_jaxpr",
+           "INLINE_RULES", "STRUCTURED_RULES"]
