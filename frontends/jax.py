@@ -23,15 +23,21 @@ pytree structures and constant arrays a caller needs to run it (`LoweredFunction
 
 from __future__ import annotations
 
+import gc
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import jax
 import jax.extend.core as jex
 import numpy as np
-from jax.extend import source_info_util
+
+try:  # public in jax.extend since 0.4.3x; without it ops simply carry no location
+    from jax.extend.source_info_util import summarize as _summarize
+except ImportError:  # pragma: no cover
+    _summarize = None
 
 from pesto_ir.attributes import Attr, FloatAttr, GraphAttr, ListAttr, StringAttr, to_attr
 from pesto_ir.errors import PestoError
@@ -123,6 +129,25 @@ def lower_function(fn: Callable[..., Any], *example_args: Any, param_argnums: in
 def lower_jaxpr(closed: Any, name: str = "main", param_flags: Sequence[bool] | None = None,
                 input_names: Sequence[str] | None = None) -> tuple[Graph, list[Any]]:
     """Lower a ClosedJaxpr; returns the graph and the constant arrays its trailing inputs take."""
+    with _gc_paused():
+        return _lower_closed(closed, name, param_flags, input_names)
+
+
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Lowering allocates many small objects and frees none; the cyclic collector would rescan the
+    whole jaxpr again and again (half the lowering time on 10k equations)."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def _lower_closed(closed: Any, name: str, param_flags: Sequence[bool] | None,
+                  input_names: Sequence[str] | None) -> tuple[Graph, list[Any]]:
     graph = Graph(_sanitize(name, "main"))
     b = _Builder(graph)
     jaxpr = closed.jaxpr
@@ -204,8 +229,9 @@ _SUMMARY = re.compile(r"^(?P<file>.*?):(?P<line>\d+)(?::(?P<col>\d+))? \([^()]*\
 
 def _location(source_info: Any) -> Location | None:
     """The user's frame of an equation, from JAX's public one-line summary `file:line:col (fn)`."""
-    text = source_info_util.summarize(source_info)
-    m = _SUMMARY.match(text)
+    if _summarize is None:
+        return None
+    m = _SUMMARY.match(_summarize(source_info))
     if m is None:
         return None
     col = m.group("col")
@@ -222,13 +248,12 @@ def _scope_of(ctx: _Ctx, source_info: Any) -> str:
 class _Builder:
     """Builds one graph from one jaxpr (and the calls inlined into it); nested bodies get their own."""
 
-    def __init__(self, graph: Graph, parent: _Builder | None = None) -> None:
+    def __init__(self, graph: Graph, types: dict[tuple[Any, ...], TensorType] | None = None) -> None:
         self.graph = graph
-        self.parent = parent
         self.names = _Names()
         self.captured: dict[int, tuple[Any, Value]] = {}  # id(array) -> (array, input it is read from)
         self.literals: dict[tuple[str, bytes], Value] = {}
-        self._types: dict[tuple[Any, ...], TensorType] = {}
+        self._types = types if types is not None else {}  # (shape, dtype) -> TensorType, shared with bodies
 
     # -- values
     def tensor_type(self, aval: Any, loc: Location | None, what: str) -> TensorType:
@@ -317,7 +342,7 @@ class _Builder:
             return {k: graphs[k] if k in graphs else encode_param(name, k, v)
                     for k, v in eqn.params.items() if k not in derived}
         except ParamEncodeError as e:
-            if not graphs and any(True for _ in jex.jaxprs_in_params(eqn.params)):
+            if not graphs and sub_jaxprs(eqn.params):
                 raise LoweringError(
                     f"{loc or '<unknown location>'}: primitive '{name}' carries sub-jaxprs and the JAX "
                     f"frontend does not know how to lower it (it inlines {', '.join(sorted(INLINE_RULES))}; "
@@ -328,8 +353,7 @@ class _Builder:
     def lower_body(self, body: Any, name: str, loc: Location | None) -> _Builder:
         """Lower a sub-jaxpr into a nested graph; arrays it closes over are collected, not resolved."""
         jaxpr, consts = (body.jaxpr, body.consts) if isinstance(body, jex.ClosedJaxpr) else (body, ())
-        child = _Builder(Graph(name), self)
-        child._types = self._types
+        child = _Builder(Graph(name), self._types)
         env: Env = {}
         for var, hint in zip(jaxpr.invars, _arg_names(jaxpr, len(jaxpr.invars))):
             env[var] = child.graph.add_input(child.names.fresh(hint), child.tensor_type(var.aval, None, "input"))
@@ -356,6 +380,18 @@ class _Builder:
             rest = [v for v in body.graph.inputs if all(v is not x for x in leading)]
             body.graph.inputs = leading + rest
         return [self.const_value(array) for array in order.values()]
+
+
+def sub_jaxprs(params: dict[str, Any]) -> list[Any]:
+    """The jaxprs among an equation's parameters (also inside tuples, like `cond` branches)."""
+    out: list[Any] = []
+    for v in params.values():
+        for x in v if isinstance(v, tuple) else (v,):
+            if isinstance(x, jex.ClosedJaxpr):
+                out.append(x.jaxpr)
+            elif isinstance(x, jex.Jaxpr):
+                out.append(x)
+    return out
 
 
 def _tensor_type(aval: Any, loc: Location | None, what: str) -> TensorType:
@@ -496,5 +532,5 @@ STRUCTURED_RULES: dict[str, StructuredRule] = {
 }
 
 
-__all__ = ["LoweredFunction", "LoweringError", "lower", "lower_function", "lower_jaxpr",
+__all__ = ["LoweredFunction", "LoweringError", "lower", "lower_function", "lower_jaxpr", "sub_jaxprs",
            "INLINE_RULES", "STRUCTURED_RULES"]

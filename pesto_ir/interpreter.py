@@ -26,8 +26,8 @@ from pesto_ir.types import TensorType
 
 # Attributes that passes add to ops; they are not primitive parameters and are never bound.
 ANNOTATION_KEYS: frozenset[str] = frozenset({
-    "scope", "cost", "memory", "bytes", "device", "start", "end", "group", "colocate", "backward",
-    "flops", "body_cost", "stage", "priority",
+    "scope", "cost", "memory", "bytes", "bytes_accessed", "flops", "trip_count", "label", "body_cost",
+    "device", "start", "end", "group", "colocate", "backward", "stage", "priority",
 })
 
 EvalRule = Callable[["Interpreter", Op, list[Any]], list[Any]]
@@ -54,13 +54,17 @@ class Interpreter:
         return [env[v] for v in graph.outputs]
 
     def load_input(self, value: Value, x: Any) -> Any:
-        """Check one input against its declared type (Python scalars take the declared dtype)."""
+        """Check one input against its declared type; Python scalars and numpy arrays are converted
+        the way JAX converts them."""
         t = value.type
         if not isinstance(t, TensorType):
             raise PestoError(f"input %{value.name} is {t}, which has no values to compute with")
-        if not hasattr(x, "dtype"):
-            x = np.asarray(x, dtype=jax_dtype(t.dtype))
-        if tuple(np.shape(x)) != t.shape or jax.numpy.dtype(x.dtype) != jax_dtype(t.dtype):
+        dtype = jax_dtype(t.dtype)
+        given = getattr(x, "dtype", None)
+        if given is None or (isinstance(x, (np.ndarray, np.generic))
+                             and jax.dtypes.canonicalize_dtype(given) == dtype):
+            x = np.asarray(x, dtype=dtype)  # what JAX does to numpy inputs (f64 -> f32 without x64)
+        if tuple(np.shape(x)) != t.shape or jax.numpy.dtype(x.dtype) != dtype:
             raise PestoError(f"input %{value.name} of graph @{self.graph.name} is {t}, "
                              f"got {x.dtype}{list(np.shape(x))}")
         return x

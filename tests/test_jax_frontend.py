@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax import lax
-from pesto_ir.frontends.jax import LoweredFunction, LoweringError, lower, lower_function
+from pesto_ir.frontends.jax import LoweredFunction, LoweringError, lower, lower_function, sub_jaxprs
 
 import pesto_ir
 from pesto_ir.attributes import GraphAttr, ListAttr
@@ -309,6 +309,56 @@ def test_arrays_closed_over_by_nested_bodies_are_threaded_in() -> None:
     _allclose(lowered(x), model(x))
 
 
+def _many_primitives(x: jax.Array, i: jax.Array) -> dict[str, Any]:
+    """One program touching most of lax: shape rules must agree with JAX on every op."""
+    b = x > 1.0
+    eye = jnp.eye(3)
+    return {
+        "concat": jnp.concatenate([x, x], 1), "squeeze": jnp.squeeze(x[None]), "expand": x[:, None],
+        "argmin": jnp.argmin(x, 0), "strided": x[::2, 1::2], "clip": jnp.clip(x, 0.5, 1.5),
+        "cumprod": jnp.cumprod(x, 1), "cummax": lax.cummax(x, 1), "take": jnp.take(x, jnp.array([2, 0]), axis=1),
+        "einsum_batch": jnp.einsum("bij,bjk->bik", x[None].repeat(2, 0), x.T[None].repeat(2, 0)),
+        "grouped_conv": lax.conv_general_dilated(jnp.tile(x[None, :, :3, None], (1, 1, 1, 4)).transpose(0, 3, 1, 2),
+                                                 jnp.ones((4, 2, 2, 2)), (1, 1), "VALID", feature_group_count=2),
+        "shifts": (i << 1) + (i >> 1) + lax.shift_right_logical(i, 2), "rem": i % 5 + jnp.fmod(x, 0.3),
+        "bitwise": (i & 3) | (i ^ 5), "bools": (b & ~b) | (b ^ b),
+        "atan2": jnp.arctan2(x, x + 1), "nextafter": jnp.nextafter(x, 0.0),
+        "rounding": jnp.floor(x) + jnp.ceil(x) + jnp.round(x) + jnp.sign(x),
+        "erf": lax.erf(x) + lax.erf_inv(x / 3) + lax.erfc(x), "isfinite": jnp.isfinite(x),
+        "real_imag": jnp.real(x + 1j) + jnp.imag(x * 1j) + jnp.abs(x * (1 + 2j)),
+        "reduce_and_or": (b.all(0), b.any(1)), "reduce_prod_min": (x.prod(0), x.min(1)),
+        "dyn_slice": lax.dynamic_slice(x, (i[0, 1], 0), (2, 2)),
+        "dyn_update": lax.dynamic_update_slice(x, jnp.zeros((2, 2)), (1, 1)),
+        "pad_neg": lax.pad(x, 0.0, ((1, -1, 1), (0, 2, 0))), "rev": jnp.flip(x, (0, 1)), "top_k": lax.top_k(x, 2),
+        "bf16_dot": jnp.dot(x.astype(jnp.bfloat16), x.T.astype(jnp.bfloat16), preferred_element_type=jnp.float32),
+        "int8_dot": lax.dot(i.astype(jnp.int8), i.T.astype(jnp.int8), preferred_element_type=jnp.int32),
+        "int8_mul": lax.mul(i.astype(jnp.int8), i.astype(jnp.int8)),
+        "iota": lax.broadcasted_iota(jnp.int32, (3, 4), 1),
+        "powers": jnp.square(x) + lax.cbrt(x) + lax.integer_pow(x, -2) + lax.pow(x, i) + lax.pow(x, 2.5),
+        "logs": jnp.expm1(x) + jnp.log1p(x) + jnp.log(x) + jnp.exp2(x) + jnp.sqrt(x) + lax.rsqrt(x),
+        "trig": jnp.sin(x) + jnp.cos(x) + jnp.tan(x) + jnp.arcsin(x / 3) + jnp.arctan(x) + jnp.sinh(x) + jnp.arcsinh(x),
+        "minmax": jnp.maximum(x, 1.0) + jnp.minimum(x, 1.0), "select_int": lax.select_n(i[0, 0] % 3, x, x * 2, x * 3),
+        "convert": x.astype(jnp.int32).astype(jnp.float16), "bitcast": lax.bitcast_convert_type(x, jnp.int32),
+        "transpose3": jnp.transpose(x.reshape(3, 2, 2), (2, 0, 1)), "broadcast": jnp.broadcast_to(x[:, :1], (3, 4)),
+        "clamp": lax.clamp(0.5, x, 1.5), "sort_multi": lax.sort((x, i), num_keys=1), "split": jnp.split(x, 2, axis=1),
+        "scatter": x.at[0, 1].set(5.0), "scatter_mul": x.at[jnp.array([0, 2])].multiply(2.0),
+        "logsumexp": jax.nn.logsumexp(x, 1), "argmax_bool": jnp.argmax(b, 1), "int_ops": (i.max(0), i // 3, jnp.abs(i - 5)),
+        "stack_tile_tril": (jnp.stack([x, x]), jnp.tile(x, (2, 1)), jnp.tril(x)), "var": jnp.var(x, 0),
+        "linalg": (jnp.linalg.cholesky(x @ x.T + eye), jnp.linalg.qr(x)[1], jnp.linalg.svd(x, compute_uv=False)),
+        "triangular": jax.scipy.linalg.solve_triangular(jnp.tril(x @ x.T) + eye, x[:, 0], lower=True),
+        "fft": jnp.fft.rfft(x).real, "reduce_precision": lax.reduce_precision(x, 8, 7),
+        "bits": (lax.population_count(i), lax.clz(i)), "sigmoid": jax.nn.sigmoid(x), "mean_int": jnp.mean(i, 0),
+        "nan_to_num": jnp.nan_to_num(x / (x - x)), "gamma": lax.lgamma(x) + lax.digamma(x),
+    }
+
+
+def test_many_primitives_verify_and_evaluate() -> None:
+    x = jnp.linspace(0.1, 2.0, 12).reshape(3, 4)
+    i = jnp.arange(12, dtype=jnp.int32).reshape(3, 4)
+    lowered = check_model(_many_primitives, x, i, tol=1e-4)
+    assert len(_opcodes(lowered.graph)) > 80
+
+
 def test_closed_over_arrays_become_inputs_not_literals() -> None:
     table = np.arange(12.0, dtype=np.float32).reshape(3, 4)
     lowered = lower_function(lambda x: x @ table.T + 1.0, jnp.ones((2, 4)))
@@ -425,12 +475,10 @@ def test_evaluating_an_opaque_opcode_says_which_op() -> None:
 
 
 def _walk_params(jaxpr: Any) -> list[tuple[str, str, Any]]:
-    from jax.extend.core import jaxprs_in_params
-
     out = []
     for e in jaxpr.eqns:
         out += [(e.primitive.name, k, v) for k, v in e.params.items()]
-        for sub in jaxprs_in_params(e.params):
+        for sub in sub_jaxprs(e.params):
             out += _walk_params(sub)
     return out
 
