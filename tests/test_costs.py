@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import pytest
-from pesto_ir.passes.annotate_costs import AnnotateCostsPass, op_memory_bytes
 
 import pesto_ir
 from pesto_ir.attributes import DictAttr, DurationAttr
 from pesto_ir.cluster import Cluster, Device
 from pesto_ir.costs import CostError, op_cost
+from pesto_ir.passes.annotate_costs import AnnotateCostsPass, op_memory_bytes
 from pesto_ir.passmanager import PassContext, PassManager, Pipeline
 from pesto_ir.roofline import LAUNCH_OVERHEAD, op_time, op_work
 
@@ -274,6 +274,7 @@ def test_profile_writes_costs_and_caches(cache_dir) -> None:
 def test_profile_nested_scan_from_the_jax_frontend(cache_dir) -> None:
     import jax
     import jax.numpy as jnp
+
     from pesto_ir.frontends.jax import lower
 
     def f(c, xs):

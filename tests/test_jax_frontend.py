@@ -15,6 +15,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax import lax
+
+import pesto_ir
+from pesto_ir.attributes import GraphAttr, ListAttr
 from pesto_ir.frontends.jax import (
     INLINE_RULES,
     LoweredFunction,
@@ -23,9 +26,6 @@ from pesto_ir.frontends.jax import (
     lower_function,
     sub_jaxprs,
 )
-
-import pesto_ir
-from pesto_ir.attributes import GraphAttr, ListAttr
 from pesto_ir.interpreter import Interpreter, as_function, evaluate, input_specs
 from pesto_ir.jax_params import codec_for, decode_params, encode_param, lookup_primitive
 

@@ -6,10 +6,10 @@ import io
 from dataclasses import dataclass
 
 import pytest
-from pesto_ir.passes import PASSES
-from pesto_ir.passes.verify import VerifyPass
 
 from pesto_ir import Graph, ParseError, PassError, TensorType, parse
+from pesto_ir.passes import PASSES
+from pesto_ir.passes.verify import VerifyPass
 from pesto_ir.passmanager import Pass, PassContext, PassManager, Pipeline
 
 TEXT = "graph @g(%x: f32[2]) {\n  %y = neg(%x) : f32[2]\n  return %y\n}\n"

@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 
 import pytest
+
+import pesto_ir
 from pesto_ir.backends.gantt import GanttError, colour_key, gantt_for_path, gantt_image
 from pesto_ir.backends.plan_json import plan_json_text
 from pesto_ir.backends.trace import chrome_trace, trace_json_text
-
-import pesto_ir
 from pesto_ir.cluster import Cluster
 from pesto_ir.passmanager import PassContext, PassManager
 from pesto_ir.plan import Plan, read_plan_attrs
