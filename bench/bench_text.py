@@ -45,8 +45,8 @@ def main() -> None:
     g2 = parse(text)
     t2 = time.perf_counter()
     assert str(g2) == text
-    print(f"| ops | bytes | print (s) | parse (s) | parse + print (s) | goal (s) |")
-    print(f"|---:|---:|---:|---:|---:|---:|")
+    print("| ops | bytes | print (s) | parse (s) | parse + print (s) | goal (s) |")
+    print("|---:|---:|---:|---:|---:|---:|")
     print(f"| {args.ops} | {len(text)} | {t1 - t0:.2f} | {t2 - t1:.2f} | {t2 - t0:.2f} | 5.00 |")
 
 
