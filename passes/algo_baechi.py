@@ -1,0 +1,316 @@
+"""Baechi's memory-aware placers (Jeon et al., SoCC 2020): m-TOPO, m-ETF and m-SCT.
+
+- m-TOPO walks the topological order and fills devices one after another up to an even share of
+  the memory (total / devices + the largest unit, capped by capacity). When the graph declares no
+  memory at all, the share is of compute time instead, so it still spreads the work.
+- m-ETF is list scheduling by earliest start: among every ready op and every device that can hold
+  it, run the pair that can start first. A start accounts for the device being free and for each
+  input's transfer queued on its link. On heterogeneous devices the start is charged the extra time
+  the op takes there over its fastest device, so a slow device wins only when it is truly earlier.
+- m-SCT is m-ETF with favourite children: the LP relaxation of Hanen & Munier's SCT programme
+  (python-mip) picks for each op at most one child to run right after it without communication;
+  a device that ran an op keeps itself for that child when the child is ready and starts there
+  earliest, and meanwhile runs only urgent ops (ops that could not start any earlier elsewhere).
+
+Memory is checked as Baechi does: a device takes an op only while its colocation unit fits in the
+memory left, and the unit's whole memory is reserved when its first op is placed.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+from pesto_ir.cluster import Cluster
+from pesto_ir.ir import Graph
+from pesto_ir.passes.algo_common import (
+    Memory,
+    PlaceGraph,
+    PlacementError,
+    native_stdout_silenced,
+    timed_plan,
+    topological_orders,
+)
+from pesto_ir.placement import PlaceOptions
+from pesto_ir.plan import Plan
+
+# Keys within this relative distance count as equal when a lazily re-timed candidate is checked.
+_EPS = 1e-12
+
+
+# ---------------------------------------------------------------- m-TOPO
+
+def m_topo(graph: Graph, cluster: Cluster, options: PlaceOptions) -> Plan:
+    """Fill devices in topological order, each up to an even share of the memory (Baechi m-TOPO)."""
+    pg = PlaceGraph.build(graph, cluster)
+    mem = Memory(pg)
+    weight, share = _topo_shares(pg)
+    load = [0.0] * pg.k
+    device_of = [-1] * pg.n
+    d = 0
+    for i in range(pg.n):
+        u = pg.unit[i]
+        if mem.unit_device[u] < 0:
+            while d < pg.k - 1 and (not mem.fits(u, d) or (load[d] > 0 and load[d] + weight[u] > share[d])):
+                d += 1
+            target = d if mem.fits(u, d) else mem.roomiest(u)
+            if target < 0:
+                raise mem.no_room(u, "m-topo")
+            mem.place(u, target)
+            load[target] += weight[u]
+        device_of[i] = mem.unit_device[u]
+    return timed_plan(pg, device_of, topological_orders(pg, device_of), "m-topo")
+
+
+def _topo_shares(pg: PlaceGraph) -> tuple[list[float], list[float]]:
+    """Weight of each unit and the share of it each device takes: memory, or time without memory."""
+    if sum(pg.unit_mem) > 0:
+        weight = [float(m) for m in pg.unit_mem]
+        share = sum(weight) / pg.k + max(weight)
+        return weight, [min(share, cap) for cap in pg.capacity]
+    weight = [sum(sum(pg.cost[i]) / pg.k for i in ops) for ops in pg.unit_ops]
+    share = sum(weight) / pg.k + max(weight, default=0.0)
+    return weight, [share] * pg.k
+
+
+# ---------------------------------------------------------------- m-ETF / m-SCT
+
+class _ListScheduler:
+    """Earliest-start list scheduling over (ready op, device) pairs in a lazily re-timed heap.
+
+    A pair's key only grows as devices and links fill up, so a popped pair whose recomputed key
+    still equals its stored one is the true minimum; otherwise it goes back with the new key.
+    `favorite` (op -> child or -1) turns on SCT's device reservations.
+    """
+
+    def __init__(self, pg: PlaceGraph, algorithm: str, favorite: list[int] | None = None) -> None:
+        self.pg = pg
+        self.algorithm = algorithm
+        self.favorite = favorite
+        self.mem = Memory(pg)
+        k, n = pg.k, pg.n
+        self.fastest = [min(c) for c in pg.cost]
+        self.device_free = [0.0] * k
+        self.link_free = [[0.0] * k for _ in range(k)]
+        self.device_of = [-1] * n
+        self.end = [0.0] * n
+        self.arrival: dict[tuple[int, int], float] = {}  # (producer, device) -> when its data is there
+        self.missing = [len(p) for p in pg.preds]  # unscheduled producers per op
+        self.live = [0] * n  # heap pairs of an op not yet ruled out by memory
+        self.heap: list[tuple[float, int, int]] = []
+        self.order: list[list[int]] = [[] for _ in range(k)]
+        self.last = [-1] * k  # last op run on each device
+        self.deferred: list[list[tuple[float, int, int]]] = [[] for _ in range(k)]
+        self.waiting_for = [-1] * k  # the reserved child deferred pairs on each device wait for
+
+    # -- timing
+    def data_ready(self, v: int, d: int, commit: bool = False) -> float:
+        """When every input of op v can be on device d (transfers queued on their links)."""
+        pg = self.pg
+        t = 0.0
+        pending: dict[int, list[tuple[float, int, int]]] = {}
+        for p, nbytes in pg.preds[v]:
+            dp = self.device_of[p]
+            if dp == d:
+                t = max(t, self.end[p])
+                continue
+            at = self.arrival.get((p, d))
+            if at is not None:
+                t = max(t, at)
+            else:
+                pending.setdefault(dp, []).append((self.end[p], p, nbytes))
+        for dp, sends in pending.items():
+            free = self.link_free[dp][d]
+            for ready, p, nbytes in sorted(sends):
+                free = max(ready, free) + pg.transfer_time(dp, d, nbytes)
+                if commit:
+                    self.arrival[(p, d)] = free
+                t = max(t, free)
+            if commit:
+                self.link_free[dp][d] = free
+        return t
+
+    def start(self, v: int, d: int) -> float:
+        return max(self.device_free[d], self.data_ready(v, d))
+
+    def key(self, v: int, d: int) -> float:
+        return self.start(v, d) + self.pg.cost[v][d] - self.fastest[v]
+
+    # -- the main loop
+    def run(self) -> Plan:
+        pg = self.pg
+        for v in range(pg.n):
+            if self.missing[v] == 0:
+                self.make_ready(v)
+        done = 0
+        while self.heap:
+            stored, v, d = heapq.heappop(self.heap)
+            if self.device_of[v] >= 0 or not self.still_possible(v, d):
+                continue
+            now = self.key(v, d)
+            if now > stored + _EPS * max(1.0, abs(stored)):
+                heapq.heappush(self.heap, (now, v, d))
+                continue
+            if self.favorite is not None:
+                f = self.reserved_child(d)
+                if f >= 0 and f != v and not self.urgent(v, d):
+                    self.deferred[d].append((now, v, d))
+                    self.waiting_for[d] = f
+                    continue
+            self.commit(v, d)
+            done += 1
+        if done != pg.n:
+            raise PlacementError(f"{self.algorithm}: scheduled {done} of {pg.n} ops (a bug: ops left waiting)")
+        return timed_plan(pg, self.device_of, self.order, self.algorithm)
+
+    def make_ready(self, v: int) -> None:
+        u = self.pg.unit[v]
+        placed = self.mem.unit_device[u]
+        devices = [placed] if placed >= 0 else [d for d in range(self.pg.k) if self.mem.fits(u, d)]
+        if not devices:
+            raise self.mem.no_room(u, self.algorithm)
+        self.live[v] = len(devices)
+        for d in devices:
+            heapq.heappush(self.heap, (self.key(v, d), v, d))
+
+    def still_possible(self, v: int, d: int) -> bool:
+        """Whether pair (v, d) may still run; raises when memory rules out v's last device."""
+        u = self.pg.unit[v]
+        placed = self.mem.unit_device[u]
+        if placed >= 0:
+            return placed == d
+        if self.mem.fits(u, d):
+            return True
+        self.live[v] -= 1
+        if self.live[v] == 0:
+            raise self.mem.no_room(u, self.algorithm)
+        return False
+
+    def commit(self, v: int, d: int) -> None:
+        pg = self.pg
+        start = max(self.device_free[d], self.data_ready(v, d, commit=True))
+        self.mem.place(pg.unit[v], d)
+        self.device_of[v] = d
+        self.end[v] = start + pg.cost[v][d]
+        self.device_free[d] = self.end[v]
+        self.order[d].append(v)
+        self.last[d] = v
+        for s in pg.succs[v]:
+            self.missing[s] -= 1
+            if self.missing[s] == 0:
+                self.make_ready(s)
+        if self.favorite is not None:
+            self.release_deferred(v, d)
+
+    # -- SCT reservations
+    def reserved_child(self, d: int) -> int:
+        """The favourite child device d keeps itself for now, or -1.
+
+        The child of the op d ran last, when that child is ready, unscheduled, may run on d, and
+        starts on d no later than anywhere else.
+        """
+        assert self.favorite is not None
+        last = self.last[d]
+        f = self.favorite[last] if last >= 0 else -1
+        if f < 0 or self.device_of[f] >= 0 or self.missing[f] > 0:
+            return -1
+        u = self.pg.unit[f]
+        if not self.mem.fits(u, d):
+            return -1
+        here = self.start(f, d)
+        others = (self.start(f, e) for e in range(self.pg.k) if e != d and self.mem.fits(u, e))
+        return f if all(here <= t for t in others) else -1
+
+    def urgent(self, v: int, d: int) -> bool:
+        """Whether v could start by the time device d is free on every device that can hold it."""
+        u = self.pg.unit[v]
+        latest = max(self.start(v, e) for e in range(self.pg.k) if self.mem.fits(u, e))
+        return latest <= self.device_free[d]
+
+    def release_deferred(self, v: int, d: int) -> None:
+        """After v ran on d, pairs waiting on d, or waiting anywhere for v, go back in the heap.
+
+        A deferral stays right until then: other pairs' starts only grow and d stays as free.
+        """
+        for e in range(self.pg.k):
+            if e == d or self.waiting_for[e] == v:
+                for item in self.deferred[e]:
+                    heapq.heappush(self.heap, item)
+                self.deferred[e].clear()
+                self.waiting_for[e] = -1
+
+
+def m_etf(graph: Graph, cluster: Cluster, options: PlaceOptions) -> Plan:
+    """Earliest start time first with memory checks (Baechi m-ETF)."""
+    return _ListScheduler(PlaceGraph.build(graph, cluster), "m-etf").run()
+
+
+def m_sct(graph: Graph, cluster: Cluster, options: PlaceOptions) -> Plan:
+    """m-ETF with SCT's favourite children from the LP relaxation (Baechi m-SCT)."""
+    pg = PlaceGraph.build(graph, cluster)
+    favorite, how = favorite_children(pg, options)
+    plan = _ListScheduler(pg, "m-sct", favorite).run()
+    plan.notes.append(f"favourite children: {sum(f >= 0 for f in favorite)} ({how})")
+    return plan
+
+
+def favorite_children(pg: PlaceGraph, options: PlaceOptions) -> tuple[list[int], str]:
+    """Each op's favourite child (or -1) from SCT's LP relaxation, rounded at 1/2.
+
+    Variables: x_e in [0, 1] per edge (1 = the edge pays its communication), s_i start times, w
+    the makespan. Minimise w subject to s_i + p_i + c_e x_e <= s_j for every edge e = i -> j,
+    at most one favourite (x_e = 0) among each op's out-edges and among its in-edges, and
+    s_i + p_i <= w. Edges with x_e < 1/2 become favourites, lowest x first, one per parent and
+    per child. Should the LP not solve, the heaviest tensors are matched instead.
+    """
+    edges = [(p, v, nbytes) for v in range(pg.n) for p, nbytes in pg.preds[v]]
+    if not edges or pg.k < 2:
+        return [-1] * pg.n, "no edges to keep local" if not edges else "one device"
+    weights, status = _favorite_lp(pg, edges, options)
+    how = "LP relaxation"
+    if weights is None:
+        weights = [-float(nbytes) for _, _, nbytes in edges]
+        how = f"heaviest tensors (the LP ended {status})"
+    chosen = sorted((w, -nbytes, p, v) for w, (p, v, nbytes) in zip(weights, edges) if w < 0.5)
+    favorite = [-1] * pg.n
+    has_parent = [False] * pg.n
+    for _, _, p, v in chosen:
+        if favorite[p] < 0 and not has_parent[v]:
+            favorite[p] = v
+            has_parent[v] = True
+    return favorite, how
+
+
+def _favorite_lp(pg: PlaceGraph, edges: list[tuple[int, int, int]],
+                 options: PlaceOptions) -> tuple[list[float] | None, str]:
+    """The LP's x_e values (None when it has no solution) and its status."""
+    import mip
+
+    proc = [sum(c) / len(c) for c in pg.cost]
+    comm = [pg.mean_transfer_time(nbytes) for _, _, nbytes in edges]
+    scale = max(max(proc), max(comm))
+    scale = 1.0 / scale if scale > 0 else 1.0  # times of order 1 keep the simplex well conditioned
+    model = mip.Model(sense=mip.MINIMIZE, solver_name=mip.CBC)
+    model.verbose = 0
+    model.threads = options.threads
+    x = [model.add_var(lb=0.0, ub=1.0) for _ in edges]
+    s = [model.add_var(lb=0.0) for _ in range(pg.n)]
+    w = model.add_var(lb=0.0)
+    out_edges: list[list[int]] = [[] for _ in range(pg.n)]
+    in_edges: list[list[int]] = [[] for _ in range(pg.n)]
+    for e, (p, v, _) in enumerate(edges):
+        model.add_constr(s[p] - s[v] + comm[e] * scale * x[e] <= -proc[p] * scale)
+        out_edges[p].append(e)
+        in_edges[v].append(e)
+    for groups in (out_edges, in_edges):
+        for es in groups:
+            if len(es) > 1:
+                model.add_constr(mip.xsum(x[e] for e in es) >= len(es) - 1)
+    for i in range(pg.n):
+        if not out_edges[i]:
+            model.add_constr(s[i] - w <= -proc[i] * scale)
+    model.objective = mip.minimize(w)
+    with native_stdout_silenced():
+        status = model.optimize(max_seconds=max(1.0, options.time_limit))
+    if status not in (mip.OptimizationStatus.OPTIMAL, mip.OptimizationStatus.FEASIBLE):
+        return None, status.name.lower()
+    return [float(v.x or 0.0) for v in x], status.name.lower()

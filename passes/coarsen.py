@@ -1,0 +1,634 @@
+"""`coarsen{target=N}`: group ops into at most N coarse nodes (Pesto §3.3, as its public code does it).
+
+Exact placement does not scale to thousands of ops, so ops are merged into coarse nodes first:
+
+1. Colocation groups: every `colocate` group becomes one node, unless contracting it would close
+   a cycle (a path leaves the group and comes back, as from a layer's forward op to its gradient).
+   Such groups are split back into their ops; their parts stay colocated through the `colocate`
+   label `quotient_graph` gives every coarse node holding a part of a split group.
+2. Rounds of edge contraction: edges sorted heaviest tensor first (edges inside one split group
+   before all others), a batch of merges with no shared endpoints per round, each merge only where
+   it cannot close a cycle. With longest-path levels `lev` computed at the start of the round,
+   u -> v is safe when v has one predecessor, or u one successor, or lev(v) = lev(u) + 1, or
+   lev(v) is below the level of every other successor of u; and, as in Pesto's code, merging
+   u -> v freezes v's other predecessors at u's level for the rest of the round, which makes a
+   whole batch safe together (two merges u1 -> v1, u2 -> v2 with u1 -> v2 and u2 -> v1 would
+   otherwise close a cycle).
+
+Node cost and memory are summed; a node's cost may not pass a cap (relaxed when it blocks every
+merge) and its memory stays under half the smallest device. Merging parts of two different split
+groups makes them one colocation class, so a class's cost is capped too (at total / (2 devices)),
+which keeps forced colocation from swallowing the graph.
+
+The fine graph stays the pipeline's graph: the pass only writes a `group` attribute ("g17") on
+every op. `quotient_graph` builds the coarse graph placement algorithms solve.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+from pesto_ir.attributes import BytesAttr, DictAttr, DurationAttr, StringAttr
+from pesto_ir.cluster import Cluster, Device
+from pesto_ir.costs import op_cost, op_memory, value_bytes
+from pesto_ir.errors import PestoError
+from pesto_ir.ir import Graph, Op, Value
+from pesto_ir.passmanager import Pass, PassContext
+from pesto_ir.types import BlobType
+
+# Chosen on the MSR graphs (bench/bench_place.py --targets): below ~150 coarse nodes m-ETF's
+# makespan on 4 devices degrades visibly; above it the exact solver's model grows for little gain.
+DEFAULT_TARGET = 200
+NODE_CAP_FACTOR = 2.0  # a coarse node may hold up to this many times an average node's cost
+CAP_RELAX = 1.5  # the node cost cap grows by this factor when it blocks every merge
+DEVICES_WITHOUT_CLUSTER = 8  # device count the class cap assumes when the pass has no cluster
+COLOCATION_MODES = ("connected", "whole")
+DEFAULT_COLOCATION = "connected"
+
+
+class CoarsenError(PestoError):
+    pass
+
+
+@dataclass(frozen=True)
+class CoarsenPass(Pass):
+    """Write a `group` attribute on every op: which coarse node it belongs to."""
+
+    name = "coarsen"
+    target: int = DEFAULT_TARGET
+    colocation: str = DEFAULT_COLOCATION  # contract each colocation group "whole", or its "connected" pieces
+
+    def run(self, graph: Graph, ctx: PassContext) -> None:
+        if self.target < 1:
+            raise CoarsenError(f"coarsen: target must be at least 1, got {self.target}")
+        if self.colocation not in COLOCATION_MODES:
+            raise CoarsenError(f"coarsen: colocation must be one of {', '.join(COLOCATION_MODES)}, "
+                               f"got '{self.colocation}'")
+        groups = coarsen_groups(graph, self.target, ctx.cluster, self.colocation)
+        for op, g in zip(graph.ops, groups):
+            op.attrs["group"] = StringAttr(g)
+        ctx.progress(f"coarsen: {len(graph.ops)} ops -> {len(set(groups))} groups (target {self.target})")
+
+
+# ---------------------------------------------------------------- the contraction engine
+
+class _Contraction:
+    """A DAG over fine op indices whose nodes merge; each live node is named by one member."""
+
+    def __init__(self, n: int, edges: dict[tuple[int, int], int], cost: list[float], mem: list[int]) -> None:
+        self.succ: list[dict[int, int]] = [{} for _ in range(n)]
+        self.pred: list[dict[int, int]] = [{} for _ in range(n)]
+        for (a, b), nbytes in edges.items():
+            self.succ[a][b] = nbytes
+            self.pred[b][a] = nbytes
+        self.cost = list(cost)
+        self.mem = list(mem)
+        self.members: list[list[int]] = [[i] for i in range(n)]
+        self.alive: dict[int, None] = dict.fromkeys(range(n))
+
+    def contract(self, u: int, v: int) -> int:
+        """Merge node v into u (or u into v, whichever has more edges survives); returns the survivor."""
+        if len(self.succ[u]) + len(self.pred[u]) < len(self.succ[v]) + len(self.pred[v]):
+            u, v = v, u
+        for s, b in self.succ[v].items():
+            del self.pred[s][v]
+            if s != u:
+                self.succ[u][s] = self.succ[u].get(s, 0) + b
+                self.pred[s][u] = self.pred[s].get(u, 0) + b
+        for p, b in self.pred[v].items():
+            del self.succ[p][v]
+            if p != u:
+                self.pred[u][p] = self.pred[u].get(p, 0) + b
+                self.succ[p][u] = self.succ[p].get(u, 0) + b
+        self.succ[v] = {}
+        self.pred[v] = {}
+        self.cost[u] += self.cost[v]
+        self.mem[u] += self.mem[v]
+        self.members[u].extend(self.members[v])
+        self.members[v] = []
+        del self.alive[v]
+        return u
+
+    def levels(self) -> dict[int, int]:
+        """Longest-path level of every live node (sources are 0)."""
+        indeg = {x: len(self.pred[x]) for x in self.alive}
+        stack = [x for x, d in indeg.items() if d == 0]
+        level = dict.fromkeys(stack, 0)
+        seen = 0
+        while stack:
+            x = stack.pop()
+            seen += 1
+            nxt = level[x] + 1
+            for s in self.succ[x]:
+                if level.get(s, -1) < nxt:
+                    level[s] = nxt
+                indeg[s] -= 1
+                if indeg[s] == 0:
+                    stack.append(s)
+        if seen != len(self.alive):
+            raise RuntimeError("coarsening closed a cycle (a bug in the merge rules)")
+        return level
+
+    def safe(self, u: int, v: int, level: dict[int, int]) -> bool:
+        """Whether contracting edge u -> v cannot close a cycle (see the module docstring)."""
+        if len(self.pred[v]) == 1 or len(self.succ[u]) == 1 or level[v] == level[u] + 1:
+            return True
+        return all(level[v] < level[w] for w in self.succ[u] if w != v)
+
+
+class _Classes:
+    """Union-find over split colocation groups, with the cost and memory each class forces together."""
+
+    def __init__(self, weight: list[float], memory: list[int]) -> None:
+        self.parent = list(range(len(weight)))
+        self.weight = list(weight)
+        self.memory = list(memory)
+
+    def find(self, c: int) -> int:
+        while self.parent[c] != c:
+            self.parent[c] = self.parent[self.parent[c]]
+            c = self.parent[c]
+        return c
+
+    def union(self, a: int, b: int) -> int:
+        a, b = self.find(a), self.find(b)
+        if a == b:
+            return a
+        if a > b:
+            a, b = b, a
+        self.parent[b] = a
+        self.weight[a] += self.weight[b]
+        self.memory[a] += self.memory[b]
+        return a
+
+    def merged(self, cu: int | None, cv: int | None, free_cost: float, free_mem: int) -> tuple[float, int]:
+        """(cost, memory) a class would force together after a merge; (0, 0) when none is involved.
+
+        With one class, the other node (`free_cost`, `free_mem`) joins it.
+        """
+        if cu is None and cv is None:
+            return 0.0, 0
+        if cu is not None and cv is not None:
+            a, b = self.find(cu), self.find(cv)
+            if a == b:
+                return 0.0, 0
+            return self.weight[a] + self.weight[b], self.memory[a] + self.memory[b]
+        c = self.find(cu if cu is not None else cv)  # type: ignore[arg-type]
+        return self.weight[c] + free_cost, self.memory[c] + free_mem
+
+
+# ---------------------------------------------------------------- coarsening
+
+def coarsen_groups(graph: Graph, target: int, cluster: Cluster | None = None,
+                   colocation: str = DEFAULT_COLOCATION) -> list[str]:
+    """Group name ("g0", "g1", ... in topological order) of every op of `graph`, in op order."""
+    n = len(graph.ops)
+    if n == 0:
+        return []
+    index = {op.name: i for i, op in enumerate(graph.ops)}
+    edges = _fine_edges(graph, index)
+    cost = [_proxy_cost(op, cluster) for op in graph.ops]
+    mem = [op_memory(op) for op in graph.ops]
+    label, split = _colocation_labels(graph, edges, colocation)
+    dag = _Contraction(n, edges, cost, mem)
+    for members in _members_by_label(label).values():
+        head = members[0]
+        for m in members[1:]:
+            head = dag.contract(head, m)  # the group as a whole was checked acyclic
+    class_of_op, classes = _split_classes(graph, split, cost, mem)
+    node_class = _node_classes(dag, class_of_op)
+    devices = len(cluster) if cluster is not None else DEVICES_WITHOUT_CLUSTER
+    caps = _Caps.initial(dag, target, sum(cost), cluster, devices)
+    _contract_rounds(dag, target, caps, node_class, classes)
+    return _name_groups(dag, n)
+
+
+def _fine_edges(graph: Graph, index: dict[str, int]) -> dict[tuple[int, int], int]:
+    """Bytes of every producer -> consumer pair (each value counted once per consumer op)."""
+    edges: dict[tuple[int, int], int] = {}
+    for p, c, v in graph.edges():
+        key = (index[p.name], index[c.name])
+        edges[key] = edges.get(key, 0) + value_bytes(v)
+    return edges
+
+
+def _proxy_cost(op: Op, cluster: Cluster | None) -> float:
+    """One number for an op's cost: its mean over the cluster's devices (or over its cost keys)."""
+    if cluster is not None:
+        return sum(op_cost(op, d) for d in cluster.devices) / len(cluster)
+    keys = cost_keys(op)
+    if keys is None:
+        return op_cost(op, _KEY_DEVICE)
+    return sum(op_cost(op, key_device(k)) for k in keys) / len(keys)
+
+
+_KEY_DEVICE = Device("?", "?", 1.0, 1.0, 1.0)
+
+
+def key_device(key: str) -> Device:
+    """A stand-in device whose name and kind are `key`, to read one entry of a per-device cost."""
+    return Device(key, key, 1.0, 1.0, 1.0)
+
+
+def cost_keys(op: Op) -> list[str] | None:
+    """The keys of a per-device/kind cost, or None when the cost is one duration for every device."""
+    a = op.attrs.get("cost")
+    return [k for k, _ in a.entries] if isinstance(a, DictAttr) else None
+
+
+def _colocation_labels(graph: Graph, edges: dict[tuple[int, int], int],
+                       mode: str) -> tuple[list[int], set[str]]:
+    """Node label per op after contracting colocation groups, and the names of groups left split.
+
+    Each group (mode "whole") or each connected piece of a group (mode "connected": ops joined by
+    edges inside the group) is contracted; while the contracted graph has a cycle, the pieces on
+    each cycle (strongly connected component) spanning the most of the topological order are split
+    back into ops. A group in more than one node is split: its nodes are kept colocated.
+    """
+    group_ops: dict[str, list[int]] = defaultdict(list)
+    for i, op in enumerate(graph.ops):
+        g = op.get("colocate")
+        if g is not None:
+            group_ops[str(g)].append(i)
+    pieces = _group_pieces(group_ops, edges) if mode == "connected" else \
+        [(g, ops) for g, ops in group_ops.items()]
+    label = list(range(len(graph.ops)))
+    for _, ops in pieces:
+        for i in ops:
+            label[i] = ops[0]
+    piece_of_head = {ops[0]: (g, ops) for g, ops in pieces if len(ops) > 1}
+    split = {g for g, ops in group_ops.items() if len({label[i] for i in ops}) > 1}
+    while True:
+        sccs = _cyclic_components(label, edges)
+        if not sccs:
+            return label, split
+        for comp in sccs:
+            spans = {h: piece_of_head[h][1][-1] - h for h in comp if h in piece_of_head}
+            cut = sorted(spans.values())[(len(spans) - 1) // 2]
+            for h, span in spans.items():
+                if span >= cut:
+                    g, ops = piece_of_head.pop(h)
+                    split.add(g)
+                    for i in ops:
+                        label[i] = i
+
+
+def _group_pieces(group_ops: dict[str, list[int]],
+                  edges: dict[tuple[int, int], int]) -> list[tuple[str, list[int]]]:
+    """The connected pieces of every colocation group: its ops joined by edges inside the group."""
+    group_of = {i: g for g, ops in group_ops.items() for i in ops}
+    parent = {i: i for i in group_of}
+
+    def find(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    for a, b in edges:
+        ga = group_of.get(a)
+        if ga is not None and ga == group_of.get(b):
+            ra, rb = find(a), find(b)
+            if ra != rb:
+                parent[max(ra, rb)] = min(ra, rb)
+    pieces: dict[int, list[int]] = defaultdict(list)
+    for ops in group_ops.values():
+        for i in ops:
+            pieces[find(i)].append(i)
+    return [(group_of[root], ops) for root, ops in sorted(pieces.items())]
+
+
+def _cyclic_components(label: list[int], edges: dict[tuple[int, int], int]) -> list[list[int]]:
+    """Strongly connected components with more than one node of the graph contracted by `label`."""
+    adj: dict[int, dict[int, None]] = {x: {} for x in dict.fromkeys(label)}
+    for a, b in edges:
+        la, lb = label[a], label[b]
+        if la != lb:
+            adj[la][lb] = None
+    index: dict[int, int] = {}
+    low: dict[int, int] = {}
+    on_stack: set[int] = set()
+    stack: list[int] = []
+    out: list[list[int]] = []
+    for root in adj:
+        if root in index:
+            continue
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        work = [(root, iter(adj[root]))]
+        while work:
+            v, it = work[-1]
+            pushed = False
+            for w in it:
+                if w not in index:
+                    index[w] = low[w] = len(index)
+                    stack.append(w)
+                    on_stack.add(w)
+                    work.append((w, iter(adj[w])))
+                    pushed = True
+                    break
+                if w in on_stack:
+                    low[v] = min(low[v], index[w])
+            if pushed:
+                continue
+            work.pop()
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[v])
+            if low[v] == index[v]:
+                comp = []
+                while True:
+                    w = stack.pop()
+                    on_stack.discard(w)
+                    comp.append(w)
+                    if w == v:
+                        break
+                if len(comp) > 1:
+                    out.append(sorted(comp))
+    return out
+
+
+def _members_by_label(label: list[int]) -> dict[int, list[int]]:
+    out: dict[int, list[int]] = defaultdict(list)
+    for i, lab in enumerate(label):
+        out[lab].append(i)
+    return {k: v for k, v in out.items() if len(v) > 1}
+
+
+def _split_classes(graph: Graph, split: set[str], cost: list[float],
+                   mem: list[int]) -> tuple[dict[int, int], _Classes]:
+    """Class id of every op in a split group, and the union-find of those classes."""
+    ids = {g: i for i, g in enumerate(sorted(split))}
+    weight = [0.0] * len(ids)
+    memory = [0] * len(ids)
+    of_op: dict[int, int] = {}
+    for i, op in enumerate(graph.ops):
+        g = op.get("colocate")
+        if g is not None and str(g) in ids:
+            c = ids[str(g)]
+            of_op[i] = c
+            weight[c] += cost[i]
+            memory[c] += mem[i]
+    return of_op, _Classes(weight, memory)
+
+
+def _node_classes(dag: _Contraction, class_of_op: dict[int, int]) -> dict[int, int]:
+    """The split class each live node holds a part of (nodes hold at most one at this point)."""
+    return {x: class_of_op[x] for x in dag.alive if x in class_of_op}
+
+
+@dataclass
+class _Caps:
+    """Limits on a merged node's cost and memory and on a colocation class's cost."""
+
+    cost: float
+    memory: float
+    class_cost: float
+
+    @staticmethod
+    def initial(dag: _Contraction, target: int, total: float, cluster: Cluster | None, devices: int) -> _Caps:
+        biggest = max(dag.cost[x] for x in dag.alive)
+        mem_cap = min(d.memory for d in cluster.devices) / 2 if cluster is not None else float("inf")
+        return _Caps(max(biggest, NODE_CAP_FACTOR * total / target), mem_cap, total / (2 * max(1, devices)))
+
+
+def _contract_rounds(dag: _Contraction, target: int, caps: _Caps, node_class: dict[int, int],
+                     classes: _Classes) -> None:
+    """Merge edges in safe batches, heaviest first, until `target` nodes remain or none can merge."""
+    while len(dag.alive) > target:
+        level = dag.levels()
+        batch, capped = _choose_batch(dag, level, len(dag.alive) - target, caps, node_class, classes)
+        if not batch:
+            if not capped:
+                return
+            caps.cost *= CAP_RELAX
+            continue
+        for u, v, c in batch:
+            node_class.pop(u, None)
+            node_class.pop(v, None)
+            w = dag.contract(u, v)
+            if c is not None:
+                node_class[w] = c
+
+
+def _join_classes(dag: _Contraction, u: int, v: int, node_class: dict[int, int], classes: _Classes) -> int | None:
+    """Record that u and v merge: the class they end up in, its totals updated (None if neither has one).
+
+    Done when a merge joins the batch, so the caps see every earlier merge of the same round.
+    """
+    cu, cv = node_class.get(u), node_class.get(v)
+    if cu is not None and cv is not None:
+        return classes.union(cu, cv)
+    if cu is None and cv is None:
+        return None
+    c, free = (classes.find(cu), v) if cu is not None else (classes.find(cv), u)  # type: ignore[arg-type]
+    classes.weight[c] += dag.cost[free]
+    classes.memory[c] += dag.mem[free]
+    return c
+
+
+def _choose_batch(dag: _Contraction, level: dict[int, int], budget: int, caps: _Caps,
+                  node_class: dict[int, int], classes: _Classes) -> tuple[list[tuple[int, int, int | None]], bool]:
+    """Edges to contract this round (no shared endpoints, safe together); and whether the cost cap blocked any."""
+    cands = []
+    for u in dag.alive:
+        cu = node_class.get(u)
+        for v, nbytes in dag.succ[u].items():
+            cv = node_class.get(v)
+            same = cu is not None and cv is not None and classes.find(cu) == classes.find(cv)
+            cands.append((not same, -nbytes, level[u], u, v))
+    cands.sort()
+    marked: set[int] = set()
+    batch: list[tuple[int, int, int | None]] = []
+    capped = False
+    for _, _, _, u, v in cands:
+        if u in marked or v in marked:
+            continue
+        if not dag.safe(u, v, level):
+            continue
+        blocked = _blocked_by(dag, u, v, caps, node_class, classes)
+        if blocked:
+            capped = capped or blocked == "cost"
+            continue
+        batch.append((u, v, _join_classes(dag, u, v, node_class, classes)))
+        marked.add(u)
+        marked.add(v)
+        lu = level[u]
+        marked.update(p for p in dag.pred[v] if level[p] == lu)
+        if len(batch) == budget:
+            break
+    return batch, capped
+
+
+def _blocked_by(dag: _Contraction, u: int, v: int, caps: _Caps, node_class: dict[int, int],
+                classes: _Classes) -> str:
+    """Which cap forbids merging u and v: "" (none), "cost" (only the relaxable node cost cap) or "hard"."""
+    if dag.mem[u] + dag.mem[v] > caps.memory:
+        return "hard"
+    cu, cv = node_class.get(u), node_class.get(v)
+    free = v if cu is not None else u
+    cost, mem = classes.merged(cu, cv, dag.cost[free], dag.mem[free])
+    if cost > caps.class_cost or mem > caps.memory:
+        return "hard"
+    return "cost" if dag.cost[u] + dag.cost[v] > caps.cost else ""
+
+
+def _name_groups(dag: _Contraction, n: int) -> list[str]:
+    """Name live nodes g0, g1, ... in a topological order of the contracted graph (stable by op index)."""
+    import heapq
+
+    indeg = {x: len(dag.pred[x]) for x in dag.alive}
+    first = {x: min(dag.members[x]) for x in dag.alive}
+    ready = [(first[x], x) for x, d in indeg.items() if d == 0]
+    heapq.heapify(ready)
+    names = [""] * n
+    count = 0
+    while ready:
+        _, x = heapq.heappop(ready)
+        name = f"g{count}"
+        count += 1
+        for m in dag.members[x]:
+            names[m] = name
+        for s in dag.succ[x]:
+            indeg[s] -= 1
+            if indeg[s] == 0:
+                heapq.heappush(ready, (first[s], s))
+    if count != len(dag.alive):
+        raise RuntimeError("coarsening closed a cycle (a bug in the merge rules)")
+    return names
+
+
+# ---------------------------------------------------------------- the quotient graph
+
+def group_members(graph: Graph) -> dict[str, list[Op]]:
+    """Ops of each `group`, in graph order; every op must have a group."""
+    out: dict[str, list[Op]] = {}
+    missing = [op.name for op in graph.ops if "group" not in op.attrs]
+    if missing:
+        raise CoarsenError(f"{len(missing)} op(s) have no 'group' attribute, e.g. '{missing[0]}' "
+                           "(run coarsen before building the coarse graph)")
+    for op in graph.ops:
+        out.setdefault(str(op.get("group")), []).append(op)
+    return out
+
+
+def quotient_graph(graph: Graph, cluster: Cluster | None = None) -> tuple[Graph, dict[str, list[str]]]:
+    """The coarse graph of `graph`'s `group` attributes, and each group's fine op names.
+
+    One `opaque` op per group, named after the group: cost summed (per device name when a cluster
+    is given and any cost is per device, else per cost key), memory summed, and a `colocate` label
+    on every group that holds part of a colocation group spread over several groups (groups that
+    share a split colocation group share the label). Each fine value read by another group is one
+    `blob[nbytes]` result of its group's op, read once by each group that needs it, so a value is
+    still sent once per destination device.
+    """
+    members = group_members(graph)
+    group_of = {op.name: str(op.get("group")) for op in graph.ops}
+    order = _group_order(graph, members, group_of)
+    coarse = Graph(graph.name)
+    results: dict[str, Value] = {}
+    labels = _colocate_labels(graph, members, group_of)
+    readers = _cross_group_values(graph, group_of)
+    for g in order:
+        ops = members[g]
+        produced = [v for op in ops for v in op.results if v.name in readers]
+        operands: dict[str, Value] = {}
+        for op in ops:
+            for v in op.operands:
+                if v.owner is not None and group_of[v.owner.name] != g:
+                    operands.setdefault(v.name, results[v.name])
+        attrs = {"cost": _summed_cost(ops, cluster), "memory": BytesAttr(sum(op_memory(op) for op in ops))}
+        if g in labels:
+            attrs["colocate"] = StringAttr(labels[g])
+        cop = Op(g, "opaque", operands.values(), [BlobType(value_bytes(v)) for v in produced], attrs,
+                 [v.name for v in produced])
+        coarse.append(cop)
+        for v, r in zip(produced, cop.results):
+            results[v.name] = r
+    return coarse, {g: [op.name for op in members[g]] for g in order}
+
+
+def _cross_group_values(graph: Graph, group_of: dict[str, str]) -> set[str]:
+    """Names of the fine values some op of another group reads."""
+    out: set[str] = set()
+    for p, c, v in graph.edges():
+        if group_of[p.name] != group_of[c.name]:
+            out.add(v.name)
+    return out
+
+
+def _group_order(graph: Graph, members: dict[str, list[Op]], group_of: dict[str, str]) -> list[str]:
+    """Groups in a topological order of the quotient (stable by first op); a cycle is an error."""
+    import heapq
+
+    succ: dict[str, set[str]] = {g: set() for g in members}
+    indeg = dict.fromkeys(members, 0)
+    for p, c, _ in graph.edges():
+        a, b = group_of[p.name], group_of[c.name]
+        if a != b and b not in succ[a]:
+            succ[a].add(b)
+            indeg[b] += 1
+    first = {g: i for i, g in enumerate(members)}
+    ready = [(first[g], g) for g, d in indeg.items() if d == 0]
+    heapq.heapify(ready)
+    out: list[str] = []
+    while ready:
+        _, g = heapq.heappop(ready)
+        out.append(g)
+        for s in succ[g]:
+            indeg[s] -= 1
+            if indeg[s] == 0:
+                heapq.heappush(ready, (first[s], s))
+    if len(out) != len(members):
+        stuck = sorted((g for g, d in indeg.items() if d > 0), key=first.__getitem__)
+        raise CoarsenError(f"the groups form a cycle through {len(stuck)} group(s), e.g. "
+                           + ", ".join(f"'{g}'" for g in stuck[:5]))
+    return out
+
+
+def _colocate_labels(graph: Graph, members: dict[str, list[Op]], group_of: dict[str, str]) -> dict[str, str]:
+    """`colocate` label of every group holding part of a colocation group spread over several groups."""
+    spans: dict[str, list[str]] = defaultdict(list)
+    for op in graph.ops:
+        c = op.get("colocate")
+        if c is not None and group_of[op.name] not in spans[str(c)]:
+            spans[str(c)].append(group_of[op.name])
+    parent = {g: g for g in members}
+
+    def find(g: str) -> str:
+        while parent[g] != g:
+            parent[g] = parent[parent[g]]
+            g = parent[g]
+        return g
+
+    name: dict[str, str] = {}
+    for c in sorted(spans):
+        gs = spans[c]
+        if len(gs) < 2:
+            continue
+        root = find(gs[0])
+        name.setdefault(root, c)
+        for g in gs[1:]:
+            r = find(g)
+            if r != root:
+                parent[r] = root
+                name[root] = min(name[root], name.get(r, c))
+    return {g: name[find(g)] for g in members if find(g) in name}
+
+
+def _summed_cost(ops: list[Op], cluster: Cluster | None) -> DurationAttr | DictAttr:
+    """The group's cost: one duration, or per device name (with a cluster) or per cost key."""
+    keyed = [op for op in ops if cost_keys(op) is not None]
+    if not keyed:
+        return DurationAttr(sum(op_cost(op, _KEY_DEVICE) for op in ops))
+    if cluster is not None:
+        return DictAttr(tuple((d.name, DurationAttr(sum(op_cost(op, d) for op in ops))) for d in cluster.devices))
+    keys = list(dict.fromkeys(k for op in keyed for k in cost_keys(op) or ()))
+    for op in keyed:
+        lacking = [k for k in keys if k not in (cost_keys(op) or ())]
+        if lacking:
+            raise CoarsenError(f"op '{op.name}' has no cost for {lacking[0]!r} while others in its group do; "
+                               "summing such costs needs the cluster (give the pass a cluster)")
+    return DictAttr(tuple((k, DurationAttr(sum(op_cost(op, key_device(k)) for op in ops))) for k in keys))

@@ -1,0 +1,57 @@
+"""`expand`: turn the plan recorded on a graph into a per-op plan with exact times.
+
+After `place` solved the coarse graph, each op carries its group's device and start time. Each
+device then runs its ops by (recorded start, graph position): groups in the coarse schedule's
+order, the ops of one group in topological order. That order is a topological order of the whole
+graph (a coarse edge a -> b means b's group starts no earlier than a's ends), so it cannot deadlock.
+The simulator times it, the validator checks it, and it replaces the recorded plan. A graph
+placed without groups is re-simulated and validated the same way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pesto_ir.cluster import Cluster
+from pesto_ir.ir import Graph
+from pesto_ir.passes.place import COARSE_NOTE, PlaceError, require_cluster
+from pesto_ir.passmanager import Pass, PassContext
+from pesto_ir.plan import Plan, read_plan_attrs, write_plan_attrs
+from pesto_ir.simulate import simulate
+from pesto_ir.validate import check_plan
+
+
+@dataclass(frozen=True)
+class ExpandPass(Pass):
+    """Replace the recorded (possibly coarse) plan by a simulated, validated per-op plan."""
+
+    name = "expand"
+
+    def run(self, graph: Graph, ctx: PassContext) -> None:
+        cluster = require_cluster(ctx, self.name)
+        plan = read_plan_attrs(graph)
+        if plan is None:
+            raise PlaceError("expand needs a placed graph: run place before it")
+        fine = expand_plan(graph, cluster, plan)
+        write_plan_attrs(graph, fine)
+        ctx.progress(f"expand: {len(graph.ops)} ops, makespan {fine.makespan:.6g}s")
+
+
+def expand_plan(graph: Graph, cluster: Cluster, plan: Plan) -> Plan:
+    """The simulated, validated per-op plan that keeps `plan`'s devices and per-device order."""
+    unplaced = [op.name for op in graph.ops if op.name not in plan.ops]
+    if unplaced:
+        raise PlaceError(f"{len(unplaced)} op(s) have no device, e.g. '{unplaced[0]}' (run place on this graph)")
+    position = {op.name: i for i, op in enumerate(graph.ops)}
+    placement = {name: slot.device for name, slot in plan.ops.items()}
+    order: dict[str, list[str]] = {d: [] for d in cluster.names}
+    for name in sorted(plan.ops, key=lambda n: (plan.ops[n].start, position[n])):
+        order.setdefault(placement[name], []).append(name)
+    fine = simulate(graph, cluster, placement, order, algorithm=plan.algorithm)
+    fine.lower_bound = plan.lower_bound
+    fine.solver = plan.solver
+    coarse = [n for n in plan.notes if n.startswith(COARSE_NOTE)]
+    fine.notes = [n for n in plan.notes if not n.startswith(COARSE_NOTE)]
+    if coarse:
+        fine.notes.append(f"expanded from a {coarse[0].split(':')[0]}")
+    return check_plan(graph, cluster, fine)

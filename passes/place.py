@@ -1,0 +1,154 @@
+"""`place{algo=... time-limit=... seed=... solver=...}`: choose a device and an order for every op.
+
+The pass checks first that the graph can fit in the cluster's memory at all, then runs one
+algorithm of `ALGORITHMS` on the graph, or on its coarse quotient when `coarsen` wrote `group`
+attributes. Every plan any algorithm returns goes through `check_plan` before it is recorded, and
+gets the makespan lower bound of the fine graph. `ilp` starts from the best heuristic plan.
+
+A coarse plan is recorded on the fine ops: each op shows its group's device, start and end, and
+the graph's plan carries a note saying so; `expand` turns it into a per-op plan.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+from dataclasses import dataclass
+
+from pesto_ir.bounds import lower_bound, memory_shortfall
+from pesto_ir.cluster import Cluster
+from pesto_ir.errors import PestoError
+from pesto_ir.ir import Graph
+from pesto_ir.passes.algo_baechi import m_etf, m_sct, m_topo
+from pesto_ir.passes.algo_simple import place_expert, place_random, place_single
+from pesto_ir.passes.coarsen import quotient_graph
+from pesto_ir.passmanager import Pass, PassContext
+from pesto_ir.placement import Algorithm, PlaceOptions
+from pesto_ir.plan import OpSlot, Plan, write_plan_attrs
+from pesto_ir.validate import check_plan
+
+COARSE_NOTE = "coarse plan"  # first words of the note a coarse plan carries until `expand`
+
+
+def _place_ilp(graph: Graph, cluster: Cluster, options: PlaceOptions) -> Plan:
+    """The exact MILP (passes/algo_ilp.py), imported only when asked for."""
+    from pesto_ir.passes.algo_ilp import place_ilp
+
+    return place_ilp(graph, cluster, options)
+
+
+ALGORITHMS: dict[str, Algorithm] = {
+    "m-etf": m_etf,
+    "m-sct": m_sct,
+    "m-topo": m_topo,
+    "expert": place_expert,
+    "single": place_single,
+    "random": place_random,
+}
+if importlib.util.find_spec("pesto_ir.passes.algo_ilp") is not None:
+    ALGORITHMS["ilp"] = _place_ilp
+
+DEFAULT_ALGO = "ilp" if "ilp" in ALGORITHMS else "m-etf"
+WARM_START_ALGOS = ("m-etf", "m-sct", "m-topo", "expert")  # tried for an exact solver's start
+
+
+class PlaceError(PestoError):
+    pass
+
+
+@dataclass(frozen=True)
+class PlacePass(Pass):
+    """Place and schedule the graph (or its coarse groups) on the context's cluster."""
+
+    name = "place"
+    algo: str = DEFAULT_ALGO
+    time_limit: float = 30.0
+    seed: int | None = None  # None: the pipeline's seed
+    solver: str = "cbc"
+
+    def run(self, graph: Graph, ctx: PassContext) -> None:
+        cluster = require_cluster(ctx, self.name)
+        options = PlaceOptions(time_limit=self.time_limit, seed=ctx.seed if self.seed is None else self.seed,
+                               solver=self.solver, quiet=ctx.quiet, log=ctx.log)
+        plan = place_graph(graph, cluster, self.algo, options)
+        ctx.progress(f"place: {plan.algorithm} makespan {plan.makespan:.6g}s"
+                     + (f", lower bound {plan.lower_bound:.6g}s" if plan.lower_bound else ""))
+
+
+def require_cluster(ctx: PassContext, pass_name: str) -> Cluster:
+    if ctx.cluster is None:
+        raise PlaceError(f"{pass_name} needs a cluster to place on: give --devices N (with --device-kind) "
+                         "or --cluster FILE")
+    return ctx.cluster
+
+
+def place_graph(graph: Graph, cluster: Cluster, algo: str, options: PlaceOptions) -> Plan:
+    """Place `graph` (coarse when it has `group` attributes), record the plan in it and return it."""
+    algorithm = _algorithm(algo)
+    _check_memory(graph, cluster, "")
+    grouped = any("group" in op.attrs for op in graph.ops)
+    if not grouped:
+        plan = solve(graph, cluster, algo, algorithm, options)
+        plan.lower_bound = lower_bound(graph, cluster)
+        write_plan_attrs(graph, plan)
+        return plan
+    coarse, members = quotient_graph(graph, cluster)
+    _check_memory(coarse, cluster, " after coarsening (raise coarsen's target to make groups smaller)")
+    plan = solve(coarse, cluster, algo, algorithm, options)
+    plan.lower_bound = lower_bound(graph, cluster)
+    fine = project_coarse_plan(graph, plan, members)
+    write_plan_attrs(graph, fine)
+    return fine
+
+
+def solve(graph: Graph, cluster: Cluster, algo: str, algorithm: Algorithm, options: PlaceOptions) -> Plan:
+    """Run `algorithm` (with the best heuristic plan as warm start for `ilp`) and validate the result."""
+    if algo == "ilp":
+        warm = best_heuristic_plan(graph, cluster, options)
+        options = dataclasses.replace(options, warm_start=warm)
+    plan = algorithm(graph, cluster, options)
+    if not plan.algorithm:
+        plan.algorithm = algo
+    return check_plan(graph, cluster, plan)
+
+
+def best_heuristic_plan(graph: Graph, cluster: Cluster, options: PlaceOptions) -> Plan | None:
+    """The valid plan with the smallest makespan among the heuristics that succeed (None if none do)."""
+    best: Plan | None = None
+    for name in WARM_START_ALGOS:
+        try:
+            plan = check_plan(graph, cluster, ALGORITHMS[name](graph, cluster, options))
+        except PestoError as e:
+            options.progress(f"place: warm start {name} failed: {str(e).splitlines()[0]}")
+            continue
+        if best is None or plan.makespan < best.makespan:
+            best = plan
+    if best is not None:
+        options.progress(f"place: warm start from {best.algorithm} (makespan {best.makespan:.6g}s)")
+    return best
+
+
+def project_coarse_plan(graph: Graph, plan: Plan, members: dict[str, list[str]]) -> Plan:
+    """The coarse plan on the fine ops: every op gets its group's device, start and end."""
+    ops = {}
+    for g, names in members.items():
+        slot = plan.ops[g]
+        for name in names:
+            ops[name] = OpSlot(slot.device, slot.start, slot.end)
+    note = (f"{COARSE_NOTE} over {len(members)} groups of {len(graph.ops)} ops: each op shows its "
+            "group's device, start and end, transfers are left out; run expand for a per-op plan")
+    return Plan(graph.name, plan.algorithm, list(plan.devices), {op.name: ops[op.name] for op in graph.ops},
+                [], plan.lower_bound, plan.solver, [*plan.notes, note])
+
+
+def _algorithm(algo: str) -> Algorithm:
+    found = ALGORITHMS.get(algo)
+    if found is None:
+        raise PlaceError(f"unknown placement algorithm '{algo}' (known: {', '.join(sorted(ALGORITHMS))})")
+    return found
+
+
+def _check_memory(graph: Graph, cluster: Cluster, where: str) -> None:
+    problems = memory_shortfall(graph, cluster)
+    if problems:
+        raise PlaceError(f"the graph cannot fit in the cluster's memory{where}:\n  " + "\n  ".join(problems))

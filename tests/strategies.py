@@ -1,0 +1,97 @@
+"""Hypothesis strategies for placement tests: random cost DAGs and random clusters.
+
+Graphs go through the `pesto-graph/1` importer, so they look like what profilers give us: costs
+(one duration, or per device kind), memory, colocation groups and tensor sizes on edges.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import strategies as st
+
+from pesto_ir.cluster import Cluster, Device, Link
+from pesto_ir.costs import op_memory
+from pesto_ir.frontends.json_graph import graph_from_json
+from pesto_ir.ir import Graph
+
+KINDS = ("v100", "cpu")  # the keys per-kind costs use; random clusters mix these kinds
+
+
+@st.composite
+def graph_docs(draw: st.DrawFn, max_ops: int = 10, per_kind_costs: bool = True,
+               colocation: bool = True, memory: bool = True) -> dict[str, Any]:
+    """A random acyclic `pesto-graph/1` document (edges only go from lower to higher node index)."""
+    n = draw(st.integers(1, max_ops))
+    density = draw(st.floats(0.0, 0.6))
+    groups = draw(st.integers(1, max(1, n // 2))) if colocation else 0
+    nodes = []
+    for i in range(n):
+        node: dict[str, Any] = {"id": f"n{i}", "cost": _cost(draw, per_kind_costs)}
+        if memory:
+            node["memory"] = draw(st.integers(0, 1000))
+        if groups and draw(st.booleans()):
+            node["colocate"] = f"c{draw(st.integers(0, groups - 1))}"
+        nodes.append(node)
+    edges = []
+    for j in range(1, n):
+        for i in range(j):
+            if draw(st.floats(0.0, 1.0)) < density:
+                edges.append({"src": f"n{i}", "dst": f"n{j}", "bytes": draw(st.sampled_from((0, 4, 1000, 10**6)))})
+    order = draw(st.permutations(nodes))  # the importer must put them in topological order itself
+    return {"format": "pesto-graph/1", "name": "random", "nodes": list(order), "edges": edges}
+
+
+def _cost(draw: st.DrawFn, per_kind: bool) -> float | dict[str, float]:
+    seconds = st.one_of(st.just(0.0), st.floats(1e-6, 1e-3))
+    if per_kind and draw(st.booleans()):
+        return {k: draw(seconds) for k in KINDS}
+    return draw(seconds)
+
+
+def cost_graphs(max_ops: int = 10, per_kind_costs: bool = True, colocation: bool = True,
+                memory: bool = True) -> st.SearchStrategy[Graph]:
+    """Random cost DAGs as Graphs."""
+    return graph_docs(max_ops, per_kind_costs, colocation, memory).map(graph_from_json)
+
+
+@st.composite
+def clusters(draw: st.DrawFn, max_devices: int = 4, memory: float = 1e18) -> Cluster:
+    """Up to `max_devices` devices of mixed kinds with per-link latency and bandwidth."""
+    k = draw(st.integers(1, max_devices))
+    devices = [Device.of_kind(f"d{i}", draw(st.sampled_from(KINDS)), memory) for i in range(k)]
+    links = {}
+    for a in devices:
+        for b in devices:
+            if a.name != b.name:
+                links[(a.name, b.name)] = Link(a.name, b.name, draw(st.sampled_from((0.0, 1e-6, 1e-5))),
+                                               draw(st.sampled_from((1e9, 5e10, 1e12))))
+    return Cluster(devices, links)
+
+
+def roomy_memory(graph: Graph, k: int, slack: float = 0.0) -> float:
+    """Per-device memory with which every greedy memory check succeeds: total / k + largest unit.
+
+    The least-loaded device then always has room for the next unit (Baechi's m-TOPO bound).
+    """
+    units: dict[str, int] = {}
+    for op in graph.ops:
+        key = str(op.get("colocate")) if op.get("colocate") is not None else "\0" + op.name
+        units[key] = units.get(key, 0) + op_memory(op)
+    total = sum(units.values())
+    return total / k + max(units.values(), default=0) + slack * total + 1
+
+
+@st.composite
+def placement_problems(draw: st.DrawFn, max_ops: int = 10, max_devices: int = 4,
+                       tight: bool = False) -> tuple[Graph, Cluster]:
+    """A random graph and a cluster whose memory fits it (roomy), or may just not (tight)."""
+    graph = draw(cost_graphs(max_ops))
+    cluster = draw(clusters(max_devices))
+    k = len(cluster)
+    if tight:
+        total = sum(op_memory(op) for op in graph.ops)
+        memory = draw(st.floats(0.3, 1.2)) * roomy_memory(graph, k) if total else 1.0
+    else:
+        memory = roomy_memory(graph, k, draw(st.sampled_from((0.0, 0.5))))
+    return graph, cluster.with_memory(memory)

@@ -1,0 +1,182 @@
+"""Coarsening: the quotient of every random DAG is acyclic and keeps costs, memory, bytes, colocation."""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from strategies import clusters, cost_graphs
+
+from pesto_ir import PestoError, parse, verify
+from pesto_ir.attributes import StringAttr
+from pesto_ir.cluster import Cluster
+from pesto_ir.costs import op_cost, op_memory, value_bytes
+from pesto_ir.frontends.json_graph import graph_from_json
+from pesto_ir.ir import Graph
+from pesto_ir.passes.coarsen import COLOCATION_MODES, CoarsenError, coarsen_groups, quotient_graph
+from pesto_ir.passmanager import PassContext, PassManager
+
+
+def _grouped(graph: Graph, groups: list[str]) -> Graph:
+    for op, g in zip(graph.ops, groups):
+        op.attrs["group"] = StringAttr(g)
+    return graph
+
+
+def _check_quotient(graph: Graph, cluster: Cluster | None) -> None:
+    """Every invariant the placement passes rely on."""
+    coarse, members = quotient_graph(graph, cluster)
+    verify(coarse)  # defined-before-use: the quotient is in topological order, so acyclic
+    # every fine op in exactly one group, and groups named as the attributes say
+    listed = [name for names in members.values() for name in names]
+    assert sorted(listed) == sorted(op.name for op in graph.ops)
+    assert all(str(graph.op(n).get("group")) == g for g, names in members.items() for n in names)
+    assert [op.name for op in coarse.ops] == list(members)
+    # cost per device (or per key without a cluster) and memory are summed
+    devices = cluster.devices if cluster is not None else []
+    for d in devices:
+        fine = sum(op_cost(op, d) for op in graph.ops)
+        assert math.isclose(sum(op_cost(op, d) for op in coarse.ops), fine, rel_tol=1e-9, abs_tol=1e-15)
+    assert sum(op_memory(op) for op in coarse.ops) == sum(op_memory(op) for op in graph.ops)
+    # a group reads, from each other group, exactly the distinct fine values its ops read there
+    group_of = {op.name: str(op.get("group")) for op in graph.ops}
+    want: dict[tuple[str, str], int] = defaultdict(int)
+    seen: set[tuple[str, str]] = set()
+    for p, c, v in graph.edges():
+        a, b = group_of[p.name], group_of[c.name]
+        if a != b and (v.name, b) not in seen:
+            seen.add((v.name, b))
+            want[(a, b)] += value_bytes(v)
+    got: dict[tuple[str, str], int] = defaultdict(int)
+    for op in coarse.ops:
+        for v in dict.fromkeys(op.operands):
+            assert v.owner is not None
+            got[(v.owner.name, op.name)] += value_bytes(v)
+    assert dict(got) == dict(want)
+    # colocated ops share a group, or their groups share one colocate label
+    by_colocate: dict[str, set[str]] = defaultdict(set)
+    for op in graph.ops:
+        if op.get("colocate") is not None:
+            by_colocate[str(op.get("colocate"))].add(group_of[op.name])
+    for gs in by_colocate.values():
+        if len(gs) > 1:
+            labels = {coarse.op(g).get("colocate") for g in gs}
+            assert len(labels) == 1 and None not in labels
+
+
+@settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(graph=cost_graphs(max_ops=12), cluster=st.one_of(st.none(), clusters(3)), data=st.data())
+def test_quotient_invariants_on_random_dags(graph: Graph, cluster: Cluster | None, data: st.DataObject) -> None:
+    target = data.draw(st.integers(1, len(graph.ops) + 1))
+    mode = data.draw(st.sampled_from(COLOCATION_MODES))
+    groups = coarsen_groups(graph, target, cluster, mode)
+    assert len(groups) == len(graph.ops)
+    assert all(g.startswith("g") for g in groups)
+    _check_quotient(_grouped(graph, groups), cluster)
+
+
+@settings(max_examples=200, deadline=None)
+@given(parents=st.lists(st.integers(-1, 20), min_size=1, max_size=14), target=st.integers(1, 14))
+def test_forests_coarsen_down_to_the_target(parents: list[int], target: int) -> None:
+    """Every edge of an in-forest (one producer per op) is safe, so merging stops only at the target."""
+    nodes = [(f"n{i}", None) for i in range(len(parents))]
+    edges = [(f"n{p}", f"n{i}", 8) for i, p in enumerate(parents) if 0 <= p < i]
+    g = _doc(nodes, edges)
+    components = len(parents) - len(edges)
+    groups = coarsen_groups(g, target)
+    assert len(set(groups)) == max(target, components) or len(set(groups)) == len(parents) <= target
+    _check_quotient(_grouped(g, groups), None)
+
+
+def _doc(nodes: list[tuple[str, str | None]], edges: list[tuple[str, str, int]]) -> Graph:
+    return graph_from_json({
+        "format": "pesto-graph/1", "name": "t",
+        "nodes": [{"id": n, "cost": 0.001, "memory": 10, **({"colocate": c} if c else {})} for n, c in nodes],
+        "edges": [{"src": s, "dst": d, "bytes": b} for s, d, b in edges],
+    })
+
+
+def test_colocation_group_that_would_close_a_cycle_stays_split_but_colocated() -> None:
+    # fwd -> mid -> grad with fwd and grad colocated: one node {fwd, grad} would close a cycle
+    g = _doc([("fwd", "w"), ("mid", None), ("grad", "w")], [("fwd", "mid", 100), ("mid", "grad", 100)])
+    for mode in COLOCATION_MODES:
+        groups = coarsen_groups(g, 1, None, mode)
+        assert groups[0] != groups[2]
+        _check_quotient(_grouped(g, groups), None)
+
+
+def test_whole_mode_merges_a_colocation_group_without_internal_edges() -> None:
+    g = _doc([("a", "w"), ("b", "w"), ("c", None)], [("a", "c", 5), ("b", "c", 5)])
+    names = [op.name for op in g.ops]
+    whole = dict(zip(names, coarsen_groups(g, 3, None, "whole")))
+    assert whole["a"] == whole["b"]
+    connected = dict(zip(names, coarsen_groups(g, 3, None, "connected")))
+    assert connected["a"] != connected["b"]  # two pieces, kept colocated by the quotient's label
+    _check_quotient(_grouped(g, list(connected.values())), None)
+
+
+def test_a_batch_of_individually_safe_merges_never_closes_a_cycle() -> None:
+    # a -> b, c -> d, a -> d, c -> b: each of a-b and c-d is safe alone (b and d one level below a
+    # and c), both together would make {a,b} <-> {c,d}.
+    g = _doc([("a", None), ("c", None), ("b", None), ("d", None)],
+             [("a", "b", 9), ("c", "d", 8), ("a", "d", 1), ("c", "b", 1)])
+    groups = coarsen_groups(g, 2)
+    _check_quotient(_grouped(g, groups), None)
+
+
+def test_heaviest_tensor_merges_first() -> None:
+    g = _doc([("a", None), ("b", None), ("c", None)], [("a", "b", 1), ("b", "c", 10**6)])
+    groups = dict(zip((op.name for op in g.ops), coarsen_groups(g, 2)))
+    assert groups["b"] == groups["c"] != groups["a"]
+
+
+def test_memory_cap_keeps_coarse_nodes_under_half_a_device() -> None:
+    g = _doc([(f"n{i}", None) for i in range(6)], [(f"n{i}", f"n{i + 1}", 100) for i in range(5)])
+    cluster = Cluster.homogeneous(2, "v100", memory=25)  # each op holds 10 bytes: at most one per node
+    groups = coarsen_groups(g, 1, cluster)
+    assert len(set(groups)) == 6
+    coarse, _ = quotient_graph(_grouped(g, groups), cluster)
+    assert max(op_memory(op) for op in coarse.ops) <= 12.5
+
+
+def test_pass_writes_printed_group_attributes_that_round_trip() -> None:
+    g = _doc([("a", None), ("b", None), ("c", None)], [("a", "b", 1), ("b", "c", 2)])
+    PassManager("coarsen{target=1}").run(g, PassContext(quiet=True))
+    assert {op.get("group") for op in g.ops} == {"g0"}
+    again = parse(str(g))
+    assert [op.get("group") for op in again.ops] == [op.get("group") for op in g.ops]
+
+
+def test_pass_rejects_bad_options() -> None:
+    g = _doc([("a", None)], [])
+    with pytest.raises(PestoError) as info:
+        PassManager("coarsen{target=0}").run(g, PassContext(quiet=True))
+    assert "target must be at least 1" in info.value.format()
+    with pytest.raises(PestoError) as info:
+        PassManager("coarsen{colocation=some}").run(g, PassContext(quiet=True))
+    assert "colocation must be one of connected, whole" in info.value.format()
+
+
+def test_quotient_needs_groups_on_every_op() -> None:
+    g = _doc([("a", None), ("b", None)], [("a", "b", 1)])
+    g.ops[0].attrs["group"] = StringAttr("g0")
+    with pytest.raises(CoarsenError, match="no 'group' attribute"):
+        quotient_graph(g)
+
+
+def test_quotient_rejects_groups_that_form_a_cycle() -> None:
+    g = _doc([("a", None), ("b", None), ("c", None)], [("a", "b", 1), ("b", "c", 1)])
+    _grouped(g, ["g0", "g1", "g0"])
+    with pytest.raises(CoarsenError, match="cycle"):
+        quotient_graph(g)
+
+
+def test_quotient_sums_per_kind_costs_per_key_without_a_cluster() -> None:
+    g = graph_from_json({"format": "pesto-graph/1", "nodes": [
+        {"id": "a", "cost": {"v100": 0.001, "cpu": 0.01}}, {"id": "b", "cost": 0.002}],
+        "edges": [{"src": "a", "dst": "b", "bytes": 4}]})
+    coarse, _ = quotient_graph(_grouped(g, ["g0", "g0"]))
+    assert coarse.op("g0").get("cost") == pytest.approx({"v100": 0.003, "cpu": 0.012})
