@@ -1,0 +1,330 @@
+"""Large-neighbourhood search: improve a plan by re-solving one part of it exactly at a time.
+
+Exact models of whole graphs stall above a couple of hundred ops, but a model in which most ops
+keep their device and their order on it is small, and its optimum is often a better plan. Each
+step frees a neighbourhood of the incumbent, chosen in turn among
+
+- a time slice: the ops that start in a window of the schedule,
+- a device pair: ops of two devices (one of them on the critical path), which may only trade
+  places between those two,
+- a subgraph: ops around a critical op, grown through producers and consumers,
+
+and re-solves it exactly with CP-SAT (`engine="cpsat"`: the model of `algo_cpsat` with the other
+units' devices fixed and their per-device order kept by precedence constraints) or python-mip
+(`engine="ilp"`: the MILP of `algo_ilp` with the same units fixed and their order binaries set).
+The solution is timed exactly (`simulate`, and the solver's link order) and kept only when its
+makespan is smaller, so the result is never worse than the start. A neighbourhood grows while
+its sub-problems are solved to optimality and shrinks while they time out.
+
+Every random choice comes from `options.seed`, and each sub-solve is limited by CP-SAT's
+deterministic time (or, for the MILP, seconds), so a run takes the same steps on any machine;
+the time limit only decides how many.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pesto_ir.bounds import lower_bound
+from pesto_ir.cluster import Cluster
+from pesto_ir.errors import PestoError
+from pesto_ir.ir import Graph
+from pesto_ir.passes.algo_cpsat import (
+    SEARCH_PARAMS,
+    Hint,
+    Problem,
+    Result,
+    Solution,
+    as_algorithm,
+    fmt,
+    gap,
+    schedules,
+    solve,
+    starting_plan,
+)
+from pesto_ir.passes.cpsat_worker import SolverProcess, shared_solver
+from pesto_ir.placement import PlaceOptions
+from pesto_ir.plan import Plan
+from pesto_ir.simulate import transfer_bytes
+from pesto_ir.validate import check_plan, validate_plan
+
+ENGINES = ("cpsat", "ilp")
+KINDS = ("time slice", "device pair", "subgraph")
+FIRST_SIZE = 24  # ops freed in the first neighbourhood
+MIN_SIZE = 4
+GROW, SHRINK = 1.25, 0.8
+STEP_DETERMINISTIC = 2.0  # CP-SAT deterministic seconds per step
+STEP_SECONDS = 3.0  # wall-clock cap of one step (and the MILP's limit per step)
+MIN_STEP_SECONDS = 0.2  # below this much time left no step is started
+IMPROVEMENT = 1e-9  # relative: smaller gains are float noise
+
+
+class LnsError(PestoError):
+    pass
+
+
+def improve_with_lns(graph: Graph, cluster: Cluster, options: PlaceOptions, engine: str = "cpsat",
+                     start: Plan | None = None) -> Plan:
+    """The best plan found from `start` (default: `options.warm_start`, else a heuristic plan)
+    within `options.time_limit`; never worse than the start."""
+    started = time.perf_counter()
+    if engine not in ENGINES:
+        raise LnsError(f"unknown LNS engine '{engine}' (choose one of: {', '.join(ENGINES)})")
+    notes: list[str] = []
+    if start is None:
+        start, notes = starting_plan(graph, cluster, options)
+        if start is None:
+            raise LnsError(f"LNS needs a plan to start from and no heuristic plan of '{graph.name}' fits in memory")
+    problems = validate_plan(graph, cluster, start)
+    if problems:
+        raise LnsError(f"the LNS start plan for '{graph.name}' is invalid: {problems[0]}")
+    plan = _Search(graph, cluster, options, engine, start, started, shared_solver()).run()
+    plan.notes[:0] = notes
+    return check_plan(graph, cluster, plan)
+
+
+@dataclass
+class _Step:
+    kind: str
+    free: int  # ops freed
+    status: str
+    improved: bool
+
+
+class _Search:
+    """One LNS run: the incumbent, the neighbourhood size and the random stream."""
+
+    def __init__(self, graph: Graph, cluster: Cluster, options: PlaceOptions, engine: str, start: Plan,
+                 started: float, proc: SolverProcess) -> None:
+        self.graph, self.cluster, self.engine, self.proc = graph, cluster, engine, proc
+        self.options = options
+        self.quiet = dataclasses.replace(options, quiet=True)
+        self.started = started
+        self.algorithm = f"{engine}-lns"
+        self.start = start
+        self.best = as_algorithm(start, self.algorithm)
+        self.lb = lower_bound(graph, cluster) if graph.ops else 0.0
+        self.rng = random.Random(options.seed)
+        self.size = float(min(FIRST_SIZE, len(graph.ops)))
+        self.steps: list[_Step] = []
+        self.prob = Problem.build(graph, cluster, start.makespan, self.lb) if graph.ops else None
+
+    def left(self) -> float:
+        return self.options.time_limit - (time.perf_counter() - self.started)
+
+    def run(self) -> Plan:
+        if not self._worth_searching():
+            return self._finish("optimal" if self.best.makespan <= self.lb * (1 + 1e-9) else "skipped")
+        self.options.progress(f"{self.algorithm}: {self.graph.name}: {len(self.graph.ops)} ops on "
+                              f"{len(self.cluster)} devices; start {fmt(self.best.makespan)}, lower bound {fmt(self.lb)}")
+        while self.left() > MIN_STEP_SECONDS and self.best.makespan > self.lb * (1 + 1e-9):
+            kind = KINDS[len(self.steps) % len(KINDS)]
+            free = self._neighbourhood(kind)
+            result, plan = self._solve(free)
+            improved = plan is not None and plan.makespan < self.best.makespan * (1 - IMPROVEMENT)
+            if improved:
+                self.best = plan
+            self.steps.append(_Step(kind, sum(len(self.prob.units[u]) for u in free), result.status, improved))
+            self._adapt(result.status)
+            self._report(improved)
+        return self._finish("optimal" if self.best.makespan <= self.lb * (1 + 1e-9) else "feasible")
+
+    def _worth_searching(self) -> bool:
+        return (self.prob is not None and len(self.cluster) > 1 and self.best.makespan > self.lb * (1 + 1e-9)
+                and len(self.prob.units) > 1)
+
+    def _adapt(self, status: str) -> None:
+        n = len(self.graph.ops)
+        if status in ("optimal", "infeasible"):
+            self.size = min(float(n), self.size * GROW)
+        else:
+            self.size = max(float(MIN_SIZE), self.size * SHRINK)
+
+    def _report(self, improved: bool) -> None:
+        k = len(self.steps)
+        if improved or k % 10 == 0:
+            step = self.steps[-1]
+            elapsed = time.perf_counter() - self.started
+            self.options.progress(f"{self.algorithm}: {elapsed:6.1f}s  step {k} ({step.kind}, {step.free} ops, "
+                                  f"{step.status})  incumbent {fmt(self.best.makespan)}  bound {fmt(self.lb)}")
+
+    def _finish(self, status: str) -> Plan:
+        plan = self.best
+        improved = sum(s.improved for s in self.steps)
+        bound = min(self.lb, plan.makespan)
+        plan.lower_bound = bound
+        plan.solver = {"name": f"{'cp-sat' if self.engine == 'cpsat' else self.options.solver}-lns",
+                       "status": status, "gap": gap(plan.makespan, bound), "bound": bound,
+                       "seconds": round(time.perf_counter() - self.started, 3), "objective": plan.makespan,
+                       "steps": len(self.steps), "improvements": improved}
+        if self.steps:
+            plan.notes.append(f"LNS ({self.engine}): {len(self.steps)} steps, {improved} improvements, "
+                              f"{fmt(self.start.makespan)} -> {fmt(plan.makespan)}")
+        else:
+            plan.notes.append(f"LNS ({self.engine}): no step needed or possible; kept the start plan")
+        return plan
+
+    # ------------------------------------------------------------------ neighbourhoods
+    def _devices(self) -> list[int]:
+        names = self.cluster.names
+        return [names.index(self.best.ops[n].device) for n in self.prob.names]
+
+    def _neighbourhood(self, kind: str) -> dict[int, list[int]]:
+        """Free units -> the devices each may use."""
+        prob, rng = self.prob, self.rng
+        want = max(MIN_SIZE, int(self.size))
+        dev = self._devices()
+        everywhere = {u: list(prob.allowed[u]) for u in range(len(prob.units))}
+        if kind == "time slice":
+            by_start = sorted(range(prob.n), key=lambda i: (self.best.ops[prob.names[i]].start, i))
+            first = rng.randrange(max(1, len(by_start) - want + 1))
+            ops = by_start[first:first + want]
+            return {prob.unit_of[i]: everywhere[prob.unit_of[i]] for i in ops}
+        critical = self._critical_ops()
+        seed = rng.choice(critical) if critical and rng.random() < 0.7 else rng.randrange(prob.n)
+        if kind == "device pair" and len(self.cluster) > 1:
+            a = dev[seed]
+            b = rng.choice([d for d in range(prob.k) if d != a])
+            at = self.best.ops[prob.names[seed]].start
+            on = sorted((i for i in range(prob.n) if dev[i] in (a, b)),
+                        key=lambda i: (abs(self.best.ops[prob.names[i]].start - at), i))
+            pair = [a, b]
+            return {prob.unit_of[i]: [d for d in pair if d in prob.allowed[prob.unit_of[i]]] for i in on[:want]}
+        return {prob.unit_of[i]: everywhere[prob.unit_of[i]] for i in self._grow(seed, want)}
+
+    def _grow(self, seed: int, want: int) -> list[int]:
+        """Up to `want` ops reached from `seed` through producers and consumers, nearest first."""
+        prob = self.prob
+        consumers: list[list[int]] = [[] for _ in range(prob.n)]
+        for i, ps in enumerate(prob.producers):
+            for p in ps:
+                consumers[p].append(i)
+        seen = {seed}
+        frontier = [seed]
+        while frontier and len(seen) < want:
+            nxt = []
+            for i in frontier:
+                for j in prob.producers[i] + consumers[i]:
+                    if j not in seen and len(seen) < want:
+                        seen.add(j)
+                        nxt.append(j)
+            self.rng.shuffle(nxt)
+            frontier = nxt
+        return sorted(seen)
+
+    def _critical_ops(self) -> list[int]:
+        """Ops of the incumbent that end exactly when something after them on their path starts:
+        walking back from the last op through whatever it waited for (device or input)."""
+        prob, plan = self.prob, self.best
+        slot = {i: plan.ops[n] for i, n in enumerate(prob.names)}
+        arrive = {(t.src, t.to): t for t in plan.transfers}
+        by_device: dict[str, list[int]] = {}
+        for i in sorted(slot, key=lambda i: (slot[i].start, slot[i].end)):
+            by_device.setdefault(slot[i].device, []).append(i)
+        before = {i: (seq[k - 1] if k else None) for seq in by_device.values() for k, i in enumerate(seq)}
+        i: int | None = max(slot, key=lambda i: slot[i].end)
+        out: list[int] = []
+        tol = 1e-12 + 1e-9 * plan.makespan
+        while i is not None and len(out) < prob.n:
+            out.append(i)
+            s = slot[i].start
+            nxt = None
+            for p in prob.producers[i]:
+                t = arrive.get((prob.names[p], slot[i].device))
+                ready = t.end if t is not None and slot[p].device != slot[i].device else slot[p].end
+                if abs(ready - s) <= tol:
+                    nxt = p
+                    break
+            if nxt is None and before[i] is not None and abs(slot[before[i]].end - s) <= tol:
+                nxt = before[i]
+            i = nxt
+        return out
+
+    # ------------------------------------------------------------------ one exact step
+    def _solve(self, free: Mapping[int, list[int]]) -> tuple[Result, Plan | None]:
+        seconds = min(STEP_SECONDS, self.left())
+        seed = self.rng.randrange(2**31)
+        options = dataclasses.replace(self.quiet, seed=seed, time_limit=seconds)
+        if self.engine == "cpsat":
+            result = self._cpsat_step(free, options)
+        else:
+            result = self._ilp_step(free, options)
+        if result.solution is None:
+            return result, None
+        timed = schedules(self.graph, self.cluster, self.prob, result.solution, self.algorithm)
+        if not timed:
+            return result, None
+        plan = min((p for p, _ in timed), key=lambda p: p.makespan)
+        plan.notes = list(self.best.notes)
+        return result, plan
+
+    def _fixed(self, free: Mapping[int, list[int]]) -> tuple[Problem, list[tuple[int, int]]]:
+        """The sub-problem with every unit outside `free` on its device, and the order of those
+        units' ops on each device as (before, after) pairs of ops that take time."""
+        prob = self.prob
+        dev = self._devices()
+        held = {u: [dev[members[0]]] for u, members in enumerate(prob.units) if u not in free}
+        sub = prob.restricted({**held, **free}, self.best.makespan)
+        chains: list[tuple[int, int]] = []
+        for d in self.cluster.names:
+            kept = [prob.index[n] for n in self.best.device_order(d)]
+            kept = [i for i in kept if prob.unit_of[i] not in free and not prob.idle[i][dev[i]]]
+            chains.extend(zip(kept, kept[1:]))
+        return sub, chains
+
+    def _cpsat_step(self, free: Mapping[int, list[int]], options: PlaceOptions) -> Result:
+        sub, chains = self._fixed(free)
+        return solve(self.proc, sub, Hint.of(sub, self.cluster, self.best), options, options.time_limit,
+                     self.algorithm, chains=chains, symmetry=False, deterministic=STEP_DETERMINISTIC,
+                     params=dict(SEARCH_PARAMS))
+
+    def _ilp_step(self, free: Mapping[int, list[int]], options: PlaceOptions) -> Result:
+        """The MILP of `algo_ilp` on the same sub-problem: its instance with the fixed units'
+        devices narrowed (its time windows, computed with every device allowed, stay valid, only
+        looser), and the order binaries of two fixed ops on one device set."""
+        from pesto_ir.passes import algo_ilp
+
+        prob = self.prob
+        dev = self._devices()
+        inst = algo_ilp._Instance.build(self.graph, self.cluster, self.best.makespan, self.lb)
+        mine = [prob.index[op.name] for op in inst.ops]  # the MILP's op index -> this problem's
+        for u, members in enumerate(inst.units):
+            v = prob.unit_of[mine[members[0]]]
+            inst.allowed[u] = list(free[v]) if v in free else [dev[mine[members[0]]]]
+        inst.xfers = algo_ilp._transfers(inst)
+        inst.classes = []
+        milp = algo_ilp._Milp(inst, options.solver, options)
+        position = {prob.index[n]: k for d in self.cluster.names for k, n in enumerate(self.best.device_order(d))}
+        for (i, j), var in milp.order.items():
+            a, b = mine[i], mine[j]
+            if prob.unit_of[a] not in free and prob.unit_of[b] not in free and dev[a] == dev[b]:
+                var.lb = var.ub = 1.0 if position[a] < position[b] else 0.0
+        milp.set_start(self.best)
+        solved = milp.solve(options.time_limit)
+        if not solved.has_solution:
+            return Result(solved.status, None, solved.bound, solved.seconds)
+        placement, _, _, _ = milp.solution()
+        return Result(solved.status, solved.objective, solved.bound, solved.seconds,
+                      _ticked(prob, self.graph, self.cluster, placement, milp, mine, inst.unit))
+
+
+def _ticked(prob: Problem, graph: Graph, cluster: Cluster, placement: Mapping[str, str], milp: Any,
+            mine: list[int], unit: float) -> Solution:
+    """The MILP's solution in the form CP-SAT's takes: devices, and times in ticks of `prob`."""
+    names = cluster.names
+    ilp_of = {m: i for i, m in enumerate(mine)}
+    to_ticks = 1.0 / (unit * prob.tick)
+    device = [names.index(placement[n]) for n in prob.names]
+    start = [int(round((milp.S[ilp_of[i]].x or 0.0) * to_ticks)) for i in range(prob.n)]
+    end = [start[i] + prob.cost[i][device[i]] for i in range(prob.n)]
+    sends = {}
+    for i, n in enumerate(prob.names):
+        for dst in transfer_bytes(graph.op(n), placement):
+            r = milp.R.get((ilp_of[i], names.index(dst)))
+            sends[(i, names.index(dst))] = int(round((r.x or 0.0) * to_ticks)) if r is not None else end[i]
+    return Solution(device, start, end, sends)

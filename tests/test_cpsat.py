@@ -1,0 +1,304 @@
+"""The `cpsat` and `auto` placement algorithms and large-neighbourhood search.
+
+CP-SAT is checked against the exact brute force of `test_ilp.py` (every placement, device order
+and link order) and against the MILP on the same graphs; LNS and auto must never return a plan
+worse than their start; every plan goes through `check_plan`.
+"""
+
+from __future__ import annotations
+
+import io
+import sys
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from test_ilp import (
+    brute_exact,
+    diamond,
+    fork_join,
+    gpu_and_cpu,
+    layered_dag,
+    link_order_matters,
+    make_graph,
+    round_robin_plan,
+    small_dags,
+    two_chains,
+    two_gpus,
+)
+
+from pesto_ir.bounds import lower_bound
+from pesto_ir.cluster import Cluster, Device, Link
+from pesto_ir.costs import op_cost
+from pesto_ir.errors import PestoError
+from pesto_ir.ir import Graph
+from pesto_ir.passes.algo_auto import place_auto
+from pesto_ir.passes.algo_cpsat import Problem, earliest_schedule, place_cpsat, tick_for
+from pesto_ir.passes.algo_ilp import place_ilp
+from pesto_ir.passes.lns import improve_with_lns
+from pesto_ir.placement import PlaceOptions
+from pesto_ir.validate import check_plan
+
+TOL = 1e-6
+QUIET = PlaceOptions(time_limit=20, quiet=True)
+
+
+def assert_optimal(graph: Graph, cluster: Cluster, plan: Any, exact: float | None = None) -> float:
+    exact = brute_exact(graph, cluster) if exact is None else exact
+    check_plan(graph, cluster, plan)
+    assert plan.solver["status"] == "optimal", plan.solver
+    assert plan.makespan == pytest.approx(exact, abs=TOL, rel=TOL)
+    assert plan.solver["bound"] <= plan.makespan + 1e-12
+    return exact
+
+
+# ---------------------------------------------------------------- optimality, and agreement with the MILP
+
+@pytest.mark.parametrize("build", [diamond, fork_join, two_chains])
+def test_matches_brute_force_and_the_milp(build: Any) -> None:
+    graph, cluster = build(), two_gpus()
+    plan = place_cpsat(graph, cluster, QUIET)
+    exact = assert_optimal(graph, cluster, plan)
+    assert plan.algorithm == "cpsat" and plan.solver["name"] == "cp-sat"
+    assert plan.solver["gap"] <= 1e-6
+    assert place_ilp(graph, cluster, QUIET).makespan == pytest.approx(exact, abs=TOL)
+
+
+def test_keeps_a_link_order_first_come_first_served_cannot() -> None:
+    graph, cluster = link_order_matters(), two_gpus(memory=15)
+    plan = place_cpsat(graph, cluster, QUIET)
+    exact = assert_optimal(graph, cluster, plan)
+    assert place_ilp(graph, cluster, QUIET).makespan == pytest.approx(exact, abs=TOL)
+    assert any("replayed" in n for n in plan.notes)
+
+
+def test_colocation_is_kept_and_optimal() -> None:
+    nodes = [{"id": "a", "cost": 0.1, "colocate": "g"}, {"id": "b", "cost": 0.4}, {"id": "c", "cost": 0.4},
+             {"id": "d", "cost": 0.1, "colocate": "g"}, {"id": "e", "cost": 0.3, "colocate": "h"},
+             {"id": "f", "cost": 0.2, "colocate": "h"}]
+    edges = [("a", "b", 1000), ("a", "c", 1000), ("b", "d", 1000), ("c", "d", 1000), ("e", "f", 1000)]
+    graph, cluster = make_graph(nodes, edges), two_gpus()
+    plan = place_cpsat(graph, cluster, QUIET)
+    assert plan.ops["a"].device == plan.ops["d"].device
+    assert plan.ops["e"].device == plan.ops["f"].device
+    assert_optimal(graph, cluster, plan)
+
+
+def test_memory_capacity_forces_a_split() -> None:
+    nodes = [{"id": f"n{i}", "cost": 0.1, "memory": 40} for i in range(4)]
+    graph = make_graph(nodes, [("n0", "n1", 10**9), ("n1", "n2", 10**9), ("n2", "n3", 10**9)], "chain")
+    cluster = two_gpus(memory=100)
+    plan = place_cpsat(graph, cluster, QUIET)
+    for d in cluster.names:
+        assert sum(40 for s in plan.ops.values() if s.device == d) <= 100
+    assert len({s.device for s in plan.ops.values()}) == 2
+    assert_optimal(graph, cluster, plan)
+
+
+def test_memory_that_cannot_fit_is_a_clean_error() -> None:
+    graph = make_graph([{"id": "a", "cost": 0.1, "memory": 200}], [])
+    with pytest.raises(PestoError, match="bytes"):
+        place_cpsat(graph, two_gpus(memory=100), QUIET)
+
+
+def test_heterogeneous_devices_and_links() -> None:
+    nodes = [{"id": "a", "cost": {"v100": 0.01, "cpu": 0.05}}, {"id": "b", "cost": {"v100": 0.2, "cpu": 2.0}},
+             {"id": "c", "cost": {"v100": 0.2, "cpu": 0.25}}, {"id": "d", "cost": {"v100": 0.01, "cpu": 0.05}}]
+    graph = make_graph(nodes, [("a", "b", 10**6), ("a", "c", 10**6), ("b", "d", 10**6), ("c", "d", 10**6)])
+    cluster = gpu_and_cpu()
+    plan = place_cpsat(graph, cluster, QUIET)
+    assert plan.ops["b"].device == "gpu0"
+    exact = assert_optimal(graph, cluster, plan)
+    assert exact < 0.42  # better than everything on the GPU
+    slow_back = Cluster(cluster.devices, {**cluster.links, ("cpu0", "gpu0"): Link("cpu0", "gpu0", 0.05, 1e8)})
+    assert_optimal(graph, slow_back, place_cpsat(graph, slow_back, QUIET))
+
+
+def test_results_read_by_different_consumers_are_sent_only_where_needed() -> None:
+    """`a` has two results (tensors of different sizes) read by different ops: only the one read
+    on the other device is sent, as `transfer_bytes` says."""
+    nodes = [{"id": "a", "cost": 0.1}, {"id": "b", "cost": 0.3}, {"id": "c", "cost": 0.3}, {"id": "d", "cost": 0.05}]
+    graph = make_graph(nodes, [("a", "b", 10**9), ("a", "c", 10**6), ("b", "d", 10**6), ("c", "d", 10**6)])
+    cluster = two_gpus(bandwidth=1e9, latency=1e-3)
+    assert len(graph.op("a").results) == 2
+    plan = place_cpsat(graph, cluster, QUIET)
+    exact = assert_optimal(graph, cluster, plan)
+    assert place_ilp(graph, cluster, QUIET).makespan == pytest.approx(exact, abs=TOL)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(small_dags())
+def test_random_small_dags_agree_with_brute_force_and_the_milp(case: tuple[Graph, Cluster]) -> None:
+    graph, cluster = case
+    exact = assert_optimal(graph, cluster, place_cpsat(graph, cluster, QUIET))
+    assert place_ilp(graph, cluster, QUIET).makespan == pytest.approx(exact, abs=TOL, rel=TOL)
+
+
+# ---------------------------------------------------------------- model details
+
+def test_resolution_puts_the_upper_bound_at_1e8_to_1e9_ticks() -> None:
+    for ub in (3e-6, 0.0924, 1.0, 1.78, 250.0):
+        assert 1e8 <= ub / tick_for(ub) < 1e9 * (1 + 1e-9)
+    graph, cluster = fork_join(), two_gpus()
+    plan = place_cpsat(graph, cluster, QUIET)
+    assert plan.solver["resolution"] == pytest.approx(1e-9)
+
+
+def test_durations_round_down_so_the_bound_is_a_true_lower_bound() -> None:
+    graph = make_graph([{"id": "a", "cost": 1.23456789e-3}, {"id": "b", "cost": 0.0}], [("a", "b", 10)])
+    prob = Problem.build(graph, two_gpus(), 1e-3, 0.0)
+    assert prob.cost[prob.index["a"]][0] * prob.tick <= 1.23456789e-3
+    assert prob.idle[prob.index["b"]] == [True, True]
+
+
+def test_ops_that_take_no_time_wait_for_their_inputs_only() -> None:
+    """A zero-cost op may sit inside another op's run (DESIGN.md allows it); the exact timing of
+    a solution must not hold it behind the device's previous op, as `simulate` does."""
+    nodes = [{"id": "src", "cost": 0.1, "colocate": "x"}, {"id": "long", "cost": 1.0, "colocate": "y"},
+             {"id": "zero", "cost": 0.0, "colocate": "y"}, {"id": "sink", "cost": 0.1, "colocate": "x"}]
+    graph = make_graph(nodes, [("src", "zero", 10**6), ("zero", "sink", 10**6)])
+    cluster = two_gpus(bandwidth=1e9, latency=1e-3)
+    placement = {"src": "gpu0", "sink": "gpu0", "long": "gpu1", "zero": "gpu1"}
+    order = {"gpu0": ["src", "sink"], "gpu1": ["long", "zero"]}
+    plan = earliest_schedule(graph, cluster, placement, order, {})
+    check_plan(graph, cluster, plan)
+    assert plan.ops["zero"].start == pytest.approx(0.102)  # src ends at 0.1, its tensor takes 2 ms
+    assert plan.makespan == pytest.approx(1.0)
+
+
+def test_deterministic() -> None:
+    graph = layered_dag(14, seed=7)
+    cluster = Cluster.homogeneous(3, "v100", latency=1e-5, bandwidth=50e9)
+    a = place_cpsat(graph, cluster, PlaceOptions(time_limit=20, quiet=True, seed=1))
+    b = place_cpsat(graph, cluster, PlaceOptions(time_limit=20, quiet=True, seed=1))
+    assert a.solver["status"] == "optimal"
+    assert {n: s.device for n, s in a.ops.items()} == {n: s.device for n, s in b.ops.items()}
+    assert a.makespan == b.makespan
+    assert place_ilp(graph, cluster, PlaceOptions(time_limit=20, quiet=True)).makespan == \
+        pytest.approx(a.makespan, rel=1e-6)
+
+
+def test_warm_start_is_never_made_worse_and_the_bound_holds() -> None:
+    graph = layered_dag(40, seed=3)
+    cluster = Cluster.homogeneous(4, "v100", latency=1e-5, bandwidth=50e9)
+    warm = round_robin_plan(graph, cluster)
+    plan = place_cpsat(graph, cluster, PlaceOptions(time_limit=2, quiet=True, warm_start=warm))
+    check_plan(graph, cluster, plan)
+    assert plan.makespan <= warm.makespan + 1e-12
+    assert plan.solver["status"] in {"optimal", "feasible"}
+    assert lower_bound(graph, cluster) <= plan.solver["bound"] + 1e-12 <= plan.makespan + 2e-12
+
+
+def test_without_a_warm_start_it_builds_one() -> None:
+    graph = layered_dag(12, seed=5)
+    cluster = two_gpus(bandwidth=50e9, latency=1e-5)
+    plan = place_cpsat(graph, cluster, PlaceOptions(time_limit=5, quiet=True))
+    check_plan(graph, cluster, plan)
+    assert plan.makespan <= sum(op_cost(op, cluster.devices[0]) for op in graph.ops) + 1e-12
+
+
+def test_invalid_warm_start_is_ignored_with_a_note() -> None:
+    graph, cluster = diamond(), two_gpus()
+    other = round_robin_plan(fork_join(), cluster)
+    plan = place_cpsat(graph, cluster, PlaceOptions(time_limit=10, quiet=True, warm_start=other))
+    assert any("not a valid plan" in n for n in plan.notes)
+    assert_optimal(graph, cluster, plan)
+
+
+def test_warm_start_at_the_lower_bound_needs_no_solve() -> None:
+    nodes = [{"id": f"n{i}", "cost": 0.1} for i in range(3)]
+    graph = make_graph(nodes, [("n0", "n1", 1), ("n1", "n2", 1)])
+    plan = place_cpsat(graph, two_gpus(), QUIET)
+    assert plan.solver["status"] == "optimal" and plan.makespan == pytest.approx(0.3)
+    assert any("no CP-SAT solve needed" in n for n in plan.notes)
+
+
+def test_progress_reports_incumbent_and_bound_unless_quiet() -> None:
+    graph, cluster = fork_join(), two_gpus()
+    log = io.StringIO()
+    place_cpsat(graph, cluster, PlaceOptions(time_limit=10, log=log))
+    text = log.getvalue()
+    assert "incumbent" in text and "bound" in text and "optimal" in text and "1 tick = 1e-09 s" in text
+    quiet = io.StringIO()
+    place_cpsat(graph, cluster, PlaceOptions(time_limit=10, log=quiet, quiet=True))
+    assert quiet.getvalue() == ""
+
+
+def test_or_tools_never_loads_beside_cbc() -> None:
+    """OR-tools and python-mip's CBC ship clashing builds of libOsi.so.0: CP-SAT must run in its
+    worker process, so the MILP keeps working in this one after a CP-SAT solve."""
+    graph, cluster = diamond(), two_gpus()
+    place_cpsat(graph, cluster, QUIET)
+    assert "ortools.sat.python.cp_model" not in sys.modules
+    assert place_ilp(graph, cluster, QUIET).solver["status"] == "optimal"
+
+
+# ---------------------------------------------------------------- large-neighbourhood search
+
+@pytest.mark.parametrize("engine", ["cpsat", "ilp"])
+def test_lns_never_returns_a_worse_plan(engine: str) -> None:
+    graph = layered_dag(40, seed=3)
+    cluster = Cluster.homogeneous(4, "v100", latency=1e-5, bandwidth=50e9)
+    start = round_robin_plan(graph, cluster)
+    plan = improve_with_lns(graph, cluster, PlaceOptions(time_limit=3, quiet=True), engine=engine, start=start)
+    check_plan(graph, cluster, plan)
+    assert plan.makespan <= start.makespan + 1e-12
+    assert plan.algorithm == f"{engine}-lns"
+    assert plan.solver["steps"] >= 1 and plan.solver["bound"] <= plan.makespan
+    if engine == "cpsat":
+        assert plan.makespan < start.makespan  # round robin is far from good
+
+
+def test_lns_keeps_memory_and_colocation_on_heterogeneous_devices() -> None:
+    graph = layered_dag(30, seed=4)
+    for i, op in enumerate(graph.ops):
+        op.set("memory", 10)
+        if i % 7 == 0:
+            op.set("colocate", "p")
+        op.set("cost", {"v100": float(op.get("cost")), "cpu": 4 * float(op.get("cost"))})
+    devices = [Device.of_kind("gpu0", "v100", 130), Device.of_kind("gpu1", "v100", 130),
+               Device.of_kind("cpu0", "cpu", 1000)]
+    cluster = Cluster.fully_connected(devices, latency=1e-5, bandwidth=10e9)
+    start = place_auto(graph, cluster, PlaceOptions(time_limit=0.1, quiet=True))
+    plan = improve_with_lns(graph, cluster, PlaceOptions(time_limit=3, quiet=True, seed=3), start=start)
+    check_plan(graph, cluster, plan)
+    assert plan.makespan <= start.makespan + 1e-12
+    assert len({plan.ops[op.name].device for op in graph.ops if op.get("colocate") == "p"}) == 1
+
+
+def test_lns_reports_progress_and_rejects_an_unknown_engine() -> None:
+    graph = layered_dag(30, seed=2)
+    cluster = Cluster.homogeneous(3, "v100", latency=1e-5, bandwidth=50e9)
+    log = io.StringIO()
+    improve_with_lns(graph, cluster, PlaceOptions(time_limit=2, log=log), start=round_robin_plan(graph, cluster))
+    assert "incumbent" in log.getvalue() and "bound" in log.getvalue()
+    with pytest.raises(PestoError, match="unknown LNS engine 'gurobi'"):
+        improve_with_lns(graph, cluster, QUIET, engine="gurobi")
+
+
+# ---------------------------------------------------------------- auto
+
+def test_auto_solves_a_small_graph_exactly_and_says_which_engine_won() -> None:
+    graph, cluster = fork_join(), two_gpus()
+    plan = place_auto(graph, cluster, QUIET)
+    assert_optimal(graph, cluster, plan)
+    assert plan.algorithm == "auto" and plan.solver["winner"] == "cpsat"
+    assert any("cpsat won" in n and "above the lower bound" in n for n in plan.notes)
+
+
+def test_auto_keeps_a_heuristic_plan_at_the_lower_bound() -> None:
+    nodes = [{"id": f"n{i}", "cost": 0.1} for i in range(3)]
+    graph = make_graph(nodes, [("n0", "n1", 1), ("n1", "n2", 1)])
+    plan = place_auto(graph, two_gpus(), QUIET)
+    assert plan.solver["status"] == "optimal" and plan.solver["gap"] == 0.0
+    assert plan.solver["winner"] != "cpsat"
+
+
+def test_auto_uses_lns_on_larger_graphs_and_is_never_worse_than_its_start() -> None:
+    graph = layered_dag(80, seed=9)
+    cluster = Cluster.homogeneous(4, "v100", latency=1e-5, bandwidth=50e9)
+    warm = round_robin_plan(graph, cluster)
+    plan = place_auto(graph, cluster, PlaceOptions(time_limit=3, quiet=True, warm_start=warm))
+    check_plan(graph, cluster, plan)
+    assert plan.makespan < warm.makespan
+    assert "cpsat-lns" in plan.solver["portfolio"] and plan.solver["winner"] == "cpsat-lns"
