@@ -1,8 +1,10 @@
-"""`annotate-costs{model=given|roofline|profile}`: put each op's time and memory in the IR.
+"""`annotate-costs{model=given|roofline|profile|auto}`: put each op's time and memory in the IR.
 
 - `given`: the costs are already on the ops (cost graphs, hand-written `.pir`); check that every op
   has one, for every device of the cluster, so no placement reads a silent 0.
 - `roofline`: FLOPs and bytes from shapes (`pesto_ir.roofline`), timed on each device's figures.
+- `auto`: `given` when every op has a cost, else `roofline` (for pipelines that take both cost
+  graphs and models written without costs).
 - `profile`: each op run with `jax.jit` on a real JAX device of each kind (`pesto_ir.profile`),
   median (`stat=min`: minimum) of `runs` timed calls after `warmup`, cached on disk.
 
@@ -161,10 +163,18 @@ def _kinds(cluster: Cluster) -> str:
     return ", ".join(kinds)
 
 
+def _auto(p: AnnotateCostsPass, graph: Graph, cluster: Cluster | None, ctx: PassContext) -> None:
+    if all("cost" in op.attrs for op in graph.ops):
+        _given(p, graph, cluster, ctx)
+    else:
+        _roofline(p, graph, cluster, ctx)
+
+
 MODELS: dict[str, Callable[[AnnotateCostsPass, Graph, Cluster | None, PassContext], None]] = {
     "given": _given,
     "roofline": _roofline,
     "profile": _profile,
+    "auto": _auto,
 }
 
 

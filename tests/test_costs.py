@@ -227,6 +227,13 @@ def test_roofline_refuses_opaque_cost_graph_ops() -> None:
     assert "op 'a'" in e.value.format() and "model=given" in e.value.format()
 
 
+def test_auto_uses_given_costs_or_roofline() -> None:
+    given = "graph @g() {\n  %a = opaque() {cost = 1ms} : blob[8]\n}"
+    assert run_pass(given, "annotate-costs{model=auto}", Cluster.homogeneous(1, "v100")).op("a").get("cost") == 1e-3
+    g = run_pass(MLP, "annotate-costs{model=auto}", Cluster.homogeneous(1, "v100"))
+    assert all("flops" in op.attrs and "cost" in op.attrs for op in g.ops)
+
+
 def test_bad_model_option_is_a_pipeline_error() -> None:
     with pytest.raises(pesto_ir.ParseError, match="model must be one of"):
         Pipeline.parse("annotate-costs{model=guess}")
