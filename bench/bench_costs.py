@@ -194,6 +194,7 @@ def main() -> int:
     if args.clock == "cpu":
         os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + SINGLE_THREAD_XLA).strip()
     import jax
+
     from pesto_ir.frontends.jax import lower
 
     device = jax.devices()[0]
