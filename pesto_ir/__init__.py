@@ -1,7 +1,8 @@
 """Pesto IR: place and schedule DNN computations across accelerators.
 
 The public surface: the IR (`Graph`, `Op`, `Value`, types, attributes), `parse`/`load` and
-`str(graph)` for the `.pir` text format, `verify`, and the pass manager.
+`str(graph)` for the `.pir` text format, `verify`, the pass manager, and `parallelize` (a
+jit-like wrapper that runs a JAX function across devices as planned).
 """
 
 from pesto_ir.attributes import (
@@ -24,6 +25,7 @@ from pesto_ir.attributes import (
 from pesto_ir.errors import Diagnostic, ParseError, PassError, PestoError, VerifyError
 from pesto_ir.ir import Graph, Location, Op, Value
 from pesto_ir.loader import load, parse
+from pesto_ir.parallel import parallelize
 from pesto_ir.printer import print_graph
 from pesto_ir.types import BlobType, TensorType, Type
 from pesto_ir.verifier import verify
@@ -32,6 +34,6 @@ __all__ = [
     "Attr", "BoolAttr", "BytesAttr", "DeviceAttr", "DictAttr", "DtypeAttr", "DurationAttr", "FloatAttr",
     "GraphAttr", "IntAttr", "ListAttr", "NoneAttr", "StringAttr", "TypeAttr", "to_attr",
     "Diagnostic", "ParseError", "PassError", "PestoError", "VerifyError",
-    "Graph", "Location", "Op", "Value", "load", "parse", "print_graph",
+    "Graph", "Location", "Op", "Value", "load", "parse", "parallelize", "print_graph",
     "BlobType", "TensorType", "Type", "verify",
 ]

@@ -1,0 +1,468 @@
+"""`emit_python(placed_graph) -> str`: a placed graph as a readable, standalone JAX module.
+
+The module needs only JAX and numpy. It holds one function per segment of the dispatch program
+(`backends/schedule.py`: the same segments, transfers and input homes the JAX backend runs), each
+op one line binding its JAX primitive with its decoded parameters under a comment naming the IR
+op, its plan slot and its source line; nested graphs (`scan`, `while`, `cond` bodies, reduction
+bodies) become functions traced to jaxprs the way the interpreter traces them. `run(*inputs,
+devices=None)` dispatches the segments in plan order, jitted on their devices, with one
+`jax.device_put` per transfer; run as a script, the module runs one step on zeros.
+
+Parameter values are written as Python source by a rule table over their types (numbers, tuples,
+dtypes, lax enums and named tuples, primitives); a value no rule covers is an error naming the op
+and the parameter, never a silently wrong program.
+"""
+
+from __future__ import annotations
+
+import enum
+import keyword
+import math
+import re
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+from jax import lax
+
+from pesto_ir.attributes import Attr, GraphAttr, ListAttr
+from pesto_ir.backends.schedule import Move, Schedule, schedule
+from pesto_ir.errors import PestoError
+from pesto_ir.interpreter import ANNOTATION_KEYS
+from pesto_ir.ir import Graph, Op, Value
+from pesto_ir.jax_params import (
+    DERIVED_PARAMS,
+    OPEN_JAXPR_CODEC,
+    PARAM_DEFAULTS,
+    codec_for,
+    decode_plain,
+    jax_dtype,
+    lookup_primitive,
+)
+from pesto_ir.plan import read_plan_attrs
+from pesto_ir.types import TensorType
+
+
+class EmitError(PestoError):
+    """The placed graph has something the emitter cannot write as Python."""
+
+
+def emit_python(placed_graph: Graph, state_map: Mapping[int, int] | None = None) -> str:
+    """The Python source of a module running `placed_graph` as planned (see the module docstring)."""
+    return _Emitter(schedule(placed_graph, state_map)).module()
+
+
+# ---------------------------------------------------------------- names
+
+_RESERVED = frozenset({
+    "jax", "jnp", "np", "lax", "os", "sys", "run", "main", "dev", "inputs", "devices", "float", "complex",
+    "DEVICES", "INPUTS", "INPUT_HOMES", "SEGMENTS", "GRAPH",
+})
+
+
+class _Namespace:
+    """Unique Python identifiers for IR names (`p.l1.w` -> `p_l1_w`)."""
+
+    def __init__(self, reserved: frozenset[str] | set[str] = _RESERVED) -> None:
+        self.used: set[str] = set(reserved)
+        self.of: dict[Any, str] = {}
+
+    def name(self, key: Any, hint: str) -> str:
+        found = self.of.get(key)
+        if found is not None:
+            return found
+        base = re.sub(r"\W", "_", hint).lstrip("_") or "v"
+        if base[0].isdigit():
+            base = f"v{base}"
+        if keyword.iskeyword(base):
+            base += "_"
+        name, i = base, 1
+        while name in self.used:
+            name, i = f"{base}_{i}", i + 1
+        self.used.add(name)
+        self.of[key] = name
+        return name
+
+
+# ---------------------------------------------------------------- parameter values as source
+
+Source = Callable[[Any], str]
+
+
+def _float_source(x: float) -> str:
+    return repr(x) if math.isfinite(x) else f"float('{x}')"
+
+
+def _tuple_source(x: tuple[Any, ...]) -> str:
+    items = [source(i) for i in x]
+    return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
+
+
+def _lax_class(cls: type) -> str:
+    if getattr(lax, cls.__name__, None) is not cls:
+        raise EmitError(f"no public jax.lax name for {cls.__module__}.{cls.__name__}")
+    return f"lax.{cls.__name__}"
+
+
+def _namedtuple_source(x: Any) -> str:
+    fields = ", ".join(f"{f}={source(getattr(x, f))}" for f in type(x)._fields)
+    return f"{_lax_class(type(x))}({fields})"
+
+
+def _tolerance_source(x: Any) -> str:
+    return f"lax.Tolerance(atol={source(x.atol)}, rtol={source(x.rtol)}, ulps={source(x.ulps)})"
+
+
+_SOURCE_BY_TYPE: dict[type, Source] = {
+    type(None): repr,
+    bool: repr,
+    int: repr,
+    str: repr,
+    float: _float_source,
+    tuple: _tuple_source,
+    list: _tuple_source,
+    dict: lambda x: "{" + ", ".join(f"{k!r}: {source(v)}" for k, v in x.items()) + "}",
+}
+if hasattr(lax, "Tolerance"):
+    _SOURCE_BY_TYPE[lax.Tolerance] = _tolerance_source
+
+# Tried in order when the exact type is not above (enums before ints: IntEnum members are ints).
+_SOURCE_BY_BASE: tuple[tuple[Callable[[Any], bool], Source], ...] = (
+    (lambda x: isinstance(x, enum.Enum), lambda x: f"{_lax_class(type(x))}.{x.name}"),
+    (lambda x: isinstance(x, tuple) and hasattr(type(x), "_fields"), _namedtuple_source),
+    (lambda x: isinstance(x, np.dtype), lambda x: f"jnp.dtype({x.name!r})"),
+    (lambda x: isinstance(x, type) and issubclass(x, np.generic), lambda x: f"jnp.dtype({np.dtype(x).name!r})"),
+    (lambda x: isinstance(x, np.generic), lambda x: source(x.item())),
+    (lambda x: type(x).__name__ == "Primitive" or hasattr(x, "multiple_results"),
+     lambda x: f"_primitive({x.name!r})"),
+)
+
+
+def source(x: Any) -> str:
+    """Python source that evaluates to `x` in the emitted module."""
+    rule = _SOURCE_BY_TYPE.get(type(x))
+    if rule is not None:
+        return rule(x)
+    for test, rule in _SOURCE_BY_BASE:
+        if test(x):
+            return rule(x)
+    raise EmitError(f"no Python source for a {type(x).__name__}: {x!r:.80}")
+
+
+# Parameters JAX derives from others (see jax_params.DERIVED_PARAMS), as source over their sources.
+DERIVED_SOURCE: dict[str, dict[str, Callable[[Mapping[str, str]], str]]] = {
+    "reduce": {"computation": lambda src: f"_as_fun({src['jaxpr']})"},
+}
+
+
+# ---------------------------------------------------------------- the emitter
+
+_HELPERS = '''
+def _primitive(name):
+    """The JAX primitive called `name`: jax.extend.core.primitives and jax.lax first, then any
+    loaded JAX module (a few primitives live only there)."""
+    from jax.extend.core import Primitive, primitives
+
+    for module in (primitives, lax, lax.linalg):
+        for v in vars(module).values():
+            if isinstance(v, Primitive) and v.name == name:
+                return v
+    for module_name, module in list(sys.modules.items()):
+        if module is not None and (module_name == "jax" or module_name.startswith("jax.")):
+            for v in list(vars(module).values()):
+                if isinstance(v, Primitive) and v.name == name:
+                    return v
+    raise LookupError(f"JAX has no primitive named {name!r}")
+
+
+def _closed_jaxpr(fn, *specs):
+    """The closed jaxpr of a body function over (shape, dtype) inputs, as scan/while/cond bind it."""
+    return jax.make_jaxpr(fn)(*[jax.ShapeDtypeStruct(shape, dtype) for shape, dtype in specs])
+
+
+def _as_fun(closed):
+    return lambda *args: jax.extend.core.jaxpr_as_fun(closed)(*args)
+
+
+_JITTED = {}
+
+
+def _jitted(fn, device):
+    """`fn` compiled for `device` (its inputs are already there; its results stay there)."""
+    key = (fn, device)
+    if key not in _JITTED:
+        _JITTED[key] = jax.jit(fn, out_shardings=jax.sharding.SingleDeviceSharding(device))
+    return _JITTED[key]
+
+
+def _to(x, device, dtype):
+    """An input on `device`, converted the way jax.jit converts arguments."""
+    return jax.device_put(x if isinstance(x, jax.Array) else np.asarray(x, dtype), device)
+
+
+def _device_map(devices):
+    devices = list(jax.devices()[:len(DEVICES)] if devices is None else devices)
+    if len(devices) != len(DEVICES):
+        raise ValueError(f"this plan runs on {len(DEVICES)} devices ({', '.join(DEVICES)}), got {len(devices)}; "
+                         "on a CPU host set XLA_FLAGS=--xla_force_host_platform_device_count=N first")
+    return dict(zip(DEVICES, devices))
+'''
+
+
+class _Emitter:
+    def __init__(self, sched: Schedule) -> None:
+        self.sched = sched
+        self.graph = sched.graph
+        self.module_names = _Namespace()
+        self.prims: dict[str, str] = {}  # primitive name -> module-level variable
+        self.bodies: list[str] = []  # source of nested-graph functions, innermost first
+        self.seg_names = [self.module_names.name(("segment", s.index), s.name) for s in sched.segments]
+
+    # -- the module
+    def module(self) -> str:
+        segments = [self.segment(s, name) for s, name in zip(self.sched.segments, self.seg_names)]
+        run = self.run_function()
+        prims = [f"{var} = _primitive({name!r})" for name, var in self.prims.items()]
+        parts = [self.header(), _HELPERS.strip("\n"), "\n".join(prims), *self.bodies, *segments, run, self.main()]
+        return "\n\n\n".join(p for p in parts if p) + "\n"
+
+    def header(self) -> str:
+        g, sched = self.graph, self.sched
+        plan = read_plan_attrs(g)
+        algo = plan.algorithm if plan is not None else "?"
+        makespan = f"{plan.makespan * 1e6:.1f} us" if plan is not None else "?"
+        specs = ", ".join(f"({v.name!r}, {tuple(_tensor(v).shape)!r}, {np.dtype(jax_dtype(_tensor(v).dtype)).name!r})"
+                          for v in g.inputs)
+        homes = ", ".join(repr(sched.input_home[v]) for v in g.inputs)
+        lines = [
+            f'"""Graph @{g.name} as placed by {algo} (simulated makespan {makespan}) on '
+            f'{", ".join(sched.devices)}.',
+            "",
+            f"Emitted by pesto_ir.backends.python_emit: {len(sched.segments)} segment(s), "
+            f"{len(sched.moves)} transfer(s) per step.",
+            "`run(*inputs, devices=None)` takes the graph's inputs in order (INPUTS) and returns its outputs;",
+            "as a script it runs one step on zeros.",
+            '"""',
+            "",
+            "import os",
+            "import sys",
+            "",
+            'if __name__ == "__main__":  # as a script on a host without accelerators: one CPU device per plan device',
+            f'    os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count={len(sched.devices)}")',
+            "",
+            "import jax  # noqa: E402",
+            "import jax.numpy as jnp  # noqa: E402",
+            "import numpy as np  # noqa: E402",
+            "from jax import lax  # noqa: E402",
+            "",
+            f"GRAPH = {g.name!r}",
+            f"DEVICES = {tuple(sched.devices)!r}",
+            f"INPUTS = ({specs}{',' if len(g.inputs) == 1 else ''})  # name, shape, dtype of each input",
+            f"INPUT_HOMES = ({homes}{',' if len(g.inputs) == 1 else ''})  # the device each input lives on",
+        ]
+        return "\n".join(lines)
+
+    # -- one graph's ops as straight-line code
+    def body_lines(self, ops: tuple[Op, ...] | list[Op], names: _Namespace, indent: str = "    ") -> list[str]:
+        lines: list[str] = []
+        for op in ops:
+            lines.append(f"{indent}# {self.describe(op)}")
+            rule = EMIT_RULES.get(op.opcode, _emit_bind)
+            lines.append(indent + rule(self, op, names))
+        return lines
+
+    def describe(self, op: Op) -> str:
+        args = ", ".join(f"%{v.name}" for v in op.operands)
+        types = ", ".join(str(r.type) for r in op.results)
+        text = f"{op.name}: {op.opcode}({args}) -> {types}"
+        if "device" in op.attrs:
+            text += f"  @{op.get('device')} [{_us(op.get('start', 0.0))} .. {_us(op.get('end', 0.0))}]"
+        if op.loc is not None:
+            text += f"  {op.loc}"
+        return text
+
+    def segment(self, seg: Any, fname: str) -> str:
+        names = _Namespace(_RESERVED | self.module_names.used)
+        params = ", ".join(names.name(id(v), v.name) for v in seg.inputs)
+        planned = seg.planned_ops
+        copied = f", after {seg.recomputed} recomputed constant(s)" if seg.recomputed else ""
+        lines = [f"def {fname}({params}):",
+                 f'    """{len(planned)} op(s) on {seg.device}: {planned[0].name} .. {planned[-1].name}{copied}."""']
+        lines += self.body_lines(seg.ops, names)
+        lines.append(f"    return [{', '.join(names.name(id(v), v.name) for v in seg.outputs)}]")
+        return "\n".join(lines)
+
+    def nested(self, graph: Graph, hint: str) -> str:
+        """A module-level function for a nested graph (written once); returns its name."""
+        fname = self.module_level(("body", id(graph)), f"_body_{hint}")
+        if any(b.startswith(f"def {fname}(") for b in self.bodies):
+            return fname
+        names = _Namespace(_RESERVED | self.module_names.used)
+        params = ", ".join(names.name(id(v), v.name) for v in graph.inputs)
+        lines = [f"def {fname}({params}):", f'    """Nested graph @{graph.name}."""']
+        lines += self.body_lines(graph.ops, names)
+        lines.append(f"    return [{', '.join(names.name(id(v), v.name) for v in graph.outputs)}]")
+        self.bodies.append("\n".join(lines))
+        return fname
+
+    def primitive(self, name: str) -> str:
+        var = self.prims.get(name)
+        if var is None:
+            var = self.prims[name] = self.module_level(("prim", name), f"_p_{name}")
+        return var
+
+    def module_level(self, key: Any, hint: str) -> str:
+        """A module-level name starting with '_', which no value's identifier does."""
+        found = self.module_names.of.get(key)
+        if found is not None:
+            return found
+        base = "_" + (re.sub(r"\W", "_", hint).lstrip("_") or "f")
+        name, i = base, 1
+        while name in self.module_names.used:
+            name, i = f"{base}_{i}", i + 1
+        self.module_names.used.add(name)
+        self.module_names.of[key] = name
+        return name
+
+    # -- parameters
+    def params(self, op: Op) -> dict[str, str]:
+        attrs = {k: a for k, a in op.attrs.items() if k not in ANNOTATION_KEYS}
+        out = {k: source(v) for k, v in PARAM_DEFAULTS.get(op.opcode, {}).items() if k not in attrs}
+        for key, attr in attrs.items():
+            try:
+                out[key] = (self.graph_param(op, key, attr) if _has_graph(attr)
+                            else source(codec_for(op.opcode, key).decode(attr)))
+            except EmitError as e:
+                raise EmitError(f"{op.where()}: op '{op.name}' ({op.opcode}), parameter '{key}': {e}") from None
+        for key in DERIVED_PARAMS.get(op.opcode, {}):
+            rule = DERIVED_SOURCE.get(op.opcode, {}).get(key)
+            if rule is None:
+                raise EmitError(f"{op.where()}: op '{op.name}' ({op.opcode}): no rule to write the derived "
+                                f"parameter '{key}'")
+            out[key] = rule(out)
+        return out
+
+    def graph_param(self, op: Op, key: str, attr: Attr) -> str:
+        if isinstance(attr, ListAttr):
+            return _tuple_source_raw([self.graph_param(op, key, a) for a in attr.items])
+        if not isinstance(attr, GraphAttr):
+            return source(decode_plain(attr))
+        g = attr.graph
+        fname = self.nested(g, f"{op.name}_{key}")
+        specs = ", ".join(f"({tuple(_tensor(v).shape)!r}, jnp.dtype({np.dtype(jax_dtype(_tensor(v).dtype)).name!r}))"
+                          for v in g.inputs)
+        closed = f"_closed_jaxpr({fname}{', ' if specs else ''}{specs})"
+        return f"{closed}.jaxpr" if codec_for(op.opcode, key) is OPEN_JAXPR_CODEC else closed
+
+    # -- the dispatch program
+    def run_function(self) -> str:
+        sched, g = self.sched, self.graph
+        names = _Namespace(_RESERVED | self.module_names.used)
+
+        def at(v: Value, device: str) -> str:
+            base = names.name(id(v), v.name)
+            return base if device == sched.device_of(v) else names.name((id(v), device), f"{base}_{device}")
+
+        lines = ["def run(*inputs, devices=None):",
+                 '    """One step: segments dispatched in plan order, each transfer one jax.device_put."""',
+                 "    dev = _device_map(devices)",
+                 f"    if len(inputs) != {len(g.inputs)}:",
+                 f"        raise TypeError(f'{g.name} takes {len(g.inputs)} inputs, got {{len(inputs)}}')"]
+        if g.inputs:
+            lines.append(f"    {', '.join(names.name(id(v), v.name) for v in g.inputs)}, = inputs")
+            lines.append("    # each input on its home device (its first reader's)")
+        for v in g.inputs:
+            dtype = np.dtype(jax_dtype(_tensor(v).dtype)).name
+            name = names.name(id(v), v.name)
+            lines.append(f"    {name} = _to({name}, dev[{sched.input_home[v]!r}], jnp.dtype({dtype!r}))")
+        lines += [self.move_line(m, at) for m in sched.input_moves]
+        for seg, fname, moves in zip(sched.segments, self.seg_names, sched.moves_after):
+            results = ", ".join(at(v, seg.device) for v in seg.outputs)
+            args = ", ".join(at(v, seg.device) for v in seg.inputs)
+            lines.append(f"    # {fname}: {len(seg.ops)} op(s) on {seg.device}")
+            lines.append(f"    {results}, = _jitted({fname}, dev[{seg.device!r}])({args})")
+            lines += [self.move_line(m, at) for m in moves]
+        outs = ", ".join(at(v, d) for v, d in sched.outputs)
+        lines.append(f"    return [{outs}]")
+        return "\n".join(lines)
+
+    @staticmethod
+    def move_line(m: Move, at: Callable[[Value, str], str]) -> str:
+        what = f"op {m.src_op}" if m.src_op is not None else "input"
+        return (f"    {at(m.value, m.dst)} = jax.device_put({at(m.value, m.src)}, dev[{m.dst!r}])"
+                f"  # transfer of %{m.value.name} ({what}) {m.src} -> {m.dst}")
+
+    def main(self) -> str:
+        return "\n".join([
+            'if __name__ == "__main__":',
+            "    outputs = run(*[np.zeros(shape, jnp.dtype(dtype)) for _, shape, dtype in INPUTS])",
+            "    for i, x in enumerate(outputs):",
+            "        print(f'output {i}: {x.dtype}{list(x.shape)} on {sorted(d.id for d in x.devices())}')",
+        ])
+
+
+# ---------------------------------------------------------------- op rules
+
+EmitRule = Callable[[_Emitter, Op, _Namespace], str]
+
+
+def _results(op: Op, names: _Namespace, multiple: bool) -> str:
+    outs = [names.name(id(r), r.name) for r in op.results]
+    if len(outs) == 1 and not multiple:
+        return outs[0]
+    return ", ".join(outs) + ("," if len(outs) == 1 else "")
+
+
+def _emit_bind(e: _Emitter, op: Op, names: _Namespace) -> str:
+    """The default: bind the JAX primitive named by the opcode, as the interpreter does."""
+    try:
+        prim = lookup_primitive(op.opcode)
+    except PestoError as err:
+        raise EmitError(f"{op.where()}: op '{op.name}': {err}") from None
+    params = e.params(op)
+    args = [names.name(id(v), v.name) for v in op.operands]
+    kwargs = [f"{k}={v}" for k, v in params.items()]
+    call = f"{e.primitive(op.opcode)}.bind({', '.join(args + kwargs)})"
+    return f"{_results(op, names, prim.multiple_results)} = {call}"
+
+
+def _emit_constant(e: _Emitter, op: Op, names: _Namespace) -> str:
+    """`constant {value}`: a scalar broadcast to the result shape, or nested lists (as the interpreter)."""
+    t = _tensor(op.result)
+    dtype = f"jnp.dtype({np.dtype(jax_dtype(t.dtype)).name!r})"
+    value = decode_plain(op.attrs["value"])
+    if np.issubdtype(jax_dtype(t.dtype), np.complexfloating) and isinstance(value, tuple) and len(value) == 2 \
+            and not isinstance(value[0], tuple):
+        value = complex(*value)
+    text = f"complex({value.real!r}, {value.imag!r})" if isinstance(value, complex) else source(value)
+    scalar = np.ndim(np.asarray(value, dtype=object)) == 0
+    expr = f"np.full({t.shape!r}, {text}, {dtype})" if scalar and t.shape else f"np.asarray({text}, {dtype})"
+    return f"{names.name(id(op.result), op.result.name)} = {expr}"
+
+
+EMIT_RULES: dict[str, EmitRule] = {
+    "constant": _emit_constant,
+}
+
+
+# ---------------------------------------------------------------- helpers
+
+def _has_graph(a: Attr) -> bool:
+    return isinstance(a, GraphAttr) or (isinstance(a, ListAttr) and any(_has_graph(x) for x in a.items))
+
+
+def _tuple_source_raw(items: list[str]) -> str:
+    return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
+
+
+def _tensor(v: Value) -> TensorType:
+    if not isinstance(v.type, TensorType):
+        raise EmitError(f"%{v.name} is {v.type}: a cost-only value has no array to compute with")
+    return v.type
+
+
+def _us(seconds: Any) -> str:
+    return f"{float(seconds) * 1e6:.2f}us"
+
+
+__all__ = ["DERIVED_SOURCE", "EMIT_RULES", "EmitError", "emit_python", "source"]
