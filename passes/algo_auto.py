@@ -1,13 +1,15 @@
 """`auto`: a portfolio that spends the time limit where it pays, by graph size.
 
 1. Heuristics first (the warm start the place pass hands over, or the best of the place pass's
-   heuristics, or m-ETF): they take milliseconds and are sometimes already optimal (at the lower
-   bound), in which case nothing else runs.
-2. Small graphs (at most `EXACT_UNITS` placement units) go to the whole CP-SAT model for the rest
-   of the time: it can prove optimality there.
-3. Larger graphs go to large-neighbourhood search with CP-SAT sub-models: the whole model stalls
-   above about a hundred units (one worker found nothing better than m-ETF in 10 s on the coarse
-   200-node ResNet-50 training graph; LNS took it from 1.58 to 1.20 times the lower bound in 20 s).
+   heuristics and the fastest single device): they take milliseconds to a second and are
+   sometimes already optimal (at the lower bound), in which case nothing else runs.
+2. Small graphs (at most `EXACT_UNITS` placement units) go to the whole CP-SAT model first, for
+   `EXACT_SHARE` of the time left: it can prove optimality there, and its bound is kept.
+3. Then large-neighbourhood search with CP-SAT sub-models improves the best plan for the rest of
+   the time. The whole model stalls above a few dozen units: one worker found nothing better than
+   m-ETF in 10 s on the coarse 200-node ResNet-50 training graph, where LNS went from 1.58 to 1.20
+   times the lower bound in 20 s; on the coarse BERT-12 training graph (54 units) at 8 devices the
+   whole model kept m-SCT's 1.287 in 20 s and LNS reached 1.243.
 
 The plan says which engine won and its gap to the lower bound, in `plan.solver` (`winner`,
 `portfolio`) and in a note. The CP-SAT worker process is started before the heuristics run, so
@@ -22,24 +24,21 @@ from typing import Any
 
 from pesto_ir.bounds import lower_bound
 from pesto_ir.cluster import Cluster
-from pesto_ir.errors import PestoError
 from pesto_ir.ir import Graph
 from pesto_ir.passes.algo_cpsat import as_algorithm, fmt, gap, place_cpsat, starting_plan
 from pesto_ir.passes.cpsat_worker import shared_solver
 from pesto_ir.passes.lns import improve_with_lns
 from pesto_ir.placement import PlaceOptions
 from pesto_ir.plan import Plan
-from pesto_ir.validate import check_plan, validate_plan
+from pesto_ir.validate import check_plan
 
 ALGORITHM = "auto"
-EXACT_UNITS = 60  # up to this many placement units the whole CP-SAT model gets the time
+EXACT_UNITS = 60  # up to this many placement units the whole CP-SAT model is tried first ...
+EXACT_SHARE = 0.4  # ... for this share of the time left, then LNS improves its plan
+PROVE_UNITS = 12  # up to this many units the whole model gets all the time: it proves optimality fast
 MIN_EXACT_SECONDS = 0.5  # below this much time left after the heuristics, the heuristic plan stands
 REL_GAP = 1e-6
 MARGIN = 0.03  # of the time left, kept for timing and checking the solver's plan
-
-
-class AutoError(PestoError):
-    pass
 
 
 def place_auto(graph: Graph, cluster: Cluster, options: PlaceOptions) -> Plan:
@@ -50,30 +49,45 @@ def place_auto(graph: Graph, cluster: Cluster, options: PlaceOptions) -> Plan:
                     {"name": "none", "status": "optimal", "gap": 0.0, "bound": 0.0, "seconds": 0.0, "winner": "none"})
     if len(cluster) > 1:
         shared_solver().start()
-    heuristic, notes = _heuristic(graph, cluster, options)
+    heuristic, notes = starting_plan(graph, cluster, options)
     lb = lower_bound(graph, cluster)
-    stages: list[tuple[str, float]] = [(heuristic.algorithm or "heuristic", heuristic.makespan)]
     left = options.time_limit - (time.perf_counter() - started)
+    if heuristic is None:  # memory too tight for every greedy packing: CP-SAT searches from scratch
+        plan = place_cpsat(graph, cluster, dataclasses.replace(options, time_limit=left * (1 - MARGIN),
+                                                               warm_start=None))
+        return _summary(graph, cluster, _relabelled(plan), "cpsat", [("cpsat", plan.makespan)], lb, notes, started,
+                        "no heuristic plan fits in memory, so CP-SAT started from scratch")
+    name = heuristic.algorithm or "heuristic"
+    stages: list[tuple[str, float]] = [(name, heuristic.makespan)]
     at_bound = len(cluster) == 1 or heuristic.makespan <= lb * (1 + REL_GAP) + 1e-15
     if at_bound or left < MIN_EXACT_SECONDS:
         why = ("one device" if len(cluster) == 1 else "it meets the lower bound" if at_bound
                else f"only {max(left, 0.0):.1f}s were left")
         plan = _relabelled(heuristic)
-        plan.solver = {"name": heuristic.algorithm or "heuristic", "status": "optimal" if at_bound else "heuristic"}
-        return _summary(graph, cluster, plan, heuristic.algorithm or "heuristic", stages, lb, notes, started,
-                        f"kept the heuristic plan ({why})")
-    exact_options = dataclasses.replace(options, time_limit=left * (1 - MARGIN), warm_start=heuristic)
+        plan.solver = {"name": name, "status": "optimal" if at_bound else "heuristic"}
+        return _summary(graph, cluster, plan, name, stages, lb, notes, started, f"kept the heuristic plan ({why})")
     units = len({str(op.get("colocate")) if op.get("colocate") is not None else "\0" + op.name for op in graph.ops})
+    plan, engine, bound = heuristic, name, lb
     if units <= EXACT_UNITS:
-        plan = place_cpsat(graph, cluster, exact_options)
-        engine = "cpsat"
-    else:
-        plan = improve_with_lns(graph, cluster, exact_options, engine="cpsat", start=heuristic)
-        engine = "cpsat-lns"
-    stages.append((engine, plan.makespan))
-    won = engine if plan.makespan < heuristic.makespan * (1 - 1e-12) else (heuristic.algorithm or "heuristic")
-    return _summary(graph, cluster, _relabelled(plan), won, stages, lb, notes, started,
-                    f"{engine} on {units} placement units")
+        share = left * (EXACT_SHARE if units > PROVE_UNITS else 1.0) * (1 - MARGIN)
+        exact = place_cpsat(graph, cluster, dataclasses.replace(options, time_limit=share, warm_start=heuristic))
+        stages.append(("cpsat", exact.makespan))
+        bound = max(bound, exact.solver.get("bound") or 0.0)
+        if exact.makespan < plan.makespan * (1 - 1e-12) or exact.solver["status"] == "optimal":
+            plan, engine = exact, "cpsat"
+        if exact.solver["status"] == "optimal":
+            return _summary(graph, cluster, _relabelled(plan), engine, stages, bound, notes, started,
+                            f"CP-SAT solved all {units} placement units to optimality")
+    left = options.time_limit - (time.perf_counter() - started)
+    if left >= MIN_EXACT_SECONDS:
+        lns_options = dataclasses.replace(options, time_limit=left * (1 - MARGIN), warm_start=plan)
+        improved = improve_with_lns(graph, cluster, lns_options, engine="cpsat", start=plan)
+        stages.append(("cpsat-lns", improved.makespan))
+        if improved.makespan < plan.makespan * (1 - 1e-12):
+            plan, engine = improved, "cpsat-lns"
+    how = ("CP-SAT on the whole model, then LNS" if units <= EXACT_UNITS else "LNS with CP-SAT sub-models")
+    return _summary(graph, cluster, _relabelled(plan), engine, stages, bound, notes, started,
+                    f"{how} on {units} placement units")
 
 
 def _relabelled(plan: Plan) -> Plan:
@@ -81,35 +95,6 @@ def _relabelled(plan: Plan) -> Plan:
     out = as_algorithm(plan, ALGORITHM)
     out.notes = list(plan.notes)
     return out
-
-
-def _heuristic(graph: Graph, cluster: Cluster, options: PlaceOptions) -> tuple[Plan, list[str]]:
-    """The warm start when valid, else the place pass's best heuristic plan, else m-ETF or the
-    fastest device."""
-    given = options.warm_start
-    notes: list[str] = []
-    if given is not None:
-        problems = validate_plan(graph, cluster, given)
-        if not problems:
-            return given, notes
-        notes.append(f"the warm start was not a valid plan of this graph ({problems[0]}); ignored it")
-    quiet = dataclasses.replace(options, quiet=True, warm_start=None)
-    best = _place_pass_heuristics(graph, cluster, quiet)
-    if best is None:
-        best, more = starting_plan(graph, cluster, quiet)
-        notes.extend(more)
-    if best is None:
-        raise AutoError(f"no heuristic found a plan of '{graph.name}' that fits in memory, so there is nothing "
-                        "to start from; check the memory figures or coarsen less")
-    return best, notes
-
-
-def _place_pass_heuristics(graph: Graph, cluster: Cluster, options: PlaceOptions) -> Plan | None:
-    try:
-        from pesto_ir.passes.place import best_heuristic_plan
-    except ImportError:
-        return None
-    return best_heuristic_plan(graph, cluster, options)
 
 
 def _summary(graph: Graph, cluster: Cluster, plan: Plan, winner: str, stages: list[tuple[str, float]], lb: float,

@@ -128,8 +128,9 @@ def finish(graph: Graph, cluster: Cluster, plan: Plan, result: Result, prob: Pro
 # ---------------------------------------------------------------------------- warm start
 
 def starting_plan(graph: Graph, cluster: Cluster, options: PlaceOptions) -> tuple[Plan | None, list[str]]:
-    """The given warm start when it is a valid plan of this graph, else the best of m-ETF (when the
-    heuristics are installed) and everything on the fastest device that holds it; None if neither fits."""
+    """The given warm start when it is a valid plan of this graph, else the best of the place pass's
+    heuristics (m-ETF alone where the place pass is not installed) and everything on the fastest
+    device that holds it; None if none fits in memory."""
     notes: list[str] = []
     given = options.warm_start
     if given is not None:
@@ -137,11 +138,18 @@ def starting_plan(graph: Graph, cluster: Cluster, options: PlaceOptions) -> tupl
         if not problems:
             return given, notes
         notes.append(f"the warm start was not a valid plan of this graph ({problems[0]}); ignored it")
-    candidates = [p for p in (_metf_plan(graph, cluster, options), _fallback_plan(graph, cluster)) if p is not None]
+    quiet = dataclasses.replace(options, quiet=True, warm_start=None)
+    candidates = [p for p in (_heuristic_plan(graph, cluster, quiet), _fallback_plan(graph, cluster)) if p is not None]
     return (min(candidates, key=lambda p: p.makespan) if candidates else None), notes
 
 
-def _metf_plan(graph: Graph, cluster: Cluster, options: PlaceOptions) -> Plan | None:
+def _heuristic_plan(graph: Graph, cluster: Cluster, options: PlaceOptions) -> Plan | None:
+    try:
+        from pesto_ir.passes.place import best_heuristic_plan
+    except ImportError:
+        best_heuristic_plan = None
+    if best_heuristic_plan is not None:
+        return best_heuristic_plan(graph, cluster, options)
     try:
         from pesto_ir.passes.algo_baechi import m_etf
     except ImportError:
@@ -472,9 +480,8 @@ def realise(graph: Graph, cluster: Cluster, prob: Problem, result: Result, warm:
     plan, how = min(candidates, key=lambda c: (c[0].makespan, c[1] == "warm"))
     by = {h: p.makespan for p, h in candidates}
     plan.notes = notes + [n for n in plan.notes if n not in notes]
-    if how == "warm":
-        plan.notes.append(f"CP-SAT found nothing better than the warm start (status {result.status}); "
-                          "kept the warm start")
+    if how == "warm" or (warm is not None and plan.makespan >= warm.makespan * (1 - 1e-9)):
+        plan.notes.append(f"CP-SAT found nothing better than the warm start (status {result.status})")
     else:
         others = ", ".join(f"{h} {fmt(t)}" for h, t in by.items() if h != how)
         plan.notes.append(f"kept the {how} CP-SAT schedule ({fmt(plan.makespan)}; {others})")

@@ -10,11 +10,12 @@ step frees a neighbourhood of the incumbent, chosen in turn among
 - a subgraph: ops around a critical op, grown through producers and consumers,
 
 and re-solves it exactly with CP-SAT (`engine="cpsat"`: the model of `algo_cpsat` with the other
-units' devices fixed and their per-device order kept by precedence constraints) or python-mip
-(`engine="ilp"`: the MILP of `algo_ilp` with the same units fixed and their order binaries set).
+units' devices fixed and their per-device order kept by precedence constraints, built afresh for
+each step in the solver process) or python-mip (`engine="ilp"`: the MILP of `algo_ilp`, built once,
+with every integer choice outside the neighbourhood fixed to the incumbent's by its `fix_outside`).
 The solution is timed exactly (`simulate`, and the solver's link order) and kept only when its
-makespan is smaller, so the result is never worse than the start. A neighbourhood grows while
-its sub-problems are solved to optimality and shrinks while they time out.
+makespan is smaller, so the result is never worse than the start. Each kind's neighbourhoods grow
+while their sub-problems are solved to optimality and shrink while they time out.
 
 Every random choice comes from `options.seed`, and each sub-solve is limited by CP-SAT's
 deterministic time (or, for the MILP, seconds), so a run takes the same steps on any machine;
@@ -39,7 +40,6 @@ from pesto_ir.passes.algo_cpsat import (
     Hint,
     Problem,
     Result,
-    Solution,
     as_algorithm,
     fmt,
     gap,
@@ -50,7 +50,6 @@ from pesto_ir.passes.algo_cpsat import (
 from pesto_ir.passes.cpsat_worker import SolverProcess, shared_solver
 from pesto_ir.placement import PlaceOptions
 from pesto_ir.plan import Plan
-from pesto_ir.simulate import transfer_bytes
 from pesto_ir.validate import check_plan, validate_plan
 
 ENGINES = ("cpsat", "ilp")
@@ -110,9 +109,10 @@ class _Search:
         self.best = as_algorithm(start, self.algorithm)
         self.lb = lower_bound(graph, cluster) if graph.ops else 0.0
         self.rng = random.Random(options.seed)
-        self.size = float(min(FIRST_SIZE, len(graph.ops)))
+        self.size = dict.fromkeys(KINDS, float(min(FIRST_SIZE, len(graph.ops))))  # ops to free, per kind
         self.steps: list[_Step] = []
         self.prob = Problem.build(graph, cluster, start.makespan, self.lb) if graph.ops else None
+        self.ilp: Any = None  # engine "ilp": the MILP of the whole graph, built on the first step
 
     def left(self) -> float:
         return self.options.time_limit - (time.perf_counter() - self.started)
@@ -130,7 +130,7 @@ class _Search:
             if improved:
                 self.best = plan
             self.steps.append(_Step(kind, sum(len(self.prob.units[u]) for u in free), result.status, improved))
-            self._adapt(result.status)
+            self._adapt(kind, result.status)
             self._report(improved)
         return self._finish("optimal" if self.best.makespan <= self.lb * (1 + 1e-9) else "feasible")
 
@@ -138,12 +138,13 @@ class _Search:
         return (self.prob is not None and len(self.cluster) > 1 and self.best.makespan > self.lb * (1 + 1e-9)
                 and len(self.prob.units) > 1)
 
-    def _adapt(self, status: str) -> None:
+    def _adapt(self, kind: str, status: str) -> None:
+        """Grow a kind's neighbourhoods while they are solved to optimality, shrink them while not."""
         n = len(self.graph.ops)
         if status in ("optimal", "infeasible"):
-            self.size = min(float(n), self.size * GROW)
+            self.size[kind] = min(float(n), self.size[kind] * GROW)
         else:
-            self.size = max(float(MIN_SIZE), self.size * SHRINK)
+            self.size[kind] = max(float(MIN_SIZE), self.size[kind] * SHRINK)
 
     def _report(self, improved: bool) -> None:
         k = len(self.steps)
@@ -177,7 +178,7 @@ class _Search:
     def _neighbourhood(self, kind: str) -> dict[int, list[int]]:
         """Free units -> the devices each may use."""
         prob, rng = self.prob, self.rng
-        want = max(MIN_SIZE, int(self.size))
+        want = max(MIN_SIZE, int(self.size[kind]))
         dev = self._devices()
         everywhere = {u: list(prob.allowed[u]) for u in range(len(prob.units))}
         if kind == "time slice":
@@ -247,19 +248,20 @@ class _Search:
 
     # ------------------------------------------------------------------ one exact step
     def _solve(self, free: Mapping[int, list[int]]) -> tuple[Result, Plan | None]:
+        """Re-solve the neighbourhood; the best exact timing of the solution (None without one)."""
         seconds = min(STEP_SECONDS, self.left())
         seed = self.rng.randrange(2**31)
         options = dataclasses.replace(self.quiet, seed=seed, time_limit=seconds)
         if self.engine == "cpsat":
             result = self._cpsat_step(free, options)
+            timed = [p for p, _ in schedules(self.graph, self.cluster, self.prob, result.solution,
+                                             self.algorithm)] if result.solution else []
         else:
-            result = self._ilp_step(free, options)
-        if result.solution is None:
-            return result, None
-        timed = schedules(self.graph, self.cluster, self.prob, result.solution, self.algorithm)
+            result, timed = self._ilp_step(free, options)
         if not timed:
             return result, None
-        plan = min((p for p, _ in timed), key=lambda p: p.makespan)
+        plan = min(timed, key=lambda p: p.makespan)
+        plan.algorithm = self.algorithm
         plan.notes = list(self.best.notes)
         return result, plan
 
@@ -283,48 +285,35 @@ class _Search:
                      self.algorithm, chains=chains, symmetry=False, deterministic=STEP_DETERMINISTIC,
                      params=dict(SEARCH_PARAMS))
 
-    def _ilp_step(self, free: Mapping[int, list[int]], options: PlaceOptions) -> Result:
-        """The MILP of `algo_ilp` on the same sub-problem: its instance with the fixed units'
-        devices narrowed (its time windows, computed with every device allowed, stay valid, only
-        looser), and the order binaries of two fixed ops on one device set."""
-        from pesto_ir.passes import algo_ilp
+    def _ilp_step(self, free: Mapping[int, list[int]], options: PlaceOptions) -> tuple[Result, list[Plan]]:
+        """The MILP of `algo_ilp`, built once per run, with every integer choice that involves no
+        free unit fixed to the incumbent's (its `fix_outside`), and the free units kept off the
+        devices their neighbourhood does not offer."""
+        milp = self._milp()
+        names = [op.name for op in milp.inst.ops]
+        ilp_unit = {self.prob.unit_of[self.prob.index[names[members[0]]]]: u
+                    for u, members in enumerate(milp.inst.units)}
+        values = milp.start_values(self.best)
+        milp.fix_outside(values, {ilp_unit[u] for u in free})
+        barred = [var for u, devices in free.items() for (v, d), var in milp.x.items()
+                  if v == ilp_unit[u] and d not in devices]
+        for var in barred:
+            var.ub = 0.0
+        milp.set_start(values)
+        try:
+            solved = milp.solve(options.time_limit, live=False)
+            timed = [p for p, _ in milp.realize()] if solved.has_solution else []
+        finally:
+            milp.unfix()
+            for var in barred:
+                var.ub = 1.0
+        return Result(solved.status, solved.objective, solved.bound, solved.seconds), timed
 
-        prob = self.prob
-        dev = self._devices()
-        inst = algo_ilp._Instance.build(self.graph, self.cluster, self.best.makespan, self.lb)
-        mine = [prob.index[op.name] for op in inst.ops]  # the MILP's op index -> this problem's
-        for u, members in enumerate(inst.units):
-            v = prob.unit_of[mine[members[0]]]
-            inst.allowed[u] = list(free[v]) if v in free else [dev[mine[members[0]]]]
-        inst.xfers = algo_ilp._transfers(inst)
-        inst.classes = []
-        milp = algo_ilp._Milp(inst, options.solver, options)
-        position = {prob.index[n]: k for d in self.cluster.names for k, n in enumerate(self.best.device_order(d))}
-        for (i, j), var in milp.order.items():
-            a, b = mine[i], mine[j]
-            if prob.unit_of[a] not in free and prob.unit_of[b] not in free and dev[a] == dev[b]:
-                var.lb = var.ub = 1.0 if position[a] < position[b] else 0.0
-        milp.set_start(self.best)
-        solved = milp.solve(options.time_limit)
-        if not solved.has_solution:
-            return Result(solved.status, None, solved.bound, solved.seconds)
-        placement, _, _, _ = milp.solution()
-        return Result(solved.status, solved.objective, solved.bound, solved.seconds,
-                      _ticked(prob, self.graph, self.cluster, placement, milp, mine, inst.unit))
+    def _milp(self) -> Any:
+        if self.ilp is None:
+            from pesto_ir.passes import algo_ilp
 
-
-def _ticked(prob: Problem, graph: Graph, cluster: Cluster, placement: Mapping[str, str], milp: Any,
-            mine: list[int], unit: float) -> Solution:
-    """The MILP's solution in the form CP-SAT's takes: devices, and times in ticks of `prob`."""
-    names = cluster.names
-    ilp_of = {m: i for i, m in enumerate(mine)}
-    to_ticks = 1.0 / (unit * prob.tick)
-    device = [names.index(placement[n]) for n in prob.names]
-    start = [int(round((milp.S[ilp_of[i]].x or 0.0) * to_ticks)) for i in range(prob.n)]
-    end = [start[i] + prob.cost[i][device[i]] for i in range(prob.n)]
-    sends = {}
-    for i, n in enumerate(prob.names):
-        for dst in transfer_bytes(graph.op(n), placement):
-            r = milp.R.get((ilp_of[i], names.index(dst)))
-            sends[(i, names.index(dst))] = int(round((r.x or 0.0) * to_ticks)) if r is not None else end[i]
-    return Solution(device, start, end, sends)
+            inst = algo_ilp._Instance.build(self.graph, self.cluster, self.best.makespan, self.lb)
+            self.ilp = algo_ilp._Milp(inst, algo_ilp._solver_name(self.options.solver), self.quiet)
+            self.ilp.drop_symmetry()
+        return self.ilp

@@ -37,6 +37,31 @@ def _place_ilp(graph: Graph, cluster: Cluster, options: PlaceOptions) -> Plan:
     return place_ilp(graph, cluster, options)
 
 
+def _place_cpsat(graph: Graph, cluster: Cluster, options: PlaceOptions) -> Plan:
+    """CP-SAT (passes/algo_cpsat.py), imported only when asked for."""
+    from pesto_ir.passes.algo_cpsat import place_cpsat
+
+    return place_cpsat(graph, cluster, options)
+
+
+def _place_auto(graph: Graph, cluster: Cluster, options: PlaceOptions) -> Plan:
+    """The portfolio of heuristics, CP-SAT and LNS (passes/algo_auto.py), imported only when asked for."""
+    from pesto_ir.passes.algo_auto import place_auto
+
+    return place_auto(graph, cluster, options)
+
+
+def _place_lns(engine: str) -> Algorithm:
+    """Large-neighbourhood search with `engine` (passes/lns.py), imported only when asked for."""
+
+    def place(graph: Graph, cluster: Cluster, options: PlaceOptions) -> Plan:
+        from pesto_ir.passes.lns import improve_with_lns
+
+        return improve_with_lns(graph, cluster, options, engine=engine)
+
+    return place
+
+
 ALGORITHMS: dict[str, Algorithm] = {
     "m-etf": m_etf,
     "m-sct": m_sct,
@@ -47,6 +72,9 @@ ALGORITHMS: dict[str, Algorithm] = {
 }
 if importlib.util.find_spec("pesto_ir.passes.algo_ilp") is not None:
     ALGORITHMS["ilp"] = _place_ilp
+    ALGORITHMS["ilp-lns"] = _place_lns("ilp")
+if importlib.util.find_spec("ortools") is not None:
+    ALGORITHMS.update({"cpsat": _place_cpsat, "cpsat-lns": _place_lns("cpsat"), "auto": _place_auto})
 
 DEFAULT_ALGO = "ilp" if "ilp" in ALGORITHMS else "m-etf"
 WARM_START_ALGOS = ("m-etf", "m-sct", "m-topo", "expert")  # tried for an exact solver's start
