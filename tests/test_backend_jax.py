@@ -173,7 +173,7 @@ def _check_transfers_follow_plan(exe: Executable) -> None:
 # ---------------------------------------------------------------- the executable
 
 CASES = [
-    ("mlp_adam", "m-etf", 4), ("mlp_adam", "m-topo", 2), ("mlp_adam", "random", 4), ("mlp_adam", "expert", 2),
+    ("mlp_adam", "m-etf", 4), ("mlp_adam", "m-topo", 2), ("mlp_adam", "random", 2), ("mlp_adam", "expert", 4),
     ("cnn", "m-etf", 2), ("cnn", "expert", 4), ("transformer", "random", 2), ("transformer", "m-topo", 4),
     ("lstm", "m-etf", 4), ("cond_while", "random", 4), ("flax", "expert", 2), ("equinox", "m-etf", 2),
 ]
