@@ -181,7 +181,7 @@ MODELS: dict[str, Callable[[AnnotateCostsPass, Graph, Cluster | None, PassContex
 @dataclass(frozen=True)
 class AnnotateCostsPass(Pass):
     name: ClassVar[str] = "annotate-costs"
-    model: str = "given"
+    model: str = "auto"
     runs: int = 5  # profile: timed runs per op (the median is kept)
     warmup: int = 2  # profile: untimed runs first (compilation, caches)
     cache: bool = True  # profile: reuse and store measurements on disk

@@ -11,14 +11,13 @@ import argparse
 import dataclasses
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from pesto_ir.cluster import KINDS, Cluster, ClusterError
 from pesto_ir.errors import PestoError
 from pesto_ir.ir import Graph
 from pesto_ir.loader import load, write_atomic
 from pesto_ir.passmanager import PassContext, PassManager, Pipeline
-from pesto_ir.plan import Plan, read_plan_attrs
 from pesto_ir.verifier import verify
 
 DEFAULT_PIPELINE = "annotate-costs,coarsen,place,expand,simulate"
@@ -106,31 +105,14 @@ def make_cluster(args: argparse.Namespace, graph: Graph) -> Cluster:
     return Cluster.homogeneous(n, args.device_kind or DEFAULT_KIND, memory=memory)
 
 
-def _report_writers() -> dict[str, Callable[[Plan, Graph, str], str | bytes]]:
-    from pesto_ir.backends.gantt import gantt_for_path
-    from pesto_ir.backends.plan_json import plan_json_text
-    from pesto_ir.backends.trace import trace_json_text
-
-    return {
-        "plan_json": lambda plan, graph, path: plan_json_text(plan),
-        "trace": lambda plan, graph, path: trace_json_text(plan, graph),
-        "gantt": lambda plan, graph, path: gantt_for_path(plan, graph, path),
-    }
-
-
 def write_outputs(graph: Graph, args: argparse.Namespace) -> None:
     """Render every requested output first, then write each atomically."""
+    from pesto_ir.backends.reports import render_reports
+
     rendered: list[tuple[str, str | bytes]] = []
     if args.output:
         rendered.append((args.output, str(graph)))
-    wanted = {key: getattr(args, key) for key in ("plan_json", "trace", "gantt") if getattr(args, key)}
-    if wanted:
-        plan = read_plan_attrs(graph)
-        if plan is None:
-            flags = ", ".join("--" + k.replace("_", "-") for k in wanted)
-            raise PestoError(f"{flags}: the pipeline placed nothing (add a place pass, e.g. -p {DEFAULT_PIPELINE})")
-        writers = _report_writers()
-        rendered.extend((path, writers[key](plan, graph, path)) for key, path in wanted.items())
+    rendered += render_reports(graph, plan_json=args.plan_json, trace=args.trace, gantt=args.gantt)
     for path, data in rendered:
         if path == "-":
             sys.stdout.write(data if isinstance(data, str) else data.decode("utf-8", "replace"))
