@@ -205,7 +205,7 @@ def test_given_names_the_op_missing_a_kind() -> None:
 
 def test_given_names_ops_without_cost() -> None:
     with pytest.raises(pesto_ir.PassError, match="annotate-costs") as e:
-        run_pass(MLP, "annotate-costs", Cluster.homogeneous(1, "cpu"))
+        run_pass(MLP, "annotate-costs{model=given}", Cluster.homogeneous(1, "cpu"))
     assert "op 'y'" in e.value.format()
 
 
