@@ -17,7 +17,8 @@ this module turns it into JAX calls:
   on every device that reads them, when the executable is built;
 * a buffer is donated to the segment that reads it last when the executable owns it (a result or
   a copy made in the step, or an input the caller listed in `donate`), it is not a result of the
-  step, and the segment has a result of the same shape and dtype to reuse it for.
+  step, and the segment has a result of the same shape and dtype to reuse it for (the caller's
+  donated inputs are matched first).
 """
 
 from __future__ import annotations
@@ -131,21 +132,26 @@ class Executable:
         self._resident = self._place_constants(graph.inputs[self.num_inputs:], constants)
         self.outputs = [self._regs(v, d) for v, d in sched.outputs]
         steps = self._steps()
+        self._moves = [item for kind, item, _, _ in steps if kind == "move"]
+        self._order = [item for _, item, _, _ in steps]
         owned = self._owned(donate)
         self.segments: list[CompiledSegment] = []
         self._program: list[Instr] = []
+        self._program_args: list[tuple[int, ...]] = []
         last = _last_uses(steps)
         for n, (kind, item, args, outs) in enumerate(steps):
             if kind == "segment":
-                donated = _donatable(item, args, outs, n, last, owned, self.outputs, self._regs.specs)
+                donated = _donatable(item, args, n, last, owned, self.outputs)
                 fn = self._compile(item, args, outs, donated)
             else:
                 fn = _mover(self._sharding[item.dst])
                 self._regs.specs[outs[0]] = _moved(self._regs.specs[args[0]], self._sharding[item.dst])
             self._program.append((fn, _gather(args), outs))
+            self._program_args.append(args)
         self._input_regs = [r for r, _, _ in self._inputs]
         self._input_shardings = [s for _, s, _ in self._inputs]
         self._outputs = _gather(tuple(self.outputs))
+        self._direct = self._direct_call()
 
     # ---------------------------------------------------------------- building
     def _place_constants(self, values: Sequence[Value], constants: Sequence[Any]) -> dict[int, Any]:
@@ -212,6 +218,9 @@ class Executable:
 
     # ---------------------------------------------------------------- running
     def __call__(self, *inputs: Any) -> list[Any]:
+        if self._direct is not None:  # one segment, nothing else: call it on the inputs as they are
+            fn, take_args, take_outs = self._direct
+            return list(take_outs(fn(*take_args(self._placed(inputs)))))
         regs = self._load(inputs)
         for fn, gather, outs in self._program:
             regs.update(zip(outs, fn(*gather(regs))))
@@ -232,19 +241,37 @@ class Executable:
     def _load(self, inputs: Sequence[Any]) -> dict[int, Any]:
         """Registers holding the resident constants, and the inputs on their home devices. Registers
         live in a dict: a step reads arguments and stores results with C-level itemgetter/update."""
+        regs = dict(self._resident)
+        regs.update(zip(self._input_regs, self._placed(inputs)))
+        return regs
+
+    def _placed(self, inputs: Sequence[Any]) -> Sequence[Any]:
+        """The inputs, each on its home device (converted like jax.jit converts arguments)."""
         if len(inputs) != self.num_inputs:
             raise BackendError(f"@{self.schedule.graph.name} takes {self.num_inputs} input(s), got {len(inputs)}")
-        regs = dict(self._resident)
         # arrays this executable made carry its very sharding objects: the list test is then by identity
         if [getattr(x, "sharding", None) for x in inputs] == self._input_shardings:
-            regs.update(zip(self._input_regs, inputs))
-            return regs
-        for (r, sharding, dtype), x in zip(self._inputs, inputs):
+            return inputs
+        out = []
+        for (_, sharding, dtype), x in zip(self._inputs, inputs):
             placed = getattr(x, "sharding", None)
             if placed is not sharding and placed != sharding:
                 x = jax.device_put(x if isinstance(x, jax.Array) else np.asarray(x, dtype), sharding)
-            regs[r] = x
-        return regs
+            out.append(x)
+        return out
+
+    def _direct_call(self) -> tuple[Callable[..., Sequence[Any]], Gather, Gather] | None:
+        """For a program of one segment and no constants or copies (a one-device plan): the segment
+        and how to pick its arguments from the inputs and the outputs from its results."""
+        if len(self._program) != 1 or self._resident or self._moves:
+            return None
+        fn, gather, outs = self._program[0]
+        input_of = {r: i for i, r in enumerate(self._input_regs)}
+        result_of = {r: j for j, r in enumerate(outs)}
+        if not all(r in result_of for r in self.outputs):
+            return None  # an input returned as it is
+        return fn, _gather(tuple(input_of[r] for r in self._program_args[0])), \
+            _gather(tuple(result_of[r] for r in self.outputs))
 
     # ---------------------------------------------------------------- facts
     @property
@@ -254,7 +281,7 @@ class Executable:
     @property
     def transfers(self) -> list[Move]:
         """The copies one step makes between devices (inputs to their other readers, then results)."""
-        return [item for kind, item, _, _ in self._steps() if kind == "move"]
+        return list(self._moves)
 
     def input_devices(self) -> list[Any]:
         """The JAX device each (non-constant) input lives on."""
@@ -263,8 +290,8 @@ class Executable:
     def describe(self) -> str:
         """One line per segment and transfer, in dispatch order."""
         lines = []
-        for kind, item, _, _ in self._steps():
-            if kind == "segment":
+        for item in self._order:
+            if isinstance(item, Segment):
                 ops = item.planned_ops
                 lines.append(f"{item.name}: {len(ops)} ops on {item.device} ({ops[0].name} .. {ops[-1].name}), "
                              f"{len(item.inputs)} in, {len(item.outputs)} out")
@@ -316,15 +343,17 @@ def _last_uses(steps: Sequence[tuple[str, Any, tuple[int, ...], tuple[int, ...]]
     return last
 
 
-def _donatable(seg: Segment, args: tuple[int, ...], outs: tuple[int, ...], n: int, last: Mapping[int, int],
-               owned: set[int], outputs: Sequence[int], specs: Sequence[Any]) -> tuple[int, ...]:
+def _donatable(seg: Segment, args: tuple[int, ...], n: int, last: Mapping[int, int], owned: set[int],
+               outputs: Sequence[int]) -> tuple[int, ...]:
     """Argument positions whose buffers this segment may reuse for a result of the same type."""
     if not seg.outputs:
         return ()
     free_results = [(v.type.shape, v.type.dtype) for v in seg.outputs if isinstance(v.type, TensorType)]
     keep = set(outputs)
     donated = []
-    for pos, r in enumerate(args):
+    # the caller's donated inputs first: that is what they gave up, and what they expect to be reused
+    for pos in sorted(range(len(args)), key=lambda p: seg.inputs[p].owner is not None):
+        r = args[pos]
         if r not in owned or r in keep or last.get(r) != n or args.count(r) != 1:
             continue
         v = seg.inputs[pos]

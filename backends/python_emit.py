@@ -22,13 +22,14 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import jax.extend.core as jex
 import numpy as np
 from jax import lax
 
 from pesto_ir.attributes import Attr, GraphAttr, ListAttr
 from pesto_ir.backends.schedule import Move, Schedule, schedule
 from pesto_ir.errors import PestoError
-from pesto_ir.interpreter import ANNOTATION_KEYS
+from pesto_ir.interpreter import ANNOTATION_KEYS, EVAL_RULES
 from pesto_ir.ir import Graph, Op, Value
 from pesto_ir.jax_params import (
     DERIVED_PARAMS,
@@ -133,8 +134,7 @@ _SOURCE_BY_BASE: tuple[tuple[Callable[[Any], bool], Source], ...] = (
     (lambda x: isinstance(x, np.dtype), lambda x: f"jnp.dtype({x.name!r})"),
     (lambda x: isinstance(x, type) and issubclass(x, np.generic), lambda x: f"jnp.dtype({np.dtype(x).name!r})"),
     (lambda x: isinstance(x, np.generic), lambda x: source(x.item())),
-    (lambda x: type(x).__name__ == "Primitive" or hasattr(x, "multiple_results"),
-     lambda x: f"_primitive({x.name!r})"),
+    (lambda x: isinstance(x, jex.Primitive), lambda x: f"_primitive({x.name!r})"),
 )
 
 
@@ -231,9 +231,9 @@ class _Emitter:
         plan = read_plan_attrs(g)
         algo = plan.algorithm if plan is not None else "?"
         makespan = f"{plan.makespan * 1e6:.1f} us" if plan is not None else "?"
-        specs = ", ".join(f"({v.name!r}, {tuple(_tensor(v).shape)!r}, {np.dtype(jax_dtype(_tensor(v).dtype)).name!r})"
-                          for v in g.inputs)
-        homes = ", ".join(repr(sched.input_home[v]) for v in g.inputs)
+        specs = "".join(f"\n    ({v.name!r}, {tuple(_tensor(v).shape)!r}, {np.dtype(jax_dtype(_tensor(v).dtype)).name!r}),"
+                        for v in g.inputs)
+        homes = "".join(f"\n    {sched.input_home[v]!r},  # {v.name}" for v in g.inputs)
         lines = [
             f'"""Graph @{g.name} as placed by {algo} (simulated makespan {makespan}) on '
             f'{", ".join(sched.devices)}.',
@@ -257,8 +257,8 @@ class _Emitter:
             "",
             f"GRAPH = {g.name!r}",
             f"DEVICES = {tuple(sched.devices)!r}",
-            f"INPUTS = ({specs}{',' if len(g.inputs) == 1 else ''})  # name, shape, dtype of each input",
-            f"INPUT_HOMES = ({homes}{',' if len(g.inputs) == 1 else ''})  # the device each input lives on",
+            f"INPUTS = (  # name, shape, dtype of each input{specs}\n)",
+            f"INPUT_HOMES = (  # the device each input lives on: its first reader's{homes}\n)",
         ]
         return "\n".join(lines)
 
@@ -267,6 +267,9 @@ class _Emitter:
         lines: list[str] = []
         for op in ops:
             lines.append(f"{indent}# {self.describe(op)}")
+            if op.opcode in EVAL_RULES and op.opcode not in EMIT_RULES:
+                raise EmitError(f"{op.where()}: op '{op.name}': the interpreter evaluates '{op.opcode}' by a rule of "
+                                "its own, which the emitter has no counterpart for")
             rule = EMIT_RULES.get(op.opcode, _emit_bind)
             lines.append(indent + rule(self, op, names))
         return lines

@@ -108,7 +108,7 @@ def schedule(graph: Graph, state_map: Mapping[int, int] | None = None) -> Schedu
     groups = _segment_ops(order)
     segments = _make_segments(graph, groups, remat)
     home = _input_homes(graph, order, smap, devices)
-    placed = _Placed(graph, home)
+    placed = _Placed(home)
     input_moves: list[Move] = []
     moves_after: list[list[Move]] = [[] for _ in segments]
     producer_segment = {id(v): s.index for s in segments for v in s.outputs}
@@ -256,7 +256,7 @@ def _input_homes(graph: Graph, order: list[Op], smap: Mapping[int, int],
 class _Placed:
     """Where each value already is; adds one move per value and destination device."""
 
-    def __init__(self, graph: Graph, home: Mapping[Value, str]) -> None:
+    def __init__(self, home: Mapping[Value, str]) -> None:
         self.home = home
         self.at: dict[int, set[str]] = {}
 

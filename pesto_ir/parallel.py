@@ -26,6 +26,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any
 
 from pesto_ir.cluster import Cluster, Device, Link
@@ -88,7 +89,7 @@ class Parallelized:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         leaves, tree = self._flatten((args, kwargs))
-        key = (tree, tuple(map(_signature, leaves)))
+        key = (tree, _signatures(leaves))
         entry = self._cache.get(key)
         if entry is None:
             entry = self._cache[key] = self._compile(args, kwargs)
@@ -98,7 +99,7 @@ class Parallelized:
     def compile(self, *args: Any, **kwargs: Any) -> Compiled:
         """Plan and build for these arguments without running (cached like a call)."""
         leaves, tree = self._flatten((args, kwargs))
-        key = (tree, tuple(map(_signature, leaves)))
+        key = (tree, _signatures(leaves))
         entry = self._cache.get(key)
         if entry is None:
             entry = self._cache[key] = self._compile(args, kwargs)
@@ -173,12 +174,23 @@ def _tuple(x: int | Sequence[int]) -> tuple[int, ...]:
     return (x,) if isinstance(x, int) else tuple(x)
 
 
+_ARRAY_SIGNATURE = attrgetter("shape", "dtype", "weak_type")
+
+
 def _signature(x: Any) -> tuple[Any, ...]:
     """What a compiled entry depends on: shape, dtype and weak type (Python scalars by type)."""
     dtype = getattr(x, "dtype", None)
     if dtype is None:
         return (type(x),)
     return (x.shape, dtype, getattr(x, "weak_type", False))
+
+
+def _signatures(leaves: list[Any]) -> tuple[tuple[Any, ...], ...]:
+    """`_signature` of every leaf; JAX arrays (the usual case) through one C-level attrgetter."""
+    try:
+        return tuple(map(_ARRAY_SIGNATURE, leaves))
+    except AttributeError:
+        return tuple(map(_signature, leaves))
 
 
 def _check_options(o: ParallelizeOptions) -> None:

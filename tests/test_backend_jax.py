@@ -295,6 +295,26 @@ def test_parallelize_caches_by_signature_and_reports_its_plan() -> None:
         pesto_ir.parallelize(jnp.sin, algo="nope")
 
 
+def test_donated_inputs_and_resident_constants() -> None:
+    table = np.arange(12.0, dtype=np.float32).reshape(4, 3)
+
+    def update(w: jax.Array, x: jax.Array) -> Any:
+        h = jnp.tanh(x @ w)
+        return w - 0.1 * (x.T @ h), (h @ table.T).sum() + jnp.cos(h).sum()
+
+    step = pesto_ir.parallelize(update, devices=jax.devices()[2:4], algo="m-topo", param_argnums=(0,),
+                                donate_argnums=(0,), compiler_options=FAST)
+    w, x = _normal(5, (3, 3)), _normal(6, (4, 3))
+    want = jax.jit(update)(w, x)
+    w_home = jax.device_put(w, step.compile(w, x).executable.input_devices()[0])
+    got = step(w_home, x)
+    _allclose(got, want)
+    assert w_home.is_deleted()  # the caller gave it up: its buffer became the new w
+    assert len(step.last.lowered.consts) == 1  # the table: placed once when built, never moved per step
+    assert all(m.value.owner is not None or m.value.name != step.graph.inputs[-1].name for m in step.executable.transfers)
+    _allclose(step(got[0], x), jax.jit(update)(*want[:1], x))
+
+
 # ---------------------------------------------------------------- emitted Python
 
 @pytest.mark.parametrize(("model", "algo", "k"), [("lstm", "expert", 2), ("cond_while", "m-topo", 2),
