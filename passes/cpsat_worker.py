@@ -96,9 +96,11 @@ class SolverProcess:
         self.close()
 
     def start(self) -> None:
-        """Spawn the worker now, so that importing OR-tools overlaps the caller's own work."""
-        if self.proc is not None:
+        """Spawn the worker now, so that importing OR-tools overlaps the caller's own work
+        (again if the last one has died since)."""
+        if self.proc is not None and self.proc.poll() is None:
             return
+        self.close()
         self.errors = tempfile.TemporaryFile()
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
@@ -119,6 +121,19 @@ class SolverProcess:
             self.errors.close()
             self.errors = None
 
+    def peak_rss(self) -> int | None:
+        """The worker's peak resident memory in bytes (Linux /proc), None when it is not running."""
+        if self.proc is None:
+            return None
+        try:
+            with open(f"/proc/{self.proc.pid}/status", encoding="ascii") as status:
+                for line in status:
+                    if line.startswith("VmHWM:"):
+                        return int(line.split()[1]) * 1024
+        except OSError:
+            return None
+        return None
+
     def solve(self, request: Request, report: Callable[[float, float], None] | None = None) -> Result:
         """Send `request`, pass its progress (objective, bound in ticks) to `report`, return its result."""
         with self.lock:
@@ -130,7 +145,9 @@ class SolverProcess:
         try:
             write_message(proc.stdin, ("solve", request, report is not None))
         except OSError:
-            raise CpSatError(f"the CP-SAT worker process stopped: {self._stderr_tail()}") from None
+            tail = self._stderr_tail()
+            self.close()
+            raise CpSatError(f"the CP-SAT worker process stopped: {tail}") from None
         deadline = time.monotonic() + request.seconds + GRACE_SECONDS
         while True:
             if not self._wait_readable(deadline):
@@ -199,6 +216,7 @@ def _solve(model_class: Any, request: Request, answers: IO[bytes] | None) -> Res
     result = model.solve(request, report if answers is not None else None)
     result.size = model.size()
     result.seconds += built
+    result.setup_seconds = built
     return result
 
 

@@ -7,8 +7,10 @@ worse than their start; every plan goes through `check_plan`.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import sys
+import time
 from typing import Any
 
 import pytest
@@ -33,8 +35,9 @@ from pesto_ir.costs import op_cost
 from pesto_ir.errors import PestoError
 from pesto_ir.ir import Graph
 from pesto_ir.passes.algo_auto import place_auto
-from pesto_ir.passes.algo_cpsat import Problem, earliest_schedule, place_cpsat, tick_for
+from pesto_ir.passes.algo_cpsat import Problem, Request, earliest_schedule, place_cpsat, tick_for
 from pesto_ir.passes.algo_ilp import place_ilp
+from pesto_ir.passes.cpsat_worker import SolverProcess
 from pesto_ir.passes.lns import improve_with_lns
 from pesto_ir.placement import PlaceOptions
 from pesto_ir.validate import check_plan
@@ -231,6 +234,20 @@ def test_or_tools_never_loads_beside_cbc() -> None:
     place_cpsat(graph, cluster, QUIET)
     assert "ortools.sat.python.cp_model" not in sys.modules
     assert place_ilp(graph, cluster, QUIET).solver["status"] == "optimal"
+
+
+def test_a_dead_worker_is_restarted_and_a_failed_solve_is_a_clean_error() -> None:
+    graph, cluster = diamond(), two_gpus()
+    prob = Problem.build(graph, cluster, 1.0, lower_bound(graph, cluster))
+    with SolverProcess() as proc:
+        proc.start()
+        proc.proc.kill()
+        proc.proc.wait()
+        assert proc.solve(Request(prob, None, 5.0, time.monotonic() + 5.0)).status == "optimal"
+        broken = dataclasses.replace(prob, allowed=[[5]] * len(prob.allowed))  # a device that is not there
+        with pytest.raises(PestoError, match="CP-SAT failed: "):
+            proc.solve(Request(broken, None, 5.0, time.monotonic() + 5.0))
+        assert proc.solve(Request(prob, None, 5.0, time.monotonic() + 5.0)).status == "optimal"
 
 
 # ---------------------------------------------------------------- large-neighbourhood search
