@@ -12,9 +12,10 @@ For each model, on CPU devices:
   copy costs, not a speed-up).
 
 The two single-device columns are measured side by side: repetitions alternate between them and
-the median per-step time of each is kept. Run:
+the median (or `--stat min`) per-step time of each is kept. Run:
 
-    python3 bench/bench_backend.py [--reps 15] [--calls 20] [--k 4] [--clock cpu|wall] [--models mlp,cnn,...]
+    python3 bench/bench_backend.py [--reps 15] [--calls 20] [--k 4] [--clock cpu|wall] [--stat median|min]
+                                   [--models mlp,cnn,transformer,lstm,mlp-tiny]
 
 By default time is process CPU time with XLA held to one thread (as bench/bench_costs.py does):
 on a machine other processes share, wall times of one executable vary by 2x, CPU times by a few %.
@@ -208,8 +209,9 @@ class Loop:
         return out
 
 
-def side_by_side(fns: list[Callable[[], Any]], reps: int, calls: int, clock: Callable[[], float]) -> list[float]:
-    """Median seconds per call of each function, repetitions alternating between them."""
+def side_by_side(fns: list[Callable[[], Any]], reps: int, calls: int, clock: Callable[[], float],
+                 stat: Callable[[list[float]], float] = statistics.median) -> list[float]:
+    """Seconds per call of each function (`stat` over repetitions), repetitions alternating between them."""
     import jax
 
     samples: list[list[float]] = [[] for _ in fns]
@@ -222,7 +224,7 @@ def side_by_side(fns: list[Callable[[], Any]], reps: int, calls: int, clock: Cal
                 out = fn()
             jax.block_until_ready(out)
             samples[i].append((clock() - t0) / calls)
-    return [statistics.median(s) for s in samples]
+    return [stat(s) for s in samples]
 
 
 def _fed_back(fn: Callable[..., Any], argnums: tuple[int, ...]) -> tuple[int, ...]:
@@ -230,7 +232,8 @@ def _fed_back(fn: Callable[..., Any], argnums: tuple[int, ...]) -> tuple[int, ..
     return argnums if getattr(fn, "__name__", "") == "step" else ()
 
 
-def bench_model(name: str, k: int, reps: int, calls: int, clock: Callable[[], float]) -> dict[str, Any]:
+def bench_model(name: str, k: int, reps: int, calls: int, clock: Callable[[], float],
+                stat: Callable[[list[float]], float]) -> dict[str, Any]:
     import jax
 
     import pesto_ir
@@ -245,8 +248,8 @@ def bench_model(name: str, k: int, reps: int, calls: int, clock: Callable[[], fl
     spread = pesto_ir.parallelize(fn, devices=devices[:k], algo="m-etf", param_argnums=argnums)
     spread(*args)
     fed = _fed_back(fn, argnums)
-    t_jit, t_single = side_by_side([Loop(jitted, args, fed), Loop(single, args, fed)], reps, calls, clock)
-    (t_spread,) = side_by_side([Loop(spread, args, fed)], max(3, reps // 3), calls, clock)
+    t_jit, t_single = side_by_side([Loop(jitted, args, fed), Loop(single, args, fed)], reps, calls, clock, stat)
+    (t_spread,) = side_by_side([Loop(spread, args, fed)], max(3, reps // 3), calls, clock, stat)
     return {
         "model": name, "ops": len(single.graph.ops), "jit": t_jit, "single": t_single, "ratio": t_single / t_jit,
         "segments": single.executable.num_segments, "first_call": first_call,
@@ -262,6 +265,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=15)
     ap.add_argument("--calls", type=int, default=20, help="calls per repetition")
     ap.add_argument("--clock", choices=("cpu", "wall"), default="cpu")
+    ap.add_argument("--stat", choices=("median", "min"), default="median",
+                    help="over repetitions; min is steadier when other processes load the machine")
     opts = ap.parse_args(argv)
     _setup(opts.k, opts.clock)
     names = [m.strip() for m in opts.models.split(",") if m.strip()]
@@ -270,13 +275,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"unknown model(s) {', '.join(unknown)}; known: {', '.join(MODELS)}", file=sys.stderr)
         return 2
     clock = _clock(opts.clock)
-    print(f"{opts.clock} time per step, median of {opts.reps} x {opts.calls} calls, side by side; "
+    stat = min if opts.stat == "min" else statistics.median
+    print(f"{opts.clock} time per step, {opts.stat} of {opts.reps} x {opts.calls} calls, side by side; "
           f"m-ETF on {opts.k} CPU devices\n")
     print(f"| model | ops | jit (ms) | pesto single (ms) | ratio | segments | first call (s) "
           f"| m-ETF k={opts.k}: segments | transfers | step (ms) |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for name in names:
-        r = bench_model(name, opts.k, opts.reps, opts.calls, clock)
+        r = bench_model(name, opts.k, opts.reps, opts.calls, clock, stat)
         print(f"| {r['model']} | {r['ops']} | {r['jit'] * 1e3:.3f} | {r['single'] * 1e3:.3f} | {r['ratio']:.3f} "
               f"| {r['segments']} | {r['first_call']:.1f} | {r['k_segments']} | {r['k_transfers']} "
               f"| {r['k_step'] * 1e3:.3f} |", flush=True)
