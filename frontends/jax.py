@@ -23,10 +23,8 @@ pytree structures and constant arrays a caller needs to run it (`LoweredFunction
 
 from __future__ import annotations
 
-import gc
 import re
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -41,6 +39,7 @@ except ImportError:  # pragma: no cover
 
 from pesto_ir.attributes import Attr, FloatAttr, GraphAttr, ListAttr, StringAttr, to_attr
 from pesto_ir.errors import PestoError
+from pesto_ir.gc_pause import gc_paused
 from pesto_ir.ir import Graph, Location, Op, Value
 from pesto_ir.jax_params import (
     DERIVED_PARAMS,
@@ -129,21 +128,8 @@ def lower_function(fn: Callable[..., Any], *example_args: Any, param_argnums: in
 def lower_jaxpr(closed: Any, name: str = "main", param_flags: Sequence[bool] | None = None,
                 input_names: Sequence[str] | None = None) -> tuple[Graph, list[Any]]:
     """Lower a ClosedJaxpr; returns the graph and the constant arrays its trailing inputs take."""
-    with _gc_paused():
+    with gc_paused():
         return _lower_closed(closed, name, param_flags, input_names)
-
-
-@contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Lowering allocates many small objects and frees none; the cyclic collector would rescan the
-    whole jaxpr again and again (half the lowering time on 10k equations)."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 def _lower_closed(closed: Any, name: str, param_flags: Sequence[bool] | None,

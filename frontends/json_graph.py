@@ -17,6 +17,7 @@ from typing import Any
 from pesto_ir.attributes import Attr, BoolAttr, BytesAttr, DictAttr, DurationAttr, StringAttr, to_attr
 from pesto_ir.errors import ParseError, SourceSpan
 from pesto_ir.ir import Graph, Op, Value
+from pesto_ir.loader import read_source_text
 from pesto_ir.types import BlobType
 
 FORMAT = "pesto-graph/1"
@@ -24,12 +25,7 @@ OPCODE = "opaque"
 
 
 def load_json_graph(path: str | Path) -> Graph:
-    p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as e:
-        raise ParseError(f"cannot read file: {e.strerror}", SourceSpan(str(path), 1, 1)) from None
-    return parse_json_graph(text, str(path))
+    return parse_json_graph(read_source_text(path), str(path))
 
 
 def parse_json_graph(text: str, filename: str = "<json>") -> Graph:

@@ -31,6 +31,19 @@ def load(path: str | os.PathLike[str]) -> Graph:
     return parse_file(p)
 
 
+def read_source_text(path: str | os.PathLike[str]) -> str:
+    """A model file's text; an unreadable or non-UTF-8 file is a ParseError naming it."""
+    from pesto_ir.errors import ParseError, SourceSpan
+
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except OSError as e:
+        raise ParseError(f"cannot read file: {e.strerror}", SourceSpan(str(path), 1, 1)) from None
+    except UnicodeDecodeError as e:
+        raise ParseError(f"file is not UTF-8 text ({e.reason} at byte {e.start})",
+                         SourceSpan(str(path), 1, 1)) from None
+
+
 def write_atomic(path: str | os.PathLike[str], data: str | bytes) -> None:
     """Write to a temporary file beside `path`, then rename: readers never see half a file."""
     target = Path(path)
