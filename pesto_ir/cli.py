@@ -11,7 +11,7 @@ import argparse
 import dataclasses
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from pesto_ir.cluster import KINDS, Cluster, ClusterError
 from pesto_ir.errors import PestoError
@@ -25,6 +25,15 @@ DEFAULT_DEVICES = 2
 DEFAULT_KIND = "h100"
 
 
+def _emit_python(graph: Graph) -> str:
+    from pesto_ir.backends.python_emit import emit_python
+
+    return emit_python(graph)
+
+
+EMITTERS: dict[str, Callable[[Graph], str]] = {"pir": str, "python": _emit_python}
+
+
 def build_arg_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog="pesto-compile",
@@ -33,7 +42,9 @@ def build_arg_parser() -> argparse.ArgumentParser:
     ap.add_argument("model", help="a .pir model or a pesto-graph/1 .json cost graph")
     ap.add_argument("-p", "--pipeline", default=DEFAULT_PIPELINE,
                     help=f"pass pipeline (default: {DEFAULT_PIPELINE})")
-    ap.add_argument("-o", "--output", metavar="OUT.pir", help="write the resulting IR here ('-' for stdout)")
+    ap.add_argument("-o", "--output", metavar="OUT", help="write the result here ('-' for stdout)")
+    ap.add_argument("--emit", choices=sorted(EMITTERS), default="pir",
+                    help="what -o writes: the IR as .pir text, or a standalone Python/JAX module of the placed graph")
     target = ap.add_argument_group("target cluster")
     target.add_argument("--cluster", metavar="FILE", help="a pesto-cluster/1 JSON file")
     target.add_argument("--devices", type=int, metavar="N",
@@ -111,7 +122,7 @@ def write_outputs(graph: Graph, args: argparse.Namespace) -> None:
 
     rendered: list[tuple[str, str | bytes]] = []
     if args.output:
-        rendered.append((args.output, str(graph)))
+        rendered.append((args.output, EMITTERS[args.emit](graph)))
     rendered += render_reports(graph, plan_json=args.plan_json, trace=args.trace, gantt=args.gantt)
     for path, data in rendered:
         if path == "-":
