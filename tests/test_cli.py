@@ -61,3 +61,46 @@ def test_console_script_exits_nonzero_without_traceback(tmp_path: Path) -> None:
     assert proc.returncode == 1
     assert "Traceback" not in proc.stderr
     assert f"{bad}:1:11: error: unexpected '{{'" in proc.stderr
+
+
+def test_placement_reports_are_consistent(tmp_path: Path) -> None:
+    """The default pipeline with --algo: plan JSON, trace, Gantt and .pir all describe one valid plan."""
+    import json
+
+    from pesto_ir.cluster import Cluster
+    from pesto_ir.plan import Plan, read_plan_attrs
+    from pesto_ir.validate import validate_plan
+
+    out, plan_json, trace, gantt = (tmp_path / n for n in ("out.pir", "plan.json", "trace.json", "gantt.png"))
+    example = ROOT / "examples" / "inception_block.pir"
+    assert main([str(example), "--devices", "3", "--algo", "m-etf", "-o", str(out), "--plan-json", str(plan_json),
+                 "--trace", str(trace), "--gantt", str(gantt), "-q"]) == 0
+    placed = pesto_ir.load(out)
+    plan = Plan.from_json(json.loads(plan_json.read_text()))
+    assert plan.algorithm == "m-etf" and plan.devices == ["gpu0", "gpu1", "gpu2"]
+    assert validate_plan(placed, Cluster.homogeneous(3, "h100"), plan) == []
+    recorded = read_plan_attrs(placed)
+    assert recorded is not None and recorded.makespan == pytest.approx(plan.makespan)
+    assert plan.lower_bound is not None and plan.lower_bound <= plan.makespan
+    events = json.loads(trace.read_text())["traceEvents"]
+    assert {e["name"] for e in events if e.get("ph") == "X"} >= set(plan.ops)
+    assert gantt.read_bytes().startswith(b"\x89PNG")
+
+
+def test_emit_python_writes_a_module_that_runs(tmp_path: Path) -> None:
+    module = tmp_path / "placed.py"
+    assert main([str(EXAMPLE), "--devices", "2", "--algo", "m-etf", "--emit", "python", "-o", str(module), "-q"]) == 0
+    text = module.read_text()
+    compile(text, str(module), "exec")
+    assert "def run(" in text and "mlp_train_step" in text
+
+
+def test_reports_without_a_place_pass_are_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([str(EXAMPLE), "-p", "verify", "--plan-json", str(tmp_path / "p.json")]) == 1
+    assert "has no plan to report" in capsys.readouterr().err
+    assert not (tmp_path / "p.json").exists()
+
+
+def test_algo_without_place_pass_is_an_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([str(EXAMPLE), "-p", "verify", "--algo", "m-etf"]) == 1
+    assert "--algo need a place pass" in capsys.readouterr().err
