@@ -310,7 +310,7 @@ def _favorite_lp(pg: PlaceGraph, edges: list[tuple[int, int, int]],
             model.add_constr(s[i] - w <= -proc[i] * scale)
     model.objective = mip.minimize(w)
     with native_stdout_silenced():
-        status = model.optimize(max_seconds=max(1.0, options.time_limit))
+        status = model.optimize(relax=True)  # a pure LP: straight to the simplex, no MIP preprocessing
     if status not in (mip.OptimizationStatus.OPTIMAL, mip.OptimizationStatus.FEASIBLE):
         return None, status.name.lower()
     return [float(v.x or 0.0) for v in x], status.name.lower()

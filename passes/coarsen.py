@@ -2,10 +2,17 @@
 
 Exact placement does not scale to thousands of ops, so ops are merged into coarse nodes first:
 
-1. Colocation groups: every `colocate` group becomes one node, unless contracting it would close
-   a cycle (a path leaves the group and comes back, as from a layer's forward op to its gradient).
-   Such groups are split back into their ops; their parts stay colocated through the `colocate`
-   label `quotient_graph` gives every coarse node holding a part of a split group.
+1. Colocation groups: each group is contracted first, unless contracting it would close a cycle
+   (a path leaves the group and comes back, as from a layer's forward op to its gradient); such
+   a group is split back into its ops, which stay colocated through the `colocate` label
+   `quotient_graph` gives every coarse node holding a part of a group spread over several nodes.
+   With `colocation=whole` a group is contracted as a whole; with `colocation=connected` (the
+   default) each of its connected pieces (ops joined by edges inside the group) is. Contracting
+   pieces that share no edge gains no locality but glues unrelated work into one block: on the
+   MSR training layer graphs, whose forward op and gradient are colocated on parallel chains,
+   m-ETF on 4 devices (target 200) gets 1.74 -> 1.14 times the lower bound on
+   bert24_training_layer, 1.54 -> 1.09 on gnmt_training, 1.97 -> 1.73 on inceptionv3_training
+   and 1.84 -> 1.54 on resnet50_training with connected pieces; no MSR graph gets worse.
 2. Rounds of edge contraction: edges sorted heaviest tensor first (edges inside one split group
    before all others), a batch of merges with no shared endpoints per round, each merge only where
    it cannot close a cycle. With longest-path levels `lev` computed at the start of the round,
@@ -16,8 +23,9 @@ Exact placement does not scale to thousands of ops, so ops are merged into coars
    otherwise close a cycle).
 
 Node cost and memory are summed; a node's cost may not pass a cap (relaxed when it blocks every
-merge) and its memory stays under half the smallest device. Merging parts of two different split
-groups makes them one colocation class, so a class's cost is capped too (at total / (2 devices)),
+merge) and its memory stays under half the smallest device and small enough to pack into the
+memory the graph leaves spare. Merging parts of two different split groups makes them one
+colocation class, so a class's cost (at most total / (4 devices)) and memory are capped too,
 which keeps forced colocation from swallowing the graph.
 
 The fine graph stays the pipeline's graph: the pass only writes a `group` attribute ("g17") on
@@ -37,12 +45,15 @@ from pesto_ir.ir import Graph, Op, Value
 from pesto_ir.passmanager import Pass, PassContext
 from pesto_ir.types import BlobType
 
-# Chosen on the MSR graphs (bench/bench_place.py --targets): below ~150 coarse nodes m-ETF's
-# makespan on 4 devices degrades visibly; above it the exact solver's model grows for little gain.
+# Measured with bench/bench_place.py --targets on the 16 MSR graphs, k = 2 and 4: m-ETF's
+# geometric-mean makespan / lower bound is 1.10 / 1.14 at 200 nodes, against 1.14 / 1.16-1.17 at
+# 50 and 100 and 1.11 / 1.13 at 400; the MILP (20 s, k = 4, six graphs) does best at 200 too
+# (1.19, against 1.24 at 50), while 400 would double its model for little gain.
 DEFAULT_TARGET = 200
 NODE_CAP_FACTOR = 2.0  # a coarse node may hold up to this many times an average node's cost
 CAP_RELAX = 1.5  # the node cost cap grows by this factor when it blocks every merge
 DEVICES_WITHOUT_CLUSTER = 8  # device count the class cap assumes when the pass has no cluster
+CLASS_SHARE = 4  # a colocation class may force together up to 1 / (this * devices) of the work
 COLOCATION_MODES = ("connected", "whole")
 DEFAULT_COLOCATION = "connected"
 
@@ -381,7 +392,7 @@ def _node_classes(dag: _Contraction, class_of_op: dict[int, int]) -> dict[int, i
 
 @dataclass
 class _Caps:
-    """Limits on a merged node's cost and memory and on a colocation class's cost."""
+    """Limits on a merged node's cost and memory and on what a colocation class forces together."""
 
     cost: float
     memory: float
@@ -390,8 +401,24 @@ class _Caps:
     @staticmethod
     def initial(dag: _Contraction, target: int, total: float, cluster: Cluster | None, devices: int) -> _Caps:
         biggest = max(dag.cost[x] for x in dag.alive)
-        mem_cap = min(d.memory for d in cluster.devices) / 2 if cluster is not None else float("inf")
-        return _Caps(max(biggest, NODE_CAP_FACTOR * total / target), mem_cap, total / (2 * max(1, devices)))
+        return _Caps(max(biggest, NODE_CAP_FACTOR * total / target), _memory_cap(dag, cluster),
+                     total / (CLASS_SHARE * max(1, devices)))
+
+
+def _memory_cap(dag: _Contraction, cluster: Cluster | None) -> float:
+    """Largest memory a merge may build: half the smallest device, and little enough to pack.
+
+    Nodes of at most s bytes always fit greedily when the devices' spare memory (capacity minus
+    the graph's needs) is at least (devices - 1) * s: each device then wastes less than s.
+    """
+    if cluster is None:
+        return float("inf")
+    k = len(cluster)
+    smallest = min(d.memory for d in cluster.devices)
+    if k == 1:
+        return smallest
+    spare = sum(d.memory for d in cluster.devices) - sum(dag.mem[x] for x in dag.alive)
+    return min(smallest / 2, max(0.0, spare) / (k - 1))
 
 
 def _contract_rounds(dag: _Contraction, target: int, caps: _Caps, node_class: dict[int, int],

@@ -25,7 +25,7 @@ from pesto_ir.placement import PlaceOptions
 from pesto_ir.plan import read_plan_attrs
 from pesto_ir.validate import check_plan
 
-HEURISTICS = sorted(a for a in ALGORITHMS if a != "ilp")
+HEURISTICS = ["expert", "m-etf", "m-sct", "m-topo", "random", "single"]  # the exact solvers have their own tests
 MSR = Path("/work/shared/graphs/msr")
 QUIET = PlaceOptions(quiet=True)
 
