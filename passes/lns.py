@@ -70,6 +70,13 @@ class LnsError(PestoError):
     pass
 
 
+def ilp_engine_available() -> bool:
+    """Whether `algo_ilp`'s MILP offers what engine="ilp" drives: fixing all but a neighbourhood."""
+    from pesto_ir.passes.algo_ilp import _Milp
+
+    return all(hasattr(_Milp, name) for name in ("start_values", "fix_outside", "unfix", "realize", "drop_symmetry"))
+
+
 def improve_with_lns(graph: Graph, cluster: Cluster, options: PlaceOptions, engine: str = "cpsat",
                      start: Plan | None = None) -> Plan:
     """The best plan found from `start` (default: `options.warm_start`, else a heuristic plan)
@@ -318,6 +325,11 @@ class _Search:
     def _milp(self) -> Any:
         if self.ilp is None:
             from pesto_ir.passes import algo_ilp
+
+            if not ilp_engine_available():
+                raise LnsError("engine=ilp needs the MILP's neighbourhood interface (start_values, fix_outside, "
+                               "unfix, realize, drop_symmetry in passes/algo_ilp.py), which this checkout lacks; "
+                               "use engine=cpsat")
 
             inst = algo_ilp._Instance.build(self.graph, self.cluster, self.best.makespan, self.lb)
             self.ilp = algo_ilp._Milp(inst, algo_ilp._solver_name(self.options.solver), self.quiet)
