@@ -214,4 +214,4 @@ def test_msr_pipeline_end_to_end(name: str) -> None:
     assert plan.lower_bound is not None and plan.lower_bound <= plan.makespan * (1 + 1e-9)
     assert not any(n.startswith("coarse plan") for n in plan.notes)
     assert "place: m-etf makespan" in log.getvalue()
-    assert len({op.get("group") for op in g.ops}) <= 100 or "coarsen" in log.getvalue()
+    assert len({op.get("group") for op in g.ops}) == 100  # these graphs coarsen exactly to the target
