@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
+from strategies import placement_problems
 from test_ilp import (
     brute_exact,
     diamond,
@@ -135,6 +136,20 @@ def test_random_small_dags_agree_with_brute_force_and_the_milp(case: tuple[Graph
     graph, cluster = case
     exact = assert_optimal(graph, cluster, place_cpsat(graph, cluster, QUIET))
     assert place_ilp(graph, cluster, QUIET).makespan == pytest.approx(exact, abs=TOL, rel=TOL)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(placement_problems(max_ops=8, max_devices=3, tight=True))
+def test_random_problems_give_a_valid_plan_or_a_clean_memory_error(problem: tuple[Graph, Cluster]) -> None:
+    """Mixed device kinds and links, zero costs, colocation and tight memory (tests/strategies.py)."""
+    graph, cluster = problem
+    try:
+        plan = place_cpsat(graph, cluster, PlaceOptions(time_limit=3, quiet=True))
+    except PestoError as e:
+        assert "bytes" in str(e) or "memory" in str(e)
+        return
+    check_plan(graph, cluster, plan)
+    assert plan.solver["bound"] <= plan.makespan + 1e-12
 
 
 # ---------------------------------------------------------------- model details
