@@ -7,7 +7,8 @@ The model (Pesto, Middleware 2021, §4, generalised from 2 GPUs to k heterogeneo
 - `S[i]`: op start; its end is `C[i] = S[i] + sum_d cost(i,d) x[u(i),d]`. `T`: the makespan.
 - Transfer nodes, one per (producer p, destination device d): `a[p,d]` >= x[c,d] - x[p,d] for each
   consumer c (p's results are needed on d and p is elsewhere: the XOR/AND products linearised),
-  start `R[p,d]` >= C[p], duration `D[p,d]` that of the link from p's device (heterogeneous links).
+  start `R[p,d]` >= C[p], duration `D[p,d]` that of the link from p's device (heterogeneous links;
+  with results read by different consumers, only the results needed there).
   A consumer on d starts after R[p,d] + D[p,d]; on p's own device D is 0, so it waits for C[p] only.
 - Big-M disjunctions with an ordering binary for op pairs with no path between them that may share
   a device, and for transfer pairs that may share a directed link (one transfer at a time).
@@ -16,14 +17,20 @@ The model (Pesto, Middleware 2021, §4, generalised from 2 GPUs to k heterogeneo
   their class once the previous one is used.
 
 What keeps it small and tight is the upper bound `UB` from the warm start: every op gets a time
-window [earliest start, latest finish] from critical paths, pairs whose windows cannot overlap need
-no ordering binary at all, and every big-M is the width of the two windows involved. Valid
-inequalities (T >= C[i] + tail[i], T >= load of each device, T >= the lower bound) lift the LP bound.
+window [earliest start, latest finish] from critical paths and from the work of its ancestors
+(descendants) over the cluster's capacity; pairs whose windows cannot overlap need no ordering
+binary at all, and every big-M is the width of the two windows involved. Valid inequalities
+(T >= C[i] + tail[i], T >= the load of each device, T >= the lower bound) lift the LP bound.
 
-The solved placement and per-device orders are turned into a real schedule twice, by `simulate`
-(first-come-first-served links) and by replaying the solver's own link orders; the better of those
-and the warm start is returned, after `check_plan`. Times are scaled so UB is 1000 units, which
-keeps CBC's absolute tolerances far below the costs (microseconds against seconds).
+The solve: the plain MILP first (a quarter of the time limit, at least 5 s); it proves small graphs
+(about 15 ops) optimal. Past that its bound rarely leaves the critical path, so the rest of the time
+goes to a large-neighbourhood search on the same model: all but a window of ops near one point in
+time keep the incumbent's devices and orders, and CBC re-optimizes the window in a second or two.
+Each solution is turned into a real schedule twice, by `simulate` (first-come-first-served links)
+and by `replay` with the solver's own link order; the best of those and the warm start is
+returned, after `check_plan`. Times are scaled so UB is 1000 units, which keeps CBC's absolute
+tolerances far below the costs. CBC's preprocessing is off: it crashed the bundled CBC
+(CglPreProcess::postProcess) on a 1M-nonzero model, and bought nothing measurable here.
 """
 
 from __future__ import annotations
@@ -33,11 +40,12 @@ import ctypes
 import logging
 import math
 import os
+import random
 import re
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,15 +62,27 @@ from pesto_ir.validate import check_plan, validate_plan
 ALGORITHM = "ilp"
 SOLVERS = ("cbc", "highs")
 
-# Above this many ops (after coarsening) the exact model is too big to help within minutes:
-# bench/bench_ilp.py measured a 354-op graph at 4 devices spend most of a 60 s budget just
-# building and presolving, without improving on the warm start. The place pass coarsens to
-# fewer nodes before `ilp` in the default pipeline.
+# Size limits (measured with bench/bench_ilp.py; above either, the warm start comes back as it
+# is, with a note and status "skipped"; the place pass coarsens before `ilp` in the default
+# pipeline). Past ~25k binaries CBC overruns its time limit: a 30 s solve of a 326-op graph on
+# 2 devices (55k binaries, 1M nonzeros) took 239 s, most of it inside CBC after it had stopped;
+# 33-40k binaries overran by 3-11 s. Graphs over MAX_OPS are not even modelled (they exceed the
+# binary limit anyway, and the pair analysis is quadratic). The search improves warm starts
+# reliably up to ~100 ops / ~5k binaries; at 170-190 ops it found nothing in 30 s.
 MAX_OPS = 300
+MAX_INTEGERS = 25_000
 
 SCALE_UB = 1000.0  # the warm-start makespan in model time units
 REL_GAP = 1e-6  # "optimal" means within this fraction of the bound
 EPS = 1e-7  # model time units of slack in window tests (UB is 1000)
+HEARTBEAT = 10.0  # seconds between progress lines when nothing changes
+EXACT_SHARE = 0.25  # of the time limit for the plain MILP solve before neighbourhood search
+EXACT_MIN = 5.0  # seconds the plain solve gets at least (within the limit)
+LNS_START_OPS = 12  # ops freed in the first neighbourhood (adapted as the search goes)
+LNS_MIN_OPS = 6
+LNS_SLICES = 16  # neighbourhoods per remaining time, at first
+LNS_MIN_SLICE = 1.0  # seconds: the shortest neighbourhood solve worth starting
+LNS_MAX_SLICE = 5.0
 
 
 class IlpError(PestoError):
@@ -85,15 +105,21 @@ def place_ilp(graph: Graph, cluster: Cluster, options: PlaceOptions) -> Plan:
         early.notes[:0] = notes
         return check_plan(graph, cluster, early)
     inst = _Instance.build(graph, cluster, warm.makespan if warm is not None else None, lb)
+    if inst.integers() > MAX_INTEGERS:
+        why = (f"the model would have {inst.integers()} binary variables, more than the limit of "
+               f"{MAX_INTEGERS} (CBC overruns its time limit on larger ones)")
+        if warm is None:
+            raise IlpError(f"{why}, and no warm start fits in memory; coarsen the graph first")
+        skipped = _skipped(_as_ilp(warm), solver, lb, time.perf_counter() - started, why)
+        skipped.notes[:0] = notes
+        return check_plan(graph, cluster, skipped)
     milp = _Milp(inst, solver, options)
-    if warm is not None:
-        milp.set_start(_relabel_for_symmetry(inst, warm))
     options.progress(f"ilp: {graph.name}: {len(graph.ops)} ops on {len(cluster)} devices, "
-                     f"{milp.model.num_cols} variables ({milp.model.num_int} integer), "
-                     f"{milp.model.num_rows} constraints; warm start {_fmt(warm.makespan) if warm else 'none'}, "
+                     f"{milp.size()}; warm start {_fmt(warm.makespan) if warm else 'none'}, "
                      f"lower bound {_fmt(lb)}")
-    result = milp.solve(max(0.0, options.time_limit - (time.perf_counter() - started)))
-    return _finish(graph, cluster, inst, milp, result, warm, notes, started, options)
+    search = _Search(milp, warm, options, started + options.time_limit)
+    search.run()
+    return search.finish(notes, started)
 
 
 def _solver_name(name: str) -> str:
@@ -204,6 +230,10 @@ def _early_answer(graph: Graph, cluster: Cluster, warm: Plan | None, lb: float, 
                            f"{MAX_OPS}, and no warm start fits in memory; coarsen it first")
         return None
     elapsed = time.perf_counter() - started
+    if len(cluster) == 1:  # every topological order runs back to back: the total work
+        device = cluster.names[0]
+        warm = simulate(graph, cluster, {op.name: device for op in graph.ops},
+                        {device: [op.name for op in graph.topo_order()]}, ALGORITHM)
     plan = _as_ilp(warm)
     if len(cluster) == 1 or warm.makespan <= lb * (1 + REL_GAP) + 1e-15:
         plan.solver = _solver_info(solver, "optimal", elapsed, warm.makespan, 0.0, warm.makespan)
@@ -212,12 +242,18 @@ def _early_answer(graph: Graph, cluster: Cluster, warm: Plan | None, lb: float, 
         plan.notes.append(f"no MILP needed: {why}, so it is optimal")
         return plan
     if len(graph.ops) > MAX_OPS:
-        plan.solver = _solver_info(solver, "skipped", elapsed, lb, _gap(warm.makespan, lb), None)
-        plan.lower_bound = lb
-        plan.notes.append(f"the graph has {len(graph.ops)} ops, more than the exact model's limit of {MAX_OPS}; "
-                          "returned the warm start unchanged (coarsen the graph to let the ILP improve it)")
-        return plan
+        return _skipped(plan, solver, lb, elapsed, f"the graph has {len(graph.ops)} ops, more than the "
+                        f"exact model's limit of {MAX_OPS}")
     return None
+
+
+def _skipped(plan: Plan, solver: str, lb: float, elapsed: float, why: str) -> Plan:
+    """The warm start, returned because the model would be too big to solve in time."""
+    plan.solver = _solver_info(solver, "skipped", elapsed, lb, _gap(plan.makespan, lb), None)
+    plan.lower_bound = lb
+    plan.notes.append(f"{why}; returned the warm start unchanged (coarsen the graph further to let "
+                      "the ILP improve it)")
+    return plan
 
 
 def _as_ilp(plan: Plan) -> Plan:
@@ -249,8 +285,25 @@ class _Xfer:
     results: list[tuple[float, list[int]]]  # (bytes, consumers that read it) when results differ
     release: float = 0.0  # earliest start
     deadline: float = 0.0  # latest end
+    latest: float = 0.0  # latest start (or, when not sent, its producer's latest end)
     dmin: float = 0.0
     dmax: float = 0.0
+
+
+@dataclass(frozen=True)
+class _Pair:
+    """Two ops, or two transfers to device `d`, that may need ordering: whether `a` may go first,
+    whether `b` may, and the big-M of each order (the width of the windows involved). Neither
+    order possible means they may never share a device (a link)."""
+
+    a: int
+    b: int
+    first: bool
+    second: bool
+    big_ab: float
+    big_ba: float
+    d: int = -1
+    shared: tuple[int, ...] = ()  # source devices both transfers may come from
 
 
 @dataclass
@@ -276,7 +329,14 @@ class _Instance:
     lb: float
     unit: float  # model units per second
     xfers: dict[tuple[int, int], _Xfer] = field(default_factory=dict)
+    op_pairs: list[_Pair] = field(default_factory=list)
+    link_pairs: list[_Pair] = field(default_factory=list)
     classes: list[list[int]] = field(default_factory=list)
+
+    def integers(self) -> int:
+        """Binary variables the model will have: placements and the pairs of either order."""
+        pairs = sum(1 for q in self.op_pairs + self.link_pairs if q.first and q.second)
+        return sum(len(a) for a in self.allowed) + pairs
 
     @property
     def k(self) -> int:
@@ -308,20 +368,24 @@ class _Instance:
         inst = _Instance(graph, cluster, ops, index, unit_of, units, allowed, cost, fast, producers, consumers,
                          _descendants(consumers), [], [], [], ub_seconds * unit * (1 + 1e-9) + EPS,
                          lb_seconds * unit, unit)
-        inst.est, inst.tail = _windows(producers, consumers, fast)
+        best = [min(row) for row in cost]
+        inst.est, inst.tail = _windows(producers, consumers, fast, inst.desc, best, _capacity(cluster, ops))
         inst.lst = [inst.lft(i) - fast[i] for i in range(len(ops))]
         inst.xfers = _transfers(inst)
+        inst.op_pairs = _op_pairs(inst)
+        inst.link_pairs = _link_pairs(inst)
         inst.classes = _device_classes(inst)
         return inst
 
 
 def _loose_upper_bound(ops: Sequence[Op], cluster: Cluster, cost: list[list[float]]) -> float:
-    """Without a warm start: every op at its worst cost plus every edge at its slowest link."""
+    """Without a warm start: every op at its worst cost, then every result sent to every other
+    device over the slowest link, one thing at a time (any placement that fits does no worse)."""
     worst_link = max((lk.latency + 1.0 / lk.bandwidth for lk in cluster.links.values()), default=0.0)
     slowest_bw = min((lk.bandwidth for lk in cluster.links.values()), default=1.0)
     worst_lat = max((lk.latency for lk in cluster.links.values()), default=0.0)
     sends = sum(worst_lat + sum(value_bytes(r) for r in op.results) / slowest_bw for op in ops if op.consumers())
-    return sum(max(row) for row in cost) + sends + worst_link
+    return sum(max(row) for row in cost) + sends * (len(cluster) - 1) + worst_link
 
 
 def _allowed_devices(graph: Graph, cluster: Cluster, members: list[Op]) -> list[int]:
@@ -346,16 +410,49 @@ def _descendants(consumers: list[list[int]]) -> list[int]:
     return desc
 
 
-def _windows(producers: list[list[int]], consumers: list[list[int]], fast: list[float]) -> tuple[list[float], list[float]]:
-    """Earliest starts and tails (longest path after each op), with fastest costs and free links."""
+def _windows(producers: list[list[int]], consumers: list[list[int]], fast: list[float], desc: list[int],
+             best: list[float], capacity: float) -> tuple[list[float], list[float]]:
+    """Earliest starts and tails (time any schedule needs after an op ends), each the larger of
+    a longest path (fastest allowed costs, free links) and the work of all ancestors (descendants,
+    at their fastest on any device) spread over the cluster's capacity: everything before an op
+    must have run somewhere first."""
     n = len(fast)
+    anc = [0] * n
+    for i in range(n):
+        for p in producers[i]:
+            anc[i] |= anc[p] | (1 << p)
     est = [0.0] * n
     for i in range(n):
-        est[i] = max((est[p] + fast[p] for p in producers[i]), default=0.0)
+        path = max((est[p] + fast[p] for p in producers[i]), default=0.0)
+        est[i] = max(path, _work(anc[i], best) / capacity)
     tail = [0.0] * n
     for i in range(n - 1, -1, -1):
-        tail[i] = max((fast[c] + tail[c] for c in consumers[i]), default=0.0)
+        path = max((fast[c] + tail[c] for c in consumers[i]), default=0.0)
+        tail[i] = max(path, _work(desc[i], best) / capacity)
     return est, tail
+
+
+def _work(bits: int, fast: list[float]) -> float:
+    total = 0.0
+    while bits:
+        low = bits & -bits
+        total += fast[low.bit_length() - 1]
+        bits ^= low
+    return total
+
+
+def _capacity(cluster: Cluster, ops: Sequence[Op]) -> float:
+    """How many fastest-device seconds of work the cluster does per second (as `lower_bound`):
+    device d runs any op at best 1/r_d as fast as its fastest device, r_d the smallest ratio."""
+    capacity = 0.0
+    for d in cluster.devices:
+        ratios = []
+        for op in ops:
+            best = min(op_cost(op, e) for e in cluster.devices)
+            if best > 0:
+                ratios.append(op_cost(op, d) / best)
+        capacity += 1.0 / min(ratios) if ratios else 1.0
+    return capacity
 
 
 def _transfers(inst: _Instance) -> dict[tuple[int, int], _Xfer]:
@@ -381,9 +478,56 @@ def _transfers(inst: _Instance) -> dict[tuple[int, int], _Xfer]:
             x = _Xfer(p, d, cons, sources, duration, [] if same_users else sent)
             x.release = inst.est[p] + inst.fast[p]
             x.deadline = max(inst.lst[c] for c in cons)
+            x.latest = max(inst.lft(p), x.deadline - dmin, x.release)
             x.dmin = dmin
             x.dmax = max(duration.values())
             out[(p, d)] = x
+    return out
+
+
+def _op_pairs(inst: _Instance) -> list[_Pair]:
+    """Op pairs with no path between them that may share a device and whose windows overlap."""
+    out: list[_Pair] = []
+    n = len(inst.ops)
+    timeless = {i for i in range(n) if not any(inst.cost[i])}  # zero-length ops block no device
+    for i in range(n):
+        if i in timeless:
+            continue
+        ui = inst.unit_of[i]
+        for j in range(i + 1, n):
+            uj = inst.unit_of[j]
+            if inst.desc[i] >> j & 1 or j in timeless or (ui != uj and not set(inst.allowed[ui]) & set(inst.allowed[uj])):
+                continue
+            ij = inst.est[i] + inst.fast[i] <= inst.lst[j] + EPS
+            ji = inst.est[j] + inst.fast[j] <= inst.lst[i] + EPS
+            if not ij and not ji and ui == uj:
+                ij = ji = True  # cannot happen below a true UB; stay exact rather than clever
+            big_ij, big_ji = inst.lft(i) - inst.est[j], inst.lft(j) - inst.est[i]
+            if (ij and big_ij <= 0) or (ji and big_ji <= 0):
+                continue  # the windows alone put one after the other
+            out.append(_Pair(i, j, ij, ji, big_ij, big_ji))
+    return out
+
+
+def _link_pairs(inst: _Instance) -> list[_Pair]:
+    """Transfer pairs to one device that may come from one device, with overlapping windows."""
+    by_dest: dict[int, list[_Xfer]] = {}
+    for t in inst.xfers.values():
+        by_dest.setdefault(t.d, []).append(t)
+    out: list[_Pair] = []
+    for d, ts in by_dest.items():
+        for k, tp in enumerate(ts):
+            for tq in ts[k + 1:]:
+                shared = tuple(sorted(set(tp.sources) & set(tq.sources)))
+                if not shared:
+                    continue
+                big_pq = tp.latest + tp.dmax - tq.release
+                big_qp = tq.latest + tq.dmax - tp.release
+                pq = tp.release + tp.dmin + tq.dmin <= tq.deadline + EPS
+                qp = tq.release + tq.dmin + tp.dmin <= tp.deadline + EPS
+                if (pq and big_pq <= 0) or (qp and big_qp <= 0):
+                    continue  # the windows alone put one after the other
+                out.append(_Pair(tp.p, tq.p, pq, qp, big_pq, big_qp, d, shared))
     return out
 
 
@@ -476,13 +620,16 @@ class _Milp:
         self.solver = solver
         self.inst = inst
         self.options = options
-        self.model = mip.Model(name=f"pesto-{inst.graph.name}", sense=mip.MINIMIZE,
-                               solver_name=mip.CBC if solver == "cbc" else mip.HIGHS)
+        with _stdout_silenced():  # HiGHS prints a banner unless told to be quiet at once
+            self.model = mip.Model(name=f"pesto-{inst.graph.name}", sense=mip.MINIMIZE,
+                                   solver_name=mip.CBC if solver == "cbc" else mip.HIGHS)
+            self.model.verbose = 0
         m = self.model
         m.seed = options.seed
         m.threads = max(1, options.threads)
         m.max_mip_gap = REL_GAP
         m.max_mip_gap_abs = EPS
+        m.preprocess = 0
         self.x: dict[tuple[int, int], Any] = {}
         self.S: list[Any] = []
         self.T: Any = None
@@ -491,6 +638,8 @@ class _Milp:
         self.D: dict[tuple[int, int], Any] = {}
         self.order: dict[tuple[int, int], Any] = {}  # op pairs i < j: 1 when i runs first
         self.link_order: dict[tuple[int, int, int], Any] = {}  # (p, q, d), p < q: 1 when p's goes first
+        self.symmetry_rows: list[Any] = []
+        self.fixed: list[Any] = []
         self._build()
 
     # ------------------------------------------------------------------ building
@@ -549,7 +698,7 @@ class _Milp:
             for c in t.consumers:
                 m += a >= self.xv(c, d) - self.xv(p, d)
             m += a <= 1 - self.xv(p, d)
-            r_ub = max(inst.lft(p), t.deadline - t.dmin, t.release)
+            r_ub = t.latest
             r = m.add_var(f"R_{p}_{d}", lb=t.release, ub=r_ub)
             self.R[(p, d)] = r
             m += r >= self.end(p)
@@ -592,85 +741,48 @@ class _Milp:
         return s
 
     def _op_disjunctions(self) -> None:
-        inst = self.inst
-        n = len(inst.ops)
-        for i in range(n):
-            ui = inst.unit_of[i]
-            for j in range(i + 1, n):
-                if inst.desc[i] >> j & 1:
-                    continue
-                uj = inst.unit_of[j]
-                if ui != uj and not set(inst.allowed[ui]) & set(inst.allowed[uj]):
-                    continue
-                if inst.cost[i] == [0.0] * inst.k or inst.cost[j] == [0.0] * inst.k:
-                    continue  # a zero-length op never blocks a device
-                ij = inst.est[i] + inst.fast[i] <= inst.lst[j] + EPS
-                ji = inst.est[j] + inst.fast[j] <= inst.lst[i] + EPS
-                self._disjunction(i, j, ij, ji)
-
-    def _disjunction(self, i: int, j: int, ij: bool, ji: bool) -> None:
-        inst, m = self.inst, self.model
-        if not ij and not ji and inst.unit_of[i] == inst.unit_of[j]:
-            ij = ji = True  # cannot happen below a true UB; stay exact rather than clever
-        if not ij and not ji:
-            for d in set(inst.allowed[inst.unit_of[i]]) & set(inst.allowed[inst.unit_of[j]]):
-                m += self.xv(i, d) + self.xv(j, d) <= 1
-            return
-        m_ij = inst.lft(i) - inst.est[j]
-        m_ji = inst.lft(j) - inst.est[i]
-        if (ij and m_ij <= 0) or (ji and m_ji <= 0):
-            return  # the windows alone put one op after the other
-        same = self._same_device(i, j)
-        if ij and ji:
-            o = m.add_var(f"o_{i}_{j}", var_type=self.mip.BINARY)
-            self.order[(i, j)] = o
-            m += self.S[j] >= self.end(i) - m_ij * (1 - o) - m_ij * (1 - same)
-            m += self.S[i] >= self.end(j) - m_ji * o - m_ji * (1 - same)
-        elif ij:
-            m += self.S[j] >= self.end(i) - m_ij * (1 - same)
-        else:
-            m += self.S[i] >= self.end(j) - m_ji * (1 - same)
+        m = self.model
+        for q in self.inst.op_pairs:
+            i, j = q.a, q.b
+            if not q.first and not q.second:
+                for d in set(self.inst.allowed[self.inst.unit_of[i]]) & set(self.inst.allowed[self.inst.unit_of[j]]):
+                    m += self.xv(i, d) + self.xv(j, d) <= 1
+                continue
+            same = self._same_device(i, j)
+            if q.first and q.second:
+                o = m.add_var(f"o_{i}_{j}", var_type=self.mip.BINARY)
+                self.order[(i, j)] = o
+                m += self.S[j] >= self.end(i) - q.big_ab * (1 - o) - q.big_ab * (1 - same)
+                m += self.S[i] >= self.end(j) - q.big_ba * o - q.big_ba * (1 - same)
+            elif q.first:
+                m += self.S[j] >= self.end(i) - q.big_ab * (1 - same)
+            else:
+                m += self.S[i] >= self.end(j) - q.big_ba * (1 - same)
 
     def _link_disjunctions(self) -> None:
-        inst = self.inst
-        by_dest: dict[int, list[_Xfer]] = {}
-        for t in inst.xfers.values():
-            by_dest.setdefault(t.d, []).append(t)
-        for d, ts in by_dest.items():
-            for a_i, tp in enumerate(ts):
-                for tq in ts[a_i + 1:]:
-                    shared = set(tp.sources) & set(tq.sources)
-                    if shared:
-                        self._link_pair(tp, tq, d, sorted(shared))
-
-    def _link_pair(self, tp: _Xfer, tq: _Xfer, d: int, shared: list[int]) -> None:
         inst, m = self.inst, self.model
-        rp, rq = self.R[(tp.p, d)], self.R[(tq.p, d)]
-        m_pq = rp.ub + tp.dmax - tq.release
-        m_qp = rq.ub + tq.dmax - tp.release
-        pq = tp.release + tp.dmin + tq.dmin <= tq.deadline + EPS
-        qp = tq.release + tq.dmin + tp.dmin <= tp.deadline + EPS
-        if (pq and m_pq <= 0) or (qp and m_qp <= 0):
-            return  # the windows alone put one transfer after the other
-        up, uq = inst.unit_of[tp.p], inst.unit_of[tq.p]
-        if up == uq:
-            same: Any = 1
-        else:
-            same = m.add_var(f"ss_{tp.p}_{tq.p}_{d}", lb=0.0, ub=1.0)
-            for s in shared:
-                m += same >= self.x[(up, s)] + self.x[(uq, s)] - 1
-        both = same + self.a[(tp.p, d)] + self.a[(tq.p, d)] - 2  # 1 when both use one link
-        if not pq and not qp:
-            m += both <= 0
-        elif pq and qp:
-            w = m.add_var(f"w_{tp.p}_{tq.p}_{d}", var_type=self.mip.BINARY)
-            self.link_order[(tp.p, tq.p, d)] = w
-            m += rq >= rp + self.D[(tp.p, d)] - m_pq * (1 - w) - m_pq * (1 - both)
-            m += rp >= rq + self.D[(tq.p, d)] - m_qp * w - m_qp * (1 - both)
-        elif pq:
-            m += rq >= rp + self.D[(tp.p, d)] - m_pq * (1 - both)
-        else:
-            m += rp >= rq + self.D[(tq.p, d)] - m_qp * (1 - both)
+        for q in inst.link_pairs:
+            p, r, d = q.a, q.b, q.d
+            up, ur = inst.unit_of[p], inst.unit_of[r]
+            if up == ur:
+                same: Any = 1
+            else:
+                same = m.add_var(f"ss_{p}_{r}_{d}", lb=0.0, ub=1.0)
+                for s in q.shared:
+                    m += same >= self.x[(up, s)] + self.x[(ur, s)] - 1
+            both = same + self.a[(p, d)] + self.a[(r, d)] - 2  # 1 when both use one link
+            rp, rr = self.R[(p, d)], self.R[(r, d)]
+            if not q.first and not q.second:
+                m += both <= 0
+            elif q.first and q.second:
+                w = m.add_var(f"w_{p}_{r}_{d}", var_type=self.mip.BINARY)
+                self.link_order[(p, r, d)] = w
+                m += rr >= rp + self.D[(p, d)] - q.big_ab * (1 - w) - q.big_ab * (1 - both)
+                m += rp >= rr + self.D[(r, d)] - q.big_ba * w - q.big_ba * (1 - both)
+            elif q.first:
+                m += rr >= rp + self.D[(p, d)] - q.big_ab * (1 - both)
+            else:
+                m += rp >= rr + self.D[(r, d)] - q.big_ba * (1 - both)
 
     def _symmetry(self) -> None:
         """Within a class of interchangeable devices, unit u may use the class's device j only
@@ -681,40 +793,75 @@ class _Milp:
             for u in range(len(inst.units)):
                 if not all(d in inst.allowed[u] for d in cls):
                     continue
-                for j in range(1, len(cls)):
-                    m += self.x[(u, cls[j])] <= prev[j - 1]
+                rows = [self.x[(u, cls[j])] <= prev[j - 1] for j in range(1, len(cls))]
                 cur = []
                 for j in range(len(cls) - 1):
                     h = m.add_var(f"h_{u}_{cls[j]}", lb=0.0, ub=1.0)
-                    m += h >= self.x[(u, cls[j])]
-                    m += h >= prev[j]
-                    m += h <= prev[j] + self.x[(u, cls[j])]
+                    rows += [h >= self.x[(u, cls[j])], h >= prev[j], h <= prev[j] + self.x[(u, cls[j])]]
                     cur.append(h)
+                self.symmetry_rows += [m.add_constr(r) for r in rows]
                 prev = cur + [0]
 
+    def size(self) -> str:
+        m = self.model
+        return f"{m.num_cols} vars ({m.num_int} int), {m.num_rows} rows, {m.num_nz} nz"
+
     # ------------------------------------------------------------------ warm start
-    def set_start(self, plan: Plan) -> None:
-        """Hand the solver the warm start's integer choices; it computes the continuous values."""
+    def start_values(self, plan: Plan) -> dict[Any, float]:
+        """The integer choices of a valid plan (the solver derives the continuous values):
+        placement, op order by start time, transfer order on each link by start time."""
         inst, names = self.inst, self.inst.cluster.names
+        if self.symmetry_rows:
+            plan = _relabel_for_symmetry(inst, plan)
         dev = [names.index(plan.ops[op.name].device) for op in inst.ops]
-        start: list[tuple[Any, float]] = []
+        values: dict[Any, float] = {}
         for (u, d), var in self.x.items():
-            start.append((var, 1.0 if dev[inst.units[u][0]] == d else 0.0))
+            values[var] = 1.0 if dev[inst.units[u][0]] == d else 0.0
         key = [(plan.ops[op.name].start, plan.ops[op.name].end, i) for i, op in enumerate(inst.ops)]
         for (i, j), var in self.order.items():
-            start.append((var, 1.0 if key[i] <= key[j] else 0.0))
+            values[var] = 1.0 if key[i] <= key[j] else 0.0
         sent = {(t.src, names.index(t.to)): t.start for t in plan.transfers}
-        for (p, q, d), var in self.link_order.items():
-            tp = sent.get((inst.ops[p].name, d), math.inf)
-            tq = sent.get((inst.ops[q].name, d), math.inf)
-            start.append((var, 1.0 if (tp, p) <= (tq, q) else 0.0))
-        self.model.start = start
+        for (p, q, d), var in self.link_order.items():  # a transfer not made counts as sent at once
+            tp = sent.get((inst.ops[p].name, d), plan.ops[inst.ops[p].name].end)
+            tq = sent.get((inst.ops[q].name, d), plan.ops[inst.ops[q].name].end)
+            values[var] = 1.0 if (tp, p) <= (tq, q) else 0.0
+        return values
+
+    def set_start(self, values: dict[Any, float]) -> None:
+        self.model.start = list(values.items())
+
+    def fix_outside(self, values: dict[Any, float], free: set[int]) -> None:
+        """Fix every integer choice but those among the ops of the `free` units: other units'
+        devices, and the order of every op pair and transfer pair not both free. A freed op that
+        moves keeps its place in time among the fixed ones (on any device), which keeps each
+        neighbourhood small enough to search in a second or two."""
+        inst = self.inst
+        loose = {i for u in free for i in inst.units[u]}
+        chosen = [var for (u, _), var in self.x.items() if u not in free]
+        chosen += [var for (i, j), var in self.order.items() if i not in loose or j not in loose]
+        chosen += [var for (p, q, _), var in self.link_order.items() if p not in loose or q not in loose]
+        for var in chosen:
+            var.lb = var.ub = values[var]
+        self.fixed = chosen
+
+    def unfix(self) -> None:
+        for var in self.fixed:
+            var.lb, var.ub = 0.0, 1.0
+        self.fixed = []
+
+    def drop_symmetry(self) -> None:
+        """Remove symmetry breaking: with most placements fixed it would forbid moves that are
+        only equivalent to relabelling the fixed ops too."""
+        if self.symmetry_rows:
+            self.model.remove(self.symmetry_rows)
+            self.symmetry_rows = []
 
     # ------------------------------------------------------------------ solving
-    def solve(self, seconds: float) -> _Result:
+    def solve(self, seconds: float, live: bool = True) -> _Result:
+        """Optimize for at most `seconds`; `live` reports CBC's incumbent and bound as it goes."""
         mip, m = self.mip, self.model
         started = time.perf_counter()
-        live = not self.options.quiet and self.solver == "cbc"
+        live = live and not self.options.quiet and self.solver == "cbc"
         m.verbose = 1 if live else 0
         with _CbcLog(self.options.progress, self.inst.unit) if live else contextlib.nullcontext():
             status = m.optimize(max_seconds=max(seconds, 0.5))
@@ -748,10 +895,25 @@ class _Milp:
         link_order = {k: [n for _, _, n in sorted(v)] for k, v in links.items()}
         return placement, order, link_order, (self.T.x or 0.0) / inst.unit
 
+    def realize(self) -> list[tuple[Plan, str]]:
+        """The solution as real schedules: simulated (links first come, first served), and
+        replayed with the solver's own link order."""
+        graph, cluster = self.inst.graph, self.inst.cluster
+        placement, order, link_order, _ = self.solution()
+        out: list[tuple[Plan, str]] = []
+        try:
+            out.append((simulate(graph, cluster, placement, order, ALGORITHM), "milp"))
+        except PlanError:
+            pass
+        replayed = replay(graph, cluster, placement, order, link_order)
+        if replayed is not None:
+            out.append((replayed, "replay"))
+        return out
+
 
 class _CbcLog:
     """While CBC solves, route its log (written to file descriptor 1) through a pipe and report
-    each new incumbent, and the bound at most once a second. python-mip's own progress callback
+    each new incumbent, a raised bound at most once a second, and both every HEARTBEAT seconds. python-mip's own progress callback
     crashes the bundled CBC (CbcBnBOutput::onStrongStats) and its incumbent callback is a no-op,
     so the log is the one live view of the search."""
 
@@ -760,7 +922,8 @@ class _CbcLog:
         self.unit = unit
         self.best = math.inf
         self.bound = -math.inf
-        self.last = -math.inf
+        self.last = 0.0
+        self.shown_bound = -math.inf
         self.started = time.perf_counter()
 
     def __enter__(self) -> _CbcLog:
@@ -791,7 +954,9 @@ class _CbcLog:
             self.best = incumbent
         if bound is not None and bound > self.bound:
             self.bound = bound
-        if improved or (bound is not None and now - self.last >= 1.0):
+        raised = bound is not None and bound > self.shown_bound + 1e-6 * abs(bound) and now - self.last >= 1.0
+        if improved or raised or now - self.last >= HEARTBEAT:
+            self.shown_bound = self.bound
             self.last = now
             inc = f"{self.best / self.unit * 1e3:.4f} ms" if math.isfinite(self.best) else "none"
             low = f"{self.bound / self.unit * 1e3:.4f} ms" if math.isfinite(self.bound) else "none"
@@ -820,6 +985,22 @@ def _parse_cbc_line(line: str) -> tuple[float | None, float | None]:
     return (float(inc.group(1)) if inc else None), (float(low.group(1)) if low else None)
 
 
+@contextlib.contextmanager
+def _stdout_silenced() -> Iterator[None]:
+    """File descriptor 1 goes to /dev/null for the duration (for what native solvers print)."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 1)
+    os.close(null)
+    try:
+        yield
+    finally:
+        _flush_c_stdio()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
 def _flush_c_stdio() -> None:
     """Flush the C library's stdout buffer so none of CBC's log lands after fd 1 is restored."""
     try:
@@ -844,16 +1025,15 @@ def replay(graph: Graph, cluster: Cluster, placement: Mapping[str, str], order: 
     nodes: dict[Any, list[Any]] = {}  # node -> predecessors
     length: dict[Any, float] = {}
     for d, names in order.items():
-        busy: str | None = None  # the last op on d that takes time (zero-length ops block nothing)
-        for name in names:
+        busy: str | None = None  # the last op on d that takes time: zero-length ops neither
+        for name in names:       # wait for the device nor hold it (they cannot overlap anything)
             op = graph.op(name)
-            preds = [busy] if busy is not None else []
-            for p in op.producers():
-                preds.append(p.name if placement[p.name] == d else (p.name, d))
-            nodes[name] = preds
             length[name] = op_cost(op, cluster.device(d))
+            preds = [p.name if placement[p.name] == d else (p.name, d) for p in op.producers()]
             if length[name] > 0:
+                preds += [busy] if busy is not None else []
                 busy = name
+            nodes[name] = preds
     for op in graph.ops:
         for dst, nbytes in transfer_bytes(op, placement).items():
             nodes[(op.name, dst)] = [op.name]
@@ -895,50 +1075,140 @@ def _longest_paths(preds: dict[Any, list[Any]], length: dict[Any, float]) -> dic
     return finish if len(finish) == len(preds) else None
 
 
-def _finish(graph: Graph, cluster: Cluster, inst: _Instance, milp: _Milp, result: _Result, warm: Plan | None,
-            notes: list[str], started: float, options: PlaceOptions) -> Plan:
-    """Pick the best of the simulated MILP plan, its replay and the warm start; record the solve."""
-    candidates: list[tuple[Plan, str]] = []
-    if result.has_solution:
-        placement, order, link_order, _ = milp.solution()
-        try:
-            candidates.append((simulate(graph, cluster, placement, order, ALGORITHM), "milp"))
-        except PlanError:
-            pass
-        replayed = replay(graph, cluster, placement, order, link_order)
-        if replayed is not None:
-            candidates.append((replayed, "replay"))
-    if warm is not None:
-        candidates.append((_as_ilp(warm), "warm"))
-    if not candidates:
-        raise IlpError(f"the MILP found no plan for '{graph.name}' within {options.time_limit:g}s "
-                       f"(status {result.status}) and there is no warm start; raise --time-limit or coarsen more")
-    plan, source = min(candidates, key=lambda c: c[0].makespan * (1 + 1e-12) if c[1] == "warm" else c[0].makespan)
-    plan = _note_outcome(plan, source, candidates, result, warm, notes)
-    elapsed = time.perf_counter() - started
-    bound = max(b for b in (result.bound, inst.lb / inst.unit) if b is not None)
-    bound = min(bound, plan.makespan)
-    plan.lower_bound = bound
-    plan.solver = _solver_info(milp.solver, result.status, elapsed, bound,
-                               _gap(plan.makespan, bound), result.objective)
-    options.progress(f"ilp: {result.status} after {result.seconds:.1f}s: makespan {_fmt(plan.makespan)} "
-                     f"({source}), bound {_fmt(bound)}, gap {plan.solver['gap']:.2%}")
-    return check_plan(graph, cluster, plan)
+class _Search:
+    """The exact solve, then (when it stops short of optimal) a large-neighbourhood search with
+    the same model: all but a window of ops keep the incumbent's placement and orders, and the
+    MILP re-optimizes the window. CBC's own search rarely improves a good heuristic start past
+    ~20 ops (the LP bound stays at the critical path until most placements are branched on);
+    small windows it solves to optimality in well under a second each."""
 
+    def __init__(self, milp: _Milp, warm: Plan | None, options: PlaceOptions, deadline: float) -> None:
+        self.milp = milp
+        self.inst = milp.inst
+        self.options = options
+        self.deadline = deadline
+        self.warm = warm
+        self.best: Plan | None = _as_ilp(warm) if warm is not None else None
+        self.source = "warm"
+        self.realized: dict[str, float] = {}  # makespans of the exact solve's realisations
+        self.exact = _Result("not-run", None, None, 0.0, False)
+        self.objective: float | None = None
+        self.rounds = 0
+        self.wins = 0
+        self.status = "not-run"
 
-def _note_outcome(plan: Plan, source: str, candidates: list[tuple[Plan, str]], result: _Result,
-                  warm: Plan | None, notes: list[str]) -> Plan:
-    plan.notes = notes + [n for n in plan.notes if n not in notes]
-    by = {s: p.makespan for p, s in candidates}
-    if source == "warm":
-        plan.notes.append(f"the MILP found nothing better than the warm start (status {result.status}); "
-                          "returned the warm start")
-    elif warm is not None and plan.makespan >= warm.makespan * (1 - 1e-9):
-        plan.notes.append(f"the MILP found nothing better than the warm start (status {result.status})")
-    if source == "replay" and "milp" in by:
-        plan.notes.append(f"kept the MILP's link order: first-come-first-served links would give "
-                          f"{_fmt(by['milp'])} instead of {_fmt(plan.makespan)}")
-    if result.objective is not None and plan.makespan > result.objective * (1 + 1e-6) + 1e-12 and source != "warm":
-        plan.notes.append(f"the simulated schedule ({_fmt(plan.makespan)}) is longer than the MILP's "
-                          f"({_fmt(result.objective)})")
-    return plan
+    def left(self) -> float:
+        return self.deadline - time.perf_counter()
+
+    def run(self) -> None:
+        if self.best is not None:
+            self.milp.set_start(self.milp.start_values(self.best))
+        budget = self.left()
+        exact_budget = budget if self.best is None else max(EXACT_SHARE * budget, min(budget, EXACT_MIN))
+        self.exact = self.milp.solve(exact_budget)
+        self.status = self.exact.status
+        if self.exact.has_solution:
+            self.objective = self.exact.objective
+            for plan, label in self.milp.realize():
+                self.realized[label] = plan.makespan
+                self.offer(plan, label)
+        if self.exact.status != "optimal" and self.best is not None and self.left() > LNS_MIN_SLICE:
+            self.neighbourhoods()
+
+    def offer(self, plan: Plan, label: str) -> bool:
+        """Keep `plan` when it beats the best so far (ties keep the earlier)."""
+        if self.best is not None and plan.makespan >= self.best.makespan * (1 - 1e-12):
+            return False
+        self.best, self.source = plan, label
+        return True
+
+    def neighbourhoods(self) -> None:
+        milp, inst = self.milp, self.inst
+        milp.drop_symmetry()
+        rng = random.Random(self.options.seed)
+        units = len(inst.units)
+        size = min(len(inst.ops), LNS_START_OPS)
+        slice_s = min(LNS_MAX_SLICE, max(LNS_MIN_SLICE, self.left() / LNS_SLICES))
+        while self.left() > LNS_MIN_SLICE:
+            assert self.best is not None
+            free = self.window(rng, size)
+            values = milp.start_values(self.best)
+            milp.fix_outside(values, free)
+            milp.set_start(values)
+            result = milp.solve(min(slice_s, self.left()), live=False)
+            milp.unfix()
+            self.rounds += 1
+            improved = False
+            if result.has_solution:
+                if self.objective is None or result.objective < self.objective:
+                    self.objective = result.objective
+                for plan, _ in milp.realize():
+                    improved |= self.offer(plan, "lns")
+            if improved:
+                self.wins += 1
+                self.options.progress(f"ilp: {self.elapsed():6.1f}s  incumbent {_fmt(self.best.makespan)}  "
+                                      f"(re-optimized {len(free)} of {units} units)")
+            if result.status == "optimal" and len(free) == units:
+                self.status = "optimal"  # the whole model, solved without symmetry breaking
+                self.exact = result
+                return
+            self.status = "feasible"
+            size = self.resize(size, result.status == "optimal", improved)
+
+    @staticmethod
+    def resize(size: int, exhausted: bool, improved: bool) -> int:
+        """Grow a neighbourhood the solver exhausts, shrink one it could neither finish nor improve."""
+        if exhausted:
+            return size + max(1, size // 4)
+        return size if improved else max(LNS_MIN_OPS, (size * 4) // 5)
+
+    def window(self, rng: random.Random, size: int) -> set[int]:
+        """Units of the `size` ops running closest in time to a randomly drawn op of the incumbent."""
+        assert self.best is not None
+        inst, slots = self.inst, self.best.ops
+        mid = [(slots[op.name].start + slots[op.name].end) / 2 for op in inst.ops]
+        centre = mid[rng.randrange(len(mid))]
+        near = sorted(range(len(mid)), key=lambda i: (abs(mid[i] - centre), i))[:size]
+        return {inst.unit_of[i] for i in near}
+
+    def elapsed(self) -> float:
+        return self.options.time_limit - self.left()
+
+    def finish(self, notes: list[str], started: float) -> Plan:
+        """Record status, bound and gap in the best plan, validate it and say where it came from."""
+        inst, exact = self.inst, self.exact
+        graph, cluster = inst.graph, inst.cluster
+        if self.best is None:
+            raise IlpError(f"the MILP found no plan for '{graph.name}' within {self.options.time_limit:g}s "
+                           f"(status {exact.status}) and there is no warm start; raise --time-limit or coarsen more")
+        plan = self.best
+        plan.notes = notes + [n for n in plan.notes if n not in notes] + self.outcome()
+        bound = max(b for b in (exact.bound, inst.lb / inst.unit) if b is not None)
+        bound = min(bound, plan.makespan)
+        plan.lower_bound = bound
+        plan.solver = _solver_info(self.milp.solver, self.status, time.perf_counter() - started, bound,
+                                   _gap(plan.makespan, bound), self.objective)
+        plan.solver["model"] = self.milp.size()
+        if self.rounds:
+            plan.solver["lns_rounds"] = self.rounds
+        self.options.progress(f"ilp: {self.status} after {time.perf_counter() - started:.1f}s: makespan "
+                              f"{_fmt(plan.makespan)} (from {self.source}), bound {_fmt(bound)}, "
+                              f"gap {plan.solver['gap']:.2%}")
+        return check_plan(graph, cluster, plan)
+
+    def outcome(self) -> list[str]:
+        out: list[str] = []
+        warm, best = self.warm, self.best
+        assert best is not None
+        if self.source == "warm":
+            out.append(f"the MILP found nothing better than the warm start (status {self.status}); "
+                       "returned the warm start")
+        elif warm is not None and best.makespan >= warm.makespan * (1 - 1e-9):
+            out.append(f"the MILP found nothing better than the warm start (status {self.status})")
+        if self.source == "replay" and "milp" in self.realized:
+            out.append(f"kept the MILP's link order: first-come-first-served links would give "
+                       f"{_fmt(self.realized['milp'])} instead of {_fmt(best.makespan)}")
+        if self.rounds:
+            out.append(f"large-neighbourhood search after the exact solve: {self.rounds} windows re-optimized, "
+                       f"{self.wins} improved the plan")
+        return out

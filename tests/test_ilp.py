@@ -20,14 +20,14 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from pesto_ir.frontends.json_graph import graph_from_json
-from pesto_ir.passes import algo_ilp
-from pesto_ir.passes.algo_ilp import place_ilp
 
 from pesto_ir.cluster import Cluster, Device
 from pesto_ir.costs import op_cost, op_memory
 from pesto_ir.errors import PestoError
+from pesto_ir.frontends.json_graph import graph_from_json
 from pesto_ir.ir import Graph
+from pesto_ir.passes import algo_ilp
+from pesto_ir.passes.algo_ilp import place_ilp
 from pesto_ir.placement import PlaceOptions
 from pesto_ir.simulate import simulate, transfer_bytes
 from pesto_ir.validate import check_plan
@@ -250,6 +250,27 @@ def test_heterogeneous_devices() -> None:
     assert plan.makespan < 0.42  # better than everything on the GPU
 
 
+def test_results_read_by_different_consumers_send_only_what_is_read() -> None:
+    """`a` has two results (a big one for `b`, a small one for `c`): a transfer carries the
+    results read on its destination only, which the MILP must know to find the optimum."""
+    nodes = [{"id": "a", "cost": 0.1}, {"id": "b", "cost": 0.5}, {"id": "c", "cost": 0.5}, {"id": "d", "cost": 0.1}]
+    edges = [("a", "b", 10**9), ("a", "c", 10**6), ("b", "d", 10**6), ("c", "d", 10**6)]
+    graph, cluster = make_graph(nodes, edges), two_gpus()
+    assert len(graph.op("a").results) == 2
+    plan = place_ilp(graph, cluster, QUIET)
+    assert plan.ops["b"].device == plan.ops["a"].device != plan.ops["c"].device
+    assert_optimal(graph, cluster, plan)
+
+
+def test_one_device_is_optimal_without_a_solve() -> None:
+    graph = fork_join()
+    cluster = Cluster.homogeneous(1, "v100")
+    plan = place_ilp(graph, cluster, QUIET)
+    assert plan.solver["status"] == "optimal"
+    assert plan.makespan == pytest.approx(sum(op_cost(op, cluster.devices[0]) for op in graph.ops))
+    check_plan(graph, cluster, plan)
+
+
 @st.composite
 def small_dags(draw: st.DrawFn) -> tuple[Graph, Cluster]:
     n = draw(st.integers(3, 6))
@@ -306,6 +327,18 @@ def test_warm_start_is_never_made_worse() -> None:
     assert plan.lower_bound == plan.solver["bound"]
 
 
+def test_neighbourhood_search_improves_a_poor_warm_start() -> None:
+    graph = layered_dag(30, seed=2)
+    cluster = two_gpus(bandwidth=50e9, latency=1e-5)
+    warm = round_robin_plan(graph, cluster)
+    plan = place_ilp(graph, cluster, PlaceOptions(time_limit=8, quiet=True, warm_start=warm))
+    check_plan(graph, cluster, plan)
+    assert plan.makespan < 0.95 * warm.makespan
+    if plan.solver["status"] != "optimal":
+        assert plan.solver["lns_rounds"] > 0
+        assert any("neighbourhood search" in n for n in plan.notes)
+
+
 def test_without_a_warm_start_it_builds_one() -> None:
     graph = layered_dag(12, seed=5)
     cluster = two_gpus(bandwidth=50e9, latency=1e-5)
@@ -333,6 +366,16 @@ def test_graph_over_the_size_limit_returns_the_warm_start(monkeypatch: pytest.Mo
     assert plan.solver["status"] == "skipped"
     assert any("limit of 10" in n for n in plan.notes)
     check_plan(graph, cluster, plan)
+
+
+def test_model_over_the_binary_limit_returns_the_warm_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(algo_ilp, "MAX_INTEGERS", 50)
+    graph = layered_dag(20, seed=1)
+    cluster = two_gpus(bandwidth=50e9, latency=1e-5)
+    warm = round_robin_plan(graph, cluster)
+    plan = place_ilp(graph, cluster, PlaceOptions(quiet=True, warm_start=warm))
+    assert plan.makespan == warm.makespan and plan.solver["status"] == "skipped"
+    assert any("binary variables, more than the limit of 50" in n for n in plan.notes)
 
 
 def test_warm_start_at_the_lower_bound_needs_no_solve() -> None:
