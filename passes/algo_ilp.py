@@ -67,8 +67,9 @@ SOLVERS = ("cbc", "highs")
 # pipeline). Past ~25k binaries CBC overruns its time limit: a 30 s solve of a 326-op graph on
 # 2 devices (55k binaries, 1M nonzeros) took 239 s, most of it inside CBC after it had stopped;
 # 33-40k binaries overran by 3-11 s. Graphs over MAX_OPS are not even modelled (they exceed the
-# binary limit anyway, and the pair analysis is quadratic). The search improves warm starts
-# reliably up to ~100 ops / ~5k binaries; at 170-190 ops it found nothing in 30 s.
+# binary limit anyway, and the pair analysis is quadratic). In 30 s the search improved warm
+# starts by 1-7% on 20-80-op graphs (under ~5k binaries); on the 177- and 192-op MSR layer
+# graphs it found 0-0.2%, on a 200-group coarsening of BERT-3 training (4 devices) still 1.4%.
 MAX_OPS = 300
 MAX_INTEGERS = 25_000
 
@@ -86,7 +87,7 @@ LNS_MAX_SLICE = 5.0
 
 
 class IlpError(PestoError):
-    pass
+    """The ILP cannot run: an unknown or missing solver, nothing fits, or no plan in time."""
 
 
 # ---------------------------------------------------------------------------- entry point
@@ -106,11 +107,7 @@ def place_ilp(graph: Graph, cluster: Cluster, options: PlaceOptions) -> Plan:
         return check_plan(graph, cluster, early)
     inst = _Instance.build(graph, cluster, warm.makespan if warm is not None else None, lb)
     if inst.integers() > MAX_INTEGERS:
-        why = (f"the model would have {inst.integers()} binary variables, more than the limit of "
-               f"{MAX_INTEGERS} (CBC overruns its time limit on larger ones)")
-        if warm is None:
-            raise IlpError(f"{why}, and no warm start fits in memory; coarsen the graph first")
-        skipped = _skipped(_as_ilp(warm), solver, lb, time.perf_counter() - started, why)
+        skipped = _too_many_binaries(inst, warm, solver, lb, started)
         skipped.notes[:0] = notes
         return check_plan(graph, cluster, skipped)
     milp = _Milp(inst, solver, options)
@@ -172,20 +169,19 @@ def _warm_start(graph: Graph, cluster: Cluster, options: PlaceOptions) -> tuple[
 
 
 def _fallback_plan(graph: Graph, cluster: Cluster) -> Plan | None:
-    """Everything on the fastest device that holds it all; else units first-fit, fastest first."""
-    units = _colocation_units(graph.topo_order())
-    by_speed = sorted(cluster.devices, key=lambda d: (sum(op_cost(op, d) for op in graph.ops), cluster.names.index(d.name)))
+    """Everything on the fastest device that holds it all; else colocation units first-fit in
+    topological order onto the fastest device with room (None if that fails too)."""
+    by_speed = sorted(cluster.devices, key=lambda d: (sum(op_cost(op, d) for op in graph.ops),
+                                                      cluster.names.index(d.name)))
     total = sum(op_memory(op) for op in graph.ops)
-    placement: dict[str, str] = {}
-    label = ""
-    for d in by_speed:
-        if total <= d.memory:
-            placement = {op.name: d.name for op in graph.ops}
-            label = f"everything on {d.name}"
-            break
+    whole = next((d for d in by_speed if total <= d.memory), None)
+    if whole is not None:
+        placement = {op.name: whole.name for op in graph.ops}
+        label = f"everything on {whole.name}"
     else:
         free = {d.name: d.memory for d in cluster.devices}
-        for members in units:
+        placement = {}
+        for members in _colocation_units(graph.topo_order()):
             need = sum(op_memory(op) for op in members)
             dev = next((d.name for d in by_speed if free[d.name] >= need), None)
             if dev is None:
@@ -193,10 +189,14 @@ def _fallback_plan(graph: Graph, cluster: Cluster) -> Plan | None:
             free[dev] -= need
             placement.update({op.name: dev for op in members})
         label = "first-fit by memory, fastest device first"
+    return simulate(graph, cluster, placement, _topological_orders(graph, placement), label)
+
+
+def _topological_orders(graph: Graph, placement: Mapping[str, str]) -> dict[str, list[str]]:
     order: dict[str, list[str]] = {}
     for op in graph.topo_order():
         order.setdefault(placement[op.name], []).append(op.name)
-    return simulate(graph, cluster, placement, order, algorithm=label)
+    return order
 
 
 def _colocation_units(ops: Sequence[Op]) -> list[list[Op]]:
@@ -245,6 +245,14 @@ def _early_answer(graph: Graph, cluster: Cluster, warm: Plan | None, lb: float, 
         return _skipped(plan, solver, lb, elapsed, f"the graph has {len(graph.ops)} ops, more than the "
                         f"exact model's limit of {MAX_OPS}")
     return None
+
+
+def _too_many_binaries(inst: _Instance, warm: Plan | None, solver: str, lb: float, started: float) -> Plan:
+    why = (f"the model would have {inst.integers()} binary variables, more than the limit of "
+           f"{MAX_INTEGERS} (CBC overruns its time limit on larger ones)")
+    if warm is None:
+        raise IlpError(f"{why}, and no warm start fits in memory; coarsen the graph first")
+    return _skipped(_as_ilp(warm), solver, lb, time.perf_counter() - started, why)
 
 
 def _skipped(plan: Plan, solver: str, lb: float, elapsed: float, why: str) -> Plan:
@@ -861,10 +869,14 @@ class _Milp:
         """Optimize for at most `seconds`; `live` reports CBC's incumbent and bound as it goes."""
         mip, m = self.mip, self.model
         started = time.perf_counter()
-        live = live and not self.options.quiet and self.solver == "cbc"
+        log = _CbcLog(self.options.progress, self.inst.unit)
+        live = live and not self.options.quiet and self.solver == "cbc" and log.start()
         m.verbose = 1 if live else 0
-        with _CbcLog(self.options.progress, self.inst.unit) if live else contextlib.nullcontext():
+        try:
             status = m.optimize(max_seconds=max(seconds, 0.5))
+        finally:
+            if live:
+                log.stop()
         elapsed = time.perf_counter() - started
         has = status in (mip.OptimizationStatus.OPTIMAL, mip.OptimizationStatus.FEASIBLE)
         objective = m.objective_value / self.inst.unit if has else None
@@ -913,9 +925,9 @@ class _Milp:
 
 class _CbcLog:
     """While CBC solves, route its log (written to file descriptor 1) through a pipe and report
-    each new incumbent, a raised bound at most once a second, and both every HEARTBEAT seconds. python-mip's own progress callback
-    crashes the bundled CBC (CbcBnBOutput::onStrongStats) and its incumbent callback is a no-op,
-    so the log is the one live view of the search."""
+    each new incumbent, a raised bound at most once a second, and both every HEARTBEAT seconds.
+    python-mip's own progress callback crashes the bundled CBC (CbcBnBOutput::onStrongStats) and
+    its incumbent callback is a no-op, so the log is the one live view of the search."""
 
     def __init__(self, report: Callable[[str], None], unit: float) -> None:
         self.report = report
@@ -926,17 +938,21 @@ class _CbcLog:
         self.shown_bound = -math.inf
         self.started = time.perf_counter()
 
-    def __enter__(self) -> _CbcLog:
+    def start(self) -> bool:
+        """Point fd 1 at the pipe; False (and nothing changed) where fd 1 cannot be redirected."""
         sys.stdout.flush()
-        read, write = os.pipe()
-        self.saved = os.dup(1)
+        try:
+            read, write = os.pipe()
+            self.saved = os.dup(1)
+        except OSError:
+            return False
         os.dup2(write, 1)
         os.close(write)
         self.thread = threading.Thread(target=self._read, args=(read,), daemon=True)
         self.thread.start()
-        return self
+        return True
 
-    def __exit__(self, *exc: object) -> None:
+    def stop(self) -> None:
         _flush_c_stdio()
         os.dup2(self.saved, 1)  # closes the pipe's last write end: the reader sees EOF
         os.close(self.saved)
@@ -989,8 +1005,12 @@ def _parse_cbc_line(line: str) -> tuple[float | None, float | None]:
 def _stdout_silenced() -> Iterator[None]:
     """File descriptor 1 goes to /dev/null for the duration (for what native solvers print)."""
     sys.stdout.flush()
-    saved = os.dup(1)
-    null = os.open(os.devnull, os.O_WRONLY)
+    try:
+        saved = os.dup(1)
+        null = os.open(os.devnull, os.O_WRONLY)
+    except OSError:  # no fd 1 to protect
+        yield
+        return
     os.dup2(null, 1)
     os.close(null)
     try:
