@@ -19,9 +19,9 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 from jax import lax
-from pesto_ir.frontends.jax import lower_jaxpr, sub_jaxprs
 
 import pesto_ir
+from pesto_ir.frontends.jax import lower_jaxpr, sub_jaxprs
 
 F32 = jnp.float32
 
