@@ -13,6 +13,7 @@ import os
 import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from pesto_ir.cluster import Cluster
 from pesto_ir.costs import op_cost, op_memory, value_bytes
@@ -176,3 +177,26 @@ def native_stdout_silenced() -> Iterator[None]:
     finally:
         os.dup2(saved, 1)
         os.close(saved)
+
+
+def longest_paths(preds: dict[Any, list[Any]], length: dict[Any, float]) -> dict[Any, float] | None:
+    """Finish time of every node of a DAG given as predecessor lists (Kahn); None on a cycle."""
+    succs: dict[Any, list[Any]] = {n: [] for n in preds}
+    indeg = {n: len(ps) for n, ps in preds.items()}
+    for n, ps in preds.items():
+        for p in ps:
+            if p not in succs:
+                return None
+            succs[p].append(n)
+    ready = [n for n, k in indeg.items() if k == 0]
+    start = {n: 0.0 for n in preds}
+    finish: dict[Any, float] = {}
+    while ready:
+        n = ready.pop()
+        finish[n] = start[n] + length[n]
+        for s in succs[n]:
+            start[s] = max(start[s], finish[n])
+            indeg[s] -= 1
+            if indeg[s] == 0:
+                ready.append(s)
+    return finish if len(finish) == len(preds) else None

@@ -46,6 +46,7 @@ from pesto_ir.cluster import Cluster
 from pesto_ir.costs import op_cost, op_memory, value_bytes
 from pesto_ir.errors import PestoError
 from pesto_ir.ir import Graph, Op
+from pesto_ir.passes.algo_common import longest_paths
 from pesto_ir.passes.algo_ilp import _colocation_units
 from pesto_ir.placement import PlaceOptions
 from pesto_ir.plan import OpSlot, Plan, Transfer
@@ -98,6 +99,10 @@ def place_cpsat(graph: Graph, cluster: Cluster, options: PlaceOptions) -> Plan:
     if result.note:
         notes.append(result.note)
     plan = realise(graph, cluster, prob, result, warm, notes)
+    if plan is None and result.status == "infeasible" and warm is None:
+        # Without a warm start the horizon is loose, so only memory (with colocation) can be unmet.
+        raise CpSatError(f"no placement of '{graph.name}' fits the devices' memory: CP-SAT proved it "
+                         f"(the heuristics found none either); add devices or memory")
     if plan is None:
         raise CpSatError(f"CP-SAT found no plan for '{graph.name}' within {options.time_limit:g}s "
                          f"(status {result.status}) and there is no warm start; raise --time-limit or coarsen more")
@@ -532,7 +537,7 @@ def earliest_schedule(graph: Graph, cluster: Cluster, placement: Mapping[str, st
                 preds[key].append(busy_send)
             if length[key] > 0:
                 busy_send = key
-    finish = _longest_paths(preds, length)
+    finish = longest_paths(preds, length)
     if finish is None:
         return None
     slots = {op.name: OpSlot(placement[op.name], finish[op.name] - length[op.name], finish[op.name])
@@ -542,22 +547,3 @@ def earliest_schedule(graph: Graph, cluster: Cluster, placement: Mapping[str, st
     return Plan(graph.name, algorithm, list(cluster.names), slots, transfers)
 
 
-def _longest_paths(preds: dict[Any, list[Any]], length: dict[Any, float]) -> dict[Any, float] | None:
-    """Finish time of every node of a DAG given as predecessor lists (Kahn); None on a cycle."""
-    succs: dict[Any, list[Any]] = {n: [] for n in preds}
-    indeg = {n: len(ps) for n, ps in preds.items()}
-    for n, ps in preds.items():
-        for p in ps:
-            succs[p].append(n)
-    ready = [n for n, k in indeg.items() if k == 0]
-    start = dict.fromkeys(preds, 0.0)
-    finish: dict[Any, float] = {}
-    while ready:
-        n = ready.pop()
-        finish[n] = start[n] + length[n]
-        for s in succs[n]:
-            start[s] = max(start[s], finish[n])
-            indeg[s] -= 1
-            if indeg[s] == 0:
-                ready.append(s)
-    return finish if len(finish) == len(preds) else None

@@ -54,6 +54,7 @@ from pesto_ir.cluster import Cluster
 from pesto_ir.costs import op_cost, op_memory, value_bytes
 from pesto_ir.errors import PestoError
 from pesto_ir.ir import Graph, Op
+from pesto_ir.passes.algo_common import longest_paths
 from pesto_ir.placement import PlaceOptions
 from pesto_ir.plan import OpSlot, Plan, Transfer
 from pesto_ir.simulate import PlanError, order_from_priority, simulate, transfer_bytes
@@ -1061,7 +1062,7 @@ def replay(graph: Graph, cluster: Cluster, placement: Mapping[str, str], order: 
     for (_, dst), names in link_order.items():
         for k in range(1, len(names)):
             nodes[(names[k], dst)].append((names[k - 1], dst))
-    finish = _longest_paths(nodes, length)
+    finish = longest_paths(nodes, length)
     if finish is None:
         return None
     slots = {op.name: OpSlot(placement[op.name], finish[op.name] - length[op.name], finish[op.name])
@@ -1070,29 +1071,6 @@ def replay(graph: Graph, cluster: Cluster, placement: Mapping[str, str], order: 
                           finish[(op.name, dst)], nbytes)
                  for op in graph.ops for dst, nbytes in sorted(transfer_bytes(op, placement).items())]
     return Plan(graph.name, algorithm, list(cluster.names), slots, transfers)
-
-
-def _longest_paths(preds: dict[Any, list[Any]], length: dict[Any, float]) -> dict[Any, float] | None:
-    """Finish time of every node of a DAG given as predecessor lists (Kahn); None on a cycle."""
-    succs: dict[Any, list[Any]] = {n: [] for n in preds}
-    indeg = {n: len(ps) for n, ps in preds.items()}
-    for n, ps in preds.items():
-        for p in ps:
-            if p not in succs:
-                return None
-            succs[p].append(n)
-    ready = [n for n, k in indeg.items() if k == 0]
-    start = {n: 0.0 for n in preds}
-    finish: dict[Any, float] = {}
-    while ready:
-        n = ready.pop()
-        finish[n] = start[n] + length[n]
-        for s in succs[n]:
-            start[s] = max(start[s], finish[n])
-            indeg[s] -= 1
-            if indeg[s] == 0:
-                ready.append(s)
-    return finish if len(finish) == len(preds) else None
 
 
 class _Search:
