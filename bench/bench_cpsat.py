@@ -36,7 +36,7 @@ from pesto_ir.passes.expand import expand_plan
 from pesto_ir.passes.place import ALGORITHMS, place_graph
 from pesto_ir.placement import PlaceOptions
 
-MSR = Path("/work/shared/graphs/msr")
+MSR = Path(__file__).resolve().parents[2] / "shared" / "graphs" / "msr"  # the shared/ folder beside the checkout
 MEMORY = 17185374208
 ALGOS = ["m-etf", "ilp", "cpsat", "auto"]
 

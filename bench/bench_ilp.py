@@ -28,8 +28,7 @@ from pesto_ir.passes.algo_ilp import place_ilp
 from pesto_ir.placement import PlaceOptions
 from pesto_ir.plan import Plan
 
-MSR = Path(__file__).resolve().parents[1] / "shared" / "graphs" / "msr"
-MSR_FALLBACK = Path("/work/shared/graphs/msr")
+MSR = Path(__file__).resolve().parents[2] / "shared" / "graphs" / "msr"  # the shared/ folder beside the checkout
 LAYER_GRAPHS = ["bert24_inference_layer", "bert24_training_layer", "gnmt_inference_layer",
                 "gnmt_training_layer", "resnet50_inference_layer"]
 RANDOM_SIZES = [20, 40, 80]
@@ -51,11 +50,10 @@ def random_dag(n: int, seed: int = 0) -> Graph:
 def load_graph(name: str) -> Graph:
     if name.startswith("dag") and name[3:].isdigit():
         return random_dag(int(name[3:]))
-    for folder in (MSR, MSR_FALLBACK):
-        path = folder / f"{name}.json"
-        if path.exists():
-            return pesto_ir.load(path)
-    raise SystemExit(f"no graph named {name} (MSR graphs are looked for in {MSR_FALLBACK})")
+    path = MSR / f"{name}.json"
+    if path.exists():
+        return pesto_ir.load(path)
+    raise SystemExit(f"no graph named {name} (MSR graphs are looked for in {MSR})")
 
 
 def warm_start(graph: Graph, cluster: Cluster, options: PlaceOptions) -> Plan | None:

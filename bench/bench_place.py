@@ -34,7 +34,7 @@ from pesto_ir.passes.place import ALGORITHMS, place_graph
 from pesto_ir.placement import PlaceOptions
 from pesto_ir.plan import read_plan_attrs
 
-MSR = Path("/work/shared/graphs/msr")
+MSR = Path(__file__).resolve().parents[2] / "shared" / "graphs" / "msr"  # the shared/ folder beside the checkout
 MEMORY = 17185374208
 HEURISTIC_ALGOS = ("m-etf", "m-sct", "m-topo", "expert", "single", "random")  # the others run in a child process
 DEFAULT_ALGOS = [a for a in (*HEURISTIC_ALGOS, "ilp") if a in ALGORITHMS]  # --algos adds cpsat, auto, ...
