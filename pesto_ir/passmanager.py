@@ -13,6 +13,7 @@ import sys
 import time
 import types
 import typing
+from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TextIO
@@ -37,14 +38,14 @@ class PassContext:
 
 
 @dataclass(frozen=True)
-class Pass:
+class Pass(ABC):
     """Base of every pass. Subclasses are frozen dataclasses whose fields are options."""
 
     name: ClassVar[str] = ""
 
+    @abstractmethod
     def run(self, graph: Graph, ctx: PassContext) -> Graph | None:
         """Transform `graph` in place (return None) or return a new graph."""
-        raise NotImplementedError(f"pass {self.name} has no run()")  # abstract
 
     @classmethod
     def options(cls) -> dict[str, dataclasses.Field[Any]]:
