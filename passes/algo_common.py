@@ -15,6 +15,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pesto_ir.bounds import memory_shortfall
 from pesto_ir.cluster import Cluster
 from pesto_ir.costs import op_cost, op_memory, value_bytes
 from pesto_ir.errors import PestoError
@@ -200,3 +201,13 @@ def longest_paths(preds: dict[Any, list[Any]], length: dict[Any, float]) -> dict
             if indeg[s] == 0:
                 ready.append(s)
     return finish if len(finish) == len(preds) else None
+
+
+def unplaceable_reason(graph: Graph, cluster: Cluster) -> str | None:
+    """Why no placement exists when no heuristic found one (an exact solver has no warm start)."""
+    problems = memory_shortfall(graph, cluster)
+    if problems:
+        return "no placement fits in memory: " + "; ".join(problems)
+    if len(cluster) == 1:
+        return f"the graph does not fit on {cluster.names[0]}"
+    return None

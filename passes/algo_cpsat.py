@@ -41,12 +41,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from pesto_ir.bounds import lower_bound, memory_shortfall
+from pesto_ir.bounds import lower_bound
 from pesto_ir.cluster import Cluster
 from pesto_ir.costs import op_cost, op_memory, value_bytes
 from pesto_ir.errors import PestoError
 from pesto_ir.ir import Graph, Op
-from pesto_ir.passes.algo_common import longest_paths
+from pesto_ir.passes.algo_common import longest_paths, unplaceable_reason
 from pesto_ir.passes.algo_ilp import _colocation_units
 from pesto_ir.placement import PlaceOptions
 from pesto_ir.plan import OpSlot, Plan, Transfer
@@ -203,11 +203,9 @@ def _early_answer(graph: Graph, cluster: Cluster, warm: Plan | None, lb: float, 
                   options: PlaceOptions) -> Plan | None:
     """Answers that need no solve: one device, or a warm start at the lower bound."""
     if warm is None:
-        problems = memory_shortfall(graph, cluster)
-        if problems:
-            raise CpSatError("no placement fits in memory: " + "; ".join(problems))
-        if len(cluster) == 1:
-            raise CpSatError(f"the graph does not fit on {cluster.names[0]}")
+        reason = unplaceable_reason(graph, cluster)
+        if reason is not None:
+            raise CpSatError(reason)
         return None
     if len(cluster) == 1 or warm.makespan <= lb * (1 + REL_GAP) + 1e-15:
         plan = as_algorithm(warm, ALGORITHM)

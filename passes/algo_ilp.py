@@ -49,12 +49,12 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pesto_ir.bounds import lower_bound, memory_shortfall
+from pesto_ir.bounds import lower_bound
 from pesto_ir.cluster import Cluster
 from pesto_ir.costs import op_cost, op_memory, value_bytes
 from pesto_ir.errors import PestoError
 from pesto_ir.ir import Graph, Op
-from pesto_ir.passes.algo_common import longest_paths
+from pesto_ir.passes.algo_common import longest_paths, unplaceable_reason
 from pesto_ir.placement import PlaceOptions
 from pesto_ir.plan import OpSlot, Plan, Transfer
 from pesto_ir.simulate import PlanError, order_from_priority, simulate, transfer_bytes
@@ -221,11 +221,9 @@ def _early_answer(graph: Graph, cluster: Cluster, warm: Plan | None, lb: float, 
                   started: float) -> Plan | None:
     """Answers that need no MILP: one device, a warm start at the lower bound, a graph too big."""
     if warm is None:
-        problems = memory_shortfall(graph, cluster)
-        if problems:
-            raise IlpError("no placement fits in memory: " + "; ".join(problems))
-        if len(cluster) == 1:
-            raise IlpError(f"the graph does not fit on {cluster.names[0]}")
+        reason = unplaceable_reason(graph, cluster)
+        if reason is not None:
+            raise IlpError(reason)
         if len(graph.ops) > MAX_OPS:
             raise IlpError(f"the graph has {len(graph.ops)} ops, more than the exact model's limit of "
                            f"{MAX_OPS}, and no warm start fits in memory; coarsen it first")

@@ -89,16 +89,16 @@ class Parallelized:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         leaves, tree = self._flatten((args, kwargs))
-        key = (tree, _signatures(leaves))
-        entry = self._cache.get(key)
-        if entry is None:
-            entry = self._cache[key] = self._compile(args, kwargs)
-        self._last = entry
+        entry = self._entry(leaves, tree, args, kwargs)
         return self._unflatten(entry.lowered.out_tree, entry.executable(*leaves))
 
     def compile(self, *args: Any, **kwargs: Any) -> Compiled:
         """Plan and build for these arguments without running (cached like a call)."""
         leaves, tree = self._flatten((args, kwargs))
+        return self._entry(leaves, tree, args, kwargs)
+
+    def _entry(self, leaves: list[Any], tree: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Compiled:
+        """The plan and executable for this input signature, made on its first call."""
         key = (tree, _signatures(leaves))
         entry = self._cache.get(key)
         if entry is None:
