@@ -356,26 +356,20 @@ def test_invalid_warm_start_is_ignored_with_a_note() -> None:
     assert_optimal(graph, cluster, plan)
 
 
-def test_graph_over_the_size_limit_returns_the_warm_start(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(algo_ilp, "MAX_OPS", 10)
-    graph = layered_dag(20, seed=1)
-    cluster = two_gpus(bandwidth=50e9, latency=1e-5)
-    warm = round_robin_plan(graph, cluster)
-    plan = place_ilp(graph, cluster, PlaceOptions(quiet=True, warm_start=warm))
-    assert plan.makespan == warm.makespan
-    assert plan.solver["status"] == "skipped"
-    assert any("limit of 10" in n for n in plan.notes)
-    check_plan(graph, cluster, plan)
-
-
-def test_model_over_the_binary_limit_returns_the_warm_start(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(algo_ilp, "MAX_INTEGERS", 50)
+@pytest.mark.parametrize("limit, value, message", [
+    ("MAX_OPS", 10, "limit of 10"),
+    ("MAX_INTEGERS", 50, "binary variables, more than the limit of 50"),
+])
+def test_over_a_size_limit_returns_the_warm_start(limit: str, value: int, message: str,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(algo_ilp, limit, value)
     graph = layered_dag(20, seed=1)
     cluster = two_gpus(bandwidth=50e9, latency=1e-5)
     warm = round_robin_plan(graph, cluster)
     plan = place_ilp(graph, cluster, PlaceOptions(quiet=True, warm_start=warm))
     assert plan.makespan == warm.makespan and plan.solver["status"] == "skipped"
-    assert any("binary variables, more than the limit of 50" in n for n in plan.notes)
+    assert any(message in n for n in plan.notes)
+    check_plan(graph, cluster, plan)
 
 
 def test_warm_start_at_the_lower_bound_needs_no_solve() -> None:
