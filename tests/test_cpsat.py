@@ -76,35 +76,6 @@ def test_keeps_a_link_order_first_come_first_served_cannot() -> None:
     assert any("replayed" in n for n in plan.notes)
 
 
-def test_colocation_is_kept_and_optimal() -> None:
-    nodes = [{"id": "a", "cost": 0.1, "colocate": "g"}, {"id": "b", "cost": 0.4}, {"id": "c", "cost": 0.4},
-             {"id": "d", "cost": 0.1, "colocate": "g"}, {"id": "e", "cost": 0.3, "colocate": "h"},
-             {"id": "f", "cost": 0.2, "colocate": "h"}]
-    edges = [("a", "b", 1000), ("a", "c", 1000), ("b", "d", 1000), ("c", "d", 1000), ("e", "f", 1000)]
-    graph, cluster = make_graph(nodes, edges), two_gpus()
-    plan = place_cpsat(graph, cluster, QUIET)
-    assert plan.ops["a"].device == plan.ops["d"].device
-    assert plan.ops["e"].device == plan.ops["f"].device
-    assert_optimal(graph, cluster, plan)
-
-
-def test_memory_capacity_forces_a_split() -> None:
-    nodes = [{"id": f"n{i}", "cost": 0.1, "memory": 40} for i in range(4)]
-    graph = make_graph(nodes, [("n0", "n1", 10**9), ("n1", "n2", 10**9), ("n2", "n3", 10**9)], "chain")
-    cluster = two_gpus(memory=100)
-    plan = place_cpsat(graph, cluster, QUIET)
-    for d in cluster.names:
-        assert sum(40 for s in plan.ops.values() if s.device == d) <= 100
-    assert len({s.device for s in plan.ops.values()}) == 2
-    assert_optimal(graph, cluster, plan)
-
-
-def test_memory_that_cannot_fit_is_a_clean_error() -> None:
-    graph = make_graph([{"id": "a", "cost": 0.1, "memory": 200}], [])
-    with pytest.raises(PestoError, match="bytes"):
-        place_cpsat(graph, two_gpus(memory=100), QUIET)
-
-
 def test_heterogeneous_devices_and_links() -> None:
     nodes = [{"id": "a", "cost": {"v100": 0.01, "cpu": 0.05}}, {"id": "b", "cost": {"v100": 0.2, "cpu": 2.0}},
              {"id": "c", "cost": {"v100": 0.2, "cpu": 0.25}}, {"id": "d", "cost": {"v100": 0.01, "cpu": 0.05}}]
