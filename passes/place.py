@@ -7,6 +7,11 @@ gets the makespan lower bound of the fine graph. `ilp` starts from the best heur
 
 A coarse plan is recorded on the fine ops: each op shows its group's device, start and end, and
 the graph's plan carries a note saying so; `expand` turns it into a per-op plan.
+
+Coarsening trades parallelism for a model the exact engines can solve, and sometimes loses more
+than they win back: on Inception-v3 training at 4 devices, m-ETF on the 652 fine ops beats the
+best plan of the 200 coarse groups. So an exact engine's coarse plan is expanded and compared with
+the heuristics run on the fine graph, and the faster plan is recorded, with a note that says which.
 """
 
 from __future__ import annotations
@@ -78,6 +83,7 @@ if importlib.util.find_spec("ortools") is not None:
 
 DEFAULT_ALGO = "ilp" if "ilp" in ALGORITHMS else "m-etf"
 WARM_START_ALGOS = ("m-etf", "m-sct", "m-topo", "expert")  # tried for an exact solver's start
+EXACT_ALGOS = ("ilp", "ilp-lns", "cpsat", "cpsat-lns", "auto")  # their coarse plans meet the fine heuristics
 
 
 class PlaceError(PestoError):
@@ -125,8 +131,31 @@ def place_graph(graph: Graph, cluster: Cluster, algo: str, options: PlaceOptions
     plan = solve(coarse, cluster, algo, algorithm, options)
     plan.lower_bound = lower_bound(graph, cluster)
     fine = project_coarse_plan(graph, plan, members)
+    if algo in EXACT_ALGOS:
+        fine = faster_than_fine_heuristics(graph, cluster, fine, options)
     write_plan_attrs(graph, fine)
     return fine
+
+
+def faster_than_fine_heuristics(graph: Graph, cluster: Cluster, coarse: Plan, options: PlaceOptions) -> Plan:
+    """`coarse` (a coarse plan on the fine ops), unless a heuristic on the fine graph beats it once
+    expanded: then that heuristic's plan, labelled with the asked algorithm and a note."""
+    from pesto_ir.passes.expand import expand_plan  # expand builds on this module
+
+    expanded = expand_plan(graph, cluster, coarse).makespan
+    heuristic = best_heuristic_plan(graph, cluster, dataclasses.replace(options, quiet=True, warm_start=None))
+    if heuristic is None or heuristic.makespan >= expanded:
+        return coarse
+    name = heuristic.algorithm
+    options.progress(f"place: {name} on the {len(graph.ops)} fine ops ({heuristic.makespan:.6g}s) beats the "
+                     f"expanded coarse plan ({expanded:.6g}s); keeping it")
+    solver = dict(coarse.solver or {})
+    solver["winner"] = f"{name} (fine graph)"
+    note = (f"{name} on the fine graph ({heuristic.makespan:.6g}s) beat the {coarse.algorithm} plan of the coarse "
+            f"graph once expanded ({expanded:.6g}s), so its plan is kept")
+    notes = [n for n in coarse.notes if not n.startswith(COARSE_NOTE)]
+    return dataclasses.replace(heuristic, algorithm=coarse.algorithm, lower_bound=coarse.lower_bound,
+                               solver=solver, notes=[*notes, *heuristic.notes, note])
 
 
 def solve(graph: Graph, cluster: Cluster, algo: str, algorithm: Algorithm, options: PlaceOptions) -> Plan:

@@ -215,3 +215,20 @@ def test_msr_pipeline_end_to_end(name: str) -> None:
     assert not any(n.startswith("coarse plan") for n in plan.notes)
     assert "place: m-etf makespan" in log.getvalue()
     assert len({op.get("group") for op in g.ops}) == 100  # these graphs coarsen exactly to the target
+
+
+def test_an_exact_engine_on_a_coarse_graph_never_loses_to_a_heuristic_on_the_fine_graph() -> None:
+    """ResNet-50 training at 4 devices: coarsening to 200 groups loses parallelism m-ETF keeps on the
+    fine graph, so `place` keeps m-ETF's fine plan, labelled ilp, and says so."""
+    if not MSR.exists():
+        pytest.skip("the MSR graphs are not beside this checkout")
+    graph = graph_from_json(_msr_doc("resnet50_training_layer.json"))
+    cluster = msr_cluster(4)
+    fine_best = min(ALGORITHMS[a](graph, cluster, QUIET).makespan for a in ("m-etf", "m-sct", "m-topo", "expert"))
+    for op, g in zip(graph.ops, coarsen_groups(graph, 200, cluster)):
+        op.set("group", g)
+    plan = place_graph(graph, cluster, "ilp", PlaceOptions(time_limit=2, quiet=True))
+    expanded = expand_plan(graph, cluster, read_plan_attrs(graph))
+    assert expanded.makespan <= fine_best * (1 + 1e-9)
+    assert plan.algorithm == "ilp" and plan.solver["winner"].endswith("(fine graph)")
+    assert "beat the ilp plan of the coarse graph" in plan.notes[-1]
