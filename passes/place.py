@@ -12,12 +12,16 @@ Coarsening trades parallelism for a model the exact engines can solve, and somet
 than they win back: on Inception-v3 training at 4 devices, m-ETF on the 652 fine ops beats the
 best plan of the 200 coarse groups. So an exact engine's coarse plan is expanded and compared with
 the heuristics run on the fine graph, and the faster plan is recorded, with a note that says which.
+`auto` goes one step further, as multilevel partitioners do when they uncoarsen: it spends half its
+time on the coarse graph and the rest refining the faster fine plan with LNS on the fine graph
+(graphs up to `REFINE_MAX_OPS` ops, where a step of the search stays cheap).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import time
 from dataclasses import dataclass
 
 from pesto_ir.bounds import lower_bound, memory_shortfall
@@ -84,6 +88,9 @@ if importlib.util.find_spec("ortools") is not None:
 DEFAULT_ALGO = "ilp" if "ilp" in ALGORITHMS else "m-etf"
 WARM_START_ALGOS = ("m-etf", "m-sct", "m-topo", "expert")  # tried for an exact solver's start
 EXACT_ALGOS = ("ilp", "ilp-lns", "cpsat", "cpsat-lns", "auto")  # their coarse plans meet the fine heuristics
+REFINE_MAX_OPS = 3000  # auto refines its expanded plan on fine graphs up to this size ...
+REFINE_SHARE = 0.5  # ... with this share of its time limit
+REFINE_MIN_SECONDS = 0.3  # below this much time left, no refinement
 
 
 class PlaceError(PestoError):
@@ -126,15 +133,46 @@ def place_graph(graph: Graph, cluster: Cluster, algo: str, options: PlaceOptions
         plan.lower_bound = lower_bound(graph, cluster)
         write_plan_attrs(graph, plan)
         return plan
+    started = time.perf_counter()
     coarse, members = quotient_graph(graph, cluster)
     _check_memory(coarse, cluster, " after coarsening (raise coarsen's target to make groups smaller)")
-    plan = solve(coarse, cluster, algo, algorithm, options)
+    refine = algo == "auto" and len(members) < len(graph.ops) <= REFINE_MAX_OPS and len(cluster) > 1
+    coarse_options = dataclasses.replace(options, time_limit=options.time_limit * (1 - REFINE_SHARE)) if refine else options
+    plan = solve(coarse, cluster, algo, algorithm, coarse_options)
     plan.lower_bound = lower_bound(graph, cluster)
     fine = project_coarse_plan(graph, plan, members)
     if algo in EXACT_ALGOS:
         fine = faster_than_fine_heuristics(graph, cluster, fine, options)
+    if refine:
+        fine = refined_on_fine_graph(graph, cluster, fine, options, options.time_limit - (time.perf_counter() - started))
     write_plan_attrs(graph, fine)
     return fine
+
+
+def refined_on_fine_graph(graph: Graph, cluster: Cluster, plan: Plan, options: PlaceOptions, seconds: float) -> Plan:
+    """`plan` (coarse or fine) expanded and improved by CP-SAT LNS on the fine graph for `seconds`.
+
+    LNS times its plans with the solver's order of transfers on each link; `expand` re-times them
+    first come, first served, as the JAX executable runs them, so that is the time compared."""
+    from pesto_ir.passes.expand import expand_plan  # expand builds on this module
+    from pesto_ir.passes.lns import improve_with_lns
+
+    start = expand_plan(graph, cluster, plan)
+    if seconds < REFINE_MIN_SECONDS:
+        return start
+    found = improve_with_lns(graph, cluster, dataclasses.replace(options, time_limit=seconds, warm_start=start),
+                             engine="cpsat", start=start)
+    improved = expand_plan(graph, cluster, found)  # re-timed with FIFO links, as `expand` and the executable do
+    if improved.makespan >= start.makespan * (1 - 1e-12):
+        return start
+    options.progress(f"place: LNS on the {len(graph.ops)} fine ops took the plan from {start.makespan:.6g}s "
+                     f"to {improved.makespan:.6g}s")
+    solver = dict(start.solver or {})
+    solver["winner"] = f"{solver.get('winner') or start.algorithm} + fine LNS"
+    note = (f"LNS on the fine graph improved the plan from {start.makespan:.6g}s to {improved.makespan:.6g}s "
+            f"in {seconds:.3g}s")
+    return dataclasses.replace(improved, algorithm=start.algorithm, lower_bound=start.lower_bound, solver=solver,
+                               notes=[*start.notes, note])
 
 
 def faster_than_fine_heuristics(graph: Graph, cluster: Cluster, coarse: Plan, options: PlaceOptions) -> Plan:

@@ -1,0 +1,3 @@
+from bench.suite import main
+
+raise SystemExit(main())

@@ -1,0 +1,368 @@
+"""`python -m bench`: the Pesto paper's comparison over the model zoo, as markdown and JSON.
+
+For every model of the zoo (`bench/zoo.py`) and k devices, the suite places the graph with
+
+- the baselines on the fine graph, as Baechi runs them: `single`, `expert`, `m-topo`, `m-etf`,
+  `m-sct`;
+- Pesto as `pesto-compile` runs it: `coarsen{target=200},place{algo=A time-limit=T},expand` for
+  A in `ilp` and `auto` (the portfolio of heuristics, CP-SAT and LNS; Pesto's plan in the tables),
+
+and reports each plan's simulated step time, the makespan lower bound, Pesto's gap to it and the
+planning time. Every plan has passed the plan validator. Rows where `auto` is not the fastest plan
+or is more than 5% above the lower bound get findings that say why, from three numbers:
+
+- the best plan with free communication (m-ETF/m-SCT on the same devices with instant links): how
+  far above the bound a plan gets when transfers cost nothing, i.e. how loose the bound is;
+- the lower bound of the coarse graph: how much coarsening alone gives away;
+- the best single-device step time: whether parallelism pays for its transfers at all.
+
+    python -m bench                          # everything: 22 models x k = 2, 4, 8 (about 25 min)
+    python -m bench --quick                  # 4 small models x k = 2, 4 (about a minute; CI runs it)
+    python -m bench --models gnmt_training_layer jax_gpt --k 4 --time-limit 30
+    python -m bench --readme README.md --gantt docs/images/plan.png   # refresh the README's results
+
+Results go to `bench/results/{suite,quick}.{md,json}` (`--out` to change), each written whole.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import pesto_ir
+from bench.zoo import Model, zoo
+from pesto_ir.bounds import critical_path, fastest_costs, lower_bound
+from pesto_ir.cluster import Cluster
+from pesto_ir.errors import PestoError
+from pesto_ir.ir import Graph
+from pesto_ir.loader import write_atomic
+from pesto_ir.passes.coarsen import quotient_graph
+from pesto_ir.passes.place import place_graph
+from pesto_ir.passmanager import PassContext, PassManager
+from pesto_ir.placement import PlaceOptions
+from pesto_ir.plan import Plan, read_plan_attrs
+
+FORMAT = "pesto-bench/1"
+BASELINES = ("single", "expert", "m-topo", "m-etf", "m-sct")
+EXACT = ("ilp", "auto")
+PESTO = "auto"  # the algorithm whose plan the tables call Pesto's
+GAP_GOAL = 0.05
+TIE = 1e-9  # relative: plans this close count as equally fast
+README_BEGIN = "<!-- bench-results:begin -->"
+README_END = "<!-- bench-results:end -->"
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+@dataclass
+class Outcome:
+    """One algorithm on one row: its plan's step time, or why it has none."""
+
+    makespan: float | None
+    seconds: float
+    winner: str = ""
+    error: str = ""
+
+
+@dataclass
+class Row:
+    model: str
+    source: str
+    description: str
+    ops: int
+    k: int
+    cluster: str
+    lower_bound: float
+    bound: str  # the term of the lower bound that binds: "critical path" or "total work"
+    coarse_lower_bound: float
+    groups: int
+    free_comm: float | None
+    results: dict[str, Outcome] = field(default_factory=dict)
+    findings: list[str] = field(default_factory=list)
+
+    def makespan(self, algo: str) -> float | None:
+        return self.results[algo].makespan
+
+    def best(self) -> tuple[str, float] | None:
+        """The fastest algorithm of the row and its step time (the first listed among ties)."""
+        done = [(a, o.makespan) for a, o in self.results.items() if o.makespan is not None]
+        return min(done, key=lambda x: x[1]) if done else None
+
+    def gap(self) -> float | None:
+        m = self.makespan(PESTO)
+        return None if m is None or self.lower_bound <= 0 else m / self.lower_bound - 1
+
+
+# ---------------------------------------------------------------- running one row
+
+def run_row(model: Model, base: Graph, k: int, time_limit: float, target: int, seed: int) -> tuple[Row, Plan | None, Graph]:
+    """Every algorithm on `base` over k devices; also returns Pesto's plan and its placed graph."""
+    cluster = model.cluster(k)
+    text = str(base)
+    fine = pesto_ir.parse(text)
+    lb = lower_bound(fine, cluster)
+    path = critical_path(fine, fastest_costs(fine, cluster))
+    row = Row(model.name, model.source, model.description, len(fine.ops), k, cluster_summary(cluster), lb,
+              "critical path" if path >= lb * (1 - TIE) else "total work", lb, len(fine.ops),
+              free_comm_makespan(fine, cluster, seed))
+    options = PlaceOptions(time_limit=time_limit, seed=seed, quiet=True)
+    for algo in BASELINES:
+        started = time.perf_counter()
+        try:
+            plan = place_graph(fine, cluster, algo, options)
+            row.results[algo] = Outcome(plan.makespan, time.perf_counter() - started)
+        except PestoError as e:
+            row.results[algo] = Outcome(None, time.perf_counter() - started, error=first_line(e))
+    pesto_plan, pesto_graph = None, fine
+    for algo in EXACT:
+        graph = pesto_ir.parse(text)
+        pipeline = f"coarsen{{target={target}}},place{{algo={algo} time-limit={time_limit:g} seed={seed}}},expand"
+        started = time.perf_counter()
+        try:
+            graph = PassManager(pipeline, verify_each=False).run(graph, PassContext(cluster=cluster, quiet=True,
+                                                                                   seed=seed))
+        except PestoError as e:
+            row.results[algo] = Outcome(None, time.perf_counter() - started, error=first_line(e))
+            continue
+        seconds = time.perf_counter() - started
+        plan = read_plan_attrs(graph)
+        assert plan is not None, "expand records a plan"
+        row.results[algo] = Outcome(plan.makespan, seconds, str((plan.solver or {}).get("winner", algo)))
+        if algo == PESTO:
+            pesto_plan, pesto_graph = plan, graph
+            coarse, members = quotient_graph(graph, cluster)
+            row.coarse_lower_bound, row.groups = lower_bound(coarse, cluster), len(members)
+    row.findings = findings(row)
+    return row, pesto_plan, pesto_graph
+
+
+def free_comm_makespan(graph: Graph, cluster: Cluster, seed: int) -> float | None:
+    """The best of m-ETF and m-SCT on the same devices with instant links (None if neither fits)."""
+    instant = Cluster.fully_connected(cluster.devices, 0.0, 1e18)
+    best = None
+    for algo in ("m-etf", "m-sct"):
+        try:
+            m = place_graph(graph, instant, algo, PlaceOptions(seed=seed, quiet=True)).makespan
+        except PestoError:
+            continue
+        best = m if best is None else min(best, m)
+    return best
+
+
+def cluster_summary(cluster: Cluster) -> str:
+    d = cluster.devices[0]
+    link = next(iter(cluster.links.values()), None)
+    wire = f", links {link.latency * 1e6:g} us + {link.bandwidth / 1e9:g} GB/s" if link else ""
+    return f"{len(cluster)} x {d.kind} {d.memory / 2**30:g} GiB{wire}"
+
+
+def first_line(e: BaseException) -> str:
+    return str(e).splitlines()[0]
+
+
+# ---------------------------------------------------------------- findings
+
+def findings(row: Row) -> list[str]:
+    """Why `auto` is not the fastest plan of the row, or more than 5% above the lower bound."""
+    pesto, best, gap = row.makespan(PESTO), row.best(), row.gap()
+    if pesto is None:
+        return [f"{PESTO} found no plan: {row.results[PESTO].error}"]
+    out: list[str] = []
+    assert best is not None
+    if pesto > best[1] * (1 + TIE):
+        out.append(f"{best[0]} is {100 * (pesto / best[1] - 1):.1f}% faster than {PESTO}")
+    if gap is None or gap <= GAP_GOAL:
+        return out
+    lb = row.lower_bound
+    out.append(f"{PESTO} is {100 * gap:.1f}% above the lower bound ({row.bound}, transfers not counted)")
+    if row.free_comm is not None:
+        free = row.free_comm / lb - 1
+        if free <= GAP_GOAL:
+            out.append(f"with instant links m-ETF/m-SCT get within {100 * free:.1f}% of the bound, so the gap is "
+                       "the cost of transfers")
+        elif free < gap:
+            out.append(f"with instant links m-ETF/m-SCT reach +{100 * free:.1f}%: about "
+                       f"{100 * (pesto / row.free_comm - 1):.1f}% is transfers, the rest is the bound's looseness "
+                       "or the heuristics'")
+        else:
+            out.append(f"with instant links m-ETF/m-SCT do no better (+{100 * free:.1f}%): no plan found shows the "
+                       "bound can be reached; it ignores how precedence and device capacity interact")
+    if row.coarse_lower_bound > lb * (1 + 0.02):
+        out.append(f"coarsening to {row.groups} groups raises the bound by {100 * (row.coarse_lower_bound / lb - 1):.1f}%")
+    single = row.makespan("single")
+    if single is not None and pesto > single / (1 + GAP_GOAL):
+        out.append(f"one device is within 5% of {PESTO} ({single / pesto:.3f}x): the parallelism does not pay "
+                   "for its transfers")
+    winner = row.results[PESTO].winner
+    if winner and winner not in ("cpsat", "cpsat-lns", "auto"):
+        out.append(f"the exact engines found nothing better than the {winner} plan in the time limit")
+    return out
+
+
+# ---------------------------------------------------------------- reports
+
+def ms(seconds: float | None) -> str:
+    return "—" if seconds is None else f"{seconds * 1e3:.4g}"
+
+
+def geomean(xs: list[float]) -> float:
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
+
+
+def markdown(rows: list[Row], header: dict[str, Any]) -> str:
+    algos = [*BASELINES, *EXACT]
+    lines = [f"Step time in ms (simulated) of each algorithm's plan; **bold** is the fastest of the row. "
+             f"`ilp` and `auto` run `coarsen{{target={header['target']}}},place{{time-limit={header['time_limit']:g}}},"
+             f"expand`; the baselines run on the fine graph. Gap is (auto / lower bound - 1); plan s is auto's "
+             f"planning time (coarsen + place + expand). — means the algorithm found no plan (memory).",
+             "",
+             "| model | ops | k | LB | " + " | ".join(algos) + " | gap | plan s |",
+             "|---|---:|---:|---:|" + "---:|" * len(algos) + "---:|---:|"]
+    for r in rows:
+        best = r.best()
+        cells = []
+        for a in algos:
+            m = r.makespan(a)
+            tied = best is not None and m is not None and m <= best[1] * (1 + TIE)
+            cells.append(f"**{ms(m)}**" if tied else ms(m))
+        gap = r.gap()
+        lines.append(f"| {r.model} | {r.ops} | {r.k} | {ms(r.lower_bound)} | " + " | ".join(cells)
+                     + f" | {'—' if gap is None else f'{100 * gap:.1f}%'} | {r.results[PESTO].seconds:.1f} |")
+    lines += ["", summary_markdown(rows), "", findings_markdown(rows)]
+    return "\n".join(lines) + "\n"
+
+
+def summary_markdown(rows: list[Row]) -> str:
+    algos = [*BASELINES, *EXACT]
+    ks = sorted({r.k for r in rows})
+    lines = ["Geometric mean of step time / lower bound over the rows where every algorithm found a plan, and "
+             "how often auto's plan is the fastest (ties count):", "",
+             "| k | rows | " + " | ".join(algos) + " | auto fastest |",
+             "|---:|---:|" + "---:|" * len(algos) + "---:|"]
+    for k in ks:
+        at_k = [r for r in rows if r.k == k]
+        full = [r for r in at_k if all(r.makespan(a) is not None for a in algos)]
+        means = [geomean([r.makespan(a) / r.lower_bound for r in full if r.lower_bound > 0]) for a in algos]
+        fastest = sum(1 for r in at_k if (b := r.best()) and r.makespan(PESTO) is not None
+                      and r.makespan(PESTO) <= b[1] * (1 + TIE))
+        lines.append(f"| {k} | {len(full)} | " + " | ".join(f"{m:.3f}" for m in means) + f" | {fastest}/{len(at_k)} |")
+    return "\n".join(lines)
+
+
+def findings_markdown(rows: list[Row]) -> str:
+    flagged = [r for r in rows if r.findings]
+    if not flagged:
+        return "Every row: auto's plan is the fastest and within 5% of the lower bound."
+    lines = [f"Rows where auto is not the fastest or is more than {100 * GAP_GOAL:g}% above the lower bound "
+             f"({len(flagged)} of {len(rows)}):", ""]
+    for r in flagged:
+        lines.append(f"- **{r.model}, k={r.k}**: " + "; ".join(r.findings) + ".")
+    return "\n".join(lines)
+
+
+def to_json(rows: list[Row], header: dict[str, Any]) -> str:
+    return json.dumps({"format": FORMAT, **header, "rows": [asdict(r) for r in rows]}, indent=1) + "\n"
+
+
+def readme_parts(path: Path) -> tuple[str, str]:
+    """The README's text before its results markers and after them (both must be there)."""
+    text = path.read_text()
+    if README_BEGIN not in text or README_END not in text:
+        raise SystemExit(f"{path}: no '{README_BEGIN}' ... '{README_END}' markers to put the results between")
+    head, rest = text.split(README_BEGIN, 1)
+    return head, rest.split(README_END, 1)[1]
+
+
+def update_readme(path: Path, table: str, image: str | None, command: str) -> None:
+    """Replace the text between the README's results markers."""
+    head, tail = readme_parts(path)
+    picture = f"\n![Gantt chart of auto's plan]({image})\n" if image else ""
+    body = f"\nGenerated by `{command}`.\n\n{table}{picture}\n"
+    write_atomic(path, head + README_BEGIN + body + README_END + tail)
+
+
+# ---------------------------------------------------------------- main
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="a small subset (the CI smoke run)")
+    ap.add_argument("--models", nargs="+", metavar="NAME", help="only these models (names as in the tables)")
+    ap.add_argument("--k", nargs="+", type=int, metavar="K", help="device counts (default 2 4 8; quick: 2 4)")
+    ap.add_argument("--time-limit", type=float, help="seconds per ilp/auto solve (default 8; quick: 2)")
+    ap.add_argument("--target", type=int, default=200, help="coarsen's target group count (default 200)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", type=Path, default=RESULTS, help="folder for the .md and .json results")
+    ap.add_argument("--readme", type=Path, help="put the results table into this README between its markers")
+    ap.add_argument("--gantt", type=Path, help="write a Gantt chart of auto's plan for --gantt-row here")
+    ap.add_argument("--gantt-row", default="gnmt_training_layer:4", metavar="MODEL:K",
+                    help="the row whose plan --gantt draws (default gnmt_training_layer:4)")
+    ap.add_argument("-q", "--quiet", action="store_true", help="print only the final table")
+    return ap.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    ks = args.k or ([2, 4] if args.quick else [2, 4, 8])
+    time_limit = args.time_limit if args.time_limit is not None else (2.0 if args.quick else 8.0)
+    models = zoo(quick=args.quick)
+    if args.models:
+        known = {m.name: m for m in [*zoo(quick=False), *zoo(quick=True)]}
+        unknown = [n for n in args.models if n not in known]
+        if unknown:
+            print(f"error: unknown model(s) {', '.join(unknown)} (known: {', '.join(known)})", file=sys.stderr)
+            return 2
+        models = [known[n] for n in args.models]
+    if args.readme:
+        readme_parts(args.readme)  # fail now, not after the whole suite
+    gantt_model, _, gantt_k = args.gantt_row.partition(":")
+    if args.gantt and (gantt_model not in {m.name for m in models} or gantt_k not in {str(k) for k in ks}):
+        print(f"error: --gantt-row {args.gantt_row} is not among the rows this run makes", file=sys.stderr)
+        return 2
+    command = "python -m bench " + " ".join(argv if argv is not None else sys.argv[1:])
+    started = time.perf_counter()
+    rows: list[Row] = []
+    for model in models:
+        base = model.build()
+        for k in ks:
+            row, plan, graph = run_row(model, base, k, time_limit, args.target, args.seed)
+            rows.append(row)
+            if not args.quiet:
+                print(progress_line(row, time.perf_counter() - started), flush=True)
+            if args.gantt and plan is not None and (model.name, str(k)) == (gantt_model, gantt_k):
+                from pesto_ir.backends.gantt import gantt_for_path
+
+                args.gantt.parent.mkdir(parents=True, exist_ok=True)
+                write_atomic(args.gantt, gantt_for_path(plan, graph, args.gantt))
+    header = {"command": command.strip(), "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+              "quick": args.quick, "time_limit": time_limit, "target": args.target, "seed": args.seed, "k": ks,
+              "seconds": round(time.perf_counter() - started, 1),
+              "environment": {"python": platform.python_version(), "machine": platform.machine(),
+                              "cpus": os.cpu_count(), "pesto_ir": metadata.version("pesto-ir")}}
+    table = markdown(rows, header)
+    stem = "quick" if args.quick else "suite"
+    args.out.mkdir(parents=True, exist_ok=True)
+    write_atomic(args.out / f"{stem}.md", f"# Pesto IR benchmark results\n\n`{header['command']}`, "
+                 f"{header['created']}, {header['seconds']:g} s\n\n{table}")
+    write_atomic(args.out / f"{stem}.json", to_json(rows, header))
+    if args.readme:
+        image = os.path.relpath(args.gantt, args.readme.parent) if args.gantt else None
+        update_readme(args.readme, table, image, header["command"])
+    print(table)
+    return 0
+
+
+def progress_line(row: Row, elapsed: float) -> str:
+    pesto, best = row.makespan(PESTO), row.best()
+    gap = row.gap()
+    return (f"[{elapsed:6.0f}s] {row.model} k={row.k}: {PESTO} {ms(pesto)} ms"
+            + (f", best {best[0]} {ms(best[1])} ms" if best else "")
+            + (f", gap {100 * gap:.1f}%" if gap is not None else "")
+            + f", plan {row.results[PESTO].seconds:.1f} s")

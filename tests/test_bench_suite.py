@@ -1,0 +1,101 @@
+"""`python -m bench --quick`, the CI smoke run of the benchmark suite: it runs, writes whole reports,
+and its numbers keep the invariants every row must have."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench import suite  # noqa: E402
+from bench.zoo import MSR  # noqa: E402
+
+README = """# A project
+
+Some text.
+
+<!-- bench-results:begin -->
+old results
+<!-- bench-results:end -->
+
+More text.
+"""
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    out = tmp_path_factory.mktemp("bench")
+    (out / "README.md").write_text(README)
+    argv = ["--quick", "--time-limit", "1", "--out", str(out), "--readme", str(out / "README.md"),
+            "--gantt", str(out / "plan.png"), "--gantt-row", "jax_mlp_quick:2", "-q"]
+    assert suite.main(argv) == 0
+    return out, json.loads((out / "quick.json").read_text())
+
+
+def test_quick_run_covers_every_quick_model_and_algorithm(quick_run: tuple[Path, dict]) -> None:
+    _, doc = quick_run
+    assert doc["format"] == "pesto-bench/1" and doc["quick"] is True
+    models = {r["model"] for r in doc["rows"]}
+    assert {"jax_mlp_quick", "jax_lstm_seq2seq_quick"} <= models
+    if MSR.exists():
+        assert {"bert24_training_layer", "gnmt_training_layer"} <= models
+    assert {r["k"] for r in doc["rows"]} == {2, 4}
+    for row in doc["rows"]:
+        assert set(row["results"]) == {*suite.BASELINES, *suite.EXACT}
+
+
+def test_no_plan_beats_the_lower_bound_and_auto_beats_every_baseline(quick_run: tuple[Path, dict]) -> None:
+    """auto starts from the heuristics and keeps a fine heuristic plan when it is faster, so it is never
+    slower than any baseline; and no valid plan is faster than the lower bound."""
+    _, doc = quick_run
+    for row in doc["rows"]:
+        lb = row["lower_bound"]
+        done = {a: r["makespan"] for a, r in row["results"].items() if r["makespan"] is not None}
+        assert done.keys() >= {"m-etf", "m-sct", "m-topo", "ilp", "auto"}, row["model"]
+        assert all(m >= lb * (1 - 1e-9) for m in done.values()), row["model"]
+        assert done["auto"] <= min(done[a] for a in suite.BASELINES if a in done) * (1 + 1e-9), (row["model"], row["k"])
+        assert row["coarse_lower_bound"] >= lb * (1 - 1e-9)
+
+
+def test_rows_above_the_goal_say_why(quick_run: tuple[Path, dict]) -> None:
+    _, doc = quick_run
+    for row in doc["rows"]:
+        gap = row["results"]["auto"]["makespan"] / row["lower_bound"] - 1
+        assert bool(row["findings"]) == (gap > suite.GAP_GOAL), (row["model"], row["k"], gap, row["findings"])
+
+
+def test_reports_are_written_whole(quick_run: tuple[Path, dict]) -> None:
+    out, doc = quick_run
+    table = (out / "quick.md").read_text()
+    for row in doc["rows"]:
+        assert f"| {row['model']} | {row['ops']} | {row['k']} |" in table
+    readme = (out / "README.md").read_text()
+    assert "old results" not in readme and readme.startswith("# A project") and readme.endswith("More text.\n")
+    assert "| model | ops | k |" in readme and "![Gantt chart of auto's plan](plan.png)" in readme
+    assert (out / "plan.png").read_bytes().startswith(b"\x89PNG")
+    assert not list(out.glob(".*.tmp"))
+
+
+def test_unknown_models_are_named(capsys: pytest.CaptureFixture[str]) -> None:
+    assert suite.main(["--models", "no_such_model"]) == 2
+    assert "unknown model(s) no_such_model" in capsys.readouterr().err
+
+
+def test_a_readme_without_markers_is_left_alone(tmp_path: Path) -> None:
+    readme = tmp_path / "README.md"
+    readme.write_text("# nothing to replace\n")
+    with pytest.raises(SystemExit, match="markers"):
+        suite.update_readme(readme, "| table |", None, "python -m bench")
+    assert readme.read_text() == "# nothing to replace\n"
+
+
+def test_a_gantt_row_outside_the_run_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["--quick", "--out", str(tmp_path), "--gantt", str(tmp_path / "g.png"), "--gantt-row", "jax_gpt:4"]
+    assert suite.main(argv) == 2
+    assert "--gantt-row jax_gpt:4 is not among the rows" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())
