@@ -242,6 +242,17 @@ def _encode_graph_param(v: Any) -> Attr:
     raise ParamEncodeError("a jaxpr parameter must be lowered to a sub-graph by the frontend")
 
 
+def _encode_sharding(v: Any) -> Attr:
+    """None, or a sharding over an empty mesh with no axis named (what a backward rule copies from an
+    unsharded primal, e.g. in a mixed-precision cast): both mean "no constraint" and print as none."""
+    if v is None:
+        return NoneAttr()
+    mesh, spec = getattr(v, "mesh", None), getattr(v, "spec", None)
+    if mesh is not None and not mesh.shape and spec is not None and all(axis is None for axis in spec):
+        return NoneAttr()
+    raise ParamEncodeError(f"sharding constraints are not supported (Pesto places whole arrays): {v!r:.80}")
+
+
 PRECISION_CODEC = ParamCodec(_encode_precision, _decode_precision)
 ACCURACY_CODEC = ParamCodec(_encode_accuracy, _decode_accuracy)
 PRIMITIVE_CODEC = ParamCodec(_encode_primitive, lambda a: lookup_primitive(a.value))
@@ -277,6 +288,8 @@ PARAM_CODECS: dict[str, ParamCodec] = {
     "fft_type": enum_codec(lax.FftType),
     "algorithm": enum_codec(lax.RandomAlgorithm),
     "select_prim": PRIMITIVE_CODEC,
+    "sharding": ParamCodec(_encode_sharding, decode_plain),
+    "out_sharding": ParamCodec(_encode_sharding, decode_plain),
 }
 
 

@@ -27,7 +27,7 @@ from pesto_ir.frontends.jax import (
     sub_jaxprs,
 )
 from pesto_ir.interpreter import Interpreter, as_function, evaluate, input_specs
-from pesto_ir.jax_params import codec_for, decode_params, encode_param, lookup_primitive
+from pesto_ir.jax_params import ParamEncodeError, codec_for, decode_params, encode_param, lookup_primitive
 
 THIS_FILE = __file__
 
@@ -125,6 +125,28 @@ def test_mlp_training_step_with_optax_adam() -> None:
     assert all(v.param for v in g.inputs[:n_state])
     assert not any(v.param for v in g.inputs[n_state:])
     assert {"dot_general", "exp", "sqrt", "reduce_max"} <= _opcodes(g)
+
+
+def test_mixed_precision_training_step_lowers() -> None:
+    """bf16 compute with f32 master weights: the backward cast carries an empty-mesh sharding that
+    means "unconstrained" and prints as none; a real sharding constraint is refused by name."""
+    params = _dense(1, 8, 16)
+    x = _normal(3, (5, 8))
+
+    def loss(p: Any, x: jax.Array) -> jax.Array:
+        h = x.astype(jnp.bfloat16) @ p["w"].astype(jnp.bfloat16) + p["b"].astype(jnp.bfloat16)
+        return jnp.mean(jnp.square(h.astype(jnp.float32)))
+
+    def sgd_step(p: Any, x: jax.Array) -> Any:
+        return jax.tree_util.tree_map(lambda w, g: w - 0.1 * g, p, jax.grad(loss)(p, x))
+
+    lowered = check_model(sgd_step, params, x, param_argnums=(0,), tol=1e-2)
+    casts = [op for op in lowered.graph.ops if op.opcode == "convert_element_type"]
+    assert casts and all(op.attrs["sharding"] == pesto_ir.attributes.NoneAttr() for op in casts)
+    mesh = jax.sharding.Mesh(np.array(jax.devices()[:1]), ("x",))
+    constrained = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("x"))
+    with pytest.raises(ParamEncodeError, match="sharding constraints are not supported"):
+        encode_param("convert_element_type", "sharding", constrained)
 
 
 def _batch_norm(x: jax.Array, gamma: jax.Array, beta: jax.Array) -> jax.Array:
