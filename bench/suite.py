@@ -164,8 +164,10 @@ def cluster_summary(cluster: Cluster) -> str:
     return f"{len(cluster)} x {d.kind} {d.memory / 2**30:g} GiB{wire}"
 
 
-def first_line(e: BaseException) -> str:
-    return str(e).splitlines()[0]
+def first_line(e: PestoError) -> str:
+    """The error's reason on one line (a failed pass's own message, not just its name)."""
+    cause = getattr(e, "cause", None)
+    return " ".join(str(cause if isinstance(cause, PestoError) else e).split())
 
 
 # ---------------------------------------------------------------- findings
@@ -202,8 +204,9 @@ def findings(row: Row) -> list[str]:
         out.append(f"one device is within 5% of {PESTO} ({single / pesto:.3f}x): the parallelism does not pay "
                    "for its transfers")
     winner = row.results[PESTO].winner
-    if winner and winner not in ("cpsat", "cpsat-lns", "auto"):
-        out.append(f"the exact engines found nothing better than the {winner} plan in the time limit")
+    if winner and winner not in ("cpsat", "cpsat-lns", "auto") and not winner.endswith("refinement"):
+        out.append(f"neither the exact engines nor refinement found anything better than the {winner} plan "
+                   "in the time limit")
     return out
 
 

@@ -13,8 +13,9 @@ than they win back: on Inception-v3 training at 4 devices, m-ETF on the 652 fine
 best plan of the 200 coarse groups. So an exact engine's coarse plan is expanded and compared with
 the heuristics run on the fine graph, and the faster plan is recorded, with a note that says which.
 `auto` goes one step further, as multilevel partitioners do when they uncoarsen: it spends half its
-time on the coarse graph and the rest refining the faster fine plan with LNS on the fine graph
-(graphs up to `REFINE_MAX_OPS` ops, where a step of the search stays cheap).
+time on the coarse graph and the rest refining the faster fine plan on the fine graph, first with
+critical-path moves (`passes/local_search.py`, which needs only the simulator), then, on graphs of
+up to `LNS_REFINE_MAX_OPS` ops, where a step of it stays cheap, with LNS.
 """
 
 from __future__ import annotations
@@ -88,8 +89,9 @@ if importlib.util.find_spec("ortools") is not None:
 DEFAULT_ALGO = "ilp" if "ilp" in ALGORITHMS else "m-etf"
 WARM_START_ALGOS = ("m-etf", "m-sct", "m-topo", "expert")  # tried for an exact solver's start
 EXACT_ALGOS = ("ilp", "ilp-lns", "cpsat", "cpsat-lns", "auto")  # their coarse plans meet the fine heuristics
-REFINE_MAX_OPS = 3000  # auto refines its expanded plan on fine graphs up to this size ...
+REFINE_MAX_OPS = 20000  # auto refines its expanded plan on fine graphs up to this size ...
 REFINE_SHARE = 0.5  # ... with this share of its time limit
+LNS_REFINE_MAX_OPS = 1000  # ... using LNS after the moves up to this size (its steps model the whole graph)
 REFINE_MIN_SECONDS = 0.3  # below this much time left, no refinement
 
 
@@ -150,29 +152,36 @@ def place_graph(graph: Graph, cluster: Cluster, algo: str, options: PlaceOptions
 
 
 def refined_on_fine_graph(graph: Graph, cluster: Cluster, plan: Plan, options: PlaceOptions, seconds: float) -> Plan:
-    """`plan` (coarse or fine) expanded and improved by CP-SAT LNS on the fine graph for `seconds`.
+    """`plan` (coarse or fine) expanded and improved on the fine graph for `seconds`: critical-path
+    moves, then CP-SAT LNS on graphs small enough for its steps.
 
     LNS times its plans with the solver's order of transfers on each link; `expand` re-times them
     first come, first served, as the JAX executable runs them, so that is the time compared."""
     from pesto_ir.passes.expand import expand_plan  # expand builds on this module
     from pesto_ir.passes.lns import improve_with_lns
+    from pesto_ir.passes.local_search import improve_by_moves
 
+    deadline = time.perf_counter() + seconds
     start = expand_plan(graph, cluster, plan)
     if seconds < REFINE_MIN_SECONDS:
         return start
-    found = improve_with_lns(graph, cluster, dataclasses.replace(options, time_limit=seconds, warm_start=start),
-                             engine="cpsat", start=start)
-    improved = expand_plan(graph, cluster, found)  # re-timed with FIFO links, as `expand` and the executable do
-    if improved.makespan >= start.makespan * (1 - 1e-12):
+    best = check_plan(graph, cluster, improve_by_moves(graph, cluster, start, seconds))
+    left = deadline - time.perf_counter()
+    if len(graph.ops) <= LNS_REFINE_MAX_OPS and left >= REFINE_MIN_SECONDS:
+        found = improve_with_lns(graph, cluster, dataclasses.replace(options, time_limit=left, warm_start=best),
+                                 engine="cpsat", start=best)
+        timed = expand_plan(graph, cluster, found)  # re-timed with FIFO links, as `expand` and the executable do
+        if timed.makespan < best.makespan * (1 - 1e-12):
+            best = dataclasses.replace(timed, notes=[*best.notes, found.notes[-1]])
+    if best.makespan >= start.makespan * (1 - 1e-12):
         return start
-    options.progress(f"place: LNS on the {len(graph.ops)} fine ops took the plan from {start.makespan:.6g}s "
-                     f"to {improved.makespan:.6g}s")
+    options.progress(f"place: refining on the {len(graph.ops)} fine ops took the plan from {start.makespan:.6g}s "
+                     f"to {best.makespan:.6g}s")
     solver = dict(start.solver or {})
-    solver["winner"] = f"{solver.get('winner') or start.algorithm} + fine LNS"
-    note = (f"LNS on the fine graph improved the plan from {start.makespan:.6g}s to {improved.makespan:.6g}s "
-            f"in {seconds:.3g}s")
-    return dataclasses.replace(improved, algorithm=start.algorithm, lower_bound=start.lower_bound, solver=solver,
-                               notes=[*start.notes, note])
+    solver["winner"] = f"{solver.get('winner') or start.algorithm} + fine refinement"
+    return dataclasses.replace(best, algorithm=start.algorithm, lower_bound=start.lower_bound, solver=solver,
+                               notes=[*best.notes, f"refined on the fine graph: {start.makespan:.6g}s -> "
+                                      f"{best.makespan:.6g}s in {seconds:.3g}s"])
 
 
 def faster_than_fine_heuristics(graph: Graph, cluster: Cluster, coarse: Plan, options: PlaceOptions) -> Plan:

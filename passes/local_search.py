@@ -1,0 +1,134 @@
+"""Critical-path moves: improve a plan of a large graph by moving the ops that make it long.
+
+LNS re-solves a neighbourhood exactly, but each of its steps builds a CP-SAT model of the whole
+graph, so on graphs of thousands of ops it makes one or two steps in a time limit of seconds (GPT
+training, 4255 ops: two steps in 12 s). This search needs only the simulator (about 10 ms a plan
+at that size). It walks the incumbent's critical chain back from the op that ends last; where an
+op waited for a transfer, it tries moving the op to its producer's device and the producer to the
+op's; where it waited for its device, it tries the op on every other device. The first move whose
+simulated plan is faster is kept, and the walk starts again from the new plan. Ops of a
+`colocate` group move together, a move that would overfill a device's memory is skipped, and each
+device keeps its ops in the order of their start times in the incumbent.
+
+The search is deterministic: candidates come in a fixed order, so the time limit only decides how
+many moves are made. It stops early at a plan no single move improves.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+
+from pesto_ir.cluster import Cluster
+from pesto_ir.costs import op_memory
+from pesto_ir.ir import Graph
+from pesto_ir.plan import Plan
+from pesto_ir.simulate import order_from_priority, simulate
+
+IMPROVEMENT = 1e-9  # relative: a move must shorten the plan by more than this
+
+
+def improve_by_moves(graph: Graph, cluster: Cluster, start: Plan, seconds: float) -> Plan:
+    """The plan after the improving critical-path moves found from `start` within `seconds`."""
+    deadline = time.perf_counter() + seconds
+    unit = _units(graph)
+    memory = {op.name: op_memory(op) for op in graph.ops}
+    capacity = {d.name: d.memory for d in cluster.devices}
+    best = start
+    moves = 0
+    failed: set[tuple[str, str]] = set()  # moves that did not help, skipped until a pass finds nothing new
+    retried = False
+    while time.perf_counter() < deadline:
+        placement = {name: slot.device for name, slot in best.ops.items()}
+        used: dict[str, float] = defaultdict(float)
+        for name, d in placement.items():
+            used[d] += memory[name]
+        priority = {name: slot.start for name, slot in best.ops.items()}
+        improved = None
+        for ops, device in _candidates(graph, cluster, best, unit):
+            if time.perf_counter() >= deadline:
+                break
+            key = (ops[0], device)
+            moving = [n for n in ops if placement[n] != device]
+            if key in failed or not moving or used[device] + sum(memory[n] for n in moving) > capacity[device]:
+                continue
+            trial = dict(placement)
+            trial.update(dict.fromkeys(moving, device))
+            plan = simulate(graph, cluster, trial, order_from_priority(graph, trial, priority), best.algorithm)
+            if plan.makespan < best.makespan * (1 - IMPROVEMENT):
+                improved = plan
+                break
+            failed.add(key)
+        if improved is None:
+            if retried or not failed:
+                break
+            failed.clear()  # the plan has changed since those moves failed: give them one more chance
+            retried = True
+            continue
+        best, moves, retried = improved, moves + 1, False
+    if moves:
+        best.notes = [*start.notes, f"critical-path moves: {moves} improving moves, "
+                                    f"{start.makespan:.6g}s -> {best.makespan:.6g}s"]
+        best.solver = start.solver
+        best.lower_bound = start.lower_bound
+    return best
+
+
+def _units(graph: Graph) -> dict[str, list[str]]:
+    """The ops that move with each op: its `colocate` group, or itself."""
+    groups: dict[str, list[str]] = defaultdict(list)
+    for op in graph.ops:
+        g = op.get("colocate")
+        if g is not None:
+            groups[str(g)].append(op.name)
+    return {op.name: groups[str(op.get("colocate"))] if op.get("colocate") is not None else [op.name]
+            for op in graph.ops}
+
+
+def _candidates(graph: Graph, cluster: Cluster, plan: Plan, unit: dict[str, list[str]]):  # noqa: ANN202
+    """(ops to move, device) pairs along the critical chain, from its end back to its start."""
+    tried: set[tuple[str, str]] = set()
+    for name, waited_for, producer in _critical_chain(graph, plan):
+        here = plan.ops[name].device
+        if waited_for == "transfer":
+            there = plan.ops[producer].device
+            options = [(name, there), (producer, here)]
+        elif waited_for == "device":
+            options = [(name, d) for d in cluster.names if d != here]
+        else:
+            continue
+        for op, device in options:
+            key = (unit[op][0], device)
+            if key not in tried:
+                tried.add(key)
+                yield unit[op], device
+
+
+def _critical_chain(graph: Graph, plan: Plan) -> list[tuple[str, str, str]]:
+    """(op, what it waited for: "transfer", "device", "data" or "start", the op it waited on),
+    from the op that ends last back through whatever each op waited for."""
+    slots = plan.ops
+    arrival = {(t.src, t.to): t.end for t in plan.transfers}
+    previous: dict[str, str] = {}
+    for d in plan.devices:
+        order = plan.device_order(d)
+        previous.update(zip(order[1:], order))
+    tol = 1e-12 + 1e-9 * plan.makespan
+    name = max(slots, key=lambda n: (slots[n].end, n))
+    chain: list[tuple[str, str, str]] = []
+    seen: set[str] = set()
+    while name is not None and name not in seen:
+        seen.add(name)
+        slot = slots[name]
+        step: tuple[str, str, str] = (name, "start", "")
+        for p in graph.op(name).producers():
+            remote = slots[p.name].device != slot.device
+            ready = arrival.get((p.name, slot.device), slots[p.name].end) if remote else slots[p.name].end
+            if abs(ready - slot.start) <= tol:
+                step = (name, "transfer" if remote else "data", p.name)
+                break
+        if step[1] == "start" and name in previous and abs(slots[previous[name]].end - slot.start) <= tol:
+            step = (name, "device", previous[name])
+        chain.append(step)
+        name = step[2] or None
+    return chain
