@@ -17,7 +17,7 @@ from pesto_ir.ir import Graph
 from pesto_ir.passes.place import COARSE_NOTE, PlaceError, require_cluster
 from pesto_ir.passmanager import Pass, PassContext
 from pesto_ir.plan import Plan, read_plan_attrs, write_plan_attrs
-from pesto_ir.simulate import simulate
+from pesto_ir.simulate import order_from_priority, simulate
 from pesto_ir.validate import check_plan
 
 
@@ -42,11 +42,10 @@ def expand_plan(graph: Graph, cluster: Cluster, plan: Plan) -> Plan:
     unplaced = [op.name for op in graph.ops if op.name not in plan.ops]
     if unplaced:
         raise PlaceError(f"{len(unplaced)} op(s) have no device, e.g. '{unplaced[0]}' (run place on this graph)")
-    position = {op.name: i for i, op in enumerate(graph.ops)}
     placement = {name: slot.device for name, slot in plan.ops.items()}
-    order: dict[str, list[str]] = {d: [] for d in cluster.names}
-    for name in sorted(plan.ops, key=lambda n: (plan.ops[n].start, position[n])):
-        order.setdefault(placement[name], []).append(name)
+    # By (start, graph position), but topologically: a zero-length producer may print a start one
+    # rounding error after its consumer's in a solver's plan, and sorting alone would deadlock.
+    order = order_from_priority(graph, placement, {name: slot.start for name, slot in plan.ops.items()})
     fine = simulate(graph, cluster, placement, order, algorithm=plan.algorithm)
     fine.lower_bound = plan.lower_bound
     fine.solver = plan.solver

@@ -232,3 +232,21 @@ def test_an_exact_engine_on_a_coarse_graph_never_loses_to_a_heuristic_on_the_fin
     assert expanded.makespan <= fine_best * (1 + 1e-9)
     assert plan.algorithm == "ilp" and plan.solver["winner"].endswith("(fine graph)")
     assert "beat the ilp plan of the coarse graph" in plan.notes[-1]
+
+
+def test_expand_orders_a_zero_length_producer_before_its_consumer_despite_rounding() -> None:
+    """A solver's plan may print a zero-length producer's start one rounding error after its
+    consumer's; ordering by start alone deadlocked there (bert_l-3_training_op, k=4, LNS)."""
+    from pesto_ir.plan import OpSlot, Plan
+
+    graph = graph_from_json({"format": "pesto-graph/1", "name": "tie", "nodes": [
+        {"id": "a", "cost": 0.001}, {"id": "z", "cost": 0.0}, {"id": "b", "cost": 0.001}],
+        "edges": [{"src": "a", "dst": "z", "bytes": 8}, {"src": "z", "dst": "b", "bytes": 8}]})
+    cluster = msr_cluster(2)
+    t = 0.0004013703830137352
+    plan = Plan("tie", "cpsat-lns", list(cluster.names), {
+        "a": OpSlot("gpu0", t - 0.001, t), "z": OpSlot("gpu0", t, t),
+        "b": OpSlot("gpu0", 0.00040137038301373516, 0.00040137038301373516 + 0.001)})
+    assert plan.ops["z"].start > plan.ops["b"].start
+    fine = expand_plan(graph, cluster, plan)
+    assert fine.device_order("gpu0") == ["a", "z", "b"]
