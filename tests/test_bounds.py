@@ -41,6 +41,22 @@ graph @g() {
     assert lower_bound(g, c) == pytest.approx(6 * MS)
 
 
+def test_a_join_waits_for_a_transfer_or_for_both_branches_on_its_device() -> None:
+    """a -> (b, c) -> d, 1 ms each, 10 MB tensors over 1 GB/s links (10 ms): the plain critical path
+    (3 ms) runs b and c in parallel for free; with transfers counted, d either waits 10 ms for one
+    branch or runs after both on one device, so 4 ms, which is the optimum (all on one device)."""
+    g = parse("""
+graph @g() {
+  %a = opaque() {cost = 1ms} : blob[10000000]
+  %b = opaque(%a) {cost = 1ms} : blob[10000000]
+  %c = opaque(%a) {cost = 1ms} : blob[10000000]
+  %d = opaque(%b, %c) {cost = 1ms} : blob[0]
+}
+""")
+    assert lower_bound(g, Cluster.homogeneous(2, latency=0.0, bandwidth=1e9)) == pytest.approx(4 * MS)
+    assert lower_bound(g, Cluster.homogeneous(2, latency=0.0, bandwidth=1e12)) == pytest.approx(3.01 * MS)
+
+
 def test_memory_shortfall_names_devices_and_bytes() -> None:
     g = parse("""
 graph @g() {

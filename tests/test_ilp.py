@@ -21,6 +21,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from pesto_ir.bounds import lower_bound
 from pesto_ir.cluster import Cluster, Device
 from pesto_ir.costs import op_cost, op_memory
 from pesto_ir.errors import PestoError
@@ -266,6 +267,13 @@ def test_random_small_dags_are_solved_to_optimality(case: tuple[Graph, Cluster])
     graph, cluster = case
     plan = place_ilp(graph, cluster, QUIET)
     assert_optimal(graph, cluster, plan)
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(small_dags())
+def test_the_lower_bound_never_passes_the_optimum(case: tuple[Graph, Cluster]) -> None:
+    graph, cluster = case
+    assert lower_bound(graph, cluster) <= brute_exact(graph, cluster) * (1 + 1e-9)
 
 
 # ---------------------------------------------------------------- warm starts, limits, options
