@@ -122,7 +122,7 @@ def run_row(model: Model, base: Graph, k: int, time_limit: float, target: int, s
             plan = place_graph(fine, cluster, algo, options)
             row.results[algo] = Outcome(plan.makespan, time.perf_counter() - started)
         except PestoError as e:
-            row.results[algo] = Outcome(None, time.perf_counter() - started, error=first_line(e))
+            row.results[algo] = Outcome(None, time.perf_counter() - started, error=failure_reason(e))
     pesto_plan, pesto_graph = None, fine
     for algo in EXACT:
         graph = pesto_ir.parse(text)
@@ -132,7 +132,7 @@ def run_row(model: Model, base: Graph, k: int, time_limit: float, target: int, s
             graph = PassManager(pipeline, verify_each=False).run(graph, PassContext(cluster=cluster, quiet=True,
                                                                                    seed=seed))
         except PestoError as e:
-            row.results[algo] = Outcome(None, time.perf_counter() - started, error=first_line(e))
+            row.results[algo] = Outcome(None, time.perf_counter() - started, error=failure_reason(e))
             continue
         seconds = time.perf_counter() - started
         plan = read_plan_attrs(graph)
@@ -167,7 +167,7 @@ def cluster_summary(cluster: Cluster) -> str:
     return f"{len(cluster)} x {d.kind} {d.memory / 2**30:g} GiB{wire}"
 
 
-def first_line(e: PestoError) -> str:
+def failure_reason(e: PestoError) -> str:
     """The error's reason on one line (a failed pass's own message, not just its name)."""
     cause = getattr(e, "cause", None)
     return " ".join(str(cause if isinstance(cause, PestoError) else e).split())

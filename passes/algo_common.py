@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -211,3 +211,26 @@ def unplaceable_reason(graph: Graph, cluster: Cluster) -> str | None:
     if len(cluster) == 1:
         return f"the graph does not fit on {cluster.names[0]}"
     return None
+
+
+def interchangeable_devices(first: dict[int, tuple[Any, ...]],
+                            towards: Callable[[int, int], tuple[Any, ...]]) -> list[list[int]]:
+    """Devices grouped by signature `first[d]`, then split until every device of a group sees each
+    device outside it the same way (`towards(d, f)`: its links to and from f); groups in order."""
+    sig: dict[tuple[Any, ...], list[int]] = {}
+    for d, key in first.items():
+        sig.setdefault(key, []).append(d)
+    groups = list(sig.values())
+    changed = True
+    while changed:
+        changed = False
+        refined: list[list[int]] = []
+        for g in groups:
+            parts: dict[tuple[Any, ...], list[int]] = {}
+            for d in g:
+                outside = tuple((f, *towards(d, f)) for f in first if f not in g)
+                parts.setdefault(outside, []).append(d)
+            changed |= len(parts) > 1
+            refined.extend(parts.values())
+        groups = refined
+    return groups

@@ -46,7 +46,7 @@ from pesto_ir.cluster import Cluster
 from pesto_ir.costs import op_cost, op_memory, value_bytes
 from pesto_ir.errors import PestoError
 from pesto_ir.ir import Graph, Op
-from pesto_ir.passes.algo_common import longest_paths, unplaceable_reason
+from pesto_ir.passes.algo_common import interchangeable_devices, longest_paths, unplaceable_reason
 from pesto_ir.passes.algo_ilp import _colocation_units
 from pesto_ir.placement import PlaceOptions
 from pesto_ir.plan import OpSlot, Plan, Transfer
@@ -365,25 +365,10 @@ def _foreign_results(op: Op, index: Mapping[str, int], own: set[int]) -> list[tu
 
 def device_classes(prob: Problem) -> list[list[int]]:
     """Groups (of 2 or more) of interchangeable devices: same op costs, memory, allowed units and links."""
-    sig: dict[tuple[Any, ...], list[int]] = {}
-    for d in range(prob.k):
-        key = (tuple(row[d] for row in prob.cost), tuple(row[d] for row in prob.idle), prob.memory[d],
-               tuple(d in a for a in prob.allowed))
-        sig.setdefault(key, []).append(d)
-    groups = list(sig.values())
-    changed = True
-    while changed:
-        changed = False
-        refined: list[list[int]] = []
-        for g in groups:
-            parts: dict[tuple[Any, ...], list[int]] = {}
-            for d in g:
-                outside = tuple((f, prob.latency[d][f], prob.bandwidth[d][f], prob.latency[f][d], prob.bandwidth[f][d])
-                                for f in range(prob.k) if f not in g)
-                parts.setdefault(outside, []).append(d)
-            changed |= len(parts) > 1
-            refined.extend(parts.values())
-        groups = refined
+    first = {d: (tuple(row[d] for row in prob.cost), tuple(row[d] for row in prob.idle), prob.memory[d],
+                 tuple(d in a for a in prob.allowed)) for d in range(prob.k)}
+    groups = interchangeable_devices(first, lambda d, f: (prob.latency[d][f], prob.bandwidth[d][f],
+                                                          prob.latency[f][d], prob.bandwidth[f][d]))
     inside = [{(prob.latency[a][b], prob.bandwidth[a][b]) for a in g for b in g if a != b} for g in groups]
     return [g for g, links in zip(groups, inside) if len(g) > 1 and len(links) <= 1]
 

@@ -54,7 +54,7 @@ from pesto_ir.cluster import Cluster
 from pesto_ir.costs import op_cost, op_memory, value_bytes
 from pesto_ir.errors import PestoError
 from pesto_ir.ir import Graph, Op
-from pesto_ir.passes.algo_common import longest_paths, unplaceable_reason
+from pesto_ir.passes.algo_common import interchangeable_devices, longest_paths, unplaceable_reason
 from pesto_ir.placement import PlaceOptions
 from pesto_ir.plan import OpSlot, Plan, Transfer
 from pesto_ir.simulate import PlanError, order_from_priority, simulate, transfer_bytes
@@ -550,34 +550,16 @@ def _foreign_results(inst: _Instance, p: int) -> list[tuple[float, list[int]]]:
 
 def _device_classes(inst: _Instance) -> list[list[int]]:
     """Groups (of 2 or more) of interchangeable devices: same op costs, memory and links."""
-    devices = inst.cluster.devices
-    sig: dict[tuple[Any, ...], list[int]] = {}
-    for d, dev in enumerate(devices):
-        key = (tuple(row[d] for row in inst.cost), dev.memory, tuple(d in a for a in inst.allowed))
-        sig.setdefault(key, []).append(d)
-    groups = list(sig.values())
-    changed = True
-    while changed:
-        changed = False
-        refined: list[list[int]] = []
-        for g in groups:
-            parts: dict[tuple[Any, ...], list[int]] = {}
-            for d in g:
-                parts.setdefault(_link_signature(inst.cluster, d, g), []).append(d)
-            changed |= len(parts) > 1
-            refined.extend(parts.values())
-        groups = refined
+    devices, names = inst.cluster.devices, inst.cluster.names
+    first = {d: (tuple(row[d] for row in inst.cost), dev.memory, tuple(d in a for a in inst.allowed))
+             for d, dev in enumerate(devices)}
+
+    def towards(d: int, f: int) -> tuple[float, ...]:
+        a, b = inst.cluster.link(names[d], names[f]), inst.cluster.link(names[f], names[d])
+        return a.latency, a.bandwidth, b.latency, b.bandwidth
+
+    groups = interchangeable_devices(first, towards)
     return [g for g in groups if len(g) > 1 and _uniform_inside(inst.cluster, g)]
-
-
-def _link_signature(cluster: Cluster, d: int, group: list[int]) -> tuple[Any, ...]:
-    names = cluster.names
-    out = []
-    for f in range(len(names)):
-        if f not in group:
-            a, b = cluster.link(names[d], names[f]), cluster.link(names[f], names[d])
-            out.append((f, a.latency, a.bandwidth, b.latency, b.bandwidth))
-    return tuple(out)
 
 
 def _uniform_inside(cluster: Cluster, group: list[int]) -> bool:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
+from collections.abc import Iterator
 
 from pesto_ir.cluster import Cluster
 from pesto_ir.costs import op_memory
@@ -85,7 +86,8 @@ def _units(graph: Graph) -> dict[str, list[str]]:
             for op in graph.ops}
 
 
-def _candidates(graph: Graph, cluster: Cluster, plan: Plan, unit: dict[str, list[str]]):  # noqa: ANN202
+def _candidates(graph: Graph, cluster: Cluster, plan: Plan,
+                unit: dict[str, list[str]]) -> Iterator[tuple[list[str], str]]:
     """(ops to move, device) pairs along the critical chain, from its end back to its start."""
     tried: set[tuple[str, str]] = set()
     for name, waited_for, producer in _critical_chain(graph, plan):
