@@ -14,7 +14,7 @@ from pathlib import Path
 from pesto_ir.errors import PestoError
 from pesto_ir.ir import Graph
 from pesto_ir.plan import Plan
-from pesto_ir.report import human_time
+from pesto_ir.units import human_time
 
 FORMATS = ("png", "svg", "pdf")
 MAX_LEGEND = 12  # more categories than this and a legend hides the chart

@@ -1,7 +1,14 @@
 """Import (and export) `pesto-graph/1` cost graphs: what other profilers write.
 
 Each node becomes an `opaque` op carrying `cost`, `memory`, `colocate`, `backward` and its
-original `name` as `label`. Edges become operands: a node's out-edges of one byte size share one
+original `name` as `label`.
+
+Memory: a node's `memory` is held for the whole step (its resident bytes), as profilers that fill it
+with a node's output size expect; such a node's output is inside it, so its op gets `activation = 0`.
+A node may instead split it into `resident` bytes (whole step) and `activation` bytes (its output,
+held from its start until its readers are done). A node that declares none of these holds its edge
+tensors as outputs. Copies of edge tensors received on other devices always count, with lifetimes
+(see `pesto_ir.memory`). Edges become operands: a node's out-edges of one byte size share one
 `blob[N]` result, so a tensor sent to several consumers is one value (and is sent once per device).
 Nodes are reordered topologically; a cycle is an error naming its nodes.
 """
@@ -111,11 +118,7 @@ def graph_from_json(data: Any, filename: str = "<json>") -> Graph:
             attrs["label"] = StringAttr(n["name"])
         if "cost" in n:
             attrs["cost"] = _cost_attr(n["cost"], where, filename)
-        if "memory" in n:
-            m = n["memory"]
-            if isinstance(m, bool) or not isinstance(m, (int, float)) or m < 0 or m != int(m):
-                raise _error(filename, f"{where}: memory must be a whole non-negative number of bytes")
-            attrs["memory"] = BytesAttr(int(m))
+        attrs.update(_memory_attrs(n, where, filename))
         if n.get("colocate") is not None:
             attrs["colocate"] = StringAttr(str(n["colocate"]))
         if n.get("backward"):
@@ -134,6 +137,27 @@ def graph_from_json(data: Any, filename: str = "<json>") -> Graph:
     for nid, op in ops.items():
         op.set_operands(operand_lists[nid])
     return graph
+
+
+def _memory_attrs(node: dict[str, Any], where: str, filename: str) -> dict[str, Attr]:
+    """`memory` and `activation` of a node: `memory` alone (resident, its output inside it), or
+    `resident` and `activation` (either may be left out, for 0)."""
+    def nbytes(key: str) -> int:
+        m = node[key]
+        if isinstance(m, bool) or not isinstance(m, (int, float)) or not math.isfinite(m) or m < 0 or m != int(m):
+            raise _error(filename, f"{where}: {key} must be a whole non-negative number of bytes, got {m!r}")
+        return int(m)
+
+    split = [k for k in ("resident", "activation") if k in node]
+    if "memory" in node:
+        if split:
+            raise _error(filename, f"{where}: give either memory (resident for the whole step) or resident and "
+                                   f"activation, not both")
+        return {"memory": BytesAttr(nbytes("memory")), "activation": BytesAttr(0)}
+    if not split:
+        return {}
+    return {"memory": BytesAttr(nbytes("resident") if "resident" in node else 0),
+            "activation": BytesAttr(nbytes("activation") if "activation" in node else 0)}
 
 
 def _topological(order: list[str], preds: dict[str, set[str]], readers: dict[str, list[tuple[str, int]]],
@@ -157,6 +181,16 @@ def _topological(order: list[str], preds: dict[str, set[str]], readers: dict[str
     return out
 
 
+def _memory_fields(op: Op) -> dict[str, int]:
+    """The node fields that give `op`'s memory back: `memory` when its output is inside it."""
+    memory, activation = op.get("memory"), op.get("activation")
+    if activation is None:
+        return {} if memory is None else {"resident": int(memory)}
+    if int(activation) == 0 and memory is not None:
+        return {"memory": int(memory)}
+    return {"resident": int(memory or 0), "activation": int(activation)}
+
+
 def graph_to_json(graph: Graph) -> dict[str, Any]:
     """Export the cost view of any graph as `pesto-graph/1` (edge bytes summed per op pair)."""
     nodes = []
@@ -167,7 +201,8 @@ def graph_to_json(graph: Graph) -> dict[str, Any]:
         cost = op.attrs.get("cost")
         if cost is not None:
             node["cost"] = cost.value
-        for key in ("memory", "colocate", "backward"):
+        node.update(_memory_fields(op))
+        for key in ("colocate", "backward"):
             if key in op.attrs:
                 node[key] = op.get(key)
         nodes.append(node)

@@ -12,8 +12,10 @@
   a device that ran an op keeps itself for that child when the child is ready and starts there
   earliest, and meanwhile runs only urgent ops (ops that could not start any earlier elsewhere).
 
-Memory is checked as Baechi does: a device takes an op only while its colocation unit fits in the
-memory left, and the unit's whole memory is reserved when its first op is placed.
+Memory follows tensor lifetimes (`algo_common.Memory`): a device takes an op only while what the op
+adds there (its output, copies of its inputs, its unit's resident bytes the first time) fits beside
+what is still alive. Where Baechi reserves every byte of a unit for the whole step, outputs here are
+freed once their readers are scheduled, so a pair that does not fit now waits until memory frees.
 """
 
 from __future__ import annotations
@@ -49,15 +51,16 @@ def m_topo(graph: Graph, cluster: Cluster, options: PlaceOptions) -> Plan:
     d = 0
     for i in range(pg.n):
         u = pg.unit[i]
-        if mem.unit_device[u] < 0:
-            while d < pg.k - 1 and (not mem.fits(u, d) or (load[d] > 0 and load[d] + weight[u] > share[d])):
+        target = mem.unit_device[u]
+        if target < 0:
+            while d < pg.k - 1 and (not mem.fits(i, d) or (load[d] > 0 and load[d] + weight[u] > share[d])):
                 d += 1
-            target = d if mem.fits(u, d) else mem.roomiest(u)
-            if target < 0:
-                raise mem.no_room(u, "m-topo")
-            mem.place(u, target)
-            load[target] += weight[u]
-        device_of[i] = mem.unit_device[u]
+            target = d if mem.fits(i, d) else mem.roomiest(i)
+            load[max(target, 0)] += weight[u]
+        if target < 0 or not mem.fits(i, target):
+            raise mem.no_room(i, "m-topo")
+        mem.place(i, target)
+        device_of[i] = target
     return timed_plan(pg, device_of, topological_orders(pg, device_of), "m-topo")
 
 
@@ -86,16 +89,16 @@ class _ListScheduler:
         self.pg = pg
         self.algorithm = algorithm
         self.favorite = favorite
-        self.mem = Memory(pg)
         k, n = pg.k, pg.n
+        self.end = [0.0] * n
+        self.mem = Memory(pg, ends=self.end)
         self.fastest = [min(c) for c in pg.cost]
         self.device_free = [0.0] * k
         self.link_free = [[0.0] * k for _ in range(k)]
         self.device_of = [-1] * n
-        self.end = [0.0] * n
         self.arrival: dict[tuple[int, int], float] = {}  # (producer, device) -> when its data is there
         self.missing = [len(p) for p in pg.preds]  # unscheduled producers per op
-        self.live = [0] * n  # heap pairs of an op not yet ruled out by memory
+        self.blocked: list[tuple[float, int, int]] = []  # pairs that wait for memory to free
         self.heap: list[tuple[float, int, int]] = []
         self.order: list[list[int]] = [[] for _ in range(k)]
         self.last = [-1] * k  # last op run on each device
@@ -142,9 +145,21 @@ class _ListScheduler:
             if self.missing[v] == 0:
                 self.make_ready(v)
         done = 0
-        while self.heap:
+        while self.heap or self.blocked:
+            if not self.heap:
+                self.blocked = [(t, v, d) for t, v, d in self.blocked
+                                if self.device_of[v] < 0 and self.mem.may_run(v, d)]
+                if not self.blocked:
+                    break
+                if not any(self.deferred):
+                    raise self.mem.no_room(self.blocked[0][1], self.algorithm)
+                self.release_all_deferred()  # a reserved child that waits for memory keeps nothing waiting
+                continue
             stored, v, d = heapq.heappop(self.heap)
-            if self.device_of[v] >= 0 or not self.still_possible(v, d):
+            if self.device_of[v] >= 0 or not self.mem.may_run(v, d):
+                continue
+            if not self.fits(v, d):
+                self.blocked.append((stored, v, d))
                 continue
             now = self.key(v, d)
             if now > stored + _EPS * max(1.0, abs(stored)):
@@ -163,35 +178,31 @@ class _ListScheduler:
         return timed_plan(pg, self.device_of, self.order, self.algorithm)
 
     def make_ready(self, v: int) -> None:
-        u = self.pg.unit[v]
-        placed = self.mem.unit_device[u]
-        devices = [placed] if placed >= 0 else [d for d in range(self.pg.k) if self.mem.fits(u, d)]
-        if not devices:
-            raise self.mem.no_room(u, self.algorithm)
-        self.live[v] = len(devices)
-        for d in devices:
-            heapq.heappush(self.heap, (self.key(v, d), v, d))
+        for d in range(self.pg.k):
+            if self.mem.may_run(v, d):
+                heapq.heappush(self.heap, (self.key(v, d), v, d))
 
-    def still_possible(self, v: int, d: int) -> bool:
-        """Whether pair (v, d) may still run; raises when memory rules out v's last device."""
-        u = self.pg.unit[v]
-        placed = self.mem.unit_device[u]
-        if placed >= 0:
-            return placed == d
-        if self.mem.fits(u, d):
-            return True
-        self.live[v] -= 1
-        if self.live[v] == 0:
-            raise self.mem.no_room(u, self.algorithm)
-        return False
+    def alloc_time(self, v: int, d: int) -> float:
+        """The earliest v's output or the copies of its inputs can appear on d."""
+        at = min((self.end[p] for p, _ in self.pg.preds[v] if self.device_of[p] != d), default=self.device_free[d])
+        return min(at, self.device_free[d])
+
+    def fits(self, v: int, d: int) -> bool:
+        """Whether v's output and copies fit on d beside what is alive from when they can appear."""
+        return self.mem.fits(v, d, self.alloc_time(v, d))
 
     def commit(self, v: int, d: int) -> None:
         pg = self.pg
         start = max(self.device_free[d], self.data_ready(v, d, commit=True))
-        self.mem.place(pg.unit[v], d)
+        at = self.alloc_time(v, d)
         self.device_of[v] = d
         self.end[v] = start + pg.cost[v][d]
         self.device_free[d] = self.end[v]
+        self.mem.place(v, d, free_from=self.device_free, at=at)
+        if self.blocked:  # memory may have freed: waiting pairs try again
+            for item in self.blocked:
+                heapq.heappush(self.heap, item)
+            self.blocked.clear()
         self.order[d].append(v)
         self.last[d] = v
         for s in pg.succs[v]:
@@ -213,18 +224,23 @@ class _ListScheduler:
         f = self.favorite[last] if last >= 0 else -1
         if f < 0 or self.device_of[f] >= 0 or self.missing[f] > 0:
             return -1
-        u = self.pg.unit[f]
-        if not self.mem.fits(u, d):
+        if not self.fits(f, d):
             return -1
         here = self.start(f, d)
-        others = (self.start(f, e) for e in range(self.pg.k) if e != d and self.mem.fits(u, e))
+        others = (self.start(f, e) for e in range(self.pg.k) if e != d and self.fits(f, e))
         return f if all(here <= t for t in others) else -1
 
     def urgent(self, v: int, d: int) -> bool:
         """Whether v could start by the time device d is free on every device that can hold it."""
-        u = self.pg.unit[v]
-        latest = max(self.start(v, e) for e in range(self.pg.k) if self.mem.fits(u, e))
+        latest = max((self.start(v, e) for e in range(self.pg.k) if self.fits(v, e)), default=0.0)
         return latest <= self.device_free[d]
+
+    def release_all_deferred(self) -> None:
+        for e in range(self.pg.k):
+            for item in self.deferred[e]:
+                heapq.heappush(self.heap, item)
+            self.deferred[e].clear()
+            self.waiting_for[e] = -1
 
     def release_deferred(self, v: int, d: int) -> None:
         """After v ran on d, pairs waiting on d, or waiting anywhere for v, go back in the heap.

@@ -2,13 +2,17 @@
 
 Algorithms work on integer op indices (graph order, which the verifier keeps topological) with
 costs per device read once through `pesto_ir.costs`, so their inner loops touch no attributes.
-Ops of one `colocate` group form a unit that is placed as a whole; memory is reserved per unit.
-Every algorithm ends in `timed_plan`: the simulator times the placement and per-device order.
+Ops of one `colocate` group form a unit that is placed as a whole. `Memory` follows the bytes each
+device holds as ops are committed in the order a device runs them (tensor lifetimes, as
+`pesto_ir.memory` counts them for a timed plan). Every algorithm ends in `timed_plan`: the
+simulator times the placement and per-device order, and `check_plan` re-checks the exact peak.
 """
 
 from __future__ import annotations
 
 import contextlib
+import heapq
+import math
 import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
@@ -20,6 +24,7 @@ from pesto_ir.cluster import Cluster
 from pesto_ir.costs import op_cost, op_memory, value_bytes
 from pesto_ir.errors import PestoError
 from pesto_ir.ir import Graph
+from pesto_ir.memory import footprints, output_bytes, peak_memory, workspace_bytes
 from pesto_ir.plan import Plan
 from pesto_ir.simulate import simulate
 
@@ -36,12 +41,18 @@ class PlaceGraph:
     cluster: Cluster
     names: list[str]
     cost: list[list[float]]  # cost[i][j]: seconds of op i on device j
-    mem: list[int]
+    mem: list[int]  # footprint: every byte op i holds, as if all lived for the whole step
+    resident: list[int]  # bytes op i holds for the whole step (its `memory`)
+    out: list[int]  # bytes of op i's output, held until its readers are done
+    work: list[int]  # scratch bytes op i holds while it runs
+    inputs: list[list[tuple[int, int]]]  # (graph input, bytes) op i reads
+    keep: list[bool]  # whether op i's output is a graph output (held to the end of the step)
     preds: list[list[tuple[int, int]]]  # (producer, bytes op i reads from it)
     succs: list[list[int]]
     unit: list[int]  # colocation unit of each op
     unit_ops: list[list[int]]
     unit_mem: list[int]
+    unit_resident: list[int]
     capacity: list[float]
     latency: list[list[float]]  # latency[a][b] of link a -> b (0 on the diagonal)
     inv_bw: list[list[float]]  # seconds per byte of link a -> b (0 on the diagonal)
@@ -51,7 +62,14 @@ class PlaceGraph:
         index = {op.name: i for i, op in enumerate(graph.ops)}
         devices = cluster.devices
         cost = [[op_cost(op, d) for d in devices] for op in graph.ops]
-        mem = [op_memory(op) for op in graph.ops]
+        footprint = footprints(graph)
+        mem = [footprint[op.name] for op in graph.ops]
+        resident = [op_memory(op) for op in graph.ops]
+        input_index = {id(v): x for x, v in enumerate(graph.inputs)}
+        inputs = [[(input_index[id(v)], v.type.nbytes) for v in dict.fromkeys(op.operands) if v.is_input
+                   and id(v) in input_index] for op in graph.ops]
+        outputs = {id(v) for v in graph.outputs}
+        keep = [any(id(r) in outputs for r in op.results) for op in graph.ops]
         reads: list[dict[int, int]] = [{} for _ in graph.ops]
         for p, c, v in graph.edges():
             r = reads[index[c.name]]
@@ -63,11 +81,14 @@ class PlaceGraph:
                 succs[p].append(i)
         unit, unit_ops = _units(graph)
         unit_mem = [sum(mem[i] for i in ops) for ops in unit_ops]
+        unit_resident = [sum(resident[i] for i in ops) for ops in unit_ops]
         names = cluster.names
         latency = [[0.0 if a == b else cluster.link(a, b).latency for b in names] for a in names]
         inv_bw = [[0.0 if a == b else 1.0 / cluster.link(a, b).bandwidth for b in names] for a in names]
-        return PlaceGraph(graph, cluster, [op.name for op in graph.ops], cost, mem, preds, succs, unit,
-                          unit_ops, unit_mem, [d.memory for d in devices], latency, inv_bw)
+        return PlaceGraph(graph, cluster, [op.name for op in graph.ops], cost, mem, resident,
+                          [output_bytes(op) for op in graph.ops], [workspace_bytes(op) for op in graph.ops],
+                          inputs, keep, preds, succs, unit, unit_ops, unit_mem, unit_resident,
+                          [d.memory for d in devices], latency, inv_bw)
 
     @property
     def n(self) -> int:
@@ -109,49 +130,151 @@ def _units(graph: Graph) -> tuple[list[int], list[list[int]]]:
 
 
 class Memory:
-    """Bytes reserved per device; a unit's whole memory is reserved when its first op is placed."""
+    """Bytes each device holds as ops are committed, each device's ops in the order it runs them.
 
-    def __init__(self, pg: PlaceGraph) -> None:
+    A colocation unit's resident bytes are reserved when its first op is placed, a graph input when
+    a device first reads it; an op's output is held from its commit, and so is each copy of an input
+    it reads from another device, until every reader of that producer has been committed (graph
+    outputs are kept); scratch counts only while the op itself is checked.
+
+    Placers that walk ops without times free at the last reader's commit. List schedulers pass the
+    ops' end times (`ends`): a tensor is then freed at its last reader's end, and a check at time
+    `at` (the earliest the op's output or copies can appear) still counts what is freed after it,
+    since a copy can arrive while earlier ops run. Either way this is an estimate of the exact peak
+    (`pesto_ir.memory`), which `timed_plan` and `check_plan` check.
+    """
+
+    def __init__(self, pg: PlaceGraph, ends: list[float] | None = None) -> None:
         self.pg = pg
-        self.used = [0] * pg.k
+        self.ends = ends
+        self.resident = [0] * pg.k  # held the whole step: it adds to every moment, past ones too
+        self.used = [0] * pg.k  # outputs and copies alive now
+        self.peak = [0] * pg.k  # the most outputs and copies held at once so far
         self.unit_device = [-1] * len(pg.unit_ops)
+        self.device_of = [-1] * pg.n
+        self.inputs_on: set[tuple[int, int]] = set()
+        self.copies: list[dict[int, int]] = [{} for _ in range(pg.n)]  # producer -> device -> bytes
+        self.readers_left = [len(s) for s in pg.succs]
+        self.pending: list[list[tuple[float, int]]] = [[] for _ in range(pg.k)]  # (freed at, bytes)
+        self.open: list[tuple[float, int]] = []  # (end, op) of committed ops with readers left
 
-    def fits(self, unit: int, device: int) -> bool:
-        d = self.unit_device[unit]
-        if d >= 0:
-            return d == device
-        return self.used[device] + self.pg.unit_mem[unit] <= self.pg.capacity[device]
+    def need(self, v: int, device: int) -> tuple[int, int]:
+        """Bytes committing op v on `device` would add there: held the whole step, and while it
+        runs (its output, scratch and copies of its inputs)."""
+        pg = self.pg
+        resident = pg.unit_resident[pg.unit[v]] if self.unit_device[pg.unit[v]] < 0 else 0
+        resident += sum(b for x, b in pg.inputs[v] if (x, device) not in self.inputs_on)
+        copies = sum(max(0, nbytes - self.copies[p].get(device, 0))
+                     for p, nbytes in pg.preds[v] if self.device_of[p] != device)
+        return resident, copies + pg.out[v] + pg.work[v]
 
-    def place(self, unit: int, device: int) -> None:
-        if self.unit_device[unit] < 0:
-            self.unit_device[unit] = device
-            self.used[device] += self.pg.unit_mem[unit]
+    def held(self, device: int, at: float | None = None) -> int:
+        """Outputs and copies held on `device` from time `at` on (now, without times)."""
+        if at is None:
+            return self.used[device]
+        return self.used[device] + sum(b for t, b in self.pending[device] if t > at)
 
-    def roomiest(self, unit: int) -> int:
-        """The device with the most memory left that fits `unit`, or -1."""
+    def free_bytes(self, device: int) -> int:
+        return int(self.pg.capacity[device] - self.resident[device] - max(self.peak[device], self.used[device]))
+
+    def may_run(self, v: int, device: int) -> bool:
+        """Whether colocation lets op v run on `device`."""
+        d = self.unit_device[self.pg.unit[v]]
+        return d < 0 or d == device
+
+    def fits(self, v: int, device: int, at: float | None = None) -> bool:
+        if not self.may_run(v, device):
+            return False
+        resident, transient = self.need(v, device)
+        busiest = max(self.peak[device], self.held(device, at) + transient)
+        return self.resident[device] + resident + busiest <= self.pg.capacity[device]
+
+    def place(self, v: int, device: int, free_from: list[float] | None = None, at: float | None = None) -> bool:
+        """Commit op v on `device` (its end already in `ends`, when given); True when this freed
+        bytes. `free_from[d]`: when device d can next run an op; `at`: as for `fits`."""
+        pg = self.pg
+        u = pg.unit[v]
+        resident, transient = self.need(v, device)
+        self.peak[device] = max(self.peak[device], self.held(device, at) + transient)
+        if self.unit_device[u] < 0:
+            self.unit_device[u] = device
+        self.inputs_on.update((x, device) for x, _ in pg.inputs[v])
+        for p, nbytes in pg.preds[v]:
+            if self.device_of[p] != device:
+                self.copies[p][device] = max(nbytes, self.copies[p].get(device, 0))
+        self.resident[device] += resident
+        self.used[device] += transient - pg.work[v] - pg.out[v]
+        self.device_of[v] = device
+        if self.readers_left[v] > 0 or pg.keep[v]:
+            self.used[device] += pg.out[v]
+            if self.ends is not None:
+                heapq.heappush(self.open, (self.ends[v], v))
+        freed = False
+        for p, _ in pg.preds[v]:
+            self.readers_left[p] -= 1
+            if self.readers_left[p] == 0 and not pg.keep[p]:
+                self._free(p, self.device_of[p], pg.out[p])
+                for d, nbytes in self.copies[p].items():
+                    self._free(p, d, nbytes)
+                freed = True
+        if self.ends is not None and free_from is not None:
+            self._settle(free_from)
+        return freed
+
+    def _free(self, p: int, device: int, nbytes: int) -> None:
+        self.used[device] -= nbytes
+        if self.ends is not None and nbytes:
+            at = max(self.ends[c] for c in self.pg.succs[p])
+            self.pending[device].append((at, nbytes))
+
+    def _settle(self, free_from: list[float]) -> None:
+        """Forget the frees no later allocation can overlap: those before the device can next run
+        an op and before the end of every op whose output may still be copied somewhere."""
+        while self.open and self.readers_left[self.open[0][1]] == 0:
+            heapq.heappop(self.open)
+        copied_from = self.open[0][0] if self.open else math.inf
+        for d, frees in enumerate(self.pending):
+            if frees:
+                horizon = min(free_from[d], copied_from)
+                self.pending[d] = [(t, b) for t, b in frees if t > horizon]
+
+    def roomiest(self, v: int) -> int:
+        """The device with the most memory left that fits op v, or -1."""
         best, room = -1, -1.0
         for d in range(self.pg.k):
-            left = self.pg.capacity[d] - self.used[d]
-            if self.fits(unit, d) and left > room:
+            left = self.free_bytes(d)
+            if self.fits(v, d) and left > room:
                 best, room = d, left
         return best
 
-    def no_room(self, unit: int, algorithm: str) -> PlacementError:
+    def no_room(self, v: int, algorithm: str) -> PlacementError:
         pg = self.pg
-        ops = pg.unit_ops[unit]
-        what = f"op '{pg.names[ops[0]]}'" if len(ops) == 1 else \
-            f"colocation group '{pg.graph.ops[ops[0]].get('colocate')}' ({len(ops)} ops)"
-        free = ", ".join(f"{pg.cluster.devices[d].name} {int(pg.capacity[d] - self.used[d])}" for d in range(pg.k))
-        return PlacementError(f"{algorithm}: {what} needs {pg.unit_mem[unit]} bytes but no device has that "
-                              f"much left (bytes free: {free}); try another algorithm or more devices")
+        unit = pg.unit_ops[pg.unit[v]]
+        what = f"op '{pg.names[v]}'" if len(unit) == 1 else \
+            f"op '{pg.names[v]}' of colocation group '{pg.graph.ops[v].get('colocate')}' ({len(unit)} ops)"
+        short = ", ".join(f"{pg.cluster.devices[d].name} needs {sum(self.need(v, d))} with "
+                          f"{self.free_bytes(d)} free" for d in range(pg.k) if self.may_run(v, d))
+        return PlacementError(f"{algorithm}: {what} fits on no device with what is alive when it would run "
+                              f"(bytes: {short}); try another algorithm or more devices")
 
 
-def timed_plan(pg: PlaceGraph, device_of: Sequence[int], order: Sequence[Sequence[int]], algorithm: str) -> Plan:
+def simulated_plan(pg: PlaceGraph, device_of: Sequence[int], order: Sequence[Sequence[int]], algorithm: str) -> Plan:
     """The simulator's times for ops placed by `device_of`, run on each device in `order`."""
     names = pg.cluster.names
     placement = {pg.names[i]: names[device_of[i]] for i in range(pg.n)}
     per_device = {names[d]: [pg.names[i] for i in ops] for d, ops in enumerate(order)}
     return simulate(pg.graph, pg.cluster, placement, per_device, algorithm=algorithm)
+
+
+def timed_plan(pg: PlaceGraph, device_of: Sequence[int], order: Sequence[Sequence[int]], algorithm: str) -> Plan:
+    """`simulated_plan`, or an error naming the device, its peak, the moment and what is alive then
+    when the plan does not fit."""
+    plan = simulated_plan(pg, device_of, order, algorithm)
+    peaks = peak_memory(pg.graph, plan)
+    over = [peaks[d.name].describe(d.memory) for d in pg.cluster.devices if peaks[d.name].nbytes > d.memory]
+    if over:
+        raise PlacementError(f"{algorithm}: its plan does not fit in memory once timed:\n  " + "\n  ".join(over))
+    return plan
 
 
 def topological_orders(pg: PlaceGraph, device_of: Sequence[int]) -> list[list[int]]:

@@ -43,9 +43,10 @@ from typing import TYPE_CHECKING, Any
 
 from pesto_ir.bounds import lower_bound
 from pesto_ir.cluster import Cluster
-from pesto_ir.costs import op_cost, op_memory, value_bytes
+from pesto_ir.costs import op_cost, value_bytes
 from pesto_ir.errors import PestoError
 from pesto_ir.ir import Graph, Op
+from pesto_ir.memory import footprints
 from pesto_ir.passes.algo_common import interchangeable_devices, longest_paths, unplaceable_reason
 from pesto_ir.passes.algo_ilp import _colocation_units
 from pesto_ir.placement import PlaceOptions
@@ -154,7 +155,10 @@ def starting_plan(graph: Graph, cluster: Cluster, options: PlaceOptions) -> tupl
             return given, notes
         notes.append(f"the warm start was not a valid plan of this graph ({problems[0]}); ignored it")
     quiet = dataclasses.replace(options, quiet=True, warm_start=None)
-    candidates = [p for p in (_heuristic_plan(graph, cluster, quiet), _fallback_plan(graph, cluster)) if p is not None]
+    fallback = _fallback_plan(graph, cluster)
+    if fallback is not None and validate_plan(graph, cluster, fallback):
+        fallback = None  # its memory count leaves out copies and lifetimes; the exact peak says no
+    candidates = [p for p in (_heuristic_plan(graph, cluster, quiet), fallback) if p is not None]
     return (min(candidates, key=lambda p: p.makespan) if candidates else None), notes
 
 
@@ -179,7 +183,8 @@ def _fallback_plan(graph: Graph, cluster: Cluster) -> Plan | None:
     """Everything on the fastest device that holds it all; else units first-fit, fastest first."""
     by_speed = sorted(cluster.devices, key=lambda d: (sum(op_cost(op, d) for op in graph.ops),
                                                       cluster.names.index(d.name)))
-    total = sum(op_memory(op) for op in graph.ops)
+    footprint = footprints(graph)
+    total = sum(footprint.values())
     placement: dict[str, str] = {}
     fits_one = next((d for d in by_speed if total <= d.memory), None)
     if fits_one is not None:
@@ -187,7 +192,7 @@ def _fallback_plan(graph: Graph, cluster: Cluster) -> Plan | None:
     else:
         free = {d.name: d.memory for d in cluster.devices}
         for members in _colocation_units(graph.topo_order()):
-            need = sum(op_memory(op) for op in members)
+            need = sum(footprint[op.name] for op in members)
             dev = next((d.name for d in by_speed if free[d.name] >= need), None)
             if dev is None:
                 return None
@@ -283,7 +288,8 @@ class Problem:
         for u, members in enumerate(units):
             for i in members:
                 unit_of[i] = u
-        unit_mem = [sum(op_memory(ops[i]) for i in members) for members in units]
+        footprint = footprints(graph)  # conservative: every byte held for the whole step
+        unit_mem = [sum(footprint[ops[i].name] for i in members) for members in units]
         names = cluster.names
         links = [[cluster.links.get((a, b)) for b in names] for a in names]
         prob = Problem([op.name for op in ops], index, units, unit_of,

@@ -51,9 +51,10 @@ from typing import Any
 
 from pesto_ir.bounds import lower_bound
 from pesto_ir.cluster import Cluster
-from pesto_ir.costs import op_cost, op_memory, value_bytes
+from pesto_ir.costs import op_cost, value_bytes
 from pesto_ir.errors import PestoError
 from pesto_ir.ir import Graph, Op
+from pesto_ir.memory import footprints
 from pesto_ir.passes.algo_common import interchangeable_devices, longest_paths, unplaceable_reason
 from pesto_ir.placement import PlaceOptions
 from pesto_ir.plan import OpSlot, Plan, Transfer
@@ -166,7 +167,10 @@ def _warm_start(graph: Graph, cluster: Cluster, options: PlaceOptions) -> tuple[
         if not problems:
             return given, notes
         notes.append(f"the warm start was not a valid plan of this graph ({problems[0]}); ignored it")
-    return _fallback_plan(graph, cluster), notes
+    fallback = _fallback_plan(graph, cluster)
+    if fallback is not None and validate_plan(graph, cluster, fallback):
+        return None, notes  # its memory count leaves out copies and lifetimes; the exact peak says no
+    return fallback, notes
 
 
 def _fallback_plan(graph: Graph, cluster: Cluster) -> Plan | None:
@@ -174,7 +178,8 @@ def _fallback_plan(graph: Graph, cluster: Cluster) -> Plan | None:
     topological order onto the fastest device with room (None if that fails too)."""
     by_speed = sorted(cluster.devices, key=lambda d: (sum(op_cost(op, d) for op in graph.ops),
                                                       cluster.names.index(d.name)))
-    total = sum(op_memory(op) for op in graph.ops)
+    footprint = footprints(graph)
+    total = sum(footprint.values())
     whole = next((d for d in by_speed if total <= d.memory), None)
     if whole is not None:
         placement = {op.name: whole.name for op in graph.ops}
@@ -183,7 +188,7 @@ def _fallback_plan(graph: Graph, cluster: Cluster) -> Plan | None:
         free = {d.name: d.memory for d in cluster.devices}
         placement = {}
         for members in _colocation_units(graph.topo_order()):
-            need = sum(op_memory(op) for op in members)
+            need = sum(footprint[op.name] for op in members)
             dev = next((d.name for d in by_speed if free[d.name] >= need), None)
             if dev is None:
                 return None
@@ -367,7 +372,9 @@ class _Instance:
         for u, members in enumerate(units):
             for i in members:
                 unit_of[i] = u
-        allowed = [_allowed_devices(graph, cluster, [ops[i] for i in members]) for members in units]
+        footprint = footprints(graph)
+        unit_bytes = [sum(footprint[ops[i].name] for i in members) for members in units]
+        allowed = [_allowed_devices(cluster, [ops[i] for i in members], unit_bytes[u]) for u, members in enumerate(units)]
         cost = [[c * unit for c in row] for row in raw_cost]
         fast = [min(cost[i][d] for d in allowed[unit_of[i]]) for i in range(len(ops))]
         producers = [sorted(index[p.name] for p in op.producers()) for op in ops]
@@ -395,8 +402,7 @@ def _loose_upper_bound(ops: Sequence[Op], cluster: Cluster, cost: list[list[floa
     return sum(max(row) for row in cost) + sends * (len(cluster) - 1) + worst_link
 
 
-def _allowed_devices(graph: Graph, cluster: Cluster, members: list[Op]) -> list[int]:
-    need = sum(op_memory(op) for op in members)
+def _allowed_devices(cluster: Cluster, members: list[Op], need: int) -> list[int]:
     allowed = [d for d, dev in enumerate(cluster.devices) if need <= dev.memory]
     if not allowed:
         what = f"op '{members[0].name}'" if len(members) == 1 else \
@@ -656,11 +662,27 @@ class _Milp:
             for d in devices:
                 self.x[(u, d)] = m.add_var(f"x_{u}_{d}", var_type=self.mip.BINARY)
             m += xsum(self.x[(u, d)] for d in devices) == 1
-        mem = [sum(op_memory(inst.ops[i]) for i in members) for members in inst.units]
+        # Conservative: every byte an op holds, and a copy of every tensor a device receives, held
+        # for the whole step (copy_{p,d} >= x_{reader's unit,d} - x_{p's unit,d}).
+        footprint = footprints(inst.graph)
+        mem = [sum(footprint[inst.ops[i].name] for i in members) for members in inst.units]
+        sent = [sum(r.type.nbytes for r in op.results
+                    if any(inst.unit_of[inst.index[c.name]] != inst.unit_of[i] for c in r.users()))
+                for i, op in enumerate(inst.ops)]
         for d, dev in enumerate(inst.cluster.devices):
             on_d = [u for u in range(len(inst.units)) if d in inst.allowed[u] and mem[u] > 0]
-            if sum(mem[u] for u in on_d) > dev.memory:
-                m += xsum(mem[u] * self.x[(u, d)] for u in on_d) <= dev.memory
+            if sum(mem[u] for u in on_d) + sum(sent) <= dev.memory:
+                continue
+            copies = []
+            for p, nbytes in enumerate(sent):
+                readers = {inst.unit_of[c] for c in inst.consumers[p]} - {inst.unit_of[p]}
+                readers = {u for u in readers if (u, d) in self.x}
+                if nbytes and readers:
+                    z = m.add_var(f"copy_{p}_{d}", lb=0.0, ub=1.0)
+                    for u in sorted(readers):
+                        m += z >= self.x[(u, d)] - self.xv(p, d)
+                    copies.append(nbytes * z)
+            m += xsum(mem[u] * self.x[(u, d)] for u in on_d) + xsum(copies) <= dev.memory
 
     def _times(self) -> None:
         inst, m, xsum = self.inst, self.model, self.mip.xsum

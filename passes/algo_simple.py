@@ -1,15 +1,16 @@
 """Reference placements to measure the others against: single, expert and random.
 
-- `single`: everything on the fastest device whose memory holds the whole graph (no transfers;
-  the makespan is the total work there).
+- `single`: everything on the fastest device whose memory holds the whole graph at its peak (no
+  transfers; the makespan is the total work there).
 - `expert`: what layer-wise model parallelism does by hand: cut the topological order into one
   contiguous stage per device, each stage about an equal share of the remaining work (measured on
   its device, so faster devices take more). A colocation group goes where its first op went, and a
   unit that does not fit the current stage's memory moves on to the next device with room.
-- `random`: each colocation unit on a device drawn with the seed among those it fits on, the
-  biggest units first so memory runs out as late as it can.
+- `random`: in topological order, each colocation unit on a device drawn with the seed among those
+  its first op fits on.
 
-Each device runs its ops in the graph's topological order; the simulator gives the times.
+Each device runs its ops in the graph's topological order; the simulator gives the times. Memory
+is followed as the ops are walked (`algo_common.Memory`), and `single` checks the exact peak.
 """
 
 from __future__ import annotations
@@ -18,24 +19,31 @@ import random
 
 from pesto_ir.cluster import Cluster
 from pesto_ir.ir import Graph
-from pesto_ir.passes.algo_common import Memory, PlaceGraph, PlacementError, timed_plan, topological_orders
+from pesto_ir.memory import peak_memory
+from pesto_ir.passes.algo_common import (
+    Memory,
+    PlaceGraph,
+    PlacementError,
+    simulated_plan,
+    timed_plan,
+    topological_orders,
+)
 from pesto_ir.placement import PlaceOptions
 from pesto_ir.plan import Plan
 
 
 def place_single(graph: Graph, cluster: Cluster, options: PlaceOptions) -> Plan:
-    """All ops on the device that runs them all fastest among those that hold them all."""
+    """All ops on the device that runs them all fastest among those that hold their peak."""
     pg = PlaceGraph.build(graph, cluster)
-    need = sum(pg.mem)
-    fits = [d for d in range(pg.k) if need <= pg.capacity[d]]
-    if not fits:
-        biggest = max(range(pg.k), key=lambda d: pg.capacity[d])
-        raise PlacementError(f"single: the graph needs {need} bytes but the largest device, "
-                             f"{cluster.devices[biggest].name}, holds {int(pg.capacity[biggest])} "
-                             f"(short by {need - int(pg.capacity[biggest])} bytes)")
-    best = min(fits, key=lambda d: (sum(c[d] for c in pg.cost), d))
-    device_of = [best] * pg.n
-    return timed_plan(pg, device_of, topological_orders(pg, device_of), "single")
+    short: list[str] = []
+    for d in sorted(range(pg.k), key=lambda d: (sum(c[d] for c in pg.cost), d)):
+        device_of = [d] * pg.n
+        plan = simulated_plan(pg, device_of, topological_orders(pg, device_of), "single")
+        peak = peak_memory(graph, plan)[cluster.names[d]]
+        if peak.nbytes <= pg.capacity[d]:
+            return plan
+        short.append(peak.describe(pg.capacity[d]))
+    raise PlacementError("single: the graph fits on no one device in topological order:\n  " + "\n  ".join(short))
 
 
 def place_expert(graph: Graph, cluster: Cluster, options: PlaceOptions) -> Plan:
@@ -48,19 +56,19 @@ def place_expert(graph: Graph, cluster: Cluster, options: PlaceOptions) -> Plan:
     device_of = [-1] * pg.n
     stage, work = 0, 0.0
     for i in range(pg.n):
-        u = pg.unit[i]
-        if mem.unit_device[u] < 0:
+        target = mem.unit_device[pg.unit[i]]
+        if target < 0:
             if stage < pg.k - 1 and work > 0:
                 share = (work + remaining) * speed[stage] / sum(speed[stage:])
                 if work + mean[i] / 2 > share:
                     stage, work = stage + 1, 0.0
-            while stage < pg.k - 1 and not mem.fits(u, stage):
+            while stage < pg.k - 1 and not mem.fits(i, stage):
                 stage, work = stage + 1, 0.0
-            target = stage if mem.fits(u, stage) else mem.roomiest(u)
-            if target < 0:
-                raise mem.no_room(u, "expert")
-            mem.place(u, target)
-        device_of[i] = mem.unit_device[u]
+            target = stage if mem.fits(i, stage) else mem.roomiest(i)
+        if target < 0 or not mem.fits(i, target):
+            raise mem.no_room(i, "expert")
+        mem.place(i, target)
+        device_of[i] = target
         if device_of[i] == stage:
             work += mean[i]
         remaining -= mean[i]
@@ -77,14 +85,18 @@ def _speeds(pg: PlaceGraph, mean: list[float]) -> list[float]:
 
 
 def place_random(graph: Graph, cluster: Cluster, options: PlaceOptions) -> Plan:
-    """Each colocation unit on a seeded random device it fits on, biggest units first."""
+    """Each colocation unit on a seeded random device its first op fits on, in topological order."""
     pg = PlaceGraph.build(graph, cluster)
     mem = Memory(pg)
     rng = random.Random(options.seed)
-    for u in sorted(range(len(pg.unit_ops)), key=lambda u: (-pg.unit_mem[u], u)):
-        room = [d for d in range(pg.k) if mem.fits(u, d)]
-        if not room:
-            raise mem.no_room(u, "random")
-        mem.place(u, rng.choice(room))
-    device_of = [mem.unit_device[pg.unit[i]] for i in range(pg.n)]
+    device_of = [-1] * pg.n
+    for i in range(pg.n):
+        target = mem.unit_device[pg.unit[i]]
+        if target < 0:
+            room = [d for d in range(pg.k) if mem.fits(i, d)]
+            target = rng.choice(room) if room else -1
+        if target < 0 or not mem.fits(i, target):
+            raise mem.no_room(i, "random")
+        mem.place(i, target)
+        device_of[i] = target
     return timed_plan(pg, device_of, topological_orders(pg, device_of), "random")

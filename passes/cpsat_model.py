@@ -81,10 +81,25 @@ class CpModel:
                 self.x[(u, d)] = m.new_constant(1) if len(devices) == 1 else m.new_bool_var(f"x_{u}_{d}")
             if len(devices) > 1:
                 m.add_exactly_one(self.x[(u, d)] for d in devices)
+        # Conservative: every byte an op holds, and a copy of every tensor a device receives, held
+        # for the whole step (a copy is there when a reader is and its producer is not).
+        everything = sum(nbytes for sends in prob.sends for nbytes, _ in sends)
         for d, capacity in enumerate(prob.memory):
             on_d = [u for u in range(len(prob.units)) if d in prob.allowed[u] and prob.unit_mem[u] > 0]
-            if sum(prob.unit_mem[u] for u in on_d) > capacity:
-                m.add(sum(prob.unit_mem[u] * self.x[(u, d)] for u in on_d) <= int(capacity))
+            if sum(prob.unit_mem[u] for u in on_d) + everything <= capacity:
+                continue
+            copies = []
+            for i, sends in enumerate(prob.sends):
+                for r, (nbytes, readers) in enumerate(sends):
+                    literals = [self.xv(c, d) for c in readers if self.xv(c, d) is not None]
+                    if not nbytes or not literals:
+                        continue
+                    here = m.new_bool_var(f"copy_{i}_{r}_{d}")
+                    own = self.xv(i, d)
+                    for lit in literals:
+                        m.add(here >= lit - own) if own is not None else m.add_implication(lit, here)
+                    copies.append(nbytes * here)
+            m.add(sum(prob.unit_mem[u] * self.x[(u, d)] for u in on_d) + sum(copies) <= int(capacity))
 
     def _ops(self) -> None:
         prob, m = self.prob, self.m

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from pesto_ir.attributes import DeviceAttr, DictAttr, DurationAttr, ListAttr, StringAttr, to_attr
+from pesto_ir.attributes import BytesAttr, DeviceAttr, DictAttr, DurationAttr, ListAttr, StringAttr, to_attr
 from pesto_ir.errors import PestoError
 from pesto_ir.ir import Graph
 
@@ -46,6 +46,7 @@ class Plan:
     lower_bound: float | None = None
     solver: dict[str, Any] | None = None
     notes: list[str] = field(default_factory=list)
+    peak_memory: dict[str, int] | None = None  # bytes per device at its peak; set by `check_plan`
 
     @property
     def makespan(self) -> float:
@@ -74,6 +75,8 @@ class Plan:
         out["ops"] = [{"id": n, "device": s.device, "start": s.start, "end": s.end} for n, s in self.ops.items()]
         out["transfers"] = [{"src": t.src, "from": t.src_device, "to": t.to, "start": t.start, "end": t.end,
                              "bytes": t.nbytes} for t in self.transfers]
+        if self.peak_memory is not None:
+            out["peak_memory"] = dict(self.peak_memory)
         if self.notes:
             out["notes"] = list(self.notes)
         return out
@@ -86,7 +89,8 @@ class Plan:
         transfers = [Transfer(t["src"], t.get("from") or ops[t["src"]].device, t["to"], float(t["start"]),
                               float(t["end"]), int(t.get("bytes", 0))) for t in data.get("transfers", [])]
         return Plan(data.get("graph", ""), data.get("algorithm", ""), list(data["devices"]), ops, transfers,
-                    data.get("lower_bound"), data.get("solver"), list(data.get("notes", [])))
+                    data.get("lower_bound"), data.get("solver"), list(data.get("notes", [])),
+                    _peaks(data.get("peak_memory")))
 
 
 # ---------------------------------------------------------------- plan <-> IR attributes
@@ -111,6 +115,8 @@ def write_plan_attrs(graph: Graph, plan: Plan) -> None:
         meta["solver"] = to_attr(plan.solver)
     if plan.notes:
         meta["notes"] = to_attr(list(plan.notes))
+    if plan.peak_memory is not None:
+        meta["peak_memory"] = DictAttr(tuple((d, BytesAttr(int(b))) for d, b in plan.peak_memory.items()))
     graph.attrs["plan"] = to_attr(meta)
     graph.attrs["transfers"] = ListAttr(tuple(
         DictAttr((("src", StringAttr(t.src)), ("from", DeviceAttr(t.src_device)), ("to", DeviceAttr(t.to)),
@@ -131,7 +137,17 @@ def read_plan_attrs(graph: Graph) -> Plan | None:
     transfers = [Transfer(t["src"], t["from"], t["to"], float(t["start"]), float(t["end"]), int(t.get("bytes", 0)))
                  for t in graph.attrs["transfers"].value] if "transfers" in graph.attrs else []
     return Plan(graph.name, str(m.get("algorithm", "")), list(m.get("devices", ())), ops, transfers,
-                m.get("lower_bound"), _plain(m.get("solver")), list(m.get("notes", ())))
+                m.get("lower_bound"), _plain(m.get("solver")), list(m.get("notes", ())),
+                _peaks(_plain(m.get("peak_memory"))))
+
+
+def _peaks(raw: Any) -> dict[str, int] | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, dict) or not all(isinstance(b, int) and not isinstance(b, bool) and b >= 0
+                                            for b in raw.values()):
+        raise PestoError(f"peak_memory must map devices to whole numbers of bytes, not {raw!r}")
+    return {str(d): int(b) for d, b in raw.items()}
 
 
 def _plain(x: Any) -> Any:

@@ -1,8 +1,8 @@
 """What a plan amounts to: makespan against the lower bound, how busy each device and link is,
 and how much memory each device holds. The `simulate` pass prints it; the CLI can too.
 
-Memory follows Pesto's model (DESIGN.md): an op holds its `memory` bytes on its device for the
-whole step, so a device's peak is the sum over the ops placed on it.
+A device's memory is its peak over the step, from tensor lifetimes (`pesto_ir.memory`), and when
+the peak is first reached.
 """
 
 from __future__ import annotations
@@ -11,9 +11,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from pesto_ir.cluster import Cluster
-from pesto_ir.costs import op_memory
 from pesto_ir.ir import Graph
+from pesto_ir.memory import peak_memory as device_peaks
 from pesto_ir.plan import Plan
+from pesto_ir.units import human_bytes, human_time
 
 
 @dataclass(frozen=True)
@@ -23,8 +24,9 @@ class DeviceUse:
     ops: int
     busy: float  # seconds running ops
     utilisation: float  # busy / makespan
-    memory: int  # bytes held (peak)
+    memory: int  # bytes held at the peak (tensor lifetimes)
     capacity: float | None  # bytes, when the cluster is known
+    peak_time: float = 0.0  # seconds into the step when the peak is first reached
 
 
 @dataclass(frozen=True)
@@ -78,23 +80,19 @@ def link_busy(plan: Plan) -> dict[tuple[str, str], float]:
 
 
 def peak_memory(graph: Graph, plan: Plan) -> dict[str, int]:
-    """Bytes each device holds at its peak: the sum of `memory` of the ops placed on it."""
-    held = {d: 0 for d in plan.devices}
-    for op in graph.ops:
-        slot = plan.ops.get(op.name)
-        if slot is not None:
-            held[slot.device] = held.get(slot.device, 0) + op_memory(op)
-    return held
+    """Bytes each device holds at its peak over the step (tensor lifetimes, `pesto_ir.memory`)."""
+    return {d: p.nbytes for d, p in device_peaks(graph, plan).items()}
 
 
 def summarize(graph: Graph, plan: Plan, cluster: Cluster | None = None) -> Summary:
-    busy, util, memory = device_busy(plan), utilisation(plan), peak_memory(graph, plan)
+    busy, util, peaks = device_busy(plan), utilisation(plan), device_peaks(graph, plan)
     counts: dict[str, int] = {}
     for slot in plan.ops.values():
         counts[slot.device] = counts.get(slot.device, 0) + 1
     known = {d.name: d for d in cluster.devices} if cluster is not None else {}
-    devices = [DeviceUse(d, known[d].kind if d in known else "", counts.get(d, 0), busy[d], util[d], memory[d],
-                         known[d].memory if d in known else None) for d in busy]
+    devices = [DeviceUse(d, known[d].kind if d in known else "", counts.get(d, 0), busy[d], util[d],
+                         peaks[d].nbytes if d in peaks else 0, known[d].memory if d in known else None,
+                         peaks[d].time if d in peaks else 0.0) for d in busy]
     links: dict[tuple[str, str], list[float]] = {}
     for t in plan.transfers:
         entry = links.setdefault((t.src_device, t.to), [0, 0, 0.0])
@@ -106,21 +104,6 @@ def summarize(graph: Graph, plan: Plan, cluster: Cluster | None = None) -> Summa
 
 
 # ---------------------------------------------------------------- text
-
-def human_time(seconds: float) -> str:
-    """Three significant digits in a readable unit: `3.10 ms`."""
-    for unit, scale in (("s", 1.0), ("ms", 1e3), ("us", 1e6)):
-        if abs(seconds) * scale >= 1:
-            return f"{seconds * scale:.3g} {unit}"
-    return f"{seconds * 1e9:.3g} ns"
-
-
-def human_bytes(n: float) -> str:
-    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if abs(n) >= size:
-            return f"{n / size:.3g} {unit}"
-    return f"{int(n)} B"
-
 
 def format_summary(s: Summary) -> str:
     """A short table: the headline, one line per device, one per busy link."""
@@ -134,7 +117,7 @@ def format_summary(s: Summary) -> str:
         cap = f" / {human_bytes(d.capacity)}" if d.capacity is not None else ""
         kind = f" ({d.kind})" if d.kind else ""
         lines.append(f"  {d.name}{kind}: {d.ops} ops, busy {human_time(d.busy)} ({100 * d.utilisation:.1f}%), "
-                     f"memory {human_bytes(d.memory)}{cap}")
+                     f"peak memory {human_bytes(d.memory)}{cap} at {human_time(d.peak_time)}")
     for lk in s.links:
         lines.append(f"  link {lk.src} -> {lk.dst}: {lk.transfers} transfers, {human_bytes(lk.nbytes)}, "
                      f"busy {human_time(lk.busy)}")

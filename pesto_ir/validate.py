@@ -5,7 +5,8 @@ each op runs once on a known device for at least its cost; ops on a device do no
 starts after its producers (same device) or the transfer of their results (other device); a
 transfer starts after its producer, carries the bytes that are read there and lasts at least
 latency + bytes / bandwidth; transfers on one directed link do not overlap; colocated ops share a
-device; each device's memory fits.
+device; each device's peak memory, from tensor lifetimes (`pesto_ir.memory`), fits its capacity.
+A plan that passes gets its per-device peaks (`Plan.peak_memory`).
 """
 
 from __future__ import annotations
@@ -13,8 +14,9 @@ from __future__ import annotations
 from collections import defaultdict
 
 from pesto_ir.cluster import Cluster
-from pesto_ir.costs import op_cost, op_memory
+from pesto_ir.costs import op_cost
 from pesto_ir.ir import Graph
+from pesto_ir.memory import DevicePeak, peak_memory
 from pesto_ir.plan import Plan, Transfer
 from pesto_ir.simulate import PlanError, transfer_bytes
 
@@ -28,23 +30,29 @@ def _late(a: float, b: float) -> bool:
 
 
 def validate_plan(graph: Graph, cluster: Cluster, plan: Plan) -> list[str]:
+    return _validate(graph, cluster, plan)[0]
+
+
+def _validate(graph: Graph, cluster: Cluster, plan: Plan) -> tuple[list[str], dict[str, DevicePeak]]:
     problems: list[str] = []
     _check_ops(graph, cluster, plan, problems)
     if problems:
-        return problems  # timing checks need every op placed on a real device
+        return problems, {}  # timing checks need every op placed on a real device
     xfers = _check_transfers(graph, cluster, plan, problems)
     _check_precedence(graph, plan, xfers, problems)
     _check_overlaps(plan, problems)
     _check_colocation(graph, plan, problems)
-    _check_memory(graph, cluster, plan, problems)
-    return problems
+    peaks = _check_memory(graph, cluster, plan, problems)
+    return problems, peaks
 
 
 def check_plan(graph: Graph, cluster: Cluster, plan: Plan) -> Plan:
-    """Return `plan` if it is valid, else raise PlanError listing every violation."""
-    problems = validate_plan(graph, cluster, plan)
+    """Return `plan`, with its peak memory per device, if it is valid, else raise PlanError listing
+    every violation."""
+    problems, peaks = _validate(graph, cluster, plan)
     if problems:
         raise PlanError(problems, context=f"the {plan.algorithm or 'given'} plan for '{graph.name}' is invalid")
+    plan.peak_memory = {d: p.nbytes for d, p in peaks.items()}
     return plan
 
 
@@ -147,11 +155,10 @@ def _check_colocation(graph: Graph, plan: Plan, problems: list[str]) -> None:
             problems.append(f"colocation group '{g}' is split over {', '.join(sorted(devices))}")
 
 
-def _check_memory(graph: Graph, cluster: Cluster, plan: Plan, problems: list[str]) -> None:
-    used: dict[str, int] = defaultdict(int)
-    for op in graph.ops:
-        used[plan.ops[op.name].device] += op_memory(op)
+def _check_memory(graph: Graph, cluster: Cluster, plan: Plan, problems: list[str]) -> dict[str, DevicePeak]:
+    peaks = peak_memory(graph, plan)
     for d in cluster.devices:
-        if used[d.name] > d.memory:
-            problems.append(f"device {d.name} needs {used[d.name]} bytes but holds {int(d.memory)} "
-                            f"(short by {used[d.name] - int(d.memory)} bytes)")
+        peak = peaks.get(d.name)
+        if peak is not None and peak.nbytes > d.memory:
+            problems.append(f"out of memory: {peak.describe(d.memory)}")
+    return peaks

@@ -14,6 +14,7 @@ from pesto_ir.cluster import Cluster, Device, Link
 from pesto_ir.costs import op_memory
 from pesto_ir.frontends.json_graph import graph_from_json
 from pesto_ir.ir import Graph
+from pesto_ir.memory import footprints
 
 KINDS = ("v100", "cpu")  # the keys per-kind costs use; random clusters mix these kinds
 
@@ -70,16 +71,19 @@ def clusters(draw: st.DrawFn, max_devices: int = 4, memory: float = 1e18) -> Clu
 
 
 def roomy_memory(graph: Graph, k: int, slack: float = 0.0) -> float:
-    """Per-device memory with which every greedy memory check succeeds: total / k + largest unit.
+    """Per-device memory with which every greedy memory check succeeds: total / k + largest unit,
+    plus room for a copy of every tensor at once.
 
     The least-loaded device then always has room for the next unit (Baechi's m-TOPO bound).
     """
     units: dict[str, int] = {}
+    foot = footprints(graph)
     for op in graph.ops:
         key = str(op.get("colocate")) if op.get("colocate") is not None else "\0" + op.name
-        units[key] = units.get(key, 0) + op_memory(op)
+        units[key] = units.get(key, 0) + foot[op.name]
     total = sum(units.values())
-    return total / k + max(units.values(), default=0) + slack * total + 1
+    copies = sum(r.type.nbytes for op in graph.ops for r in op.results)
+    return total / k + max(units.values(), default=0) + copies + slack * total + 1
 
 
 @st.composite

@@ -30,6 +30,7 @@ from test_ilp import (
     two_gpus,
 )
 
+from pesto_ir.attributes import BytesAttr
 from pesto_ir.bounds import lower_bound
 from pesto_ir.cluster import Cluster, Device, Link
 from pesto_ir.costs import op_cost
@@ -69,7 +70,7 @@ def test_matches_brute_force_and_the_milp(build: Any) -> None:
 
 
 def test_keeps_a_link_order_first_come_first_served_cannot() -> None:
-    graph, cluster = link_order_matters(), two_gpus(memory=15)
+    graph, cluster = link_order_matters(), two_gpus(memory=15e9)
     plan = place_cpsat(graph, cluster, QUIET)
     exact = assert_optimal(graph, cluster, plan)
     assert place_ilp(graph, cluster, QUIET).makespan == pytest.approx(exact, abs=TOL)
@@ -256,12 +257,13 @@ def test_lns_never_returns_a_worse_plan(engine: str) -> None:
 def test_lns_keeps_memory_and_colocation_on_heterogeneous_devices() -> None:
     graph = layered_dag(30, seed=4)
     for i, op in enumerate(graph.ops):
-        op.set("memory", 10)
+        op.set("memory", 10**9)  # resident, its output inside it (a GPU holds 13 ops, with room for copies)
+        op.attrs["activation"] = BytesAttr(0)
         if i % 7 == 0:
             op.set("colocate", "p")
         op.set("cost", {"v100": float(op.get("cost")), "cpu": 4 * float(op.get("cost"))})
-    devices = [Device.of_kind("gpu0", "v100", 130), Device.of_kind("gpu1", "v100", 130),
-               Device.of_kind("cpu0", "cpu", 1000)]
+    devices = [Device.of_kind("gpu0", "v100", 13.9e9), Device.of_kind("gpu1", "v100", 13.9e9),
+               Device.of_kind("cpu0", "cpu", 100e9)]
     cluster = Cluster.fully_connected(devices, latency=1e-5, bandwidth=10e9)
     start = place_auto(graph, cluster, PlaceOptions(time_limit=0.1, quiet=True))
     plan = improve_with_lns(graph, cluster, PlaceOptions(time_limit=3, quiet=True, seed=3), start=start)

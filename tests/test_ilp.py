@@ -75,8 +75,12 @@ def link_order_matters() -> Graph:
     """`big` then `small` run on one device, their readers on the other (colocation and memory).
     `big`'s tensor takes a second to send and is read last; `small`'s is quick and feeds the long
     `urgent`. Sending in finishing order delays `urgent` by that second; holding the link does not."""
-    nodes = [{"id": "big", "memory": 6, "cost": 0.1, "colocate": "src"}, {"id": "small", "memory": 6, "cost": 0.2, "colocate": "src"},
-             {"id": "urgent", "memory": 6, "cost": 1.0, "colocate": "dst"}, {"id": "late", "memory": 6, "cost": 0.05, "colocate": "dst"}]
+    # 12 GB resident per group and 15 GB devices: the groups cannot share one, and there is room
+    # for the copies the other receives (1 GB + 1 MB)
+    nodes = [{"id": "big", "memory": 6 * 10**9, "cost": 0.1, "colocate": "src"},
+             {"id": "small", "memory": 6 * 10**9, "cost": 0.2, "colocate": "src"},
+             {"id": "urgent", "memory": 6 * 10**9, "cost": 1.0, "colocate": "dst"},
+             {"id": "late", "memory": 6 * 10**9, "cost": 0.05, "colocate": "dst"}]
     edges = [("big", "small", 10**9), ("big", "late", 10**9), ("small", "urgent", 10**6)]
     return make_graph(nodes, edges, "link_order")
 
@@ -204,7 +208,7 @@ def test_matches_brute_force(build: Any) -> None:
 
 
 def test_keeps_a_link_order_simulation_cannot() -> None:
-    graph, cluster = link_order_matters(), two_gpus(memory=15)
+    graph, cluster = link_order_matters(), two_gpus(memory=15e9)
     plan = place_ilp(graph, cluster, QUIET)
     exact = assert_optimal(graph, cluster, plan)
     assert exact < brute_simulated(graph, cluster) - 0.5

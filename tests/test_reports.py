@@ -89,7 +89,9 @@ def test_summary_numbers() -> None:
     assert device_busy(plan) == pytest.approx({"gpu0": 3e-3, "gpu1": 4e-3})
     assert utilisation(plan)["gpu1"] == pytest.approx(4e-3 / plan.makespan)
     assert link_busy(plan) == pytest.approx({("gpu0", "gpu1"): 1.1e-3 + 1e-4 + 8e-9})
-    assert peak_memory(g, plan) == {"gpu0": 110, "gpu1": 20}
+    # gpu0: resident 110 + %a (until b ends at 3 ms) + %b (sent from 3 ms), from 1 ms on;
+    # gpu1: resident 20 + the copy of a (1 ms to c's end) + %c + the copy of b, from 3 ms on
+    assert peak_memory(g, plan) == {"gpu0": 110 + 1_000_000 + 8, "gpu1": 20 + 1_000_000 + 8 + 8}
     s = summarize(g, plan, cluster())
     text = format_summary(s)
     assert "makespan" in text and "gpu0 (h100): 2 ops" in text and "link gpu0 -> gpu1: 2 transfers" in text

@@ -22,7 +22,7 @@ graph @g() {
   %c = opaque(%a) {cost = 3ms, memory = 100B, colocate = "w"} : blob[0]
 }
 """)
-CLUSTER = Cluster.homogeneous(2, "v100", memory=1000, latency=1 * MS, bandwidth=1e6)
+CLUSTER = Cluster.homogeneous(2, "v100", memory=4000, latency=1 * MS, bandwidth=1e6)
 PLACE = {"a": "gpu0", "a2": "gpu0", "c": "gpu0", "b": "gpu1"}
 
 
@@ -127,9 +127,11 @@ def test_colocated_ops_share_a_device() -> None:
 def test_each_device_memory_fits() -> None:
     place = {n: "gpu0" for n in PLACE}
     plan = simulate(GRAPH, CLUSTER, place, {"gpu0": ["a", "a2", "b", "c"]})
-    assert validate_plan(GRAPH, CLUSTER, plan) == []  # 900 of 1000 bytes
-    assert validate_plan(GRAPH, CLUSTER.with_memory(800), plan) == [
-        "device gpu0 needs 900 bytes but holds 800 (short by 100 bytes)"]
+    # resident 900 bytes all step; %a (1000 B) until c ends, %a2 (1000 B) from 1 ms until b ends
+    assert validate_plan(GRAPH, CLUSTER, plan) == []  # 2900 of 4000 bytes
+    assert validate_plan(GRAPH, CLUSTER.with_memory(2800), plan) == [
+        "out of memory: gpu0 peaks at 2.83 KiB (2900 bytes) at 1 ms, 100 bytes more than its 2.73 KiB; alive then: "
+        "%a 1000 B, %a2 1000 B, resident of 'a' 600 B, resident of 'a2' 100 B, resident of 'b' 100 B and 1 more"]
 
 
 def test_check_plan_raises_with_every_problem() -> None:
