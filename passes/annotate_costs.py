@@ -9,10 +9,13 @@
   median (`stat=min`: minimum) of `runs` timed calls after `warmup`, cached on disk.
 
 `roofline` and `profile` write `cost` (one duration when every device is alike, else a dict keyed by
-device kind, or by device name when one kind has several speeds), `flops`, `bytes_accessed` and
-`memory`. Memory is what the op holds on its device: its results (activations) plus every graph
-input (parameters and data) it is the first reader of, in graph order, since the input must be
-resident where it is first read. `given` leaves `memory` as it is.
+device kind, or by device name when one kind has several speeds), `flops` and `bytes_accessed`.
+They write no `memory`: a JAX graph's memory is in its types (`pesto_ir.memory`). Its inputs are
+the resident bytes (parameters, optimizer state, the batch: arguments held for the whole step on
+every device that reads them), its op results the activations (held from their op's start until
+their last reader is done), so a rematerialised (`checkpoint`) forward, whose backward recomputes
+instead of reading it, frees early by itself. A `memory` already on an op (resident bytes a user
+gave) is kept.
 """
 
 from __future__ import annotations
@@ -28,7 +31,6 @@ from pesto_ir.costs import CostError, op_cost
 from pesto_ir.ir import Graph, Op
 from pesto_ir.passmanager import Pass, PassContext
 from pesto_ir.roofline import op_time, op_work
-from pesto_ir.roofline import out_bytes as result_bytes
 
 MAX_LISTED = 10
 
@@ -85,27 +87,13 @@ def annotate_times(graph: Graph, cluster: Cluster, figures: Callable[[Device], t
             op.attrs["cost"] = cost_attr({k: time_of(op, d) for k, d in keys.items()})
 
 
-# ---------------------------------------------------------------- memory and work
+# ---------------------------------------------------------------- work
 
-def op_memory_bytes(graph: Graph) -> dict[str, int]:
-    """Bytes each op holds: its results, plus the graph inputs it is the first to read."""
-    memory = {op.name: result_bytes(op) for op in graph.ops}
-    index = {id(op): i for i, op in enumerate(graph.ops)}
-    for v in graph.inputs:
-        readers = [op for op, _ in v.uses if id(op) in index]
-        if readers:
-            first = min(readers, key=lambda op: index[id(op)])
-            memory[first.name] += v.type.nbytes
-    return memory
-
-
-def annotate_work_and_memory(graph: Graph) -> None:
-    memory = op_memory_bytes(graph)
+def annotate_work(graph: Graph) -> None:
     for op in graph.ops:
         work = op_work(op)
         op.attrs["flops"] = IntAttr(work.flops)
         op.attrs["bytes_accessed"] = BytesAttr(work.bytes)
-        op.attrs["memory"] = BytesAttr(memory[op.name])
 
 
 # ---------------------------------------------------------------- the models
@@ -142,7 +130,7 @@ def _given(p: AnnotateCostsPass, graph: Graph, cluster: Cluster | None, ctx: Pas
 def _roofline(p: AnnotateCostsPass, graph: Graph, cluster: Cluster | None, ctx: PassContext) -> None:
     cluster = cluster or Cluster.from_jax_devices()
     annotate_times(graph, cluster, _roofline_figures, op_time)
-    annotate_work_and_memory(graph)
+    annotate_work(graph)
     ctx.progress(f"annotate-costs: roofline costs for {len(graph.ops)} ops on {_kinds(cluster)}")
 
 
@@ -153,7 +141,7 @@ def _profile(p: AnnotateCostsPass, graph: Graph, cluster: Cluster | None, ctx: P
     profiler = Profiler(runs=p.runs, warmup=p.warmup, cache=p.cache, progress=ctx.progress, stat=p.stat,
                         clock=p.clock)
     annotate_times(graph, cluster, _kind_only, profiler.time_on_kind)
-    annotate_work_and_memory(graph)
+    annotate_work(graph)
     ctx.progress(f"annotate-costs: profiled {len(graph.ops)} ops ({profiler.measured} measured, "
                  f"{profiler.cached} from cache) on {_kinds(cluster)}")
 

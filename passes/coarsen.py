@@ -37,11 +37,12 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
-from pesto_ir.attributes import BytesAttr, DictAttr, DurationAttr, StringAttr
+from pesto_ir.attributes import Attr, BytesAttr, DictAttr, DurationAttr, StringAttr
 from pesto_ir.cluster import Cluster, Device
 from pesto_ir.costs import op_cost, op_memory, value_bytes
 from pesto_ir.errors import PestoError
 from pesto_ir.ir import Graph, Op, Value
+from pesto_ir.memory import first_read_inputs, footprints, output_bytes, workspace_bytes
 from pesto_ir.passmanager import Pass, PassContext
 from pesto_ir.types import BlobType
 
@@ -200,7 +201,8 @@ def coarsen_groups(graph: Graph, target: int, cluster: Cluster | None = None,
     index = {op.name: i for i, op in enumerate(graph.ops)}
     edges = _fine_edges(graph, index)
     cost = [_proxy_cost(op, cluster) for op in graph.ops]
-    mem = [op_memory(op) for op in graph.ops]
+    footprint = footprints(graph)  # memory caps on groups count every byte as held all step
+    mem = [footprint[op.name] for op in graph.ops]
     label, split = _colocation_labels(graph, edges, colocation)
     dag = _Contraction(n, edges, cost, mem)
     for members in _members_by_label(label).values():
@@ -545,7 +547,7 @@ def quotient_graph(graph: Graph, cluster: Cluster | None = None) -> tuple[Graph,
     """The coarse graph of `graph`'s `group` attributes, and each group's fine op names.
 
     One `opaque` op per group, named after the group: cost summed (per device name when a cluster
-    is given and any cost is per device, else per cost key), memory summed, and a `colocate` label
+    is given and any cost is per device, else per cost key), memory as `group_memory` says, and a `colocate` label
     on every group that holds part of a colocation group spread over several groups (groups that
     share a split colocation group share the label). Each fine value read by another group is one
     `blob[nbytes]` result of its group's op, read once by each group that needs it, so a value is
@@ -558,6 +560,7 @@ def quotient_graph(graph: Graph, cluster: Cluster | None = None) -> tuple[Graph,
     results: dict[str, Value] = {}
     labels = _colocate_labels(graph, members, group_of)
     readers = _cross_group_values(graph, group_of)
+    inputs = first_read_inputs(graph)
     for g in order:
         ops = members[g]
         produced = [v for op in ops for v in op.results if v.name in readers]
@@ -566,7 +569,7 @@ def quotient_graph(graph: Graph, cluster: Cluster | None = None) -> tuple[Graph,
             for v in op.operands:
                 if v.owner is not None and group_of[v.owner.name] != g:
                     operands.setdefault(v.name, results[v.name])
-        attrs = {"cost": _summed_cost(ops, cluster), "memory": BytesAttr(sum(op_memory(op) for op in ops))}
+        attrs = {"cost": _summed_cost(ops, cluster), **group_memory(ops, {v.name for v in produced}, inputs)}
         if g in labels:
             attrs["colocate"] = StringAttr(labels[g])
         cop = Op(g, "opaque", operands.values(), [BlobType(value_bytes(v)) for v in produced], attrs,
@@ -575,6 +578,40 @@ def quotient_graph(graph: Graph, cluster: Cluster | None = None) -> tuple[Graph,
         for v, r in zip(produced, cop.results):
             results[v.name] = r
     return coarse, {g: [op.name for op in members[g]] for g in order}
+
+
+def group_memory(ops: list[Op], produced: set[str], inputs: dict[str, int]) -> dict[str, Attr]:
+    """`memory`, `activation` and `workspace` of a group that runs `ops` in order on one device.
+
+    Resident: its ops' `memory` and the graph inputs they read first (the coarse graph has no
+    inputs). Activation: the outputs other groups read, held like any op's output. Workspace: the
+    most its internal tensors hold at once while it runs, each freed after its last reader inside.
+    """
+    resident = sum(op_memory(op) + inputs.get(op.name, 0) for op in ops)
+    position = {op.name: i for i, op in enumerate(ops)}
+    activation, internal, last_read = 0, [0] * len(ops), list(range(len(ops)))
+    for i, op in enumerate(ops):
+        crossing = [r for r in op.results if r.name in produced]
+        if "activation" in op.attrs:
+            activation += output_bytes(op) if crossing else 0
+            internal[i] = 0 if crossing else output_bytes(op)
+        else:
+            activation += sum(r.type.nbytes for r in crossing)
+            internal[i] = sum(r.type.nbytes for r in op.results if r.name not in produced)
+        for p in op.producers():
+            if p.name in position:
+                last_read[position[p.name]] = max(last_read[position[p.name]], i)
+    peak, live = 0, 0
+    frees: dict[int, int] = {}
+    for i, op in enumerate(ops):
+        live += internal[i]
+        peak = max(peak, live + workspace_bytes(op))
+        frees[last_read[i]] = frees.get(last_read[i], 0) + internal[i]
+        live -= frees.pop(i, 0)
+    out: dict[str, Attr] = {"memory": BytesAttr(resident), "activation": BytesAttr(activation)}
+    if peak:
+        out["workspace"] = BytesAttr(peak)
+    return out
 
 
 def _cross_group_values(graph: Graph, group_of: dict[str, str]) -> set[str]:

@@ -7,8 +7,9 @@ at that size). It walks the incumbent's critical chain back from the op that end
 op waited for a transfer, it tries moving the op to its producer's device and the producer to the
 op's; where it waited for its device, it tries the op on every other device. The first move whose
 simulated plan is faster is kept, and the walk starts again from the new plan. Ops of a
-`colocate` group move together, a move that would overfill a device's memory is skipped, and each
-device keeps its ops in the order of their start times in the incumbent.
+`colocate` group move together, a faster plan whose peak memory (tensor lifetimes) overfills a
+device is not taken, and each device keeps its ops in the order of their start times in the
+incumbent.
 
 The search is deterministic: candidates come in a fixed order, so the time limit only decides how
 many moves are made. It stops early at a plan no single move improves.
@@ -21,8 +22,8 @@ from collections import defaultdict
 from collections.abc import Iterator
 
 from pesto_ir.cluster import Cluster
-from pesto_ir.costs import op_memory
 from pesto_ir.ir import Graph
+from pesto_ir.memory import peak_memory
 from pesto_ir.plan import Plan
 from pesto_ir.simulate import order_from_priority, simulate
 
@@ -33,7 +34,6 @@ def improve_by_moves(graph: Graph, cluster: Cluster, start: Plan, seconds: float
     """The plan after the improving critical-path moves found from `start` within `seconds`."""
     deadline = time.perf_counter() + seconds
     unit = _units(graph)
-    memory = {op.name: op_memory(op) for op in graph.ops}
     capacity = {d.name: d.memory for d in cluster.devices}
     best = start
     moves = 0
@@ -41,9 +41,6 @@ def improve_by_moves(graph: Graph, cluster: Cluster, start: Plan, seconds: float
     retried = False
     while time.perf_counter() < deadline:
         placement = {name: slot.device for name, slot in best.ops.items()}
-        used: dict[str, float] = defaultdict(float)
-        for name, d in placement.items():
-            used[d] += memory[name]
         priority = {name: slot.start for name, slot in best.ops.items()}
         improved = None
         for ops, device in _candidates(graph, cluster, best, unit):
@@ -51,12 +48,12 @@ def improve_by_moves(graph: Graph, cluster: Cluster, start: Plan, seconds: float
                 break
             key = (ops[0], device)
             moving = [n for n in ops if placement[n] != device]
-            if key in failed or not moving or used[device] + sum(memory[n] for n in moving) > capacity[device]:
+            if key in failed or not moving:
                 continue
             trial = dict(placement)
             trial.update(dict.fromkeys(moving, device))
             plan = simulate(graph, cluster, trial, order_from_priority(graph, trial, priority), best.algorithm)
-            if plan.makespan < best.makespan * (1 - IMPROVEMENT):
+            if plan.makespan < best.makespan * (1 - IMPROVEMENT) and _fits(graph, plan, capacity):
                 improved = plan
                 break
             failed.add(key)
@@ -73,6 +70,10 @@ def improve_by_moves(graph: Graph, cluster: Cluster, start: Plan, seconds: float
         best.solver = start.solver
         best.lower_bound = start.lower_bound
     return best
+
+
+def _fits(graph: Graph, plan: Plan, capacity: dict[str, float]) -> bool:
+    return all(p.nbytes <= capacity[d] for d, p in peak_memory(graph, plan).items())
 
 
 def _units(graph: Graph) -> dict[str, list[str]]:

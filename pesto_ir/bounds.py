@@ -95,14 +95,19 @@ def lower_bound(graph: Graph, cluster: Cluster) -> float:
 
 
 def memory_shortfall(graph: Graph, cluster: Cluster) -> list[str]:
-    """Reasons no placement can fit in memory, each naming devices and bytes; [] if none is obvious."""
+    """Reasons no placement can fit in memory, each naming devices and bytes; [] if none is obvious.
+
+    Only what is held for the whole step counts here (ops' resident `memory` and the graph inputs,
+    each at least once): activations come and go, and the plan's peak is checked when it is timed.
+    """
     problems: list[str] = []
     biggest = max(cluster.devices, key=lambda d: d.memory)
     total_capacity = sum(d.memory for d in cluster.devices)
-    total = sum(op_memory(op) for op in graph.ops)
+    total = sum(op_memory(op) for op in graph.ops) + sum(v.type.nbytes for v in graph.inputs if v.uses)
     if total > total_capacity:
-        problems.append(f"the graph needs {total} bytes but all {len(cluster)} devices together hold "
-                        f"{int(total_capacity)} (short by {total - int(total_capacity)} bytes)")
+        problems.append(f"the graph holds {total} bytes for the whole step (resident memory and inputs) but all "
+                        f"{len(cluster)} devices together hold {int(total_capacity)} "
+                        f"(short by {total - int(total_capacity)} bytes)")
     groups: dict[str, int] = defaultdict(int)
     for op in graph.ops:
         g = op.get("colocate")

@@ -60,6 +60,10 @@ def build_arg_parser() -> argparse.ArgumentParser:
     out.add_argument("--plan-json", metavar="FILE", help="write the plan as pesto-plan/1 JSON")
     out.add_argument("--trace", metavar="FILE", help="write a Chrome trace (open in Perfetto)")
     out.add_argument("--gantt", metavar="FILE", help="write a Gantt chart (.png, .svg or .pdf)")
+    out.add_argument("--gantt-memory", action="store_true",
+                     help="add a lane of live memory per device under the --gantt chart")
+    out.add_argument("--memory-plot", metavar="FILE",
+                     help="write live memory per device over the step (.png, .svg or .pdf)")
     ap.add_argument("--no-verify", action="store_true", help="do not verify the IR after each pass")
     ap.add_argument("--print-ir-after-all", action="store_true", help="print the IR after every pass (stderr)")
     ap.add_argument("--time-passes", action="store_true", help="print how long each pass took (stderr)")
@@ -69,6 +73,8 @@ def build_arg_parser() -> argparse.ArgumentParser:
 
 def run(argv: Sequence[str] | None = None) -> int:
     args = build_arg_parser().parse_args(argv)
+    if args.gantt_memory and not args.gantt:
+        raise PestoError("--gantt-memory adds a lane to the Gantt chart: give --gantt FILE too")
     pipeline = with_place_options(Pipeline.parse(args.pipeline, source="<pipeline>"), args)
     graph = load(args.model)
     verify(graph, context=f"{args.model}: the input is not valid IR")
@@ -77,7 +83,7 @@ def run(argv: Sequence[str] | None = None) -> int:
                           print_ir_after_all=args.print_ir_after_all, time_passes=args.time_passes,
                           out=sys.stderr)
     graph = manager.run(graph, ctx)
-    write_outputs(graph, args)
+    write_outputs(graph, args, ctx.cluster)
     return 0
 
 
@@ -116,19 +122,40 @@ def make_cluster(args: argparse.Namespace, graph: Graph) -> Cluster:
     return Cluster.homogeneous(n, args.device_kind or DEFAULT_KIND, memory=memory)
 
 
-def write_outputs(graph: Graph, args: argparse.Namespace) -> None:
+def write_outputs(graph: Graph, args: argparse.Namespace, cluster: Cluster | None = None) -> None:
     """Render every requested output first, then write each atomically."""
     from pesto_ir.backends.reports import render_reports
 
     rendered: list[tuple[str, str | bytes]] = []
     if args.output:
         rendered.append((args.output, EMITTERS[args.emit](graph)))
-    rendered += render_reports(graph, plan_json=args.plan_json, trace=args.trace, gantt=args.gantt)
+    gantt = None if args.gantt_memory else args.gantt  # with a memory lane, drawn below
+    rendered += render_reports(graph, plan_json=args.plan_json, trace=args.trace, gantt=gantt)
+    rendered += render_memory_reports(graph, args, cluster)
     for path, data in rendered:
         if path == "-":
             sys.stdout.write(data if isinstance(data, str) else data.decode("utf-8", "replace"))
         else:
             write_atomic(path, data)
+
+
+def render_memory_reports(graph: Graph, args: argparse.Namespace,
+                          cluster: Cluster | None) -> list[tuple[str, bytes]]:
+    """--memory-plot and the Gantt chart with its memory lane: they need the cluster's capacities,
+    which the other reports do not."""
+    if not args.memory_plot and not args.gantt_memory:
+        return []
+    from pesto_ir.backends.gantt import gantt_for_path
+    from pesto_ir.backends.memory_plot import memory_plot_for_path
+    from pesto_ir.backends.reports import require_plan
+
+    plan = require_plan(graph)
+    out: list[tuple[str, bytes]] = []
+    if args.gantt_memory:
+        out.append((args.gantt, gantt_for_path(plan, graph, args.gantt, memory=True, cluster=cluster)))
+    if args.memory_plot:
+        out.append((args.memory_plot, memory_plot_for_path(graph, plan, args.memory_plot, cluster)))
+    return out
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -67,7 +67,8 @@ graph @g() {
 """)
     c = Cluster.homogeneous(2, memory=1000)
     assert memory_shortfall(g, c) == [
-        "the graph needs 2600 bytes but all 2 devices together hold 2000 (short by 600 bytes)",
+        "the graph holds 2600 bytes for the whole step (resident memory and inputs) but all 2 devices together "
+        "hold 2000 (short by 600 bytes)",
         "op 'big' needs 1200 bytes but the largest device, gpu0, holds 1000 (short by 200 bytes)",
         "colocation group 'layer' needs 1400 bytes on one device but the largest, gpu0, holds 1000 (short by 400 bytes)",
     ]
