@@ -2,7 +2,8 @@
 
 One row per device, then one per directed link that carries a transfer. Ops are coloured by their
 `group` attribute (coarse node) when they have one, else by opcode, or for opaque cost-graph ops
-by the prefix of their label. The title gives the makespan and the lower bound.
+by the prefix of their label. The title gives the makespan and the lower bound. With `memory`, a
+lane below (same time axis) shows the bytes each device holds, as `--memory-plot` draws them.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import io
 import re
 from pathlib import Path
 
+from pesto_ir.cluster import Cluster
 from pesto_ir.errors import PestoError
 from pesto_ir.ir import Graph
 from pesto_ir.plan import Plan
@@ -19,6 +21,7 @@ from pesto_ir.units import human_time
 FORMATS = ("png", "svg", "pdf")
 MAX_LEGEND = 12  # more categories than this and a legend hides the chart
 TRANSFER_COLOUR = "#555555"
+MEMORY_LANE_HEIGHT = 2.5  # inches of the live-bytes lane under the device rows
 
 
 class GanttError(PestoError):
@@ -43,17 +46,27 @@ def _prefix(text: str) -> str:
     return re.sub(r"[\d._\-#]+$", "", head) or head
 
 
-def _time_unit(span: float) -> tuple[str, float]:
+def time_unit(span: float) -> tuple[str, float]:
+    """(unit, seconds -> unit factor) that keeps the axis of a `span`-long step readable."""
     for unit, scale in (("s", 1.0), ("ms", 1e3), ("us", 1e6)):
         if span * scale >= 1:
             return unit, scale
     return "ns", 1e9
 
 
-def gantt_image(plan: Plan, graph: Graph | None = None, fmt: str = "png") -> bytes:
-    """The chart as image bytes in `fmt` (png, svg or pdf)."""
+def image_metadata(fmt: str) -> dict[str, None]:
+    """No dates or versions in the file, so the same plan draws the same bytes."""
+    return {"svg": {"Date": None}, "pdf": {"CreationDate": None}, "png": {"Software": None}}[fmt]
+
+
+def gantt_image(plan: Plan, graph: Graph | None = None, fmt: str = "png", *, memory: bool = False,
+                cluster: Cluster | None = None) -> bytes:
+    """The chart as image bytes in `fmt` (png, svg or pdf); `memory` adds the live-bytes lane
+    (it needs the graph: lifetimes come from its tensors), with `cluster`'s capacities."""
     if fmt not in FORMATS:
         raise GanttError(f"cannot draw a Gantt chart as '{fmt}' (use one of: {', '.join(FORMATS)})")
+    if memory and graph is None:
+        raise GanttError("the memory lane of a Gantt chart needs the graph, not only the plan")
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
     from matplotlib.patches import Patch
@@ -63,7 +76,7 @@ def gantt_image(plan: Plan, graph: Graph | None = None, fmt: str = "png") -> byt
     rows = devices + [f"{a} -> {b}" for a, b in links]
     row_of = {d: i for i, d in enumerate(devices)}
     link_row = {k: len(devices) + i for i, k in enumerate(links)}
-    unit, scale = _time_unit(plan.makespan)
+    unit, scale = time_unit(plan.makespan)
 
     keys = {name: colour_key(graph, name) for name in plan.ops}
     categories = list(dict.fromkeys(keys[n] for n in sorted(plan.ops, key=lambda n: plan.ops[n].start)))
@@ -72,9 +85,13 @@ def gantt_image(plan: Plan, graph: Graph | None = None, fmt: str = "png") -> byt
     cmap = matplotlib.colormaps["tab20"]
     colour = {c: cmap(i % cmap.N) for i, c in enumerate(categories)}
 
-    fig = Figure(figsize=(12, min(30.0, 1.2 + 0.45 * max(len(rows), 1))))
+    height = min(30.0, 1.2 + 0.45 * max(len(rows), 1))
+    fig = Figure(figsize=(12, height + (MEMORY_LANE_HEIGHT if memory else 0)))
     FigureCanvasAgg(fig)
-    ax = fig.add_subplot()
+    if memory:
+        ax, mem_ax = fig.subplots(2, 1, sharex=True, height_ratios=[height, MEMORY_LANE_HEIGHT])
+    else:
+        ax, mem_ax = fig.add_subplot(), None
     bars: dict[int, tuple[list[tuple[float, float]], list[object]]] = {}
     for name, slot in plan.ops.items():
         spans, colours = bars.setdefault(row_of[slot.device], ([], []))
@@ -90,7 +107,7 @@ def gantt_image(plan: Plan, graph: Graph | None = None, fmt: str = "png") -> byt
     ax.set_yticks(range(len(rows)), rows)
     ax.set_ylim(len(rows) - 0.5, -0.5)
     ax.set_xlim(0, max(plan.makespan * scale, 1e-9))
-    ax.set_xlabel(f"time ({unit})")
+    (mem_ax or ax).set_xlabel(f"time ({unit})")
     ax.grid(axis="x", alpha=0.3)
     ax.set_title(_title(plan))
     if 0 < len(categories) <= MAX_LEGEND:
@@ -98,10 +115,13 @@ def gantt_image(plan: Plan, graph: Graph | None = None, fmt: str = "png") -> byt
         if links:
             handles.append(Patch(color=TRANSFER_COLOUR, label="transfer"))
         ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize="small")
+    if mem_ax is not None:
+        from pesto_ir.backends.memory_plot import draw_live_bytes
+
+        draw_live_bytes(mem_ax, graph, plan, scale, cluster)
     fig.tight_layout()
     buf = io.BytesIO()
-    metadata = {"svg": {"Date": None}, "pdf": {"CreationDate": None}, "png": {"Software": None}}[fmt]
-    fig.savefig(buf, format=fmt, dpi=120, metadata=metadata)
+    fig.savefig(buf, format=fmt, dpi=120, metadata=image_metadata(fmt))
     return buf.getvalue()
 
 
@@ -113,9 +133,10 @@ def _title(plan: Plan) -> str:
     return text
 
 
-def gantt_for_path(plan: Plan, graph: Graph | None, path: str | Path) -> bytes:
+def gantt_for_path(plan: Plan, graph: Graph | None, path: str | Path, *, memory: bool = False,
+                   cluster: Cluster | None = None) -> bytes:
     """The chart in the format `path`'s extension names (`.png`, `.svg`, `.pdf`)."""
     fmt = Path(path).suffix.lower().lstrip(".")
     if fmt not in FORMATS:
         raise GanttError(f"{path}: a Gantt chart file must end in " + ", ".join(f".{f}" for f in FORMATS))
-    return gantt_image(plan, graph, fmt)
+    return gantt_image(plan, graph, fmt, memory=memory, cluster=cluster)
