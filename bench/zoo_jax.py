@@ -10,11 +10,11 @@ in the README; the frontend lowers mixed-precision (bf16) steps too.
 
 Sizes:
 
-* `full`: realistic for 2-8 H100s (hundreds to a few thousand ops, 20-50 GiB, tens of ms per
-  step on one H100 by the roofline model). Every step still fits ONE 80 GiB H100 under the
-  project's memory accounting (each op holds its results, nothing is freed; `annotate-costs`),
-  so the single-device baseline has a makespan. That accounting is why batches are smaller than
-  a real run's (GPT: 2 sequences of 1024).
+* `full`: realistic for 2-8 H100s (hundreds to a few thousand ops, tens of ms per step on one
+  H100 by the roofline model), at the batches one 80 GiB H100 really holds: the peak by tensor
+  lifetimes (`pesto_ir.memory`) of every step on one device is within 80 GiB (GPT: 16 sequences
+  of 1024, 54 GiB; ResNet-50 and Inception: 256 images), so the single-device baseline has a
+  makespan. `python3 bench/bench_memory.py` prints each peak next to XLA's own figure.
 * `quick`: the same model with tiny dimensions and few layers (100-700 ops), for CI smoke runs:
   lowering and costing take well under a second.
 
@@ -220,7 +220,7 @@ class ResNetConfig:
 
 
 RESNET = {
-    "full": ResNetConfig(((64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2)), 64, 224, 64, 1000),
+    "full": ResNetConfig(((64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2)), 64, 224, 256, 1000),
     "quick": ResNetConfig(((4, 1, 1),), 8, 16, 2, 10),
 }
 
@@ -293,7 +293,7 @@ _V3_GROUPS: tuple[tuple[Widths, ...], ...] = (
 
 INCEPTION = {
     "full": InceptionConfig(((3, 32, 2, False), (3, 32, 1, False), (3, 64, 1, True), (1, 80, 1, False),
-                             (3, 192, 1, True)), _V3_GROUPS, 299, 64, 1000),
+                             (3, 192, 1, True)), _V3_GROUPS, 299, 256, 1000),
     "quick": InceptionConfig(((3, 8, 2, True),), ((), ((4, 4, 8, 2, 4, 4),)), 16, 2, 10),
 }
 
@@ -375,7 +375,7 @@ class GptConfig:
     vocab: int
 
 
-GPT = {"full": GptConfig(12, 1024, 16, 1024, 2, 32768), "quick": GptConfig(1, 32, 4, 16, 2, 64)}
+GPT = {"full": GptConfig(12, 1024, 16, 1024, 16, 32768), "quick": GptConfig(1, 32, 4, 16, 2, 64)}
 
 
 def _gpt_block_spec(d: int) -> dict[str, Any]:

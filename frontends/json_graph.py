@@ -25,6 +25,7 @@ from pesto_ir.attributes import Attr, BoolAttr, BytesAttr, DictAttr, DurationAtt
 from pesto_ir.errors import ParseError, SourceSpan
 from pesto_ir.ir import Graph, Op, Value
 from pesto_ir.loader import read_source_text
+from pesto_ir.memory import output_bytes
 from pesto_ir.types import BlobType
 
 FORMAT = "pesto-graph/1"
@@ -91,7 +92,8 @@ def graph_from_json(data: Any, filename: str = "<json>") -> Graph:
         if src == dst:
             raise _error(filename, f"edges[{i}]: self-loop on node '{src}'")
         nbytes = e.get("bytes", 0)
-        if isinstance(nbytes, bool) or not isinstance(nbytes, (int, float)) or nbytes < 0 or nbytes != int(nbytes):
+        if isinstance(nbytes, bool) or not isinstance(nbytes, (int, float)) or not math.isfinite(nbytes) \
+                or nbytes < 0 or nbytes != int(nbytes):
             raise _error(filename, f"edges[{i}] ({src} -> {dst}): bytes must be a whole non-negative number")
         readers[src].append((dst, int(nbytes)))
         preds[dst].add(src)
@@ -184,8 +186,8 @@ def _topological(order: list[str], preds: dict[str, set[str]], readers: dict[str
 def _memory_fields(op: Op) -> dict[str, int]:
     """The node fields that give `op`'s memory back: `memory` when its output is inside it."""
     memory, activation = op.get("memory"), op.get("activation")
-    if activation is None:
-        return {} if memory is None else {"resident": int(memory)}
+    if activation is None:  # its results are its output: say so, or they would import as inside `memory`
+        return {} if memory is None else {"resident": int(memory), "activation": output_bytes(op)}
     if int(activation) == 0 and memory is not None:
         return {"memory": int(memory)}
     return {"resident": int(memory or 0), "activation": int(activation)}

@@ -29,6 +29,7 @@ from pesto_ir.passes.algo_common import (
     PlaceGraph,
     PlacementError,
     native_stdout_silenced,
+    schedule_within_memory,
     timed_plan,
     topological_orders,
 )
@@ -44,7 +45,11 @@ _EPS = 1e-12
 def m_topo(graph: Graph, cluster: Cluster, options: PlaceOptions) -> Plan:
     """Fill devices in topological order, each up to an even share of the memory (Baechi m-TOPO)."""
     pg = PlaceGraph.build(graph, cluster)
-    mem = Memory(pg)
+    return schedule_within_memory(pg, lambda reserve: _m_topo(pg, reserve))
+
+
+def _m_topo(pg: PlaceGraph, reserve: list[int]) -> Plan:
+    mem = Memory(pg, reserve=reserve)
     weight, share = _topo_shares(pg)
     load = [0.0] * pg.k
     device_of = [-1] * pg.n
@@ -85,13 +90,14 @@ class _ListScheduler:
     `favorite` (op -> child or -1) turns on SCT's device reservations.
     """
 
-    def __init__(self, pg: PlaceGraph, algorithm: str, favorite: list[int] | None = None) -> None:
+    def __init__(self, pg: PlaceGraph, algorithm: str, favorite: list[int] | None = None,
+                 reserve: list[int] | None = None) -> None:
         self.pg = pg
         self.algorithm = algorithm
         self.favorite = favorite
         k, n = pg.k, pg.n
         self.end = [0.0] * n
-        self.mem = Memory(pg, ends=self.end)
+        self.mem = Memory(pg, ends=self.end, reserve=reserve)
         self.fastest = [min(c) for c in pg.cost]
         self.device_free = [0.0] * k
         self.link_free = [[0.0] * k for _ in range(k)]
@@ -182,19 +188,14 @@ class _ListScheduler:
             if self.mem.may_run(v, d):
                 heapq.heappush(self.heap, (self.key(v, d), v, d))
 
-    def alloc_time(self, v: int, d: int) -> float:
-        """The earliest v's output or the copies of its inputs can appear on d."""
-        at = min((self.end[p] for p, _ in self.pg.preds[v] if self.device_of[p] != d), default=self.device_free[d])
-        return min(at, self.device_free[d])
-
     def fits(self, v: int, d: int) -> bool:
-        """Whether v's output and copies fit on d beside what is alive from when they can appear."""
-        return self.mem.fits(v, d, self.alloc_time(v, d))
+        """Whether v's output and copies fit on d beside what is alive when it can start."""
+        return self.mem.fits(v, d, self.device_free[d])
 
     def commit(self, v: int, d: int) -> None:
         pg = self.pg
         start = max(self.device_free[d], self.data_ready(v, d, commit=True))
-        at = self.alloc_time(v, d)
+        at = self.device_free[d]
         self.device_of[v] = d
         self.end[v] = start + pg.cost[v][d]
         self.device_free[d] = self.end[v]
@@ -257,14 +258,15 @@ class _ListScheduler:
 
 def m_etf(graph: Graph, cluster: Cluster, options: PlaceOptions) -> Plan:
     """Earliest start time first with memory checks (Baechi m-ETF)."""
-    return _ListScheduler(PlaceGraph.build(graph, cluster), "m-etf").run()
+    pg = PlaceGraph.build(graph, cluster)
+    return schedule_within_memory(pg, lambda reserve: _ListScheduler(pg, "m-etf", reserve=reserve).run())
 
 
 def m_sct(graph: Graph, cluster: Cluster, options: PlaceOptions) -> Plan:
     """m-ETF with SCT's favourite children from the LP relaxation (Baechi m-SCT)."""
     pg = PlaceGraph.build(graph, cluster)
     favorite, how = favorite_children(pg, options)
-    plan = _ListScheduler(pg, "m-sct", favorite).run()
+    plan = schedule_within_memory(pg, lambda reserve: _ListScheduler(pg, "m-sct", favorite, reserve).run())
     plan.notes.append(f"favourite children: {sum(f >= 0 for f in favorite)} ({how})")
     return plan
 

@@ -139,14 +139,17 @@ class Memory:
 
     Placers that walk ops without times free at the last reader's commit. List schedulers pass the
     ops' end times (`ends`): a tensor is then freed at its last reader's end, and a check at time
-    `at` (the earliest the op's output or copies can appear) still counts what is freed after it,
-    since a copy can arrive while earlier ops run. Either way this is an estimate of the exact peak
-    (`pesto_ir.memory`), which `timed_plan` and `check_plan` check.
+    `at` (when the op can start) still counts what is freed after it. Either way this is an estimate
+    of the exact peak (`pesto_ir.memory`): a copy can arrive while earlier ops still hold theirs.
+    `reserve` holds bytes back per device (`schedule_within_memory` sets it from a timed overshoot);
+    `timed_plan` and `check_plan` check the exact peak.
     """
 
-    def __init__(self, pg: PlaceGraph, ends: list[float] | None = None) -> None:
+    def __init__(self, pg: PlaceGraph, ends: list[float] | None = None,
+                 reserve: Sequence[int] | None = None) -> None:
         self.pg = pg
         self.ends = ends
+        self.capacity = [c - (reserve[d] if reserve else 0) for d, c in enumerate(pg.capacity)]
         self.resident = [0] * pg.k  # held the whole step: it adds to every moment, past ones too
         self.used = [0] * pg.k  # outputs and copies alive now
         self.peak = [0] * pg.k  # the most outputs and copies held at once so far
@@ -175,7 +178,7 @@ class Memory:
         return self.used[device] + sum(b for t, b in self.pending[device] if t > at)
 
     def free_bytes(self, device: int) -> int:
-        return int(self.pg.capacity[device] - self.resident[device] - max(self.peak[device], self.used[device]))
+        return int(self.capacity[device] - self.resident[device] - max(self.peak[device], self.used[device]))
 
     def may_run(self, v: int, device: int) -> bool:
         """Whether colocation lets op v run on `device`."""
@@ -187,7 +190,7 @@ class Memory:
             return False
         resident, transient = self.need(v, device)
         busiest = max(self.peak[device], self.held(device, at) + transient)
-        return self.resident[device] + resident + busiest <= self.pg.capacity[device]
+        return self.resident[device] + resident + busiest <= self.capacity[device]
 
     def place(self, v: int, device: int, free_from: list[float] | None = None, at: float | None = None) -> bool:
         """Commit op v on `device` (its end already in `ends`, when given); True when this freed
@@ -266,15 +269,44 @@ def simulated_plan(pg: PlaceGraph, device_of: Sequence[int], order: Sequence[Seq
     return simulate(pg.graph, pg.cluster, placement, per_device, algorithm=algorithm)
 
 
+class MemoryOvershoot(PlacementError):
+    """A schedule's exact peak exceeds some device's capacity; `over[d]`: by how many bytes."""
+
+    def __init__(self, message: str, over: list[int]) -> None:
+        super().__init__(message)
+        self.over = over
+
+
 def timed_plan(pg: PlaceGraph, device_of: Sequence[int], order: Sequence[Sequence[int]], algorithm: str) -> Plan:
     """`simulated_plan`, or an error naming the device, its peak, the moment and what is alive then
     when the plan does not fit."""
     plan = simulated_plan(pg, device_of, order, algorithm)
     peaks = peak_memory(pg.graph, plan)
-    over = [peaks[d.name].describe(d.memory) for d in pg.cluster.devices if peaks[d.name].nbytes > d.memory]
-    if over:
-        raise PlacementError(f"{algorithm}: its plan does not fit in memory once timed:\n  " + "\n  ".join(over))
+    devices = pg.cluster.devices
+    over = [max(0, math.ceil(peaks[d.name].nbytes - d.memory)) for d in devices]
+    if any(over):
+        described = [peaks[d.name].describe(d.memory) for d, o in zip(devices, over) if o]
+        raise MemoryOvershoot(f"{algorithm}: its plan does not fit in memory once timed:\n  " + "\n  ".join(described),
+                              over)
     return plan
+
+
+MEMORY_RETRIES = 3  # schedules rebuilt with the overshoot held back, before giving up
+
+
+def schedule_within_memory(pg: PlaceGraph, schedule: Callable[[list[int]], Plan]) -> Plan:
+    """`schedule(reserve)` with no bytes held back, then, while its exact peak overshoots, again with
+    twice the overshoot and 1/256 of the capacity more held back on those devices: the estimate
+    that the placers keep is corrected by the exact peak."""
+    reserve = [0] * pg.k
+    for attempt in range(MEMORY_RETRIES + 1):
+        try:
+            return schedule(reserve)
+        except MemoryOvershoot as e:
+            if attempt == MEMORY_RETRIES:
+                raise
+            reserve = [r + 2 * o + (int(c) // 256 if o else 0) for r, o, c in zip(reserve, e.over, pg.capacity)]
+    raise AssertionError("unreachable")
 
 
 def topological_orders(pg: PlaceGraph, device_of: Sequence[int]) -> list[list[int]]:
@@ -332,7 +364,11 @@ def unplaceable_reason(graph: Graph, cluster: Cluster) -> str | None:
     if problems:
         return "no placement fits in memory: " + "; ".join(problems)
     if len(cluster) == 1:
-        return f"the graph does not fit on {cluster.names[0]}"
+        device = cluster.devices[0]
+        everything = {op.name: device.name for op in graph.ops}
+        plan = simulate(graph, cluster, everything, {device.name: [op.name for op in graph.ops]})
+        return "the graph does not fit on its one device in topological order: " + \
+            peak_memory(graph, plan)[device.name].describe(device.memory)
     return None
 
 

@@ -24,6 +24,7 @@ from pesto_ir.passes.algo_common import (
     Memory,
     PlaceGraph,
     PlacementError,
+    schedule_within_memory,
     simulated_plan,
     timed_plan,
     topological_orders,
@@ -49,7 +50,11 @@ def place_single(graph: Graph, cluster: Cluster, options: PlaceOptions) -> Plan:
 def place_expert(graph: Graph, cluster: Cluster, options: PlaceOptions) -> Plan:
     """Contiguous stages of the topological order, balanced by work, one per device."""
     pg = PlaceGraph.build(graph, cluster)
-    mem = Memory(pg)
+    return schedule_within_memory(pg, lambda reserve: _expert(pg, reserve))
+
+
+def _expert(pg: PlaceGraph, reserve: list[int]) -> Plan:
+    mem = Memory(pg, reserve=reserve)
     mean = [sum(c) / pg.k for c in pg.cost]
     speed = _speeds(pg, mean)
     remaining = sum(mean)  # work of the ops not yet walked past, in average-device seconds
@@ -87,8 +92,11 @@ def _speeds(pg: PlaceGraph, mean: list[float]) -> list[float]:
 def place_random(graph: Graph, cluster: Cluster, options: PlaceOptions) -> Plan:
     """Each colocation unit on a seeded random device its first op fits on, in topological order."""
     pg = PlaceGraph.build(graph, cluster)
-    mem = Memory(pg)
-    rng = random.Random(options.seed)
+    return schedule_within_memory(pg, lambda reserve: _random(pg, reserve, random.Random(options.seed)))
+
+
+def _random(pg: PlaceGraph, reserve: list[int], rng: random.Random) -> Plan:
+    mem = Memory(pg, reserve=reserve)
     device_of = [-1] * pg.n
     for i in range(pg.n):
         target = mem.unit_device[pg.unit[i]]

@@ -5,7 +5,8 @@ read them only through the functions here, so there is one meaning of `cost`:
 
 - `cost`: a duration (the same on every device) or a dict keyed by device name or device kind
   (`{h100 = 1ms, cpu = 20ms}`); a plain number is seconds. Missing means 0.
-- `memory`: bytes the op holds on its device (parameters resident, activations). Missing means 0.
+- `memory`: bytes the op holds on its device for the whole step (resident). Missing means 0.
+  Outputs, copies and scratch have lifetimes: `pesto_ir.memory` counts them.
 - bytes sent for a value: its type's size (`blob[N]` for cost-only graphs).
 """
 

@@ -22,7 +22,7 @@ from pesto_ir.passes.expand import expand_plan
 from pesto_ir.passes.place import ALGORITHMS, DEFAULT_ALGO, place_graph
 from pesto_ir.passmanager import PassContext, PassManager
 from pesto_ir.placement import PlaceOptions
-from pesto_ir.plan import read_plan_attrs
+from pesto_ir.plan import Plan, read_plan_attrs
 from pesto_ir.validate import check_plan
 
 HEURISTICS = ["expert", "m-etf", "m-sct", "m-topo", "random", "single"]  # the exact solvers have their own tests
@@ -217,6 +217,18 @@ def test_msr_pipeline_end_to_end(name: str) -> None:
     assert len({op.get("group") for op in g.ops}) == 100  # these graphs coarsen exactly to the target
 
 
+def _plans_that_fit(graph: Graph, cluster: Cluster, algos: tuple[str, ...]) -> list[Plan]:
+    """The plans of the heuristics that find one (a greedy can run out of memory where others fit)."""
+    plans = []
+    for a in algos:
+        try:
+            plans.append(ALGORITHMS[a](graph, cluster, QUIET))
+        except PestoError:
+            continue
+    assert plans
+    return plans
+
+
 def test_an_exact_engine_on_a_coarse_graph_never_loses_to_a_heuristic_on_the_fine_graph() -> None:
     """ResNet-50 training at 4 devices: coarsening to 200 groups loses parallelism m-ETF keeps on the
     fine graph, so `place` keeps m-ETF's fine plan, labelled ilp, and says so."""
@@ -224,7 +236,7 @@ def test_an_exact_engine_on_a_coarse_graph_never_loses_to_a_heuristic_on_the_fin
         pytest.skip("the MSR graphs are not beside this checkout")
     graph = graph_from_json(_msr_doc("resnet50_training_layer.json"))
     cluster = msr_cluster(4)
-    fine_best = min(ALGORITHMS[a](graph, cluster, QUIET).makespan for a in ("m-etf", "m-sct", "m-topo", "expert"))
+    fine_best = min(plan.makespan for plan in _plans_that_fit(graph, cluster, ("m-etf", "m-sct", "m-topo", "expert")))
     for op, g in zip(graph.ops, coarsen_groups(graph, 200, cluster)):
         op.set("group", g)
     plan = place_graph(graph, cluster, "ilp", PlaceOptions(time_limit=2, quiet=True))
