@@ -11,7 +11,6 @@ simulator times the placement and per-device order, and `check_plan` re-checks t
 from __future__ import annotations
 
 import contextlib
-import heapq
 import math
 import os
 import sys
@@ -159,7 +158,6 @@ class Memory:
         self.copies: list[dict[int, int]] = [{} for _ in range(pg.n)]  # producer -> device -> bytes
         self.readers_left = [len(s) for s in pg.succs]
         self.pending: list[list[tuple[float, int]]] = [[] for _ in range(pg.k)]  # (freed at, bytes)
-        self.open: list[tuple[float, int]] = []  # (end, op) of committed ops with readers left
 
     def need(self, v: int, device: int) -> tuple[int, int]:
         """Bytes committing op v on `device` would add there: held the whole step, and while it
@@ -210,8 +208,6 @@ class Memory:
         self.device_of[v] = device
         if self.readers_left[v] > 0 or pg.keep[v]:
             self.used[device] += pg.out[v]
-            if self.ends is not None:
-                heapq.heappush(self.open, (self.ends[v], v))
         freed = False
         for p, _ in pg.preds[v]:
             self.readers_left[p] -= 1
@@ -231,15 +227,10 @@ class Memory:
             self.pending[device].append((at, nbytes))
 
     def _settle(self, free_from: list[float]) -> None:
-        """Forget the frees no later allocation can overlap: those before the device can next run
-        an op and before the end of every op whose output may still be copied somewhere."""
-        while self.open and self.readers_left[self.open[0][1]] == 0:
-            heapq.heappop(self.open)
-        copied_from = self.open[0][0] if self.open else math.inf
+        """Forget the frees before each device can next run an op: no later check looks before."""
         for d, frees in enumerate(self.pending):
             if frees:
-                horizon = min(free_from[d], copied_from)
-                self.pending[d] = [(t, b) for t, b in frees if t > horizon]
+                self.pending[d] = [(t, b) for t, b in frees if t > free_from[d]]
 
     def roomiest(self, v: int) -> int:
         """The device with the most memory left that fits op v, or -1."""
