@@ -61,7 +61,8 @@ def _m_topo(pg: PlaceGraph, reserve: list[int]) -> Plan:
             while d < pg.k - 1 and (not mem.fits(i, d) or (load[d] > 0 and load[d] + weight[u] > share[d])):
                 d += 1
             target = d if mem.fits(i, d) else mem.roomiest(i)
-            load[max(target, 0)] += weight[u]
+            if target >= 0:
+                load[target] += weight[u]
         if target < 0 or not mem.fits(i, target):
             raise mem.no_room(i, "m-topo")
         mem.place(i, target)

@@ -65,8 +65,8 @@ class PlaceGraph:
         mem = [footprint[op.name] for op in graph.ops]
         resident = [op_memory(op) for op in graph.ops]
         input_index = {id(v): x for x, v in enumerate(graph.inputs)}
-        inputs = [[(input_index[id(v)], v.type.nbytes) for v in dict.fromkeys(op.operands) if v.is_input
-                   and id(v) in input_index] for op in graph.ops]
+        inputs = [[(input_index[id(v)], v.type.nbytes) for v in dict.fromkeys(op.operands) if id(v) in input_index]
+                  for op in graph.ops]
         outputs = {id(v) for v in graph.outputs}
         keep = [any(id(r) in outputs for r in op.results) for op in graph.ops]
         reads: list[dict[int, int]] = [{} for _ in graph.ops]
@@ -190,9 +190,9 @@ class Memory:
         busiest = max(self.peak[device], self.held(device, at) + transient)
         return self.resident[device] + resident + busiest <= self.capacity[device]
 
-    def place(self, v: int, device: int, free_from: list[float] | None = None, at: float | None = None) -> bool:
-        """Commit op v on `device` (its end already in `ends`, when given); True when this freed
-        bytes. `free_from[d]`: when device d can next run an op; `at`: as for `fits`."""
+    def place(self, v: int, device: int, free_from: list[float] | None = None, at: float | None = None) -> None:
+        """Commit op v on `device` (its end already in `ends`, when given). `free_from[d]`: when
+        device d can next run an op; `at`: as for `fits`."""
         pg = self.pg
         u = pg.unit[v]
         resident, transient = self.need(v, device)
@@ -208,17 +208,14 @@ class Memory:
         self.device_of[v] = device
         if self.readers_left[v] > 0 or pg.keep[v]:
             self.used[device] += pg.out[v]
-        freed = False
         for p, _ in pg.preds[v]:
             self.readers_left[p] -= 1
             if self.readers_left[p] == 0 and not pg.keep[p]:
                 self._free(p, self.device_of[p], pg.out[p])
                 for d, nbytes in self.copies[p].items():
                     self._free(p, d, nbytes)
-                freed = True
         if self.ends is not None and free_from is not None:
             self._settle(free_from)
-        return freed
 
     def _free(self, p: int, device: int, nbytes: int) -> None:
         self.used[device] -= nbytes

@@ -26,8 +26,8 @@ from pesto_ir.types import TensorType
 
 # Attributes that passes add to ops; they are not primitive parameters and are never bound.
 ANNOTATION_KEYS: frozenset[str] = frozenset({
-    "scope", "cost", "memory", "bytes", "bytes_accessed", "flops", "trip_count", "label", "body_cost",
-    "device", "start", "end", "group", "colocate", "backward", "stage", "priority",
+    "scope", "cost", "memory", "activation", "workspace", "bytes", "bytes_accessed", "flops", "trip_count",
+    "label", "body_cost", "device", "start", "end", "group", "colocate", "backward", "stage", "priority",
 })
 
 EvalRule = Callable[["Interpreter", Op, list[Any]], list[Any]]

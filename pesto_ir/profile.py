@@ -27,7 +27,8 @@ from pesto_ir.printer import print_attr_dict
 from pesto_ir.types import TensorType
 
 # Attributes cost passes write that are not primitive parameters (besides the interpreter's own list).
-COST_KEYS: frozenset[str] = frozenset({"cost", "memory", "flops", "bytes_accessed", "trip_count", "label"})
+COST_KEYS: frozenset[str] = frozenset({"cost", "memory", "activation", "workspace", "flops", "bytes_accessed",
+                                       "trip_count", "label"})
 PROGRESS_EVERY_S = 2.0
 
 

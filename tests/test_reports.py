@@ -105,6 +105,14 @@ def test_plan_json_is_pesto_plan_1() -> None:
     assert {o["id"] for o in data["ops"]} == {"a", "b", "c", "d"}
     assert data["makespan"] == pytest.approx(plan.makespan)
     assert Plan.from_json(data).ops == plan.ops
+    assert data["peak_memory"] == {"gpu0": 110 + 1_000_000 + 8, "gpu1": 20 + 1_000_000 + 8 + 8}
+    assert Plan.from_json(data).peak_memory == data["peak_memory"]
+
+
+def test_peak_memory_survives_the_text_round_trip() -> None:
+    g, plan = simulated()
+    back = read_plan_attrs(pesto_ir.parse(str(g)))
+    assert back is not None and back.peak_memory == plan.peak_memory == peak_memory(g, plan)
 
 
 def test_chrome_trace_rows_and_events() -> None:
