@@ -286,6 +286,21 @@ def format_duration(seconds: float) -> str:
     return _float_str(seconds) + "s"
 
 
+def parse_size(text: str) -> int:
+    """A whole, positive number of bytes written `17179869184`, `80e9` or `16GiB` (units of
+    `BYTE_UNITS`, a space allowed before the unit); ValueError saying why otherwise."""
+    body = text.strip()
+    unit = next((u for u in sorted(BYTE_UNITS, key=len, reverse=True) if body.endswith(u)), "B")
+    number = body[:-len(unit)].strip() if body.endswith(unit) else body
+    try:
+        value = float(number) * BYTE_UNITS[unit]
+    except ValueError:
+        raise ValueError(f"'{text}' is not a size (write bytes, e.g. 17179869184, 80e9 or 16GiB)") from None
+    if not math.isfinite(value) or value <= 0 or value != int(value):
+        raise ValueError(f"'{text}' is not a positive whole number of bytes")
+    return int(value)
+
+
 def format_bytes(n: int) -> str:
     for unit in ("TiB", "GiB", "MiB", "KiB"):
         size = BYTE_UNITS[unit]

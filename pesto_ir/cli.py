@@ -13,6 +13,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
+from pesto_ir.attributes import parse_size
 from pesto_ir.cluster import KINDS, Cluster, ClusterError
 from pesto_ir.errors import PestoError
 from pesto_ir.ir import Graph
@@ -34,6 +35,23 @@ def _emit_python(graph: Graph) -> str:
 EMITTERS: dict[str, Callable[[Graph], str]] = {"pir": str, "python": _emit_python}
 
 
+def _size(text: str) -> int:
+    try:
+        return parse_size(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _positive_int(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a positive whole number")
+    return n
+
+
 def build_arg_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog="pesto-compile",
@@ -47,11 +65,12 @@ def build_arg_parser() -> argparse.ArgumentParser:
                     help="what -o writes: the IR as .pir text, or a standalone Python/JAX module of the placed graph")
     target = ap.add_argument_group("target cluster")
     target.add_argument("--cluster", metavar="FILE", help="a pesto-cluster/1 JSON file")
-    target.add_argument("--devices", type=int, metavar="N",
+    target.add_argument("--devices", type=_positive_int, metavar="N",
                         help=f"N identical devices (default: the graph's suggested cluster, else {DEFAULT_DEVICES})")
     target.add_argument("--device-kind", default=None, metavar="K", choices=sorted(KINDS),
                         help=f"built-in device kind for --devices (default: {DEFAULT_KIND})")
-    target.add_argument("--memory", type=float, metavar="BYTES", help="memory of each device, overriding the kind's")
+    target.add_argument("--memory", type=_size, metavar="BYTES",
+                        help="memory of each device, overriding the kind's: bytes, e.g. 17179869184, 80e9 or 16GiB")
     place = ap.add_argument_group("placement")
     place.add_argument("--algo", metavar="NAME", help="placement algorithm for the place pass (e.g. ilp, m-etf)")
     place.add_argument("--time-limit", type=float, metavar="S", help="time limit of exact solvers, in seconds")
@@ -114,11 +133,11 @@ def make_cluster(args: argparse.Namespace, graph: Graph) -> Cluster:
         if args.devices or args.device_kind:
             raise ClusterError("give either --cluster or --devices/--device-kind, not both")
         cluster = Cluster.load(args.cluster)
-        return cluster.with_memory(args.memory) if args.memory else cluster
+        return cluster.with_memory(args.memory) if args.memory is not None else cluster
     suggested = graph.attrs.get("suggested_cluster")
     hint = suggested.value if suggested is not None else {}
     n = args.devices or int(hint.get("devices", DEFAULT_DEVICES))
-    memory = args.memory or hint.get("memory")
+    memory = args.memory if args.memory is not None else hint.get("memory")
     return Cluster.homogeneous(n, args.device_kind or DEFAULT_KIND, memory=memory)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -104,3 +105,28 @@ def test_reports_without_a_place_pass_are_a_clear_error(tmp_path: Path, capsys: 
 def test_algo_without_place_pass_is_an_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert main([str(EXAMPLE), "-p", "verify", "--algo", "m-etf"]) == 1
     assert "--algo need a place pass" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("text, nbytes", [("16GiB", 16 * 2**30), ("80e9", 80 * 10**9), ("3 MiB", 3 * 2**20),
+                                          ("17179869184", 17179869184)])
+def test_memory_flag_takes_bytes_or_sizes(tmp_path: Path, text: str, nbytes: int) -> None:
+    plan = tmp_path / "plan.json"
+    assert main([str(EXAMPLE), "--devices", "1", "--memory", text, "-p", "annotate-costs,simulate",
+                 "--plan-json", str(plan), "-q"]) == 0
+    assert 0 < json.loads(plan.read_text())["peak_memory"]["gpu0"] < nbytes
+
+
+@pytest.mark.parametrize("flag, value", [("--memory", "0"), ("--memory", "-5"), ("--memory", "nan"),
+                                         ("--memory", "inf"), ("--memory", "1.5"), ("--memory", "lots"),
+                                         ("--devices", "0"), ("--devices", "-1")])
+def test_memory_and_devices_refuse_what_is_not_a_positive_amount(flag: str, value: str,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as e:
+        main([str(EXAMPLE), flag, value, "-q"])
+    assert e.value.code == 2 and f"argument {flag}" in capsys.readouterr().err
+
+
+def test_a_step_that_does_not_fit_names_the_device_peak_moment_and_tensors(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([str(EXAMPLE), "--devices", "1", "--memory", "2MB", "-p", "annotate-costs,simulate", "-q"]) == 1
+    err = capsys.readouterr().err
+    assert "out of memory: gpu0 peaks at" in err and "bytes more than its" in err and "alive then: " in err
