@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import math
 import time
 from dataclasses import dataclass
 
@@ -110,6 +111,14 @@ class PlacePass(Pass):
     time_limit: float = 30.0
     seed: int | None = None  # None: the pipeline's seed
     solver: str = "cbc"
+
+    def __post_init__(self) -> None:
+        _algorithm(self.algo)
+        t = self.time_limit
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t <= 0:
+            raise PlaceError(f"time-limit must be a positive, finite number of seconds, not {t!r}")
+        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)):
+            raise PlaceError(f"seed must be a whole number, not {self.seed!r}")
 
     def run(self, graph: Graph, ctx: PassContext) -> None:
         cluster = require_cluster(ctx, self.name)

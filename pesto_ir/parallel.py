@@ -23,6 +23,7 @@ Defaults, and why:
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -201,8 +202,22 @@ def _check_options(o: ParallelizeOptions) -> None:
         raise PestoError(f"unknown placement algorithm '{o.algo}' (known: {', '.join(sorted(ALGORITHMS))})")
     if o.cost_model not in MODELS:
         raise PestoError(f"unknown cost model '{o.cost_model}' (known: {', '.join(MODELS)})")
-    if o.time_limit <= 0:
-        raise PestoError(f"time_limit must be positive, got {o.time_limit}")
+    if isinstance(o.time_limit, bool) or not isinstance(o.time_limit, (int, float)) \
+            or not math.isfinite(o.time_limit) or o.time_limit <= 0:
+        raise PestoError(f"time_limit must be a positive, finite number of seconds, got {o.time_limit!r}")
+    if isinstance(o.seed, bool) or not isinstance(o.seed, int):
+        raise PestoError(f"seed must be a whole number, got {o.seed!r}")
+    for name, nums in (("param_argnums", o.param_argnums), ("donate_argnums", o.donate_argnums)):
+        if any(isinstance(i, bool) or not isinstance(i, int) or i < 0 for i in nums):
+            raise PestoError(f"{name} must be argument positions (whole numbers from 0), got {nums!r}")
+    devices = o.devices
+    if devices is not None and (isinstance(devices, (str, bytes)) or not isinstance(devices, (Sequence, Mapping))):
+        raise PestoError(f"devices must be a list of JAX devices (e.g. jax.devices()[:4]) or a dict from names to "
+                         f"JAX devices, got {devices!r}")
+    values = list(devices.values()) if isinstance(devices, Mapping) else list(devices or ())
+    wrong = [d for d in values if not hasattr(d, "platform") or not hasattr(d, "id")]
+    if wrong:
+        raise PestoError(f"devices must be JAX devices (e.g. jax.devices()[:4]), got {wrong[0]!r}")
 
 
 def _devices_and_cluster(o: ParallelizeOptions) -> tuple[Sequence[Any] | Mapping[str, Any], Cluster]:

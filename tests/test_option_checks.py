@@ -1,0 +1,52 @@
+"""`parallelize` and the `place` pass refuse options that are not what they need, by name, before any work."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+import pesto_ir
+from pesto_ir import PestoError
+
+
+def _f(x: jax.Array) -> jax.Array:
+    return jnp.sin(x) * 2
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"devices": ["gpu0"]}, "devices must be JAX devices"),
+    ({"devices": 4}, "devices must be a list of JAX devices"),
+    ({"devices": "cpu"}, "devices must be a list of JAX devices"),
+    ({"time_limit": float("nan")}, "time_limit must be a positive, finite number"),
+    ({"time_limit": -1}, "time_limit must be a positive, finite number"),
+    ({"time_limit": "10"}, "time_limit must be a positive, finite number"),
+    ({"seed": 1.5}, "seed must be a whole number"),
+    ({"param_argnums": (-1,)}, "param_argnums must be argument positions"),
+    ({"donate_argnums": ("x",)}, "donate_argnums must be argument positions"),
+    ({"algo": "turbo"}, "unknown placement algorithm 'turbo'"),
+])
+def test_bad_arguments_are_refused_by_name(kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises(PestoError, match=message):
+        pesto_ir.parallelize(_f, **kwargs)
+
+
+def test_good_arguments_still_run() -> None:
+    step = pesto_ir.parallelize(_f, devices=jax.devices()[:2], algo="m-etf", time_limit=1)
+    x = jnp.arange(4.0)
+    assert jnp.allclose(step(x), jax.jit(_f)(x))
+
+
+@pytest.mark.parametrize("pipeline, message", [
+    ("place{time-limit=nan}", "time-limit must be a positive, finite number"),
+    ("place{time-limit=-1}", "time-limit must be a positive, finite number"),
+    ("place{time-limit=inf}", "time-limit must be a positive, finite number"),
+    ("place{algo=turbo}", "unknown placement algorithm 'turbo'"),
+])
+def test_place_options_are_checked_when_the_pipeline_is_built(pipeline: str, message: str) -> None:
+    from pesto_ir.passmanager import Pipeline
+
+    with pytest.raises(PestoError, match=message):
+        Pipeline.parse(pipeline)
