@@ -5,6 +5,8 @@ The public surface: the IR (`Graph`, `Op`, `Value`, types, attributes), `parse`/
 jit-like wrapper that runs a JAX function across devices as planned).
 """
 
+from importlib import metadata as _metadata
+
 from pesto_ir.attributes import (
     Attr,
     BoolAttr,
@@ -29,6 +31,11 @@ from pesto_ir.parallel import parallelize
 from pesto_ir.printer import print_graph
 from pesto_ir.types import BlobType, TensorType, Type
 from pesto_ir.verifier import verify
+
+try:
+    __version__ = _metadata.version("pesto-ir")
+except _metadata.PackageNotFoundError:  # run from a source tree that was never installed
+    __version__ = "0+unknown"
 
 __all__ = [
     "Attr", "BoolAttr", "BytesAttr", "DeviceAttr", "DictAttr", "DtypeAttr", "DurationAttr", "FloatAttr",

@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import os
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
+from pesto_ir import __version__
 from pesto_ir.attributes import parse_size
 from pesto_ir.cluster import KINDS, Cluster, ClusterError
 from pesto_ir.errors import PestoError
@@ -52,11 +55,25 @@ def _positive_int(text: str) -> int:
     return n
 
 
+def _positive_seconds(text: str) -> float:
+    """A time limit: NaN, infinity, zero or less would make a solver hang or give up at once."""
+    try:
+        t = float(text)
+    except ValueError:
+        t = math.nan
+    if not (math.isfinite(t) and t > 0):
+        raise argparse.ArgumentTypeError(f"'{text}' is not a positive, finite number of seconds")
+    return t
+
+
 def build_arg_parser() -> argparse.ArgumentParser:
+    from pesto_ir.passes.place import ALGORITHMS, DEFAULT_ALGO, PlacePass  # lazily: only for --help's text
+
     ap = argparse.ArgumentParser(
         prog="pesto-compile",
         description="Place and schedule a DNN graph across devices (Pesto IR).",
     )
+    ap.add_argument("--version", action="version", version=f"pesto-compile {__version__}")
     ap.add_argument("model", help="a .pir model or a pesto-graph/1 .json cost graph")
     ap.add_argument("-p", "--pipeline", default=DEFAULT_PIPELINE,
                     help=f"pass pipeline (default: {DEFAULT_PIPELINE})")
@@ -72,8 +89,11 @@ def build_arg_parser() -> argparse.ArgumentParser:
     target.add_argument("--memory", type=_size, metavar="BYTES",
                         help="memory of each device, overriding the kind's: bytes, e.g. 17179869184, 80e9 or 16GiB")
     place = ap.add_argument_group("placement")
-    place.add_argument("--algo", metavar="NAME", help="placement algorithm for the place pass (e.g. ilp, m-etf)")
-    place.add_argument("--time-limit", type=float, metavar="S", help="time limit of exact solvers, in seconds")
+    place.add_argument("--algo", metavar="NAME",
+                       help=f"placement algorithm for the place pass: {', '.join(sorted(ALGORITHMS))} "
+                            f"(default: {DEFAULT_ALGO})")
+    place.add_argument("--time-limit", type=_positive_seconds, metavar="S",
+                       help=f"time limit of exact solvers, in seconds (default: {PlacePass.time_limit:g})")
     place.add_argument("--seed", type=int, default=0, help="seed for every random choice (default 0)")
     out = ap.add_argument_group("reports")
     out.add_argument("--plan-json", metavar="FILE", help="write the plan as pesto-plan/1 JSON")
@@ -94,6 +114,7 @@ def run(argv: Sequence[str] | None = None) -> int:
     args = build_arg_parser().parse_args(argv)
     if args.gantt_memory and not args.gantt:
         raise PestoError("--gantt-memory adds a lane to the Gantt chart: give --gantt FILE too")
+    check_output_paths(args)
     pipeline = with_place_options(Pipeline.parse(args.pipeline, source="<pipeline>"), args)
     graph = load(args.model)
     verify(graph, context=f"{args.model}: the input is not valid IR")
@@ -104,6 +125,34 @@ def run(argv: Sequence[str] | None = None) -> int:
     graph = manager.run(graph, ctx)
     write_outputs(graph, args, ctx.cluster)
     return 0
+
+
+OUTPUT_FLAGS = ("output", "plan_json", "trace", "gantt", "memory_plot")
+
+
+def check_output_paths(args: argparse.Namespace) -> None:
+    """Refuse, before any work, outputs that would overwrite an input or each other, or that
+    could only fail at the end of a long run because their folder is missing."""
+    inputs = {Path(p).resolve(): p for p in (args.model, args.cluster) if p}
+    seen: dict[Path | str, str] = {}
+    for flag in OUTPUT_FLAGS:
+        path = getattr(args, flag)
+        if not path:
+            continue
+        option = "-o" if flag == "output" else "--" + flag.replace("_", "-")
+        key: Path | str = "-" if path == "-" else Path(path).resolve()
+        if key in seen:
+            where = "stdout" if key == "-" else f"'{path}'"
+            raise PestoError(f"{seen[key]} and {option} both write to {where}: give each output its own path")
+        seen[key] = option
+        if key == "-":
+            continue
+        if key in inputs:
+            raise PestoError(f"{option} '{path}' would overwrite the input '{inputs[key]}'")
+        if key.is_dir():
+            raise PestoError(f"{option} '{path}' is a folder, not a file")
+        if not key.parent.is_dir():
+            raise PestoError(f"{option} '{path}': folder '{key.parent}' does not exist")
 
 
 def with_place_options(pipeline: Pipeline, args: argparse.Namespace) -> Pipeline:
@@ -119,7 +168,7 @@ def with_place_options(pipeline: Pipeline, args: argparse.Namespace) -> Pipeline
         if p.name == "place":
             try:
                 p = dataclasses.replace(p, **changes)
-            except (TypeError, ValueError) as e:
+            except (TypeError, ValueError, PestoError) as e:
                 raise PestoError(f"bad placement option: {e}") from None
             keys = tuple(dict.fromkeys(keys + tuple(k.replace("_", "-") for k in changes)))
         passes.append(p)

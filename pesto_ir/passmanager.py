@@ -9,6 +9,7 @@ after each, times each, and reports a failure as "error in pass X (after a, b)".
 from __future__ import annotations
 
 import dataclasses
+import math
 import sys
 import time
 import types
@@ -147,8 +148,9 @@ class _PipelineParser:
         passes: list[Pass] = []
         explicit: list[tuple[str, ...]] = []
         self.skip_ws()
-        if self.i == len(self.text):
-            return Pipeline([], [])
+        if self.i == len(self.text):  # most likely an unset shell variable: running nothing would hide it
+            raise self.error("the pipeline is empty", self.i,
+                             hint="give at least one pass: " + ", ".join(sorted(registry)))
         while True:
             name, at = self.word("a pass name")
             cls = registry.get(name)
@@ -157,14 +159,19 @@ class _PipelineParser:
                                  hint="known passes: " + ", ".join(sorted(registry)))
             kwargs: dict[str, Any] = {}
             keys: list[str] = []
+            nonfinite: list[tuple[str, str, int]] = []
             self.skip_ws()
             if self.i < len(self.text) and self.text[self.i] == "{":
                 self.i += 1
-                kwargs, keys = self.options(cls)
+                kwargs, keys, nonfinite = self.options(cls)
             try:
                 passes.append(cls(**kwargs))
-            except (TypeError, ValueError) as e:
+            except (TypeError, ValueError, PestoError) as e:
                 raise self.error(f"bad options for pass '{name}': {e}", at, len(name)) from None
+            if nonfinite:  # the pass's own check spoke first; this catches passes without one
+                key, raw, vat = nonfinite[0]
+                raise self.error(f"pass '{name}': bad value for option '{key}': expected a finite number, got '{raw}'",
+                                 vat, len(raw))
             explicit.append(tuple(keys))
             self.skip_ws()
             if self.i == len(self.text):
@@ -173,21 +180,26 @@ class _PipelineParser:
                 raise self.error(f"expected ',' between passes, found {self.text[self.i]!r}", self.i)
             self.i += 1
 
-    def options(self, cls: type[Pass]) -> tuple[dict[str, Any], list[str]]:
+    def options(self, cls: type[Pass]) -> tuple[dict[str, Any], list[str], list[tuple[str, str, int]]]:
+        """The options up to '}', their keys, and (key, text, column) of each NaN or infinite number:
+        NaN slips past every `x <= 0` check, and an infinite time limit means "never stop"."""
         fields = cls.options()
         kwargs: dict[str, Any] = {}
         keys: list[str] = []
+        nonfinite: list[tuple[str, str, int]] = []
         while True:
             self.skip_ws()
             if self.i < len(self.text) and self.text[self.i] == "}":
                 self.i += 1
-                return kwargs, keys
+                return kwargs, keys, nonfinite
             key, at = self.word("an option name or '}'")
             f = fields.get(key)
             if f is None:
                 known = ", ".join(fields) or "none"
                 raise self.error(f"unknown option '{key}' for pass '{cls.name}'", at, len(key),
                                  hint=f"options of {cls.name}: {known}")
+            if key in keys:  # last-wins would silently drop what was written first
+                raise self.error(f"option '{key}' given twice for pass '{cls.name}'", at, len(key))
             self.skip_ws()
             if self.i >= len(self.text) or self.text[self.i] != "=":
                 raise self.error(f"expected '=' after option '{key}'", self.i)
@@ -196,7 +208,9 @@ class _PipelineParser:
             try:
                 kwargs[f.name] = _convert_option(raw, f.type)
             except ValueError as e:
-                raise self.error(f"bad value for option '{key}': {e}", vat, len(raw)) from None
+                raise self.error(f"pass '{cls.name}': bad value for option '{key}': {e}", vat, len(raw)) from None
+            if isinstance(kwargs[f.name], float) and not math.isfinite(kwargs[f.name]):
+                nonfinite.append((key, raw, vat))
             keys.append(key)
 
 

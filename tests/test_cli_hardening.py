@@ -1,0 +1,213 @@
+"""Bad input to pesto-compile never crashes, hangs or lies: it is refused early, with a message that says why."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+import pesto_ir
+import pesto_ir.cli
+from pesto_ir import Graph, ParseError
+from pesto_ir.cli import main
+from pesto_ir.passes import PASSES
+from pesto_ir.passes.place import ALGORITHMS, PlacePass
+from pesto_ir.passmanager import Pass, PassContext, Pipeline
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE = ROOT / "examples" / "mlp_train_step.pir"
+FAST = ["--devices", "1", "-p", "annotate-costs,simulate", "-q"]  # one device: no placement to wait for
+
+
+@pytest.fixture
+def no_work(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fail the test if the CLI gets as far as loading the model: the refusal must come first."""
+
+    def load(*args: object, **kwargs: object) -> None:
+        pytest.fail("the model was loaded before the bad arguments were refused")
+
+    monkeypatch.setattr(pesto_ir.cli, "load", load)
+
+
+# 1. time limits ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "-1", "0", "1e999", "soon"])
+def test_time_limit_flag_refuses_what_is_not_a_positive_finite_time(value: str,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as e:
+        main([str(EXAMPLE), "--algo", "m-etf", f"--time-limit={value}", "-q"])  # = form: argparse reads -inf as a flag
+    err = capsys.readouterr().err
+    assert e.value.code == 2
+    assert f"argument --time-limit: '{value}' is not a positive, finite number of seconds" in err
+
+
+def test_time_limit_flag_takes_a_fraction_of_a_second(tmp_path: Path) -> None:
+    out = tmp_path / "out.pir"
+    assert main([str(EXAMPLE), "--devices", "2", "--algo", "m-etf", "--time-limit", "0.5", "-o", str(out), "-q"]) == 0
+    assert out.exists()
+
+
+@dataclass(frozen=True)
+class Scale(Pass):
+    """A pass with a float option and no checks of its own: the parser must still refuse NaN and infinity."""
+
+    name = "scale"
+    factor: float = 1.0
+
+    def run(self, graph: Graph, ctx: PassContext) -> None:
+        pass
+
+
+@pytest.mark.parametrize("value", ["nan", "NaN", "inf", "-inf", "infinity", "1e999"])
+def test_pipeline_float_options_must_be_finite(value: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(PASSES, Scale.name, Scale)
+    text = f"verify,scale{{factor={value}}}"
+    with pytest.raises(ParseError) as info:
+        Pipeline.parse(text)
+    assert info.value.message == f"pass 'scale': bad value for option 'factor': expected a finite number, got '{value}'"
+    assert info.value.span.col == text.index("=") + 2  # the caret is under the value
+    (p,) = Pipeline.parse("scale{factor=2.5e-1}").passes
+    assert p == Scale(factor=0.25)
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "1e999", "-1", "0"])
+def test_pipeline_refuses_a_place_time_limit_that_is_not_positive_and_finite(value: str,
+                                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    text = f"annotate-costs,place{{time-limit={value}}}"
+    with pytest.raises(ParseError, match="pass 'place'.*time-limit"):
+        Pipeline.parse(text)
+    assert main([str(EXAMPLE), "--devices", "2", "-p", text, "-q"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("<pipeline>:1:") and "pass 'place'" in err and "time-limit" in err
+    assert "Traceback" not in err and "internal error" not in err
+
+
+def test_pipeline_refuses_an_unknown_algorithm_with_its_position() -> None:
+    with pytest.raises(ParseError, match="bad options for pass 'place': unknown placement algorithm 'turbo'") as info:
+        Pipeline.parse("verify,place{algo=turbo}")
+    assert info.value.span.col == len("verify,") + 1
+
+
+# 2. empty pipelines -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("text", ["", "   "])
+def test_an_empty_pipeline_is_an_error_not_a_silent_no_op(text: str, tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(ParseError, match="the pipeline is empty"):
+        Pipeline.parse(text)
+    out = tmp_path / "out.pir"
+    assert main([str(EXAMPLE), "-p", text, "-o", str(out), "-q"]) == 1
+    err = capsys.readouterr().err
+    assert "error: the pipeline is empty" in err and "annotate-costs" in err  # the hint lists the passes
+    assert not out.exists()
+
+
+# 3. repeated options ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("text", ["place{algo=ilp algo=m-etf}", "place{algo=m-etf algo=m-etf}",
+                                  "annotate-costs,place{seed=1 algo=m-etf seed=2}"])
+def test_a_repeated_pass_option_is_an_error_naming_it(text: str, capsys: pytest.CaptureFixture[str]) -> None:
+    key = text[text.index("{") + 1:text.index("=")]
+    with pytest.raises(ParseError) as info:
+        Pipeline.parse(text)
+    assert info.value.span.col == text.rindex(f" {key}=") + 2  # the caret is under the second one
+    assert main([str(EXAMPLE), "--devices", "2", "-p", text, "-q"]) == 1
+    assert f"option '{key}' given twice for pass 'place'" in capsys.readouterr().err
+
+
+# 4. output paths --------------------------------------------------------------------------------------------
+
+
+def _model(tmp_path: Path) -> Path:
+    model = tmp_path / "model.pir"
+    shutil.copy(EXAMPLE, model)
+    return model
+
+
+@pytest.mark.parametrize("spelling", ["same", "dotted", "symlink"])
+def test_output_over_the_input_model_is_refused_before_any_work(spelling: str, tmp_path: Path, no_work: None,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    model = _model(tmp_path)
+    (tmp_path / "sub").mkdir()
+    if spelling == "symlink":
+        (tmp_path / "link.pir").symlink_to(model)
+    out = {"same": model, "dotted": tmp_path / "sub" / ".." / "model.pir", "symlink": tmp_path / "link.pir"}[spelling]
+    before = model.read_bytes()
+    assert main([str(model), *FAST, "-o", str(out)]) == 1
+    assert f"-o '{out}' would overwrite the input '{model}'" in capsys.readouterr().err
+    assert model.read_bytes() == before
+
+
+@pytest.mark.parametrize("first, second", [("-o", "--plan-json"), ("--trace", "--gantt"),
+                                           ("--plan-json", "--memory-plot"), ("-o", "--trace")])
+def test_two_outputs_to_one_path_are_refused_before_any_work(first: str, second: str, tmp_path: Path,
+                                                             no_work: None, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "same.out"
+    assert main([str(EXAMPLE), *FAST, first, str(path), second, str(tmp_path / "." / "same.out")]) == 1
+    assert f"{first} and {second} both write to" in capsys.readouterr().err
+    assert not path.exists()
+
+
+def test_two_outputs_to_stdout_are_refused(no_work: None, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([str(EXAMPLE), *FAST, "-o", "-", "--plan-json", "-"]) == 1
+    assert "-o and --plan-json both write to stdout" in capsys.readouterr().err
+
+
+def test_one_output_to_stdout_and_one_to_a_file_is_fine(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    plan = tmp_path / "plan.json"
+    assert main([str(EXAMPLE), *FAST, "-o", "-", "--plan-json", str(plan)]) == 0
+    assert capsys.readouterr().out.startswith("graph @mlp_train_step(")
+    assert plan.exists()
+
+
+@pytest.mark.parametrize("flag", ["-o", "--plan-json", "--trace", "--gantt", "--memory-plot"])
+def test_an_output_in_a_missing_folder_is_refused_before_any_work(flag: str, tmp_path: Path, no_work: None,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "missing" / "out.png"
+    assert main([str(EXAMPLE), *FAST, flag, str(path)]) == 1
+    err = capsys.readouterr().err
+    assert f"{flag} '{path}': folder '{path.parent}' does not exist" in err
+    assert not path.parent.exists()
+
+
+def test_an_output_that_is_a_folder_is_refused_before_any_work(tmp_path: Path, no_work: None,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([str(EXAMPLE), *FAST, "--trace", str(tmp_path)]) == 1
+    assert f"--trace '{tmp_path}' is a folder, not a file" in capsys.readouterr().err
+
+
+# 5 and 6. --version and --help ------------------------------------------------------------------------------
+
+
+def test_version_prints_the_installed_version(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as e:
+        main(["--version"])
+    assert e.value.code == 0
+    assert capsys.readouterr().out == f"pesto-compile {pesto_ir.__version__}\n"
+    assert pesto_ir.__version__ == importlib.metadata.version("pesto-ir")
+
+
+def test_help_lists_the_algorithms_and_the_default_time_limit(monkeypatch: pytest.MonkeyPatch,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("COLUMNS", "400")  # no wrapping inside a name such as cpsat-lns
+    with pytest.raises(SystemExit) as e:
+        main(["--help"])
+    assert e.value.code == 0
+    out = capsys.readouterr().out
+    assert ", ".join(sorted(ALGORITHMS)) in out
+    assert f"(default: {PlacePass.time_limit:g})" in out
+
+
+def test_help_works_in_a_fresh_interpreter() -> None:
+    """build_arg_parser imports the place pass lazily: no import cycle when the CLI is the first import."""
+    proc = subprocess.run([sys.executable, "-m", "pesto_ir.cli", "--help"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "m-etf" in proc.stdout
