@@ -17,14 +17,14 @@ from __future__ import annotations
 
 import heapq
 import json
-import math
+import json.decoder
 from pathlib import Path
 from typing import Any
 
 from pesto_ir.attributes import Attr, BoolAttr, BytesAttr, DictAttr, DurationAttr, StringAttr, to_attr
 from pesto_ir.errors import ParseError, SourceSpan
 from pesto_ir.ir import Graph, Op, Value
-from pesto_ir.loader import read_source_text
+from pesto_ir.loader import MAX_NESTING, ArgumentError, brief, finite, read_source_text, span_at, too_deep
 from pesto_ir.memory import output_bytes
 from pesto_ir.types import BlobType
 
@@ -37,28 +37,121 @@ def load_json_graph(path: str | Path) -> Graph:
 
 
 def parse_json_graph(text: str, filename: str = "<json>") -> Graph:
+    if not isinstance(text, str):
+        raise ArgumentError(f"parse_json_graph() takes the JSON text as a str, got {type(text).__name__}")
     try:
         data = json.loads(text)
     except json.JSONDecodeError as e:
         raise ParseError(f"invalid JSON: {e.msg}", SourceSpan(filename, e.lineno, e.colno, text)) from None
-    return graph_from_json(data, filename)
+    except RecursionError:
+        raise too_deep(text, filename) from None
+    try:
+        return graph_from_json(data, filename)
+    except JsonGraphError as e:
+        offset = _locate(text, e.path)
+        if offset is not None:
+            e.span = span_at(filename, text, offset)
+        raise
+    except RecursionError:  # a deep value kept as an attribute
+        raise too_deep(text, filename) from None
 
 
-def _error(filename: str, message: str) -> ParseError:
-    return ParseError(message, SourceSpan(filename, 1, 1))
+class JsonGraphError(ParseError):
+    """A validation error; `path` (keys and indexes) leads to the object or list at fault."""
+
+    def __init__(self, message: str, span: SourceSpan, path: tuple[str | int, ...]) -> None:
+        super().__init__(message, span)
+        self.path = path
 
 
-def _cost_attr(raw: Any, where: str, filename: str) -> Attr:
+def _error(filename: str, message: str, *path: str | int) -> ParseError:
+    return JsonGraphError(message, SourceSpan(filename, 1, 1), path)
+
+
+def _locate(text: str, path: tuple[str | int, ...]) -> int | None:
+    """Where in `text` the innermost object or list along `path` starts (at its first key or item).
+    Walks the text again, skipping the values off the path with the C decoder."""
+    decoder = json.JSONDecoder()
+    skip = json.decoder.WHITESPACE.match  # type: ignore[attr-defined]
+    pos = skip(text, 0).end()
+    try:
+        for key in path:
+            opener = text[pos]
+            if (opener, type(key)) not in (("{", str), ("[", int)):
+                break
+            pos, i = skip(text, pos + 1).end(), 0
+            while text[pos] not in "]}":
+                if opener == "{":
+                    k, pos = decoder.raw_decode(text, pos)
+                    pos = skip(text, skip(text, pos).end() + 1).end()  # past the colon
+                else:
+                    k, i = i, i + 1
+                if k == key:
+                    break
+                pos = skip(text, decoder.raw_decode(text, pos)[1]).end()
+                pos = skip(text, pos + 1).end() if text[pos] == "," else pos
+            else:
+                return None
+    except (ValueError, IndexError, RecursionError):
+        return None
+    first = skip(text, pos + 1).end()
+    return first if text[pos] in "[{" and first < len(text) and text[first] not in "]}" else pos
+
+
+def _name(x: Any) -> str | None:
+    """A node id or group name: a string, or a number converted to its string; None otherwise."""
+    if isinstance(x, str):
+        return x
+    if isinstance(x, (int, float)) and not isinstance(x, bool):
+        return str(x)
+    return None
+
+
+def _cost_attr(raw: Any, where: str, filename: str, at: tuple[str | int, ...]) -> Attr:
     def seconds(x: Any, what: str) -> DurationAttr:
-        if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x) or x < 0:
-            raise _error(filename, f"{where}: {what} must be a non-negative number of seconds, got {x!r}")
-        return DurationAttr(float(x))
+        v = finite(x)
+        if v is None or v < 0:
+            raise _error(filename, f"{where}: {what} must be a non-negative number of seconds, got {brief(repr(x))}",
+                         *at)
+        return DurationAttr(v)
 
     if isinstance(raw, dict):
         if not raw:
-            raise _error(filename, f"{where}: cost per device kind is empty")
+            raise _error(filename, f"{where}: cost per device kind is empty", *at)
         return DictAttr(tuple((str(k), seconds(v, f"cost[{k!r}]")) for k, v in raw.items()))
     return seconds(raw, "cost")
+
+
+def _suggested_cluster(raw: Any, filename: str) -> Attr:
+    """The `suggested_cluster` hint: an object whose `devices` and `memory`, when given, are usable."""
+    at = ("suggested_cluster",)
+    if not isinstance(raw, dict):
+        raise _error(filename, f"suggested_cluster must be an object like {{\"devices\": 4, \"memory\": 8e10}}, "
+                               f"got {brief(repr(raw))}", *at)
+    if "devices" in raw:
+        n = finite(raw["devices"])
+        if n is None or n < 1 or n != int(n):
+            raise _error(filename, f"suggested_cluster: devices must be a whole number >= 1, "
+                                   f"got {brief(repr(raw['devices']))}", *at)
+    if "memory" in raw:
+        m = finite(raw["memory"])
+        if m is None or m <= 0:
+            raise _error(filename, f"suggested_cluster: memory must be a positive number of bytes, "
+                                   f"got {brief(repr(raw['memory']))}", *at)
+    if _depth(raw) > MAX_NESTING:
+        raise _error(filename, f"suggested_cluster: nesting deeper than {MAX_NESTING} levels of lists and dicts", *at)
+    return to_attr(raw)
+
+
+def _depth(x: Any) -> int:
+    """How deep lists and dicts nest in `x` (without recursion)."""
+    deepest, stack = 0, [(x, 1)]
+    while stack:
+        v, d = stack.pop()
+        if isinstance(v, (list, dict)):
+            deepest = max(deepest, d)
+            stack.extend((c, d + 1) for c in (v.values() if isinstance(v, dict) else v))
+    return deepest
 
 
 def graph_from_json(data: Any, filename: str = "<json>") -> Graph:
@@ -67,42 +160,53 @@ def graph_from_json(data: Any, filename: str = "<json>") -> Graph:
     nodes, edges = data.get("nodes"), data.get("edges", [])
     if not isinstance(nodes, list) or not isinstance(edges, list):
         raise _error(filename, "\"nodes\" and \"edges\" must be lists")
+    name = _name(data.get("name") or Path(filename).stem)
+    if name is None:
+        raise _error(filename, f"\"name\" must be a string, got {brief(repr(data['name']))}")
 
     by_id: dict[str, dict[str, Any]] = {}
     order: list[str] = []
+    position: dict[str, int] = {}
     for i, n in enumerate(nodes):
         if not isinstance(n, dict) or "id" not in n:
-            raise _error(filename, f"nodes[{i}]: a node needs an \"id\"")
-        nid = str(n["id"])
+            raise _error(filename, f"nodes[{i}]: a node needs an \"id\"", "nodes", i)
+        nid = _name(n["id"])
+        if nid is None:
+            raise _error(filename, f"nodes[{i}]: id must be a string or a number, got {brief(repr(n['id']))}",
+                         "nodes", i)
         if nid in by_id:
-            raise _error(filename, f"nodes[{i}]: duplicate node id '{nid}'")
+            raise _error(filename, f"nodes[{i}]: duplicate node id '{nid}'", "nodes", i)
         by_id[nid] = n
         order.append(nid)
+        position[nid] = i
 
     # out-edges grouped by size: one result value per (src, bytes)
     readers: dict[str, list[tuple[str, int]]] = {nid: [] for nid in order}
     preds: dict[str, set[str]] = {nid: set() for nid in order}
     for i, e in enumerate(edges):
         if not isinstance(e, dict):
-            raise _error(filename, f"edges[{i}]: an edge is an object with src, dst, bytes")
-        src, dst = str(e.get("src")), str(e.get("dst"))
-        for end, nid in (("src", src), ("dst", dst)):
+            raise _error(filename, f"edges[{i}]: an edge is an object with src, dst, bytes", "edges", i)
+        ends = []
+        for end in ("src", "dst"):
+            nid = _name(e.get(end))
             if nid not in by_id:
-                raise _error(filename, f"edges[{i}]: {end} '{nid}' is not a node id")
+                raise _error(filename, f"edges[{i}]: {end} {brief(repr(e.get(end)))} is not a node id", "edges", i)
+            ends.append(nid)
+        src, dst = ends
         if src == dst:
-            raise _error(filename, f"edges[{i}]: self-loop on node '{src}'")
+            raise _error(filename, f"edges[{i}]: self-loop on node '{src}'", "edges", i)
         nbytes = e.get("bytes", 0)
-        if isinstance(nbytes, bool) or not isinstance(nbytes, (int, float)) or not math.isfinite(nbytes) \
-                or nbytes < 0 or nbytes != int(nbytes):
-            raise _error(filename, f"edges[{i}] ({src} -> {dst}): bytes must be a whole non-negative number")
-        readers[src].append((dst, int(nbytes)))
+        v = finite(nbytes)
+        if v is None or v < 0 or v != int(v):
+            raise _error(filename, f"edges[{i}] ({src} -> {dst}): bytes must be a whole non-negative number, "
+                                   f"got {brief(repr(nbytes))}", "edges", i)
+        readers[src].append((dst, int(v)))
         preds[dst].add(src)
 
     topo = _topological(order, preds, readers, filename)
-    graph = Graph(str(data.get("name") or Path(filename).stem))
-    for key in ("suggested_cluster",):
-        if key in data:
-            graph.attrs[key] = to_attr(data[key])
+    graph = Graph(name)
+    if "suggested_cluster" in data:
+        graph.attrs["suggested_cluster"] = _suggested_cluster(data["suggested_cluster"], filename)
 
     result_of: dict[tuple[str, int], Value] = {}
     operand_lists: dict[str, list[Value]] = {nid: [] for nid in order}
@@ -110,6 +214,7 @@ def graph_from_json(data: Any, filename: str = "<json>") -> Graph:
     for nid in topo:
         n = by_id[nid]
         where = f"node '{nid}'"
+        at = ("nodes", position[nid])
         sizes: list[int] = []
         for _, b in readers[nid]:
             if b not in sizes:
@@ -119,10 +224,14 @@ def graph_from_json(data: Any, filename: str = "<json>") -> Graph:
         if isinstance(n.get("name"), str) and n["name"] != nid:
             attrs["label"] = StringAttr(n["name"])
         if "cost" in n:
-            attrs["cost"] = _cost_attr(n["cost"], where, filename)
-        attrs.update(_memory_attrs(n, where, filename))
+            attrs["cost"] = _cost_attr(n["cost"], where, filename, at)
+        attrs.update(_memory_attrs(n, where, filename, at))
         if n.get("colocate") is not None:
-            attrs["colocate"] = StringAttr(str(n["colocate"]))
+            group = _name(n["colocate"])
+            if group is None:
+                raise _error(filename, f"{where}: colocate must be a group name (a string or a number), "
+                                       f"got {brief(repr(n['colocate']))}", *at)
+            attrs["colocate"] = StringAttr(group)
         if n.get("backward"):
             attrs["backward"] = BoolAttr(True)
         names = [nid] + [graph.fresh_name(f"{nid}.{b}B") for b in sizes[1:]]
@@ -141,20 +250,22 @@ def graph_from_json(data: Any, filename: str = "<json>") -> Graph:
     return graph
 
 
-def _memory_attrs(node: dict[str, Any], where: str, filename: str) -> dict[str, Attr]:
+def _memory_attrs(node: dict[str, Any], where: str, filename: str, at: tuple[str | int, ...]) -> dict[str, Attr]:
     """`memory` and `activation` of a node: `memory` alone (resident, its output inside it), or
     `resident` and `activation` (either may be left out, for 0)."""
     def nbytes(key: str) -> int:
         m = node[key]
-        if isinstance(m, bool) or not isinstance(m, (int, float)) or not math.isfinite(m) or m < 0 or m != int(m):
-            raise _error(filename, f"{where}: {key} must be a whole non-negative number of bytes, got {m!r}")
-        return int(m)
+        v = finite(m)
+        if v is None or v < 0 or v != int(v):
+            raise _error(filename, f"{where}: {key} must be a whole non-negative number of bytes, got {brief(repr(m))}",
+                         *at)
+        return int(v)
 
     split = [k for k in ("resident", "activation") if k in node]
     if "memory" in node:
         if split:
             raise _error(filename, f"{where}: give either memory (resident for the whole step) or resident and "
-                                   f"activation, not both")
+                                   f"activation, not both", *at)
         return {"memory": BytesAttr(nbytes("memory")), "activation": BytesAttr(0)}
     if not split:
         return {}
@@ -179,7 +290,7 @@ def _topological(order: list[str], preds: dict[str, set[str]], readers: dict[str
     if len(out) != len(order):
         stuck = [nid for nid in order if indeg[nid] > 0]
         raise _error(filename, f"the graph has a cycle through {len(stuck)} node(s), e.g. "
-                               + ", ".join(f"'{s}'" for s in stuck[:5]))
+                               + ", ".join(f"'{s}'" for s in stuck[:5]), "nodes", index[stuck[0]])
     return out
 
 

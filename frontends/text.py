@@ -48,7 +48,7 @@ from pesto_ir.attributes import (
 from pesto_ir.errors import ParseError, SourceSpan
 from pesto_ir.gc_pause import gc_paused
 from pesto_ir.ir import Graph, Location, Op, Value
-from pesto_ir.loader import read_source_text
+from pesto_ir.loader import MAX_NESTING, ArgumentError, brief, finite, nesting_error, read_source_text, too_deep
 from pesto_ir.types import DTYPES, BlobType, TensorType, Type
 
 # What the user is told was expected, per grammar terminal.
@@ -74,6 +74,7 @@ _NAMED_VALUES: dict[str, Attr] = {
     "true": BoolAttr(True), "false": BoolAttr(False), "none": NoneAttr(),
     "inf": FloatAttr(float("inf")), "nan": FloatAttr(float("nan")),
 }
+_BYTE_ATTRS = ("memory", "activation", "workspace")  # op attributes counting bytes
 _TYPE_RE = re.compile(r"([a-z][a-z0-9]*)\[([0-9, ]*)\]")
 _BYTES_RE = re.compile(r"([0-9.]+)([A-Za-z]+)")
 
@@ -157,8 +158,31 @@ class _Semantics:
             raise self.fail(where, f"op '{opcode}' has {len(results)} result(s) but {len(type_toks)} type(s)")
         if not results and label is None:
             raise self.fail(opcode, f"op '{opcode}' has no results, so it needs a name: @name {opcode}(...)")
+        self._check_costs(label or results[0], opcode, attrs)
         return _OpRecord(label, results, opcode, operands, attrs, [self.type_of(t) for t in type_toks],
                          type_toks, loc)
+
+    def _check_costs(self, name_tok: Any, opcode: Any, attrs: dict[str, Attr]) -> None:
+        """`cost` is seconds (or a dict of seconds per device), the byte counts whole numbers: all
+        finite and not negative, as in `pesto-graph/1` (the planners would fail on them much later)."""
+        where = f"op '{_unquote(str(name_tok)[1:])}'"
+        cost = attrs.get("cost")
+        entries = cost.entries if isinstance(cost, DictAttr) else [("", cost)] if cost is not None else []
+        for key, a in entries:
+            v = finite(a.value) if isinstance(a, (IntAttr, FloatAttr, DurationAttr)) else None
+            if v is None or v < 0:
+                what = f"cost[{key!r}]" if key else "cost"
+                shown = str(a.value) if isinstance(a, DurationAttr) else str(a)
+                raise self.fail(opcode, f"{where}: {what} must be a non-negative number of seconds, "
+                                        f"got {brief(shown)}")
+        for key in _BYTE_ATTRS:
+            a = attrs.get(key)
+            if a is None:
+                continue
+            v = finite(a.value) if isinstance(a, (IntAttr, FloatAttr, BytesAttr)) else None
+            if v is None or v < 0 or v != int(v):
+                raise self.fail(opcode, f"{where}: {key} must be a whole non-negative number of bytes, "
+                                        f"got {brief(str(a))}")
 
     def add_entry(self, out: dict[str, Attr], key_tok: Any, value: Attr) -> None:
         key = _unquote(str(key_tok))
@@ -339,11 +363,14 @@ class _LarkBuilder(Transformer):  # type: ignore[type-arg]
 
 
 def _parse_with_lark(text: str, filename: str) -> Graph:
+    too_deep_error = nesting_error(text, filename)  # the fast path counts nesting as it goes
+    if too_deep_error is not None:
+        raise too_deep_error
     try:
         tree = _lark().parse(text)
         return _LarkBuilder(_Semantics(filename, text)).transform(tree)
     except VisitError as e:
-        if isinstance(e.orig_exc, ParseError):
+        if isinstance(e.orig_exc, (ParseError, RecursionError)):
             raise e.orig_exc from None
         raise
     except UnexpectedInput as e:
@@ -432,6 +459,12 @@ class _FastParser:
         self.kinds = kinds
         self.spans = spans
         self.i = 0
+        self.depth = 0  # of [ and { (as `nesting_error` counts them for Lark)
+
+    def enter(self) -> None:
+        self.depth += 1
+        if self.depth > MAX_NESTING:
+            raise _Syntax()  # Lark's path reports it
 
     def tok(self, i: int) -> _Tok:
         start, stop = self.spans[i]
@@ -491,9 +524,11 @@ class _FastParser:
         self.expect("RPAR")
         attrs = self.attr_dict() if self.word("attributes") else None
         self.expect("LBRACE")
+        self.enter()
         body: list[_OpRecord | _Ret] = []
         while not self.skip("RBRACE"):
             body.append(self.statement())
+        self.depth -= 1
         return self.sem.graph(name, inputs, attrs, body)
 
     def input(self) -> tuple[bool, Any, Type]:
@@ -545,8 +580,10 @@ class _FastParser:
 
     def attr_dict(self) -> dict[str, Attr]:
         self.expect("LBRACE")
+        self.enter()
         out: dict[str, Attr] = {}
         if self.skip("RBRACE"):
+            self.depth -= 1
             return out
         while True:
             kind = self.kinds[self.i]
@@ -558,6 +595,7 @@ class _FastParser:
             self.expect("EQUAL")
             self.sem.add_entry(out, key, self.value())
             if self.skip("RBRACE"):
+                self.depth -= 1
                 return out
             self.expect("COMMA")
 
@@ -565,12 +603,14 @@ class _FastParser:
         kind = self.kinds[self.i]
         if kind == "LSQB":
             self.i += 1
+            self.enter()
             items: list[Attr] = []
             if not self.skip("RSQB"):
                 items.append(self.value())
                 while self.skip("COMMA"):
                     items.append(self.value())
                 self.expect("RSQB")
+            self.depth -= 1
             return ListAttr(tuple(items))
         if kind == "LBRACE":
             return DictAttr(tuple(self.attr_dict().items()))
@@ -589,20 +629,34 @@ class _FastParser:
 
 # ====================================================================== entry points
 
+ENGINES = ("fast", "lark")
+
+
 def parse(text: str, filename: str = "<string>", engine: str = "fast") -> Graph:
     """Parse `.pir` text into a Graph (not yet verified; see `pesto_ir.verify`).
 
     `engine="lark"` uses only the reference parser (the fast path gives the same graph).
     """
-    if engine == "lark":
-        return _parse_with_lark(text, filename)
+    if not isinstance(text, str):
+        hint = ("decode bytes first: data.decode('utf-8')" if isinstance(text, (bytes, bytearray))
+                else "to read a file, use pesto_ir.load(path)")
+        raise ArgumentError(f"parse() takes the .pir text as a str, got {type(text).__name__} ({hint})")
+    if not isinstance(filename, str):
+        raise ArgumentError(f"parse() takes the file name as a str, got {type(filename).__name__}")
+    if engine not in ENGINES:
+        raise ArgumentError(f"unknown parser engine {engine!r} (known: {', '.join(ENGINES)})")
     try:
-        with gc_paused():
-            return _FastParser(text, _Semantics(filename, text)).parse()
-    except (_Syntax, ParseError):
-        # Lark reports errors: the precise syntax error, or the same semantic error found in
-        # the same order as the reference parser finds it.
-        return _parse_with_lark(text, filename)
+        if engine == "lark":
+            return _parse_with_lark(text, filename)
+        try:
+            with gc_paused():
+                return _FastParser(text, _Semantics(filename, text)).parse()
+        except (_Syntax, ParseError):
+            # Lark reports errors: the precise syntax error, or the same semantic error found in
+            # the same order as the reference parser finds it.
+            return _parse_with_lark(text, filename)
+    except RecursionError:
+        raise too_deep(text, filename) from None
 
 
 def parse_file(path: str | Path) -> Graph:

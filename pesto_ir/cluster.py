@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import json
 import math
+import os
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pesto_ir.errors import PestoError
+from pesto_ir.loader import brief
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,12 @@ class Device:
     mem_bandwidth: float
     memory: float
 
+    def __post_init__(self) -> None:
+        for key in ("peak_flops", "mem_bandwidth", "memory"):
+            v = getattr(self, key)
+            if not _real(v) or not v > 0:  # NaN fails `> 0`; infinite memory means no limit
+                raise ClusterError(f"device {self.name}: {key} must be a positive number, got {brief(repr(v))}")
+
     @staticmethod
     def of_kind(name: str, kind: str, memory: float | None = None) -> Device:
         k = kind_named(kind)
@@ -61,6 +70,14 @@ class Link:
     latency: float  # seconds
     bandwidth: float  # bytes/s
 
+    def __post_init__(self) -> None:
+        if not _real(self.latency) or not 0 <= _float(self.latency) < math.inf:
+            raise ClusterError(f"link {self.src}->{self.dst}: latency must be a finite number of seconds >= 0, "
+                               f"got {brief(repr(self.latency))}")
+        if not _real(self.bandwidth) or not self.bandwidth > 0:
+            raise ClusterError(f"link {self.src}->{self.dst}: bandwidth must be positive (bytes per second), "
+                               f"got {brief(repr(self.bandwidth))}")
+
     def time(self, nbytes: float) -> float:
         return self.latency + nbytes / self.bandwidth
 
@@ -69,7 +86,26 @@ class ClusterError(PestoError):
     pass
 
 
+def _real(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _float(v: Any) -> float:
+    """`v` as a float as `float()` reads it (so "1e9" too); NaN, which every check refuses, for a
+    boolean or anything float() cannot read; inf for an integer too large for a float."""
+    if isinstance(v, bool):
+        return math.nan
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return math.nan
+    except OverflowError:
+        return math.inf
+
+
 def kind_named(kind: str) -> DeviceKind:
+    if not isinstance(kind, str):
+        raise ClusterError(f"a device kind is a name like 'h100', got {brief(repr(kind))}")
     k = KINDS.get(kind.lower())
     if k is None:
         raise ClusterError(f"unknown device kind '{kind}' (built in: {', '.join(KINDS)}; "
@@ -88,8 +124,9 @@ class Cluster:
         names = [d.name for d in self.devices]
         if not names:
             raise ClusterError("a cluster needs at least one device")
-        if len(set(names)) != len(names):
-            raise ClusterError(f"duplicate device names in cluster: {names}")
+        dup = next(((n, c) for n, c in Counter(names).items() if c > 1), None)
+        if dup is not None:
+            raise ClusterError(f"duplicate device names: '{dup[0]}' is the name of {dup[1]} devices")
         self._by_name = {d.name: d for d in self.devices}
         for a in names:
             for b in names:
@@ -131,6 +168,8 @@ class Cluster:
     def homogeneous(n: int, kind: str = "v100", memory: float | None = None,
                     latency: float | None = None, bandwidth: float | None = None, prefix: str | None = None) -> Cluster:
         """`n` devices of one built-in kind, fully connected by identical links."""
+        if isinstance(n, bool) or not isinstance(n, int):
+            raise ClusterError(f"the number of devices (--devices) must be a whole number, got {brief(repr(n))}")
         if n < 1:
             raise ClusterError(f"--devices must be at least 1, got {n}")
         k = kind_named(kind)
@@ -166,38 +205,58 @@ class Cluster:
         if not isinstance(raw_devices, list) or not raw_devices:
             raise bad("\"devices\" must be a non-empty list")
         devices = [_device_from_json(i, d, source) for i, d in enumerate(raw_devices)]
-        default = data.get("link") or {}
+        index: dict[str, int] = {}
+        for i, d in enumerate(devices):
+            if d.name in index:
+                raise bad(f"duplicate device names: devices[{index[d.name]}] and devices[{i}] are both '{d.name}'")
+            index[d.name] = i
+        default, raw_links = data.get("link") or {}, data.get("links") or []
+        if not isinstance(default, dict):
+            raise bad("\"link\" must be an object {\"latency\": seconds, \"bandwidth\": bytes per second}")
+        if not isinstance(raw_links, list):
+            raise bad("\"links\" must be a list of {\"src\", \"dst\", \"latency\", \"bandwidth\"} objects")
         first_kind = KINDS.get(devices[0].kind.lower())
-        lat0 = float(default.get("latency", first_kind.link_latency if first_kind else 1e-5))
-        bw0 = float(default.get("bandwidth", first_kind.link_bandwidth if first_kind else 1e10))
+        lat0 = _link_figure(default, "latency", first_kind.link_latency if first_kind else 1e-5, bad, "link")
+        bw0 = _link_figure(default, "bandwidth", first_kind.link_bandwidth if first_kind else 1e10, bad, "link")
         links: dict[tuple[str, str], Link] = {}
-        names = {d.name for d in devices}
         for a in devices:
             for b in devices:
                 if a.name != b.name:
                     links[(a.name, b.name)] = Link(a.name, b.name, lat0, bw0)
-        for i, lk in enumerate(data.get("links") or []):
+        for i, lk in enumerate(raw_links):
+            where = f"links[{i}]"
+            if not isinstance(lk, dict):
+                raise bad(f"{where}: a link is an object with src, dst, latency, bandwidth")
             src, dst = lk.get("src"), lk.get("dst")
-            if src not in names or dst not in names or src == dst:
-                raise bad(f"links[{i}]: src and dst must be two different device names")
-            links[(src, dst)] = Link(src, dst, float(lk.get("latency", lat0)), float(lk.get("bandwidth", bw0)))
-        for lk in links.values():
-            if lk.bandwidth <= 0 or lk.latency < 0:
-                raise bad(f"link {lk.src}->{lk.dst}: bandwidth must be positive and latency not negative")
+            for end, name in (("src", src), ("dst", dst)):
+                if not isinstance(name, str) or name not in index:
+                    raise bad(f"{where}: {end} {brief(repr(name))} is not a device name (devices: {', '.join(index)})")
+            if src == dst:
+                raise bad(f"{where}: src and dst are both '{src}'; a link joins two different devices")
+            links[(src, dst)] = Link(src, dst, _link_figure(lk, "latency", lat0, bad, where),
+                                     _link_figure(lk, "bandwidth", bw0, bad, where))
         return Cluster(devices, links)
 
     @staticmethod
     def load(path: str | Path) -> Cluster:
+        if not isinstance(path, (str, os.PathLike)):
+            raise ClusterError(f"Cluster.load() takes a file path, got {type(path).__name__}")
         try:
             data = json.loads(Path(path).read_text(encoding="utf-8"))
         except OSError as e:
             raise ClusterError(f"{path}: cannot read cluster file: {e.strerror}") from None
+        except UnicodeDecodeError as e:
+            raise ClusterError(f"{path}: cluster file is not UTF-8 text ({e.reason} at byte {e.start})") from None
         except json.JSONDecodeError as e:
             raise ClusterError(f"{path}:{e.lineno}:{e.colno}: invalid JSON: {e.msg}") from None
+        except RecursionError:
+            raise ClusterError(f"{path}: JSON nested deeper than Python can parse") from None
         return Cluster.from_json(data, str(path))
 
     def with_memory(self, memory: float) -> Cluster:
-        """The same cluster with every device's capacity set to `memory` bytes."""
+        """The same cluster with every device's capacity set to `memory` bytes (`inf`: no limit)."""
+        if not _real(memory) or not memory > 0:
+            raise ClusterError(f"memory must be a positive number of bytes, got {brief(repr(memory))}")
         devices = [Device(d.name, d.kind, d.peak_flops, d.mem_bandwidth, memory) for d in self.devices]
         return Cluster(devices, dict(self.links))
 
@@ -340,12 +399,19 @@ def _device_from_json(i: int, d: Any, source: str) -> Device:
         if v is None:
             raise ClusterError(f"{source}: devices[{i}] ({d['name']}): kind '{kind}' is not built in, "
                                f"so \"{key}\" is required")
-        try:
-            v = float(v)
-        except (TypeError, ValueError):
-            v = float("nan")
+        v = _float(v)
         if not math.isfinite(v) or v <= 0:
             raise ClusterError(f"{source}: devices[{i}] ({d['name']}): \"{key}\" must be a positive number")
         return v
 
     return Device(d["name"], kind, num("peak_flops"), num("mem_bandwidth"), num("memory"))
+
+
+def _link_figure(obj: dict[str, Any], key: str, default: float, bad: Any, where: str) -> float:
+    """`latency` (finite, >= 0) or `bandwidth` (finite, > 0) of a link object, else `default`."""
+    raw = obj.get(key, default)
+    v = _float(raw)
+    if not math.isfinite(v) or v < 0 or (key == "bandwidth" and v == 0):
+        want = "a finite number of seconds >= 0" if key == "latency" else "positive and finite (bytes per second)"
+        raise bad(f"{where}: {key} must be {want}, got {brief(repr(raw))}")
+    return v

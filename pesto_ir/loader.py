@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+import math
 import os
+import re
 import tempfile
 from pathlib import Path
+from typing import Any
 
+from pesto_ir.errors import ParseError, PestoError, SourceSpan
 from pesto_ir.ir import Graph
+
+
+class ArgumentError(PestoError, TypeError, ValueError):
+    """A function of the API was called with an argument it cannot take (a wrong type or an
+    unknown name); also a TypeError and a ValueError, as Python's own would be."""
 
 
 def parse(text: str, filename: str = "<string>", engine: str = "fast") -> Graph:
@@ -21,6 +30,8 @@ def parse(text: str, filename: str = "<string>", engine: str = "fast") -> Graph:
 
 def load(path: str | os.PathLike[str]) -> Graph:
     """Load a `.pir` file or a `pesto-graph/1` JSON file, chosen by extension."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise ArgumentError(f"load() takes a file path (a str or a pathlib.Path), got {type(path).__name__}")
     p = Path(path)
     if p.suffix == ".json":
         from pesto_ir.frontends.json_graph import load_json_graph
@@ -33,8 +44,6 @@ def load(path: str | os.PathLike[str]) -> Graph:
 
 def read_source_text(path: str | os.PathLike[str]) -> str:
     """A model file's text; an unreadable or non-UTF-8 file is a ParseError naming it."""
-    from pesto_ir.errors import ParseError, SourceSpan
-
     try:
         return Path(path).read_text(encoding="utf-8")
     except OSError as e:
@@ -42,6 +51,58 @@ def read_source_text(path: str | os.PathLike[str]) -> str:
     except UnicodeDecodeError as e:
         raise ParseError(f"file is not UTF-8 text ({e.reason} at byte {e.start})",
                          SourceSpan(str(path), 1, 1)) from None
+
+
+def finite(x: Any) -> float | None:
+    """`x` as a float when it is a real number (not a boolean) that a float holds finitely, else None."""
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        return None
+    try:
+        v = float(x)
+    except OverflowError:  # an int with hundreds of digits
+        return None
+    return v if math.isfinite(v) else None
+
+
+def brief(text: str) -> str:
+    """`text` cut short, for messages about values that may be huge (a 400-digit number)."""
+    return text if len(text) <= 40 else f"{text[:20]}... ({len(text)} characters)"
+
+
+# Lists, dicts and nested graphs may nest this deep: far beyond real models, and well within what
+# Python's recursion allows the parsers, the verifier and the printer.
+MAX_NESTING = 100
+# What nests: [ and {, outside strings, `//` comments and `.pir` types (f32[2,3]).
+_BRACKETS = re.compile(r'"(?:[^"\\\n]|\\.)*"|//[^\n]*|[a-z][a-z0-9]*\[[0-9, ]*\]|[\[\]{}]')
+
+
+def nesting_error(text: str, filename: str, limit: int = MAX_NESTING) -> ParseError | None:
+    """The error for a text nested more than `limit` deep, at the first bracket past it; else None."""
+    depth = 0
+    for m in _BRACKETS.finditer(text):
+        c = m.group()
+        if c in ("[", "{"):
+            depth += 1
+            if depth > limit:
+                return ParseError(f"nesting deeper than {limit} levels of lists and dicts",
+                                  span_at(filename, text, m.start()))
+        elif c in ("]", "}"):
+            depth -= 1
+    return None
+
+
+def too_deep(text: str, filename: str) -> ParseError:
+    """The error to give for a RecursionError met while reading `text`."""
+    return nesting_error(text, filename) or ParseError("nesting deeper than Python can parse here",
+                                                       SourceSpan(filename, 1, 1))
+
+
+def span_at(filename: str, text: str, offset: int) -> SourceSpan:
+    """The position of character `offset` of `text` (with no excerpt when its line is very long)."""
+    start = text.rfind("\n", 0, offset) + 1
+    end = text.find("\n", offset)
+    short = (end if end >= 0 else len(text)) - start <= 200
+    return SourceSpan(filename, text.count("\n", 0, offset) + 1, offset - start + 1, text if short else None)
 
 
 def write_atomic(path: str | os.PathLike[str], data: str | bytes) -> None:

@@ -1,0 +1,289 @@
+"""Bad input never crashes, hangs or lies: each case is a clean PestoError naming what is wrong."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import pesto_ir
+from pesto_ir import ParseError, PestoError
+from pesto_ir.cluster import Cluster, ClusterError, Device, Link
+from pesto_ir.frontends.json_graph import graph_to_json, parse_json_graph
+from pesto_ir.loader import MAX_NESTING
+
+ENGINES = ("fast", "lark")
+
+
+def graph_doc(**top: Any) -> dict[str, Any]:
+    return {"format": "pesto-graph/1", "nodes": [{"id": "a", "cost": 0.001}], **top}
+
+
+def node_doc(**fields: Any) -> str:
+    return json.dumps(graph_doc(nodes=[{"id": "a", **fields}]))
+
+
+def one_op(attrs: str) -> str:
+    return f"graph @g() {{\n  %x = foo() {{{attrs}}} : f32[2]\n  return %x\n}}\n"
+
+
+# ---------------------------------------------------------------- 1. wrong argument types
+
+@pytest.mark.parametrize(("call", "expected"), [
+    (lambda: pesto_ir.parse(None), "takes the .pir text as a str, got NoneType"),
+    (lambda: pesto_ir.parse(b"graph @g() {}"), r"got bytes \(decode"),
+    (lambda: pesto_ir.parse("graph @g() {}", None), "file name as a str"),
+    (lambda: pesto_ir.load(None), "takes a file path .* got NoneType"),
+    (lambda: pesto_ir.load(123), "takes a file path .* got int"),
+    (lambda: parse_json_graph(None), "JSON text as a str"),
+    (lambda: pesto_ir.parse("graph @g() {}", engine="turbo"), r"unknown parser engine 'turbo' \(known: fast, lark\)"),
+])
+def test_wrong_arguments_are_refused_plainly(call: Any, expected: str) -> None:
+    with pytest.raises(PestoError, match=expected) as e:
+        call()
+    assert isinstance(e.value, TypeError)  # what Python itself would raise, so `except TypeError` works too
+
+
+# ---------------------------------------------------------------- 2. deep nesting
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("depth", [MAX_NESTING, 5000])
+def test_deep_pir_attribute_is_a_located_error(engine: str, depth: int) -> None:
+    text = "// deep\ngraph @g() attributes {a = " + "[" * depth + "]" * depth + "} {}\n"
+    with pytest.raises(ParseError, match=f"nesting deeper than {MAX_NESTING} levels") as e:
+        pesto_ir.parse(text, "deep.pir", engine=engine)
+    # the bracket that goes one level too deep: the dict's { is the first level
+    assert str(e.value.span) == f"deep.pir:2:{len('graph @g() attributes {a = ') + MAX_NESTING}"
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_nesting_at_the_limit_parses_verifies_and_prints(engine: str) -> None:
+    d = MAX_NESTING - 2  # inside the graph body and the op's attribute dict
+    g = pesto_ir.parse(one_op("b = " + "[" * d + "]" * d), engine=engine)
+    pesto_ir.verify(g)
+    assert pesto_ir.parse(str(g)) is not None
+    nested = "graph @b0() {\n}"
+    for k in range(1, MAX_NESTING // 2):  # graphs in graphs: two levels each
+        nested = f"graph @b{k}() {{\n  @o noop() {{body = {nested}}}\n}}"
+    g = pesto_ir.parse(nested, engine=engine)
+    pesto_ir.verify(g)
+    assert pesto_ir.parse(str(g)) is not None
+
+
+def test_deep_json_is_a_located_error(tmp_path: Path) -> None:
+    depth = 100_000
+    p = tmp_path / "deep.json"
+    p.write_text('{"format": "pesto-graph/1", "nodes": [],\n "x": ' + "[" * depth + "]" * depth + "}")
+    with pytest.raises(ParseError, match="nesting deeper than") as e:
+        pesto_ir.load(p)
+    assert (e.value.span.file, e.value.span.line) == (str(p), 2)
+
+
+def test_deep_suggested_cluster_is_refused() -> None:
+    d = 300  # json.loads takes it, but printing the graph would recurse too deep
+    with pytest.raises(ParseError, match="suggested_cluster: nesting deeper than"):
+        parse_json_graph(json.dumps(graph_doc(suggested_cluster={"x": json.loads("[" * d + "]" * d)})))
+
+
+# ---------------------------------------------------------------- 3. huge, infinite and NaN costs and sizes
+
+@pytest.mark.parametrize(("field", "literal", "message"), [
+    ("cost", "1" + "0" * 400, "node 'a': cost must be a non-negative number of seconds, got 1000"),
+    ("cost", "NaN", "node 'a': cost must be a non-negative number of seconds, got nan"),
+    ("cost", '{"v100": Infinity}', r"node 'a': cost\['v100'\] must be a non-negative number of seconds, got inf"),
+    ("memory", "1" + "0" * 400, "node 'a': memory must be a whole non-negative number of bytes"),
+    ("activation", "Infinity", "node 'a': activation must be a whole non-negative number of bytes"),
+])
+def test_json_huge_or_non_finite_numbers(field: str, literal: str, message: str) -> None:
+    text = '{"format": "pesto-graph/1", "nodes": [{"id": "a", "' + field + '": ' + literal + "}]}"
+    with pytest.raises(ParseError, match=message) as e:
+        parse_json_graph(text)
+    assert len(str(e.value)) < 200  # a 400-digit number is cut short
+
+
+def test_json_huge_edge_bytes() -> None:
+    text = ('{"format": "pesto-graph/1", "nodes": [{"id": "a"}, {"id": "b"}],'
+            ' "edges": [{"src": "a", "dst": "b", "bytes": 1' + "0" * 400 + "}]}")
+    with pytest.raises(ParseError, match=r"edges\[0\] \(a -> b\): bytes must be a whole non-negative number"):
+        parse_json_graph(text)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize(("attrs", "message"), [
+    ("cost = 1e400", "op 'x': cost must be a non-negative number of seconds, got inf"),
+    ("cost = 1e400s", "op 'x': cost must be a non-negative number of seconds, got inf"),
+    ("cost = nan", "op 'x': cost must be a non-negative number of seconds, got nan"),
+    ("cost = -1ms", "op 'x': cost must be a non-negative number of seconds"),
+    ("cost = 1" + "0" * 400, "op 'x': cost must be a non-negative number of seconds, got 1000"),
+    ("cost = {v100 = 1ms, cpu = inf}", r"op 'x': cost\['cpu'\] must be a non-negative number of seconds, got inf"),
+    ("memory = inf", "op 'x': memory must be a whole non-negative number of bytes, got inf"),
+    ("activation = nan", "op 'x': activation must be a whole non-negative number of bytes, got nan"),
+    ("workspace = -4", "op 'x': workspace must be a whole non-negative number of bytes, got -4"),
+])
+def test_pir_non_finite_costs_and_sizes(engine: str, attrs: str, message: str) -> None:
+    with pytest.raises(ParseError, match=message) as e:
+        pesto_ir.parse(one_op(attrs), "m.pir", engine=engine)
+    assert str(e.value.span) == "m.pir:2:8"  # the op
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_pir_good_costs_and_sizes_still_parse(engine: str) -> None:
+    g = pesto_ir.parse(one_op("cost = {v100 = 1ms, cpu = 0.5}, memory = 4MiB, activation = 1e6, workspace = 0"),
+                       engine=engine)
+    assert g.op("x").get("memory") == 4 << 20
+
+
+# ---------------------------------------------------------------- 4. suggested_cluster
+
+@pytest.mark.parametrize(("hint", "message"), [
+    ("lots", "suggested_cluster must be an object"),
+    ([4], "suggested_cluster must be an object"),
+    ({"devices": 0}, "suggested_cluster: devices must be a whole number >= 1, got 0"),
+    ({"devices": 2.5}, "suggested_cluster: devices must be a whole number >= 1"),
+    ({"devices": True}, "suggested_cluster: devices must be a whole number >= 1"),
+    ({"devices": "4"}, "suggested_cluster: devices must be a whole number >= 1"),
+    ({"memory": 0}, "suggested_cluster: memory must be a positive number of bytes"),
+    ({"memory": -1e9}, "suggested_cluster: memory must be a positive number of bytes"),
+    ({"memory": math.nan}, "suggested_cluster: memory must be a positive number of bytes"),
+    ({"memory": "8GB"}, "suggested_cluster: memory must be a positive number of bytes"),
+])
+def test_bad_suggested_cluster(hint: Any, message: str) -> None:
+    with pytest.raises(ParseError, match=message):
+        parse_json_graph(json.dumps(graph_doc(suggested_cluster=hint)))
+
+
+def test_good_suggested_cluster_is_kept() -> None:
+    g = parse_json_graph(json.dumps(graph_doc(suggested_cluster={"devices": 4, "memory": 8e10, "note": "x"})))
+    assert graph_to_json(g)["suggested_cluster"] == {"devices": 4, "memory": 8e10, "note": "x"}
+
+
+# ---------------------------------------------------------------- 5. colocate and ids are names
+
+@pytest.mark.parametrize("group", [["x"], {"g": 1}, True])
+def test_colocate_must_be_a_name(group: Any) -> None:
+    with pytest.raises(ParseError, match="node 'a': colocate must be a group name"):
+        parse_json_graph(node_doc(colocate=group))
+
+
+def test_colocate_number_becomes_its_string() -> None:
+    assert parse_json_graph(node_doc(colocate=3)).op("a").get("colocate") == "3"
+
+
+@pytest.mark.parametrize("nid", [["a"], {"a": 1}, None, True])
+def test_node_id_must_be_a_name(nid: Any) -> None:
+    with pytest.raises(ParseError, match=r"nodes\[0\]: id must be a string or a number"):
+        parse_json_graph(json.dumps(graph_doc(nodes=[{"id": nid}])))
+
+
+def test_edge_end_must_be_a_node_id() -> None:
+    doc = graph_doc(nodes=[{"id": "a"}, {"id": "['a']"}], edges=[{"src": ["a"], "dst": "['a']"}])
+    with pytest.raises(ParseError, match=r"edges\[0\]: src \['a'\] is not a node id"):
+        parse_json_graph(json.dumps(doc))
+
+
+# ---------------------------------------------------------------- 6. pesto-cluster/1
+
+def cluster_doc(**top: Any) -> dict[str, Any]:
+    return {"format": "pesto-cluster/1", "devices": [{"name": "a", "kind": "v100"}, {"name": "b", "kind": "v100"}],
+            **top}
+
+
+def link(**fields: Any) -> dict[str, Any]:
+    return cluster_doc(links=[{"src": "a", "dst": "b", **fields}])
+
+
+@pytest.mark.parametrize(("data", "message"), [
+    (link(latency=math.nan), r"links\[0\]: latency must be a finite number of seconds >= 0, got nan"),
+    (link(latency=math.inf), r"links\[0\]: latency must be a finite number of seconds >= 0, got inf"),
+    (link(latency=-1e-6), r"links\[0\]: latency must be"),
+    (link(latency=10**400), r"links\[0\]: latency must be .* \(401 characters\)"),
+    (link(bandwidth=0), r"links\[0\]: bandwidth must be positive"),
+    (link(bandwidth=-1), r"links\[0\]: bandwidth must be positive"),
+    (link(bandwidth=math.nan), r"links\[0\]: bandwidth must be positive"),
+    (link(bandwidth="fast"), r"links\[0\]: bandwidth must be positive"),
+    (cluster_doc(link={"latency": math.nan}), "link: latency must be"),
+    (cluster_doc(link={"bandwidth": 0}), "link: bandwidth must be positive"),
+    (cluster_doc(link=[1]), '"link" must be an object'),
+    (cluster_doc(links="all"), '"links" must be a list'),
+    (cluster_doc(links=["a->b"]), r"links\[0\]: a link is an object"),
+    (link(dst="z"), r"links\[0\]: dst 'z' is not a device name \(devices: a, b\)"),
+    (link(src=["a"]), r"links\[0\]: src \['a'\] is not a device name"),
+    (link(dst="a"), r"links\[0\]: src and dst are both 'a'"),
+    ({"format": "pesto-cluster/1", "devices": [{"name": "a", "kind": "v100", "memory": math.nan}]}, '"memory"'),
+    ({"format": "pesto-cluster/1", "devices": [{"name": "a", "kind": "v100", "memory": 0}]}, '"memory"'),
+    ({"format": "pesto-cluster/1", "devices": [{"name": "a", "kind": "v100", "memory": 10**400}]}, '"memory"'),
+    ({"format": "pesto-cluster/1", "devices": [{"name": "a", "kind": "v100", "memory": True}]}, '"memory"'),
+])
+def test_cluster_json_errors_name_the_field(data: dict[str, Any], message: str) -> None:
+    with pytest.raises(ClusterError, match=message):
+        Cluster.from_json(data, "c.json")
+
+
+def test_duplicate_device_name_is_said_to_be_duplicated() -> None:
+    data = {"format": "pesto-cluster/1", "devices": [{"name": "a", "kind": "v100"}, {"name": "a", "kind": "v100"}],
+            "links": [{"src": "a", "dst": "a"}]}
+    with pytest.raises(ClusterError, match=r"duplicate device names: devices\[0\] and devices\[1\] are both 'a'"):
+        Cluster.from_json(data, "c.json")
+    with pytest.raises(ClusterError, match="duplicate device names: 'a' is the name of 2 devices"):
+        Cluster([Device.of_kind("a", "v100"), Device.of_kind("a", "v100")], {})
+
+
+@pytest.mark.parametrize(("call", "message"), [
+    (lambda: Cluster.homogeneous(0), "at least 1"),
+    (lambda: Cluster.homogeneous(-3), "at least 1"),
+    (lambda: Cluster.homogeneous(2.5), "must be a whole number, got 2.5"),
+    (lambda: Cluster.homogeneous("2"), "must be a whole number, got '2'"),
+    (lambda: Cluster.homogeneous(True), "must be a whole number, got True"),
+    (lambda: Cluster.homogeneous(2, None), "a device kind is a name"),
+    (lambda: Cluster.homogeneous(2, latency=math.nan), "latency must be"),
+    (lambda: Cluster.homogeneous(2, bandwidth=0), "bandwidth must be positive"),
+    (lambda: Cluster.homogeneous(2, memory=-1), "memory must be a positive number"),
+    (lambda: Cluster.homogeneous(2).with_memory(math.nan), "memory must be a positive number of bytes, got nan"),
+    (lambda: Cluster.homogeneous(2).with_memory(0), "memory must be a positive number of bytes, got 0"),
+    (lambda: Cluster.homogeneous(2).with_memory(-5.0), "memory must be a positive number of bytes"),
+    (lambda: Link("a", "b", math.inf, 1e9), "link a->b: latency must be"),
+    (lambda: Link("a", "b", 0.0, math.nan), "link a->b: bandwidth must be positive"),
+    (lambda: Device("a", "x", 1e12, 1e12, math.nan), "device a: memory must be a positive number"),
+    (lambda: Cluster.load(None), "takes a file path"),
+])
+def test_cluster_builders_refuse_bad_figures(call: Any, message: str) -> None:
+    with pytest.raises(ClusterError, match=message):
+        call()
+
+
+def test_unlimited_memory_is_still_allowed() -> None:
+    assert Cluster.homogeneous(2).with_memory(math.inf).device("gpu0").memory == math.inf
+
+
+def test_cluster_load_refuses_non_utf8_and_deep_json(tmp_path: Path) -> None:
+    p = tmp_path / "c.json"
+    p.write_bytes(b'{"format": "\xff"}')
+    with pytest.raises(ClusterError, match="not UTF-8"):
+        Cluster.load(p)
+    p.write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(ClusterError, match="nested deeper than"):
+        Cluster.load(p)
+
+
+# ---------------------------------------------------------------- 7. JSON validation errors are located
+
+def test_json_validation_error_points_at_the_node(tmp_path: Path) -> None:
+    doc = graph_doc(nodes=[{"id": "a", "cost": 1}, {"id": "b", "cost": -1}], edges=[{"src": "a", "dst": "b"}])
+    p = tmp_path / "g.json"
+    p.write_text(json.dumps(doc, indent=2))
+    with pytest.raises(ParseError, match="node 'b': cost") as e:
+        pesto_ir.load(p)
+    line = json.dumps(doc, indent=2).splitlines().index('      "id": "b",') + 1
+    assert (e.value.span.file, e.value.span.line) == (str(p), line)
+    assert '"id": "b"' in e.value.format()  # with the line itself under the message
+
+
+def test_json_edge_error_points_at_the_edge() -> None:
+    text = ('{"format": "pesto-graph/1",\n "nodes": [{"id": "a"}, {"id": "b"}],\n'
+            ' "edges": [{"src": "a", "dst": "b"},\n           {"src": "a", "dst": "b", "bytes": -1}]}')
+    with pytest.raises(ParseError, match=r"edges\[1\]") as e:
+        parse_json_graph(text, "g.json")
+    assert str(e.value.span) == "g.json:4:13"
