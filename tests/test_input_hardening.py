@@ -287,3 +287,12 @@ def test_json_edge_error_points_at_the_edge() -> None:
     with pytest.raises(ParseError, match=r"edges\[1\]") as e:
         parse_json_graph(text, "g.json")
     assert str(e.value.span) == "g.json:4:13"
+
+
+@pytest.mark.parametrize("engine", ["fast", "lark"])
+@pytest.mark.parametrize("text", ['"bad\\q"', '"bad\\u12"', '"\\x41"'])
+def test_a_string_with_an_invalid_escape_is_a_located_error(engine: str, text: str) -> None:
+    source = "graph @g() {\n  %a = opaque() {note = " + text + ", cost = 1ms} : blob[4]\n}\n"
+    with pytest.raises(ParseError) as e:
+        pesto_ir.parse(source, engine=engine)
+    assert str(e.value).startswith("<string>:2:25:")
