@@ -346,6 +346,12 @@ def longest_paths(preds: dict[Any, list[Any]], length: dict[Any, float]) -> dict
     return finish if len(finish) == len(preds) else None
 
 
+# What an exact engine says when neither it nor any heuristic found a plan: the heuristics give up only
+# when memory runs out, so memory is the likely cause.
+NO_START_HINT = ("the heuristics fail only when memory runs out, so the devices are likely too small for this graph "
+                 "(copies between devices count too); add devices or memory, or raise --time-limit")
+
+
 def unplaceable_reason(graph: Graph, cluster: Cluster) -> str | None:
     """Why no placement exists when no heuristic found one (an exact solver has no warm start)."""
     problems = memory_shortfall(graph, cluster)

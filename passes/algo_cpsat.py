@@ -47,7 +47,7 @@ from pesto_ir.costs import op_cost, value_bytes
 from pesto_ir.errors import PestoError
 from pesto_ir.ir import Graph, Op
 from pesto_ir.memory import footprints
-from pesto_ir.passes.algo_common import interchangeable_devices, longest_paths, unplaceable_reason
+from pesto_ir.passes.algo_common import NO_START_HINT, interchangeable_devices, longest_paths, unplaceable_reason
 from pesto_ir.passes.algo_ilp import _colocation_units
 from pesto_ir.placement import PlaceOptions
 from pesto_ir.plan import OpSlot, Plan, Transfer
@@ -106,7 +106,8 @@ def place_cpsat(graph: Graph, cluster: Cluster, options: PlaceOptions) -> Plan:
                          f"(the heuristics found none either); add devices or memory")
     if plan is None:
         raise CpSatError(f"CP-SAT found no plan for '{graph.name}' within {options.time_limit:g}s "
-                         f"(status {result.status}) and there is no warm start; raise --time-limit or coarsen more")
+                         f"(status {result.status}) and no heuristic found a plan to start from: "
+                         f"{NO_START_HINT}")
     return finish(graph, cluster, plan, result, prob, lb, started, options)
 
 

@@ -55,7 +55,7 @@ from pesto_ir.costs import op_cost, value_bytes
 from pesto_ir.errors import PestoError
 from pesto_ir.ir import Graph, Op
 from pesto_ir.memory import footprints
-from pesto_ir.passes.algo_common import interchangeable_devices, longest_paths, unplaceable_reason
+from pesto_ir.passes.algo_common import NO_START_HINT, interchangeable_devices, longest_paths, unplaceable_reason
 from pesto_ir.placement import PlaceOptions
 from pesto_ir.plan import OpSlot, Plan, Transfer
 from pesto_ir.simulate import PlanError, order_from_priority, simulate, transfer_bytes
@@ -1180,7 +1180,8 @@ class _Search:
         graph, cluster = inst.graph, inst.cluster
         if self.best is None:
             raise IlpError(f"the MILP found no plan for '{graph.name}' within {self.options.time_limit:g}s "
-                           f"(status {exact.status}) and there is no warm start; raise --time-limit or coarsen more")
+                           f"(status {exact.status}) and no heuristic found a plan to start from: "
+                           f"{NO_START_HINT}")
         plan = self.best
         plan.notes = notes + [n for n in plan.notes if n not in notes] + self.outcome()
         bound = max(b for b in (exact.bound, inst.lb / inst.unit) if b is not None)
