@@ -30,7 +30,7 @@ from pesto_ir.cluster import Cluster, Device
 from pesto_ir.costs import CostError, op_cost
 from pesto_ir.ir import Graph, Op
 from pesto_ir.passmanager import Pass, PassContext
-from pesto_ir.roofline import op_time, op_work
+from pesto_ir.roofline import NO_KERNEL, WORK_RULES, op_time, op_work
 
 MAX_LISTED = 10
 
@@ -129,9 +129,35 @@ def _given(p: AnnotateCostsPass, graph: Graph, cluster: Cluster | None, ctx: Pas
 
 def _roofline(p: AnnotateCostsPass, graph: Graph, cluster: Cluster | None, ctx: PassContext) -> None:
     cluster = cluster or Cluster.from_jax_devices()
+    for opcode in guessed_opcodes(graph):
+        ctx.progress(f"warning: annotate-costs: '{opcode}' is not a JAX primitive and has no roofline rule: its ops "
+                     "are costed as elementwise over their results; give their cost (model=given) if that is wrong")
     annotate_times(graph, cluster, _roofline_figures, op_time)
     annotate_work(graph)
     ctx.progress(f"annotate-costs: roofline costs for {len(graph.ops)} ops on {_kinds(cluster)}")
+
+
+def guessed_opcodes(graph: Graph) -> list[str]:
+    """Opcodes the roofline model can only guess at: no rule of their own and no JAX primitive of
+    that name (whose elementwise default would be right), once each, nested bodies included."""
+    from pesto_ir.errors import PestoError
+    from pesto_ir.jax_params import lookup_primitive
+
+    seen: set[str] = set()
+    out: list[str] = []
+    stack = [graph]
+    while stack:
+        g = stack.pop()
+        for op in g.ops:
+            stack.extend(op.subgraphs())
+            if op.opcode in seen or op.opcode in WORK_RULES or op.opcode in NO_KERNEL or op.subgraphs():
+                continue
+            seen.add(op.opcode)
+            try:
+                lookup_primitive(op.opcode)
+            except PestoError:
+                out.append(op.opcode)
+    return sorted(out)
 
 
 def _profile(p: AnnotateCostsPass, graph: Graph, cluster: Cluster | None, ctx: PassContext) -> None:

@@ -139,6 +139,7 @@ def require_cluster(ctx: PassContext, pass_name: str) -> Cluster:
 def place_graph(graph: Graph, cluster: Cluster, algo: str, options: PlaceOptions) -> Plan:
     """Place `graph` (coarse when it has `group` attributes), record the plan in it and return it."""
     algorithm = _algorithm(algo)
+    _check_placeable(graph)
     _check_memory(graph, cluster, "")
     grouped = any("group" in op.attrs for op in graph.ops)
     if not grouped:
@@ -261,6 +262,20 @@ def _algorithm(algo: str) -> Algorithm:
     if found is None:
         raise PlaceError(f"unknown placement algorithm '{algo}' (known: {', '.join(sorted(ALGORITHMS))})")
     return found
+
+
+def _check_placeable(graph: Graph) -> None:
+    """Refuse what placing would get silently wrong: no costs at all (every plan would take no time),
+    or devices a person set by hand (a place pass would replace them)."""
+    if graph.ops and not any("cost" in op.attrs for op in graph.ops):
+        raise PlaceError(f"place needs op costs, and none of the {len(graph.ops)} ops has one: run annotate-costs "
+                         "first (e.g. -p annotate-costs,place)")
+    pinned = [op for op in graph.ops if "device" in op.attrs]
+    if pinned and "plan" not in graph.attrs:
+        op = pinned[0]
+        raise PlaceError(f"op '{op.name}' ({op.where()}) has device = @{op.get('device')}, set by hand (the graph "
+                         f"has no plan), and {len(pinned)} op(s) in all: place would replace them; remove those "
+                         "attributes to place the graph, or run simulate to time the placement they give")
 
 
 def _check_memory(graph: Graph, cluster: Cluster, where: str) -> None:

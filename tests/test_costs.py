@@ -142,8 +142,8 @@ MLP = """graph @mlp(%x: f32[64,784], param %w: f32[784,10], param %b: f32[10]) {
 }"""
 
 
-def run_pass(text: str, pipeline: str, cluster: Cluster) -> pesto_ir.Graph:
-    return PassManager(pipeline).run(pesto_ir.parse(text), PassContext(cluster=cluster, quiet=True))
+def run_pass(text: str, pipeline: str, cluster: Cluster, quiet: bool = True) -> pesto_ir.Graph:
+    return PassManager(pipeline).run(pesto_ir.parse(text), PassContext(cluster=cluster, quiet=quiet))
 
 
 def test_roofline_homogeneous_writes_one_duration() -> None:
@@ -316,3 +316,15 @@ def test_profile_segment_of_ops(cache_dir) -> None:
     sub = subgraph(g.ops[:2])
     assert [v.name for v in sub.inputs] == ["x", "w"] and [v.name for v in sub.outputs] == ["y", "z"]
     assert Profiler(runs=2, warmup=1, cache=False).time_ops(g.ops[:2], jax.devices()[0]) >= 0
+
+
+def test_roofline_warns_once_about_an_opcode_it_can_only_guess(capsys: pytest.CaptureFixture[str]) -> None:
+    text = """graph @g(%x: f32[4]) {
+  %y = my_custom(%x) : f32[4]
+  %y2 = my_custom(%y) : f32[4]
+  %z = tanh(%y2) : f32[4]
+  return %z
+}"""
+    run_pass(text, "annotate-costs{model=roofline}", Cluster.homogeneous(1, "h100"), quiet=False)
+    err = capsys.readouterr().err
+    assert err.count("warning: annotate-costs: 'my_custom' is not a JAX primitive") == 1 and "tanh" not in err

@@ -50,3 +50,26 @@ def test_place_options_are_checked_when_the_pipeline_is_built(pipeline: str, mes
 
     with pytest.raises(PestoError, match=message):
         Pipeline.parse(pipeline)
+
+
+def _place(text: str) -> pesto_ir.Graph:
+    from pesto_ir.cluster import Cluster
+    from pesto_ir.passes.place import place_graph
+    from pesto_ir.placement import PlaceOptions
+
+    graph = pesto_ir.parse(text)
+    place_graph(graph, Cluster.homogeneous(2, "h100"), "m-etf", PlaceOptions(quiet=True))
+    return graph
+
+
+def test_place_refuses_a_graph_without_costs() -> None:
+    with pytest.raises(PestoError, match="place needs op costs, and none of the 1 ops has one"):
+        _place("graph @g(%x: f32[4]) {\n  %y = tanh(%x) : f32[4]\n  return %y\n}\n")
+
+
+def test_place_refuses_to_replace_devices_set_by_hand() -> None:
+    text = "graph @g() {\n  %a = opaque() {cost = 1ms, device = @gpu1} : blob[4]\n  %b = opaque(%a) {cost = 1ms} : blob[4]\n}\n"
+    with pytest.raises(PestoError, match=r"op 'a' \(.*\) has device = @gpu1, set by hand"):
+        _place(text)
+    placed = _place(text.replace(", device = @gpu1", ""))
+    _place(str(placed))  # a placed graph (it has a plan) may be placed again
