@@ -45,6 +45,8 @@ def parse_json_graph(text: str, filename: str = "<json>") -> Graph:
         raise ParseError(f"invalid JSON: {e.msg}", SourceSpan(filename, e.lineno, e.colno, text)) from None
     except RecursionError:
         raise too_deep(text, filename) from None
+    except ValueError as e:  # an integer literal longer than Python converts (4300 digits)
+        raise ParseError(f"invalid JSON: {e}", SourceSpan(filename, 1, 1)) from None
     try:
         return graph_from_json(data, filename)
     except JsonGraphError as e:

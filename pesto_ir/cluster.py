@@ -251,6 +251,8 @@ class Cluster:
             raise ClusterError(f"{path}:{e.lineno}:{e.colno}: invalid JSON: {e.msg}") from None
         except RecursionError:
             raise ClusterError(f"{path}: JSON nested deeper than Python can parse") from None
+        except ValueError as e:  # an integer literal longer than Python converts (4300 digits)
+            raise ClusterError(f"{path}: invalid JSON: {e}") from None
         return Cluster.from_json(data, str(path))
 
     def with_memory(self, memory: float) -> Cluster:

@@ -296,3 +296,13 @@ def test_a_string_with_an_invalid_escape_is_a_located_error(engine: str, text: s
     with pytest.raises(ParseError) as e:
         pesto_ir.parse(source, engine=engine)
     assert str(e.value).startswith("<string>:2:25:")
+
+
+def test_a_number_with_too_many_digits_is_a_clean_error(tmp_path: Path) -> None:
+    huge = "1" * 5000
+    with pytest.raises(ParseError, match="invalid JSON"):
+        parse_json_graph('{"format": "pesto-graph/1", "nodes": [{"id": "a", "memory": ' + huge + "}]}")
+    path = tmp_path / "c.json"
+    path.write_text('{"format": "pesto-cluster/1", "devices": [{"name": "a", "kind": "h100", "memory": ' + huge + "}]}")
+    with pytest.raises(ClusterError, match="invalid JSON"):
+        Cluster.load(path)
