@@ -25,12 +25,12 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from pesto_ir.costs import op_memory
-from pesto_ir.ir import Graph, Op
-from pesto_ir.plan import Plan
+from pesto_ir.ir import Graph, Op, Value
+from pesto_ir.plan import OpSlot, Plan
 from pesto_ir.units import human_bytes, human_time
 
 STEP_END = math.inf  # resident bytes and graph outputs are held past the last op
@@ -131,8 +131,8 @@ def lifetimes(graph: Graph, plan: Plan) -> list[Lifetime]:
     return [lt for lt in out if lt.nbytes > 0 and lt.end > lt.start]
 
 
-def _release(r, device: str, op_end: float, slots, copies: dict[str, tuple[float, float, int]],
-             outputs: set[int]) -> float:
+def _release(r: Value, device: str, op_end: float, slots: Mapping[str, OpSlot],
+             copies: dict[str, tuple[float, float, int]], outputs: set[int]) -> float:
     """When result `r` of an op on `device` may be freed there."""
     if id(r) in outputs:
         return STEP_END
