@@ -47,13 +47,15 @@ KINDS: dict[str, DeviceKind] = {
 class Device:
     name: str
     kind: str
-    peak_flops: float
-    mem_bandwidth: float
+    peak_flops: float | None  # None: not known (a custom kind whose op costs are given)
+    mem_bandwidth: float | None
     memory: float
 
     def __post_init__(self) -> None:
         for key in ("peak_flops", "mem_bandwidth", "memory"):
             v = getattr(self, key)
+            if v is None and key != "memory":
+                continue  # only the roofline model needs the figures; it says so when they are missing
             if not _real(v) or not v > 0:  # NaN fails `> 0`; infinite memory means no limit
                 raise ClusterError(f"device {self.name}: {key} must be a positive number, got {brief(repr(v))}")
 
@@ -188,8 +190,9 @@ class Cluster:
     def to_json(self) -> dict[str, Any]:
         return {
             "format": "pesto-cluster/1",
-            "devices": [{"name": d.name, "kind": d.kind, "peak_flops": d.peak_flops,
-                         "mem_bandwidth": d.mem_bandwidth, "memory": d.memory} for d in self.devices],
+            "devices": [{"name": d.name, "kind": d.kind, "memory": d.memory,
+                         **{k: getattr(d, k) for k in ("peak_flops", "mem_bandwidth") if getattr(d, k) is not None}}
+                        for d in self.devices],
             "links": [{"src": lk.src, "dst": lk.dst, "latency": lk.latency, "bandwidth": lk.bandwidth}
                       for lk in self.links.values()],
         }
@@ -396,8 +399,10 @@ def _device_from_json(i: int, d: Any, source: str) -> Device:
     kind = str(d.get("kind", "cpu"))
     base = KINDS.get(kind.lower())
 
-    def num(key: str) -> float:
+    def num(key: str, required: bool = True) -> float | None:
         v = d.get(key, getattr(base, key) if base is not None else None)
+        if v is None and not required:
+            return None  # a custom kind: the roofline model will ask for it, given costs do not
         if v is None:
             raise ClusterError(f"{source}: devices[{i}] ({d['name']}): kind '{kind}' is not built in, "
                                f"so \"{key}\" is required")
@@ -406,7 +411,8 @@ def _device_from_json(i: int, d: Any, source: str) -> Device:
             raise ClusterError(f"{source}: devices[{i}] ({d['name']}): \"{key}\" must be a positive number")
         return v
 
-    return Device(d["name"], kind, num("peak_flops"), num("mem_bandwidth"), num("memory"))
+    return Device(d["name"], kind, num("peak_flops", required=False), num("mem_bandwidth", required=False),
+                  num("memory"))
 
 
 def _link_figure(obj: dict[str, Any], key: str, default: float, bad: Any, where: str) -> float:

@@ -298,6 +298,10 @@ def launch_overhead(device: Device) -> float:
 
 def work_time(work: Work, device: Device) -> float:
     """Roofline seconds of `work` on `device`: compute-bound or memory-bound, plus launch overhead."""
+    if device.peak_flops is None or device.mem_bandwidth is None:
+        raise RooflineError(f"device {device.name} (kind {device.kind}) has no peak_flops or mem_bandwidth, which "
+                            "the roofline model needs: give them in the cluster file, or give op costs per kind "
+                            "(annotate-costs{model=given})")
     return max(work.flops / device.peak_flops, work.bytes / device.mem_bandwidth) + launch_overhead(device)
 
 

@@ -133,3 +133,21 @@ def test_measure_links_on_cpu_devices_and_cache(tmp_path: Path, monkeypatch: pyt
     assert measure_links(devices, sizes=(1 << 12, 1 << 16, 1 << 20, 1 << 22), repeats=3) == (lat, bw)
     c = Cluster.from_jax_devices(devices, measure=True)
     assert c.link("cpu0", "cpu1").bandwidth > 0
+
+
+def test_a_custom_kind_needs_its_figures_only_for_the_roofline_model() -> None:
+    import pesto_ir
+    from pesto_ir.passmanager import PassContext, PassManager
+
+    cluster = Cluster.from_json({"format": "pesto-cluster/1",
+                                 "devices": [{"name": "a", "kind": "tpu9", "memory": 1e9},
+                                             {"name": "b", "kind": "tpu9", "memory": 1e9}]})
+    assert cluster.devices[0].peak_flops is None and "peak_flops" not in cluster.to_json()["devices"][0]
+    assert Cluster.from_json(cluster.to_json()).devices == cluster.devices
+    given = "graph @g() {\n  %a = opaque() {cost = {tpu9 = 1ms}} : blob[4]\n  %b = opaque(%a) {cost = 2ms} : blob[4]\n}\n"
+    ctx = PassContext(cluster=cluster, quiet=True)
+    PassManager("annotate-costs,place{algo=m-etf},simulate").run(pesto_ir.parse(given), ctx)
+    shaped = "graph @g(%x: f32[4]) {\n  %y = tanh(%x) : f32[4]\n  return %y\n}\n"
+    with pytest.raises(pesto_ir.PestoError) as e:
+        PassManager("annotate-costs{model=roofline}").run(pesto_ir.parse(shaped), ctx)
+    assert "has no peak_flops or mem_bandwidth, which the roofline model needs" in str(e.value.__cause__ or e.value)
