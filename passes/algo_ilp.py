@@ -104,14 +104,15 @@ def place_ilp(graph: Graph, cluster: Cluster, options: PlaceOptions) -> Plan:
     warm, notes = _warm_start(graph, cluster, options)
     lb = lower_bound(graph, cluster)
     early = _early_answer(graph, cluster, warm, lb, solver, started)
+    if early is None:  # (early answers cover graphs over MAX_OPS)
+        inst = _Instance.build(graph, cluster, warm.makespan if warm is not None else None, lb)
+        if inst.integers() > MAX_INTEGERS:
+            early = _too_many_binaries(inst, warm, solver, lb, started)
     if early is not None:
         early.notes[:0] = notes
+        if early.solver and early.solver.get("status") == "skipped":
+            options.progress(f"ilp: MILP skipped: {early.notes[-1]}")
         return check_plan(graph, cluster, early)
-    inst = _Instance.build(graph, cluster, warm.makespan if warm is not None else None, lb)
-    if inst.integers() > MAX_INTEGERS:
-        skipped = _too_many_binaries(inst, warm, solver, lb, started)
-        skipped.notes[:0] = notes
-        return check_plan(graph, cluster, skipped)
     milp = _Milp(inst, solver, options)
     options.progress(f"ilp: {graph.name}: {len(graph.ops)} ops on {len(cluster)} devices, "
                      f"{milp.size()}; warm start {_fmt(warm.makespan) if warm else 'none'}, "
