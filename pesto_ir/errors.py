@@ -8,12 +8,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+LINE_LIMIT = 300  # longer message lines are cut: a 5 MB junk token must not become 15 MB of error text
+EXCERPT_WIDTH = 100  # characters of a long source line shown around the caret
+
+
+def clipped(text: str, limit: int = LINE_LIMIT) -> str:
+    """`text` with every line over `limit` characters cut short, saying how long it was."""
+    return "\n".join(line if len(line) <= limit else f"{line[:limit - 60]}... ({len(line)} characters)"
+                     for line in text.split("\n"))
+
 
 class PestoError(Exception):
     """Base of every error that is the input's fault, not Pesto's."""
 
     def format(self) -> str:
-        return f"error: {self}"
+        return clipped(f"error: {self}")
 
 
 @dataclass
@@ -35,9 +44,15 @@ class SourceSpan:
         lines = self.text.splitlines()
         if not 1 <= self.line <= len(lines):
             return ""
-        src = lines[self.line - 1]
-        lead = "".join(c if c == "\t" else " " for c in src[: self.col - 1])
-        return f"  {src}\n  {lead}{'^' * max(1, self.width)}"
+        src, col = lines[self.line - 1], self.col
+        if len(src) > EXCERPT_WIDTH:  # a window around the caret, marked where cut
+            start = max(0, min(col - 1 - EXCERPT_WIDTH // 3, len(src) - EXCERPT_WIDTH))
+            end = start + EXCERPT_WIDTH
+            head, tail = ("..." if start else ""), ("..." if end < len(src) else "")
+            src, col = head + src[start:end] + tail, col - start + len(head)
+        lead = "".join(c if c == "\t" else " " for c in src[: col - 1])
+        width = max(1, min(self.width, len(src) - col + 1))
+        return f"  {src}\n  {lead}{'^' * width}"
 
 
 class ParseError(PestoError):
@@ -50,12 +65,12 @@ class ParseError(PestoError):
         self.hint = hint
 
     def format(self) -> str:
-        out = f"{self.span}: error: {self.message}"
+        out = clipped(f"{self.span}: error: {self.message}")
         excerpt = self.span.excerpt()
         if excerpt:
             out += "\n" + excerpt
         if self.hint:
-            out += "\n  " + self.hint
+            out += "\n  " + clipped(self.hint)
         return out
 
     def __str__(self) -> str:
@@ -77,7 +92,7 @@ class Diagnostic:
 
     def format(self) -> str:
         excerpt = self.span.excerpt() if self.span is not None else ""
-        return f"{self}\n{excerpt}" if excerpt else str(self)
+        return clipped(f"{self}\n{excerpt}" if excerpt else str(self))
 
 
 class VerifyError(PestoError):

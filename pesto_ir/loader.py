@@ -73,7 +73,8 @@ def brief(text: str) -> str:
 # Python's recursion allows the parsers, the verifier and the printer.
 MAX_NESTING = 100
 # What nests: [ and {, outside strings, `//` comments and `.pir` types (f32[2,3]).
-_BRACKETS = re.compile(r'"(?:[^"\\\n]|\\.)*"|//[^\n]*|[a-z][a-z0-9]*\[[0-9, ]*\]|[\[\]{}]')
+# A type starts a word (the lookbehind): trying one at every letter of a long word was quadratic.
+_BRACKETS = re.compile(r'"(?:[^"\\\n]|\\.)*"|//[^\n]*|(?<![a-z0-9])[a-z][a-z0-9]*+\[[0-9, ]*\]|[\[\]{}]')
 
 
 def nesting_error(text: str, filename: str, limit: int = MAX_NESTING) -> ParseError | None:

@@ -306,3 +306,22 @@ def test_a_number_with_too_many_digits_is_a_clean_error(tmp_path: Path) -> None:
     path.write_text('{"format": "pesto-cluster/1", "devices": [{"name": "a", "kind": "h100", "memory": ' + huge + "}]}")
     with pytest.raises(ClusterError, match="invalid JSON"):
         Cluster.load(path)
+
+
+@pytest.mark.parametrize("junk", [
+    "graph @g() {\n  %a = opaque() {note = " + "x" * 1_000_000 + "} : blob[4]\n}\n",  # one huge token
+    "z" * 1_000_000 + "\n",  # a huge word where a graph should start (its nesting scan was quadratic)
+])
+def test_a_huge_junk_line_gives_a_short_error(junk: str) -> None:
+    with pytest.raises(ParseError) as e:
+        pesto_ir.parse(junk)
+    text = e.value.format()
+    assert len(text) < 2000 and "characters)" in text
+
+
+def test_a_long_line_is_shown_around_the_caret() -> None:
+    line = "  %a = opaque() {cost = 1ms, note = \"" + "n" * 500 + "\", x = $} : blob[4]"
+    with pytest.raises(ParseError) as e:
+        pesto_ir.parse("graph @g() {\n" + line + "\n}\n")
+    src, caret = e.value.format().split("\n")[1:3]
+    assert src.startswith("  ...") and len(src) < 120 and src[caret.index("^")] == "$"
