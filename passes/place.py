@@ -102,27 +102,44 @@ class PlaceError(PestoError):
     pass
 
 
+MAX_DEFAULT_TIME_LIMIT = 30.0  # seconds: what a graph of 280 ops or groups and more gets by default
+
+
+def default_time_limit(n: int) -> float:
+    """2 s plus 0.1 s per op (or coarse group) to place, at most `MAX_DEFAULT_TIME_LIMIT`: the quick
+    start's 32-op example need not wait 30 s for a MILP that cannot close its gap."""
+    return min(MAX_DEFAULT_TIME_LIMIT, 2.0 + 0.1 * n)
+
+
 @dataclass(frozen=True)
 class PlacePass(Pass):
     """Place and schedule the graph (or its coarse groups) on the context's cluster."""
 
     name = "place"
     algo: str = DEFAULT_ALGO
-    time_limit: float = 30.0
+    time_limit: float | None = None  # None: `default_time_limit` of the graph's size
     seed: int | None = None  # None: the pipeline's seed
     solver: str = "cbc"
 
     def __post_init__(self) -> None:
         _algorithm(self.algo)
         t = self.time_limit
-        if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t <= 0:
+        if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t)
+                              or t <= 0):
             raise PlaceError(f"time-limit must be a positive, finite number of seconds, not {t!r}")
         if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)):
             raise PlaceError(f"seed must be a whole number, not {self.seed!r}")
 
     def run(self, graph: Graph, ctx: PassContext) -> None:
         cluster = require_cluster(ctx, self.name)
-        options = PlaceOptions(time_limit=self.time_limit, seed=ctx.seed if self.seed is None else self.seed,
+        time_limit = self.time_limit
+        if time_limit is None:
+            groups = {op.get("group") for op in graph.ops if "group" in op.attrs}
+            n = len(groups) if groups else len(graph.ops)
+            time_limit = default_time_limit(n)
+            ctx.progress(f"place: time limit {time_limit:g} s, the default for {n} ops or groups "
+                         "(--time-limit S or place{time-limit=S} to change it)")
+        options = PlaceOptions(time_limit=time_limit, seed=ctx.seed if self.seed is None else self.seed,
                                solver=self.solver, quiet=ctx.quiet, log=ctx.log)
         plan = place_graph(graph, cluster, self.algo, options)
         ctx.progress(f"place: {plan.algorithm} makespan {plan.makespan:.6g}s"

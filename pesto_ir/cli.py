@@ -67,7 +67,7 @@ def _positive_seconds(text: str) -> float:
 
 
 def build_arg_parser() -> argparse.ArgumentParser:
-    from pesto_ir.passes.place import ALGORITHMS, DEFAULT_ALGO, PlacePass  # lazily: only for --help's text
+    from pesto_ir.passes.place import ALGORITHMS, DEFAULT_ALGO, MAX_DEFAULT_TIME_LIMIT  # lazily: for --help
 
     ap = argparse.ArgumentParser(
         prog="pesto-compile",
@@ -93,7 +93,8 @@ def build_arg_parser() -> argparse.ArgumentParser:
                        help=f"placement algorithm for the place pass: {', '.join(sorted(ALGORITHMS))} "
                             f"(default: {DEFAULT_ALGO})")
     place.add_argument("--time-limit", type=_positive_seconds, metavar="S",
-                       help=f"time limit of exact solvers, in seconds (default: {PlacePass.time_limit:g})")
+                       help="time limit of exact solvers, in seconds (default: 2 s + 0.1 s per op or "
+                            f"coarse group placed, at most {MAX_DEFAULT_TIME_LIMIT:g} s)")
     place.add_argument("--seed", type=int, default=0, help="seed for every random choice (default 0)")
     out = ap.add_argument_group("reports")
     out.add_argument("--plan-json", metavar="FILE", help="write the plan as pesto-plan/1 JSON")
