@@ -195,7 +195,10 @@ class _Semantics:
         text = str(tok)
         kind = tok.type
         if kind == "INT":
-            return IntAttr(int(text))
+            try:
+                return IntAttr(int(text))
+            except ValueError:  # more digits than Python converts (4300)
+                raise self.fail(tok, f"integer {brief(text)} has more digits than can be read") from None
         if kind == "FLOAT":
             return FloatAttr(float(text))
         if kind == "STRING":
