@@ -174,6 +174,7 @@ class Cluster:
             raise ClusterError(f"the number of devices (--devices) must be a whole number, got {brief(repr(n))}")
         if n < 1:
             raise ClusterError(f"--devices must be at least 1, got {n}")
+        _check_size(n)
         k = kind_named(kind)
         prefix = prefix or ("cpu" if k.name == "cpu" else "gpu")
         devices = [Device.of_kind(f"{prefix}{i}", k.name, memory) for i in range(n)]
@@ -207,6 +208,7 @@ class Cluster:
         raw_devices = data.get("devices")
         if not isinstance(raw_devices, list) or not raw_devices:
             raise bad("\"devices\" must be a non-empty list")
+        _check_size(len(raw_devices), source + ": ")
         devices = [_device_from_json(i, d, source) for i, d in enumerate(raw_devices)]
         index: dict[str, int] = {}
         for i, d in enumerate(devices):
@@ -390,6 +392,17 @@ def _time_device_put(src: Any, dst: Any, nbytes: int, repeats: int) -> float:
         jax.device_put(x, dst).block_until_ready()
         times.append(time.perf_counter() - t0)
     return statistics.median(times)
+
+
+MAX_DEVICES = 512  # 1024 devices already take 6 s just to build their million links
+
+
+def _check_size(n: int, where: str = "") -> None:
+    """Refuse clusters too big to plan: every pair of devices has a link, and every op is tried on
+    every device, so planning grows with n squared."""
+    if n > MAX_DEVICES:
+        raise ClusterError(f"{where}a cluster of {n} devices is more than Pesto plans ({MAX_DEVICES}): it models "
+                           "a link between every pair of devices and tries every op on every device")
 
 
 def _device_from_json(i: int, d: Any, source: str) -> Device:

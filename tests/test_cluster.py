@@ -151,3 +151,13 @@ def test_a_custom_kind_needs_its_figures_only_for_the_roofline_model() -> None:
     with pytest.raises(pesto_ir.PestoError) as e:
         PassManager("annotate-costs{model=roofline}").run(pesto_ir.parse(shaped), ctx)
     assert "has no peak_flops or mem_bandwidth, which the roofline model needs" in str(e.value.__cause__ or e.value)
+
+
+def test_a_cluster_too_big_to_plan_is_refused_at_once() -> None:
+    from pesto_ir.cluster import MAX_DEVICES
+
+    with pytest.raises(ClusterError, match=f"a cluster of 100000 devices is more than Pesto plans \\({MAX_DEVICES}\\)"):
+        Cluster.homogeneous(100000, "h100")
+    doc = {"format": "pesto-cluster/1", "devices": [{"name": f"d{i}", "kind": "h100"} for i in range(MAX_DEVICES + 1)]}
+    with pytest.raises(ClusterError, match="more than Pesto plans"):
+        Cluster.from_json(doc)
