@@ -18,6 +18,7 @@ from pesto_ir.passes.place import COARSE_NOTE, PlaceError, require_cluster
 from pesto_ir.passmanager import Pass, PassContext
 from pesto_ir.plan import Plan, read_plan_attrs, write_plan_attrs
 from pesto_ir.simulate import order_from_priority, simulate
+from pesto_ir.units import human_time
 from pesto_ir.validate import check_plan
 
 
@@ -34,7 +35,7 @@ class ExpandPass(Pass):
             raise PlaceError("expand needs a placed graph: run place before it")
         fine = expand_plan(graph, cluster, plan)
         write_plan_attrs(graph, fine)
-        ctx.progress(f"expand: {len(graph.ops)} ops, makespan {fine.makespan:.6g}s")
+        ctx.progress(f"expand: {len(graph.ops)} ops, makespan {human_time(fine.makespan, 4)}")
 
 
 def expand_plan(graph: Graph, cluster: Cluster, plan: Plan) -> Plan:

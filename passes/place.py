@@ -36,6 +36,7 @@ from pesto_ir.passes.coarsen import quotient_graph
 from pesto_ir.passmanager import Pass, PassContext
 from pesto_ir.placement import Algorithm, PlaceOptions
 from pesto_ir.plan import OpSlot, Plan, write_plan_attrs
+from pesto_ir.units import human_time
 from pesto_ir.validate import check_plan
 
 COARSE_NOTE = "coarse plan"  # first words of the note a coarse plan carries until `expand`
@@ -137,13 +138,14 @@ class PlacePass(Pass):
             groups = {op.get("group") for op in graph.ops if "group" in op.attrs}
             n = len(groups) if groups else len(graph.ops)
             time_limit = default_time_limit(n)
-            ctx.progress(f"place: time limit {time_limit:g} s, the default for {n} ops or groups "
-                         "(--time-limit S or place{time-limit=S} to change it)")
+            if self.algo in EXACT_ALGOS:  # the heuristics finish in their own time
+                ctx.progress(f"place: time limit {time_limit:g} s, the default for {n} ops or groups "
+                             "(--time-limit S or place{time-limit=S} to change it)")
         options = PlaceOptions(time_limit=time_limit, seed=ctx.seed if self.seed is None else self.seed,
                                solver=self.solver, quiet=ctx.quiet, log=ctx.log)
         plan = place_graph(graph, cluster, self.algo, options)
-        ctx.progress(f"place: {plan.algorithm} makespan {plan.makespan:.6g}s"
-                     + (f", lower bound {plan.lower_bound:.6g}s" if plan.lower_bound else ""))
+        ctx.progress(f"place: {plan.algorithm} makespan {human_time(plan.makespan, 4)}"
+                     + (f", lower bound {human_time(plan.lower_bound, 4)}" if plan.lower_bound else ""))
 
 
 def require_cluster(ctx: PassContext, pass_name: str) -> Cluster:
@@ -204,8 +206,8 @@ def refined_on_fine_graph(graph: Graph, cluster: Cluster, plan: Plan, options: P
             best = dataclasses.replace(timed, notes=[*best.notes, found.notes[-1]])
     if best.makespan >= start.makespan * (1 - 1e-12):
         return start
-    options.progress(f"place: refining on the {len(graph.ops)} fine ops took the plan from {start.makespan:.6g}s "
-                     f"to {best.makespan:.6g}s")
+    options.progress(f"place: refining on the {len(graph.ops)} fine ops took the plan from "
+                     f"{human_time(start.makespan, 4)} to {human_time(best.makespan, 4)}")
     solver = dict(start.solver or {})
     solver["winner"] = f"{solver.get('winner') or start.algorithm} + fine refinement"
     return dataclasses.replace(best, algorithm=start.algorithm, lower_bound=start.lower_bound, solver=solver,
@@ -223,8 +225,8 @@ def faster_than_fine_heuristics(graph: Graph, cluster: Cluster, coarse: Plan, op
     if heuristic is None or heuristic.makespan >= expanded:
         return coarse
     name = heuristic.algorithm
-    options.progress(f"place: {name} on the {len(graph.ops)} fine ops ({heuristic.makespan:.6g}s) beats the "
-                     f"expanded coarse plan ({expanded:.6g}s); keeping it")
+    options.progress(f"place: {name} on the {len(graph.ops)} fine ops ({human_time(heuristic.makespan, 4)}) "
+                     f"beats the expanded coarse plan ({human_time(expanded, 4)}); keeping it")
     solver = dict(coarse.solver or {})
     solver["winner"] = f"{name} (fine graph)"
     note = (f"{name} on the fine graph ({heuristic.makespan:.6g}s) beat the {coarse.algorithm} plan of the coarse "
@@ -257,7 +259,7 @@ def best_heuristic_plan(graph: Graph, cluster: Cluster, options: PlaceOptions) -
         if best is None or plan.makespan < best.makespan:
             best = plan
     if best is not None:
-        options.progress(f"place: warm start from {best.algorithm} (makespan {best.makespan:.6g}s)")
+        options.progress(f"place: warm start from {best.algorithm} (makespan {human_time(best.makespan, 4)})")
     return best
 
 

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 
-def human_time(seconds: float) -> str:
-    """Three significant digits in a readable unit: `3.10 ms`."""
+def human_time(seconds: float, digits: int = 3) -> str:
+    """`digits` significant digits in a readable unit: `3.1 ms`."""
     for unit, scale in (("s", 1.0), ("ms", 1e3), ("us", 1e6)):
         if abs(seconds) * scale >= 1:
-            return f"{seconds * scale:.3g} {unit}"
-    return f"{seconds * 1e9:.3g} ns"
+            return f"{seconds * scale:.{digits}g} {unit}"
+    return f"{seconds * 1e9:.{digits}g} ns"
 
 
 def human_bytes(n: float) -> str:
