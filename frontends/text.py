@@ -426,7 +426,10 @@ def _token_regex() -> re.Pattern[str]:
     parts.append(f"(?P<WORD>{terms['OPCODE']})")
     parts.extend(f"(?P<{name}>{re.escape(char)})" for char, name in _PUNCT.items())
     parts.append(r"(?P<ERR>\S)")
-    skip = f"(?:{terms['WS']}|{terms['COMMENT']})*"
+    parts.append(r"(?P<EOF>\Z)")  # trailing blanks match too: a failed match retried at each of them was quadratic
+    # atomic: never backtrack into the skipped space (a nested `(?:[ \t..]+)*` was exponential on
+    # a long run of blanks with no token after it)
+    skip = f"(?>(?:{terms['WS']}|{terms['COMMENT']})*)"
     return re.compile(f"{skip}(?:{'|'.join(parts)})")
 
 
@@ -452,6 +455,9 @@ class _FastParser:
         for m in _token_regex().finditer(text):
             kind = m.lastgroup
             assert kind is not None
+            if kind == "EOF":
+                end = len(text)
+                break
             span = m.span(kind)
             kinds.append(kind)
             spans.append(span)
@@ -459,6 +465,7 @@ class _FastParser:
         if "ERR" in kinds or _TRAILING.match(text, end).end() != len(text):
             raise _Syntax()
         kinds.append("$END")
+        spans.append((len(text), len(text)))  # so the end can be read as a token like any other
         self.kinds = kinds
         self.spans = spans
         self.i = 0

@@ -60,7 +60,10 @@ TIME_LIMIT_S = 20.0  # one call on a small input; a hang or a blow-up is far bey
 MAX_FORMAT_CHARS = 5000
 LOCATED = re.compile(r"^(<string>|<json>|[^\n]*?):\d+:\d+: error")
 
-FUZZ = settings(deadline=None, database=None,
+# derandomize: the suite sees the same inputs on every run (CI stays reproducible). To explore, set it
+# to False and run with `--hypothesis-seed=N` for a few N: that is how the bugs pinned in
+# tests/test_input_hardening.py (a truncated text, trailing blanks) were found.
+FUZZ = settings(deadline=None, database=None, derandomize=True,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                        HealthCheck.filter_too_much,
                                        HealthCheck.function_scoped_fixture])

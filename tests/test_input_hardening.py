@@ -325,3 +325,18 @@ def test_a_long_line_is_shown_around_the_caret() -> None:
         pesto_ir.parse("graph @g() {\n" + line + "\n}\n")
     src, caret = e.value.format().split("\n")[1:3]
     assert src.startswith("  ...") and len(src) < 120 and src[caret.index("^")] == "$"
+
+
+def test_a_text_cut_short_is_a_located_error_not_an_index_error() -> None:
+    """Found by the fuzz tests: the fast parser read one token past the end of a truncated text."""
+    text = (Path(__file__).resolve().parent.parent / "examples" / "lstm2_unrolled.pir").read_text()
+    for cut in (len(text) // 3, len(text) // 2, len(text) - 5):
+        with pytest.raises(ParseError):
+            pesto_ir.parse(text[:cut])
+
+
+@pytest.mark.parametrize("tail", [" //\n" * 20000, " \n" * 100000])
+def test_long_trailing_blanks_and_comments_parse_in_linear_time(tail: str) -> None:
+    """Found by the fuzz tests: the lexer retried a failed match at every trailing blank (minutes)."""
+    graph = pesto_ir.parse("graph @g() {\n}\n" + tail)
+    assert graph.name == "g"
