@@ -345,6 +345,7 @@ class _Instance:
     op_pairs: list[_Pair] = field(default_factory=list)
     link_pairs: list[_Pair] = field(default_factory=list)
     classes: list[list[int]] = field(default_factory=list)
+    unit_bytes: list[int] = field(default_factory=list)  # footprint of each unit (every byte held all step)
 
     def integers(self) -> int:
         """Binary variables the model will have: placements and the pairs of either order."""
@@ -383,6 +384,7 @@ class _Instance:
         inst = _Instance(graph, cluster, ops, index, unit_of, units, allowed, cost, fast, producers, consumers,
                          _descendants(consumers), [], [], [], ub_seconds * unit * (1 + 1e-9) + EPS,
                          lb_seconds * unit, unit)
+        inst.unit_bytes = unit_bytes
         best = [min(row) for row in cost]
         inst.est, inst.tail = _windows(producers, consumers, fast, inst.desc, best, _capacity(cluster, ops))
         inst.lst = [inst.lft(i) - fast[i] for i in range(len(ops))]
@@ -665,8 +667,7 @@ class _Milp:
             m += xsum(self.x[(u, d)] for d in devices) == 1
         # Conservative: every byte an op holds, and a copy of every tensor a device receives, held
         # for the whole step (copy_{p,d} >= x_{reader's unit,d} - x_{p's unit,d}).
-        footprint = footprints(inst.graph)
-        mem = [sum(footprint[inst.ops[i].name] for i in members) for members in inst.units]
+        mem = inst.unit_bytes
         sent = [sum(r.type.nbytes for r in op.results
                     if any(inst.unit_of[inst.index[c.name]] != inst.unit_of[i] for c in r.users()))
                 for i, op in enumerate(inst.ops)]
