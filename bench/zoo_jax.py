@@ -468,17 +468,21 @@ def _lstm_stack(layers: list[dict[str, jax.Array]], inputs: list[jax.Array],
 
 
 def _embed_steps(table: jax.Array, tokens: jax.Array) -> list[jax.Array]:
-    """(steps, batch) tokens to one (batch, hidden) embedding per step: one gather, one split."""
-    return jnp.split(table[tokens.reshape(-1)], tokens.shape[0])
+    """(batch, steps) tokens to one (batch, hidden) embedding per step: one gather, one split.
+    Batch-major, as JAX code usually is: the batch stays the leading axis, so the step splits into
+    micro-batches and replicas (`passes/microbatch.py`)."""
+    steps = tokens.shape[1]
+    return [x.squeeze(1) for x in jnp.split(table[tokens], steps, axis=1)]
 
 
 def _seq2seq_loss(params: Tree, source: jax.Array, target_in: jax.Array, target_out: jax.Array) -> jax.Array:
     hidden = params["embed"].shape[1]
-    zero = jnp.zeros((source.shape[1], hidden), F32)
+    zero = jnp.zeros((source.shape[0], hidden), F32)
     _, states = _lstm_stack(params["encoder"], _embed_steps(params["embed"], source),
                             [(zero, zero)] * len(params["encoder"]))
     outputs, _ = _lstm_stack(params["decoder"], _embed_steps(params["embed"], target_in), states)
-    logits = _dense(params["head"], jnp.concatenate(outputs))
+    hidden = outputs[0].shape[-1]
+    logits = _dense(params["head"], jnp.stack(outputs, axis=1).reshape(-1, hidden))
     return _cross_entropy(logits, target_out.reshape(-1))
 
 
@@ -486,7 +490,7 @@ def _seq2seq(c: Seq2SeqConfig) -> Model:
     cell = _dense_spec(2 * c.hidden, 4 * c.hidden)
     params = {"embed": _spec(c.vocab, c.hidden), "encoder": [cell] * c.layers, "decoder": [cell] * c.layers,
               "head": _dense_spec(c.hidden, c.vocab)}
-    tokens = _spec(c.steps, c.batch, dtype=I32)
+    tokens = _spec(c.batch, c.steps, dtype=I32)
     return Model(_seq2seq_loss, params, (tokens, tokens, tokens))
 
 

@@ -8,6 +8,10 @@ so does a `.pir` file written by hand with JAX primitive names.
 
 Subclass `Interpreter` and override `run_op` to observe or change each op's evaluation (the
 torch.fx habit): e.g. time it, or place it on a device.
+
+It runs one replica in one process. An `all_reduce` over one replica is the identity; one over
+more replicas (a plan with data_parallel > 1) has no other replicas here to reduce with, so it is
+refused (`check_single_replica`, which the JAX backend and the emitter call before compiling).
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from pesto_ir.types import TensorType
 ANNOTATION_KEYS: frozenset[str] = frozenset({
     "scope", "cost", "memory", "activation", "workspace", "bytes", "bytes_accessed", "flops", "trip_count",
     "label", "body_cost", "device", "start", "end", "group", "colocate", "backward", "stage", "priority",
+    "microbatch", "per_sample", "param_bytes",
 })
 
 EvalRule = Callable[["Interpreter", Op, list[Any]], list[Any]]
@@ -111,8 +116,40 @@ def _eval_constant(interp: Interpreter, op: Op, args: list[Any]) -> list[Any]:
     return [arr]
 
 
+def one_replica(op: Op) -> bool:
+    """True when `op` (an `all_reduce`) reduces over exactly one replica: then it is the identity."""
+    n = op.get("replicas", 1)
+    return isinstance(n, int) and not isinstance(n, bool) and n == 1
+
+
+def _single_replica_error(op: Op) -> PestoError:
+    return PestoError(f"{op.where()}: op '{op.name}' all-reduces across {op.get('replicas')} data-parallel "
+                      "replicas, but this backend runs one replica in one process: runs with data_parallel > 1 "
+                      "need the sharded backend")
+
+
+def check_single_replica(graph: Graph) -> None:
+    """Refuse a graph (nested bodies included) with an `all_reduce` over more than one replica:
+    the single-process backends run one replica and have nothing to reduce with."""
+    stack = [graph]
+    while stack:
+        g = stack.pop()
+        for op in g.ops:
+            if op.opcode == "all_reduce" and not one_replica(op):
+                raise _single_replica_error(op)
+            stack.extend(op.subgraphs())
+
+
+def _eval_all_reduce(interp: Interpreter, op: Op, args: list[Any]) -> list[Any]:
+    """Over one replica an all-reduce is the identity; over more, see `check_single_replica`."""
+    if not one_replica(op):
+        raise _single_replica_error(op)
+    return list(args)
+
+
 EVAL_RULES: dict[str, EvalRule] = {
     "constant": _eval_constant,
+    "all_reduce": _eval_all_reduce,
 }
 
 
@@ -149,4 +186,4 @@ def input_specs(graph: Graph) -> Sequence[jax.ShapeDtypeStruct]:
 
 
 __all__ = ["ANNOTATION_KEYS", "EVAL_RULES", "EvalRule", "Interpreter", "as_function", "bind_primitive",
-           "evaluate", "graph_to_closed_jaxpr", "input_specs"]
+           "check_single_replica", "evaluate", "graph_to_closed_jaxpr", "input_specs", "one_replica"]
