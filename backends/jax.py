@@ -34,7 +34,7 @@ from jax.sharding import SingleDeviceSharding
 
 from pesto_ir.backends.schedule import Move, Schedule, ScheduleError, Segment, schedule, segment_graph
 from pesto_ir.errors import PestoError
-from pesto_ir.interpreter import as_function
+from pesto_ir.interpreter import as_function, check_single_replica
 from pesto_ir.ir import Graph, Value
 from pesto_ir.jax_params import jax_dtype
 from pesto_ir.types import TensorType
@@ -58,8 +58,13 @@ def build(placed_graph: Graph, devices: DeviceSpec, *, constants: Sequence[Any] 
     closed-over arrays), fixed for every call. `state_map` maps an output index to the input index it
     is the next value of (see `schedule.infer_state_map` for the default). `donate` lists input
     indices whose arrays the caller gives up, like `jax.jit`'s `donate_argnums`. `compiler_options`
-    go to XLA for every segment (as `jax.jit`'s).
+    go to XLA for every segment (as `jax.jit`'s). It runs one replica: a graph that all-reduces
+    across data-parallel replicas is refused (`BackendError`).
     """
+    try:
+        check_single_replica(placed_graph)
+    except PestoError as e:
+        raise BackendError(str(e)) from None
     sched = schedule(placed_graph, state_map)
     return Executable(sched, resolve_devices(sched.devices, devices), constants, frozenset(donate),
                       dict(compiler_options or {}))

@@ -29,7 +29,7 @@ from jax import lax
 from pesto_ir.attributes import Attr, GraphAttr, ListAttr
 from pesto_ir.backends.schedule import Move, Schedule, schedule
 from pesto_ir.errors import PestoError
-from pesto_ir.interpreter import ANNOTATION_KEYS, EVAL_RULES
+from pesto_ir.interpreter import ANNOTATION_KEYS, EVAL_RULES, check_single_replica, one_replica
 from pesto_ir.ir import Graph, Op, Value
 from pesto_ir.jax_params import (
     DERIVED_PARAMS,
@@ -49,7 +49,12 @@ class EmitError(PestoError):
 
 
 def emit_python(placed_graph: Graph, state_map: Mapping[int, int] | None = None) -> str:
-    """The Python source of a module running `placed_graph` as planned (see the module docstring)."""
+    """The Python source of a module running `placed_graph` as planned (see the module docstring).
+    The module runs one replica: a graph that all-reduces across data-parallel replicas is refused."""
+    try:
+        check_single_replica(placed_graph)
+    except PestoError as e:
+        raise EmitError(str(e)) from None
     return _Emitter(schedule(placed_graph, state_map)).module()
 
 
@@ -443,8 +448,18 @@ def _emit_constant(e: _Emitter, op: Op, names: _Namespace) -> str:
     return f"{names.name(id(op.result), op.result.name)} = {expr}"
 
 
+def _emit_all_reduce(e: _Emitter, op: Op, names: _Namespace) -> str:
+    """`all_reduce` over one replica: the identity (as the interpreter); over more it is refused."""
+    if not one_replica(op):
+        raise EmitError(f"{op.where()}: op '{op.name}' all-reduces across {op.get('replicas')} data-parallel "
+                        "replicas; runs with data_parallel > 1 need the sharded backend")
+    args = [names.name(id(v), v.name) for v in op.operands]
+    return f"{_results(op, names, True)} = {_tuple_source_raw(args)}"
+
+
 EMIT_RULES: dict[str, EmitRule] = {
     "constant": _emit_constant,
+    "all_reduce": _emit_all_reduce,
 }
 
 

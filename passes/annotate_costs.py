@@ -16,6 +16,11 @@ every device that reads them), its op results the activations (held from their o
 their last reader is done), so a rematerialised (`checkpoint`) forward, whose backward recomputes
 instead of reading it, frees early by itself. A `memory` already on an op (resident bytes a user
 gave) is kept.
+
+Collectives (`all_reduce`) are not computation: neither roofline nor profile times them. Their
+`cost` is the ring all-reduce time over their replicas' devices, which the data-parallel rewrite
+writes; every model keeps it. One without a cost gets 0 (and 0 FLOPs): with one replica it is the
+identity, and with more the plan validator holds its slot to the ring time anyway.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ from pesto_ir.cluster import Cluster, Device
 from pesto_ir.costs import CostError, op_cost
 from pesto_ir.ir import Graph, Op
 from pesto_ir.passmanager import Pass, PassContext
-from pesto_ir.roofline import NO_KERNEL, WORK_RULES, op_time, op_work
+from pesto_ir.roofline import COLLECTIVES, NO_KERNEL, WORK_RULES, op_time, op_work
 
 MAX_LISTED = 10
 
@@ -78,9 +83,14 @@ def _kind_only(d: Device) -> tuple[object, ...]:
 
 def annotate_times(graph: Graph, cluster: Cluster, figures: Callable[[Device], tuple[object, ...]],
                    time_of: Callable[[Op, Device], float]) -> None:
-    """Write `cost` on every op: `time_of(op, device)` for one device per distinct cost key."""
+    """Write `cost` on every op: `time_of(op, device)` for one device per distinct cost key.
+    A collective keeps the cost it has (the ring time the data-parallel rewrite set), else gets 0."""
     keys = cost_keys(cluster, figures)
     for op in graph.ops:
+        if op.opcode in COLLECTIVES:
+            if "cost" not in op.attrs:
+                op.attrs["cost"] = cost_attr(0.0)
+            continue
         if keys is None:
             op.attrs["cost"] = cost_attr(time_of(op, cluster.devices[0]))
         else:
@@ -134,7 +144,7 @@ def _roofline(p: AnnotateCostsPass, graph: Graph, cluster: Cluster | None, ctx: 
                      "are costed as elementwise over their results; give their cost (model=given) if that is wrong")
     annotate_times(graph, cluster, _roofline_figures, op_time)
     annotate_work(graph)
-    ctx.progress(f"annotate-costs: roofline costs for {len(graph.ops)} ops on {_kinds(cluster)}")
+    ctx.progress(f"annotate-costs: roofline costs for {len(graph.ops)} ops on {_kinds(cluster)}{_collective_note(graph)}")
 
 
 def guessed_opcodes(graph: Graph) -> list[str]:
@@ -150,7 +160,8 @@ def guessed_opcodes(graph: Graph) -> list[str]:
         g = stack.pop()
         for op in g.ops:
             stack.extend(op.subgraphs())
-            if op.opcode in seen or op.opcode in WORK_RULES or op.opcode in NO_KERNEL or op.subgraphs():
+            if (op.opcode in seen or op.opcode in WORK_RULES or op.opcode in NO_KERNEL or op.opcode in COLLECTIVES
+                    or op.subgraphs()):
                 continue
             seen.add(op.opcode)
             try:
@@ -169,7 +180,15 @@ def _profile(p: AnnotateCostsPass, graph: Graph, cluster: Cluster | None, ctx: P
     annotate_times(graph, cluster, _kind_only, profiler.time_on_kind)
     annotate_work(graph)
     ctx.progress(f"annotate-costs: profiled {len(graph.ops)} ops ({profiler.measured} measured, "
-                 f"{profiler.cached} from cache) on {_kinds(cluster)}")
+                 f"{profiler.cached} from cache) on {_kinds(cluster)}{_collective_note(graph)}")
+
+
+def _collective_note(graph: Graph) -> str:
+    n = sum(op.opcode in COLLECTIVES for op in graph.ops)
+    if not n:
+        return ""
+    return (f"; {n} all_reduce op(s) keep their cost (communication: the ring all-reduce time, "
+            "not a roofline or profiled kernel time)")
 
 
 def _kinds(cluster: Cluster) -> str:

@@ -2,13 +2,15 @@
 
 A transfer of `n` bytes from device a to device b takes `latency + n / bandwidth` of link (a, b);
 transfers on one directed link run one at a time. Heterogeneous clusters are the normal case:
-every device carries its own speed and memory.
+every device carries its own speed and memory. An all-reduce over a group of devices
+(data-parallel gradients) is timed as a ring (`ring_all_reduce_time`).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import numbers
 import os
 from collections import Counter
 from collections.abc import Sequence
@@ -291,6 +293,40 @@ class Cluster:
         if measure and len(devices) > 1:
             latency, bandwidth = measure_links(devices)
         return Cluster.fully_connected(out, latency, bandwidth)
+
+
+def ring_all_reduce_time(cluster: Cluster, group: Sequence[str], nbytes: int) -> float:
+    """Seconds to all-reduce `nbytes` (per device) over the devices of `group` with a ring.
+
+    The ring is `group[i] -> group[(i + 1) % n]`. A ring all-reduce is a reduce-scatter then an
+    all-gather: 2 (n - 1) steps, in each of which every device sends one chunk of `nbytes / n`
+    bytes to its successor, all ring links at once; a step ends when its slowest link is done:
+
+        2 (n - 1) * max over ring links of (latency + (nbytes / n) / bandwidth)
+
+    It is bandwidth-optimal (each device sends 2 (n - 1) / n of the data, independent of n for
+    large n), at a latency of 2 (n - 1) link latencies. One device needs no communication: 0.
+    """
+    if isinstance(group, str) or not isinstance(group, Sequence):
+        raise ClusterError(f"an all-reduce group is a list of device names, got {brief(repr(group))}")
+    names = list(group)
+    if not names:
+        raise ClusterError("an all-reduce group needs at least one device")
+    for name in names:
+        if not isinstance(name, str):
+            raise ClusterError(f"an all-reduce group names devices by their names, got {brief(repr(name))}")
+        cluster.device(name)  # unknown device: ClusterError naming it and the cluster's devices
+    dup = next((n for n, c in Counter(names).items() if c > 1), None)
+    if dup is not None:
+        raise ClusterError(f"device {dup} is in the all-reduce group {names} more than once")
+    if isinstance(nbytes, bool) or not isinstance(nbytes, numbers.Integral) or nbytes < 0:
+        raise ClusterError(f"an all-reduce moves a whole number of bytes >= 0, got {brief(repr(nbytes))}")
+    n = len(names)
+    if n == 1:
+        return 0.0
+    chunk = nbytes / n
+    step = max(cluster.transfer_time(names[i], names[(i + 1) % n], chunk) for i in range(n))
+    return 2 * (n - 1) * step
 
 
 # JAX `device_kind` text -> built-in kind; the first pattern found in the lower-cased text wins.

@@ -5,18 +5,28 @@ Placement algorithms produce a `Plan`; `write_plan_attrs` records it in the IR (
 `.pir` and parsed back is the same plan (`read_plan_attrs`). `to_json` is `pesto-plan/1`.
 
 A transfer moves, once per destination device, the results of one op that ops on that device read.
+
+A hybrid (data-parallel) plan has `parallelism`: the graph is one replica's (already rewritten into
+micro-batch copies), placed on the devices of replica 0; replica r runs the same schedule on its
+own devices (`replicas[r][i]` mirrors `replicas[0][i]`). Each `all_reduce` op of the graph sums
+over the replicas; `collectives` lists each one with the whole group of devices it spans. The
+makespan is still the latest op end: one whole step, every micro-batch and all-reduce included.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from pesto_ir.attributes import BytesAttr, DeviceAttr, DictAttr, DurationAttr, ListAttr, StringAttr, to_attr
 from pesto_ir.errors import PestoError
-from pesto_ir.ir import Graph
+from pesto_ir.ir import Graph, Op
+from pesto_ir.loader import brief
 
 PLAN_FORMAT = "pesto-plan/1"
+COLLECTIVE_KINDS = ("all_reduce",)
 
 
 @dataclass
@@ -36,6 +46,86 @@ class Transfer:
     nbytes: int = 0
 
 
+@dataclass(frozen=True)
+class Parallelism:
+    """Data-parallel replicas of a plan: `replicas[r][i]` is the device of replica r that mirrors
+    replica 0's device `replicas[0][i]` (same kind and memory, same ops at the same times).
+    `data_parallel` is d, the number of replicas; `microbatches` m, the micro-batches each replica's
+    graph was split into. Lists given for `replicas` are kept as tuples."""
+
+    data_parallel: int
+    microbatches: int
+    replicas: tuple[tuple[str, ...], ...]
+
+    def __post_init__(self) -> None:
+        for key in ("data_parallel", "microbatches"):
+            v = getattr(self, key)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise PestoError(f"parallelism: {key} must be a whole number >= 1, not {brief(repr(v))}")
+        groups = self.replicas
+        if isinstance(groups, str) or not isinstance(groups, Sequence) or any(
+                isinstance(g, str) or not isinstance(g, Sequence) for g in groups):
+            raise PestoError("parallelism: replicas must be a list of device lists, one per replica, "
+                             f"not {brief(repr(groups))}")
+        groups = tuple(tuple(g) for g in groups)
+        object.__setattr__(self, "replicas", groups)
+        if len(groups) != self.data_parallel:
+            raise PestoError(f"parallelism: data_parallel is {self.data_parallel} but {len(groups)} replica "
+                             "device list(s) are given")
+        for r, g in enumerate(groups):
+            if not all(isinstance(d, str) for d in g):
+                raise PestoError(f"parallelism: replica {r} must list device names (strings), "
+                                 f"not {brief(repr(list(g)))}")
+            if len(g) != len(groups[0]):
+                raise PestoError(f"parallelism: replica {r} has {len(g)} device(s) but replica 0 has "
+                                 f"{len(groups[0])}; every replica mirrors replica 0 device for device")
+        if not groups[0]:
+            raise PestoError("parallelism: each replica needs at least one device")
+        seen: dict[str, int] = {}
+        for r, g in enumerate(groups):
+            for d in g:
+                if d in seen:
+                    where = "twice in replica" if seen[d] == r else f"in replicas {seen[d]} and"
+                    raise PestoError(f"parallelism: device {d} is {where} {r}; each device belongs to one replica once")
+                seen[d] = r
+
+    @property
+    def devices(self) -> list[str]:
+        """Every device of every replica, replica by replica."""
+        return [d for g in self.replicas for d in g]
+
+    def group(self, device: str) -> list[str]:
+        """The devices that mirror replica 0's `device`, one per replica (replica 0's first)."""
+        try:
+            i = self.replicas[0].index(device)
+        except ValueError:
+            raise PestoError(f"device {device} is not a device of replica 0 "
+                             f"({', '.join(self.replicas[0])})") from None
+        return [g[i] for g in self.replicas]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"data_parallel": self.data_parallel, "microbatches": self.microbatches,
+                "replicas": [list(g) for g in self.replicas]}
+
+
+@dataclass
+class Collective:
+    """One collective of a step: `op` is the IR op (in replica 0's graph) that it runs for, `kind`
+    "all_reduce", `devices` its whole group across replicas, `nbytes` the bytes each device
+    reduces (the op's operands), `start`/`end` the op's slot (every replica runs it then)."""
+
+    op: str
+    kind: str
+    devices: list[str]
+    nbytes: int
+    start: float
+    end: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {"op": self.op, "kind": self.kind, "devices": list(self.devices), "bytes": self.nbytes,
+                "start": self.start, "end": self.end}
+
+
 @dataclass
 class Plan:
     graph: str
@@ -47,6 +137,8 @@ class Plan:
     solver: dict[str, Any] | None = None
     notes: list[str] = field(default_factory=list)
     peak_memory: dict[str, int] | None = None  # bytes per device at its peak; set by `check_plan`
+    parallelism: Parallelism | None = None  # data-parallel replicas (None: one replica)
+    collectives: list[Collective] = field(default_factory=list)  # one per all_reduce op
 
     @property
     def makespan(self) -> float:
@@ -77,6 +169,10 @@ class Plan:
                              "bytes": t.nbytes} for t in self.transfers]
         if self.peak_memory is not None:
             out["peak_memory"] = dict(self.peak_memory)
+        if self.parallelism is not None:
+            out["parallelism"] = self.parallelism.to_json()
+        if self.parallelism is not None or self.collectives:
+            out["collectives"] = [c.to_json() for c in self.collectives]
         if self.notes:
             out["notes"] = list(self.notes)
         return out
@@ -90,7 +186,32 @@ class Plan:
                               float(t["end"]), int(t.get("bytes", 0))) for t in data.get("transfers", [])]
         return Plan(data.get("graph", ""), data.get("algorithm", ""), list(data["devices"]), ops, transfers,
                     data.get("lower_bound"), data.get("solver"), list(data.get("notes", [])),
-                    _peaks(data.get("peak_memory")))
+                    _peaks(data.get("peak_memory")), _parallelism(data.get("parallelism")),
+                    _collectives(data.get("collectives")))
+
+
+# ---------------------------------------------------------------- collectives
+
+def all_reduce_bytes(op: Op) -> int:
+    """Bytes one device all-reduces for `op`: all its operands (a bucket), as listed."""
+    return sum(v.type.nbytes for v in op.operands)
+
+
+def collectives_for(graph: Graph, plan: Plan) -> list[Collective]:
+    """The `collectives` entries of `plan`: one per `all_reduce` op of `graph`, spanning the group of
+    devices that mirror its device across replicas, over its slot. Placement algorithms call it
+    before `check_plan`. [] without `parallelism`; ops not in the plan or not on a device of
+    replica 0 are left out (`check_plan` reports them)."""
+    par = plan.parallelism
+    if par is None:
+        return []
+    out = []
+    for op in graph.ops:
+        slot = plan.ops.get(op.name)
+        if op.opcode != "all_reduce" or slot is None or slot.device not in par.replicas[0]:
+            continue
+        out.append(Collective(op.name, "all_reduce", par.group(slot.device), all_reduce_bytes(op), slot.start, slot.end))
+    return out
 
 
 # ---------------------------------------------------------------- plan <-> IR attributes
@@ -117,11 +238,24 @@ def write_plan_attrs(graph: Graph, plan: Plan) -> None:
         meta["notes"] = to_attr(list(plan.notes))
     if plan.peak_memory is not None:
         meta["peak_memory"] = DictAttr(tuple((d, BytesAttr(int(b))) for d, b in plan.peak_memory.items()))
+    if plan.parallelism is not None:
+        par = plan.parallelism
+        meta["parallelism"] = DictAttr((
+            ("data_parallel", to_attr(par.data_parallel)), ("microbatches", to_attr(par.microbatches)),
+            ("replicas", ListAttr(tuple(ListAttr(tuple(DeviceAttr(d) for d in g)) for g in par.replicas)))))
     graph.attrs["plan"] = to_attr(meta)
     graph.attrs["transfers"] = ListAttr(tuple(
         DictAttr((("src", StringAttr(t.src)), ("from", DeviceAttr(t.src_device)), ("to", DeviceAttr(t.to)),
                   ("start", DurationAttr(t.start)), ("end", DurationAttr(t.end)), ("bytes", to_attr(t.nbytes))))
         for t in plan.transfers))
+    if plan.parallelism is not None or plan.collectives:
+        graph.attrs["collectives"] = ListAttr(tuple(
+            DictAttr((("op", StringAttr(c.op)), ("kind", StringAttr(c.kind)),
+                      ("devices", ListAttr(tuple(DeviceAttr(d) for d in c.devices))),
+                      ("bytes", to_attr(c.nbytes)), ("start", DurationAttr(c.start)), ("end", DurationAttr(c.end))))
+            for c in plan.collectives))
+    else:
+        graph.attrs.pop("collectives", None)
 
 
 def read_plan_attrs(graph: Graph) -> Plan | None:
@@ -138,7 +272,8 @@ def read_plan_attrs(graph: Graph) -> Plan | None:
                  for t in graph.attrs["transfers"].value] if "transfers" in graph.attrs else []
     return Plan(graph.name, str(m.get("algorithm", "")), list(m.get("devices", ())), ops, transfers,
                 m.get("lower_bound"), _plain(m.get("solver")), list(m.get("notes", ())),
-                _peaks(_plain(m.get("peak_memory"))))
+                _peaks(_plain(m.get("peak_memory"))), _parallelism(_plain(m.get("parallelism"))),
+                _collectives(_plain(graph.attrs["collectives"].value) if "collectives" in graph.attrs else None))
 
 
 def _peaks(raw: Any) -> dict[str, int] | None:
@@ -148,6 +283,59 @@ def _peaks(raw: Any) -> dict[str, int] | None:
                                             for b in raw.values()):
         raise PestoError(f"peak_memory must map devices to whole numbers of bytes, not {raw!r}")
     return {str(d): int(b) for d, b in raw.items()}
+
+
+def _whole(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _time(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _parallelism(raw: Any) -> Parallelism | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise PestoError("parallelism must be an object {data_parallel, microbatches, replicas}, "
+                         f"not {brief(repr(raw))}")
+    for key in ("data_parallel", "microbatches"):
+        if not _whole(raw.get(key)) or raw[key] < 1:
+            raise PestoError(f"parallelism: {key} must be a whole number >= 1, not {brief(repr(raw.get(key)))}")
+    groups = raw.get("replicas")
+    if not isinstance(groups, list) or not all(isinstance(g, list) and all(isinstance(d, str) for d in g)
+                                               for g in groups):
+        raise PestoError(f"parallelism: replicas must be a list of lists of device names, not {brief(repr(groups))}")
+    return Parallelism(raw["data_parallel"], raw["microbatches"], tuple(tuple(g) for g in groups))
+
+
+def _collectives(raw: Any) -> list[Collective]:
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        raise PestoError("collectives must be a list of {op, kind, devices, bytes, start, end} objects, "
+                         f"not {brief(repr(raw))}")
+    out = []
+    for i, c in enumerate(raw):
+        where = f"collectives[{i}]"
+        if not isinstance(c, dict):
+            raise PestoError(f"{where} must be an object {{op, kind, devices, bytes, start, end}}, "
+                             f"not {brief(repr(c))}")
+        if not isinstance(c.get("op"), str):
+            raise PestoError(f"{where}: op must be the name of an op (a string), not {brief(repr(c.get('op')))}")
+        if c.get("kind") not in COLLECTIVE_KINDS:
+            raise PestoError(f"{where}: kind must be one of {', '.join(COLLECTIVE_KINDS)}, "
+                             f"not {brief(repr(c.get('kind')))}")
+        devices = c.get("devices")
+        if not isinstance(devices, list) or not devices or not all(isinstance(d, str) for d in devices):
+            raise PestoError(f"{where}: devices must be a non-empty list of device names, not {brief(repr(devices))}")
+        if not _whole(c.get("bytes")) or c["bytes"] < 0:
+            raise PestoError(f"{where}: bytes must be a whole number >= 0, not {brief(repr(c.get('bytes')))}")
+        for key in ("start", "end"):
+            if not _time(c.get(key)):
+                raise PestoError(f"{where}: {key} must be a finite number of seconds, not {brief(repr(c.get(key)))}")
+        out.append(Collective(c["op"], c["kind"], list(devices), int(c["bytes"]), float(c["start"]), float(c["end"])))
+    return out
 
 
 def _plain(x: Any) -> Any:

@@ -12,6 +12,11 @@ is timed on its own and the sum is multiplied by the trip count (`length` of `sc
 `trip_count` attribute of `while` when a frontend or user sets it, else 1), and `cond` takes its
 most expensive branch. An opcode without a rule gets `DEFAULT_RULE`: one FLOP per result
 element and every operand and result byte moved once.
+
+Collectives (`COLLECTIVES`: `all_reduce`) are communication, not computation: the roofline model
+does not time them. Their work is 0 FLOPs (and their operand and result bytes), their roofline
+time 0; their `cost` is the ring all-reduce time (`pesto_ir.cluster.ring_all_reduce_time`), which
+the data-parallel rewrite sets and `annotate-costs` keeps.
 """
 
 from __future__ import annotations
@@ -30,6 +35,9 @@ from pesto_ir.types import BlobType, TensorType
 # Ops that run no kernel: constants are folded into their readers, the others are identities to
 # the compiler. They take no time.
 NO_KERNEL: frozenset[str] = frozenset({"constant", "sharding_constraint", "stop_gradient"})
+
+# Ops that communicate across data-parallel replicas; timed by the link model, not by roofline.
+COLLECTIVES: frozenset[str] = frozenset({"all_reduce"})
 
 # Seconds each op costs on top of its roofline time: kernel launch and dispatch. GPUs launch a
 # kernel in a few microseconds; a CPU op inside one XLA executable is a function call.
@@ -276,6 +284,8 @@ def _nested(op: Op) -> Nested | None:
 
 def op_work(op: Op) -> Work:
     """FLOPs and bytes of one op (for ops with bodies: of everything the body runs)."""
+    if op.opcode in COLLECTIVES:  # communication: no FLOPs, whatever the value types (blobs too)
+        return Work(0, _moved(op))
     if any(isinstance(v.type, BlobType) for v in (*op.operands, *op.results)):
         raise RooflineError(f"op '{op.name}' ({op.where()}) computes on opaque blob values, which have no "
                             "shapes to count FLOPs from; its cost must be given (annotate-costs{model=given})")
@@ -306,8 +316,9 @@ def work_time(work: Work, device: Device) -> float:
 
 
 def op_time(op: Op, device: Device) -> float:
-    """Roofline seconds of `op` on `device`; bodies of nested graphs are timed op by op."""
-    if op.opcode in NO_KERNEL:
+    """Roofline seconds of `op` on `device`; bodies of nested graphs are timed op by op.
+    Collectives are 0: their time is the ring all-reduce time, set as their `cost` elsewhere."""
+    if op.opcode in NO_KERNEL or op.opcode in COLLECTIVES:
         return 0.0
     nested = _nested(op)
     if nested is None:

@@ -2,7 +2,8 @@
 
 One table keyed by opcode (JAX primitive names). An opcode with no rule is opaque to the
 verifier: its declared result types are trusted. A rule raises `ShapeError` with a sentence
-when the operands or attributes cannot go together.
+when the operands or attributes cannot go together. Most rules take tensors only;
+`TYPE_RULES` (collectives such as `all_reduce`) take any value types, blobs included.
 """
 
 from __future__ import annotations
@@ -232,8 +233,38 @@ SHAPE_RULES: dict[str, ShapeRule] = {
 }
 
 
+REDUCTIONS = ("sum", "max", "min")
+
+
+def _all_reduce(op: Op) -> list[Type]:
+    """`all_reduce {reduction, replicas}`: combines each operand elementwise across `replicas`
+    data-parallel replicas; a bucket of several operands is allowed, and each result has its
+    operand's type (tensor or blob)."""
+    if not op.operands:
+        raise ShapeError("expects at least one operand (the values to reduce across replicas)")
+    if len(op.results) != len(op.operands):
+        raise ShapeError(f"has {len(op.operands)} operand(s) but {len(op.results)} result(s); it returns one "
+                         "result per operand, of the operand's type")
+    reduction = _need(op, "reduction")
+    if not isinstance(reduction, str) or reduction not in REDUCTIONS:
+        raise ShapeError(f"reduction must be one of {', '.join(map(repr, REDUCTIONS))}, not {op.attrs['reduction']}")
+    replicas = _need(op, "replicas")
+    if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1:
+        raise ShapeError(f"replicas must be a whole number >= 1, not {op.attrs['replicas']}")
+    return [v.type for v in op.operands]
+
+
+# Rules over any value types (not just tensors): they get the op alone.
+TYPE_RULES: dict[str, Callable[[Op], list[Type]]] = {
+    "all_reduce": _all_reduce,
+}
+
+
 def infer_result_types(op: Op) -> list[Type] | None:
     """The result types `op` must have, or None when its opcode has no rule."""
+    type_rule = TYPE_RULES.get(op.opcode)
+    if type_rule is not None:
+        return type_rule(op)
     rule = SHAPE_RULES.get(op.opcode)
     if rule is None:
         return None

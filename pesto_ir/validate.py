@@ -7,18 +7,30 @@ transfer starts after its producer, carries the bytes that are read there and la
 latency + bytes / bandwidth; transfers on one directed link do not overlap; colocated ops share a
 device; each device's peak memory, from tensor lifetimes (`pesto_ir.memory`), fits its capacity.
 A plan that passes gets its per-device peaks (`Plan.peak_memory`).
+
+A hybrid plan (`Plan.parallelism`, d replicas) places one replica's graph on the devices of
+replica 0; replica r runs the same schedule on its mirror devices. It must also have: replicas'
+devices in the cluster, in disjoint groups, each mirror of the same kind and memory as its
+replica-0 device; every op (and transfer) on replica 0's devices; each `all_reduce` op over d
+replicas, its slot at least the ring all-reduce time of its operand bytes over its group (its
+device and their mirrors), and one `collectives` entry with that op, group, bytes and slot; no
+collective for any other op. Mirror devices get the peaks of their replica-0 devices. Without
+parallelism an `all_reduce` must be over one replica, and no collective may be listed.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 
-from pesto_ir.cluster import Cluster
+from pesto_ir.cluster import Cluster, ring_all_reduce_time
 from pesto_ir.costs import op_cost
 from pesto_ir.ir import Graph
 from pesto_ir.memory import DevicePeak, peak_memory
-from pesto_ir.plan import Plan, Transfer
+from pesto_ir.plan import Collective, Plan, Transfer, all_reduce_bytes, collectives_for
 from pesto_ir.simulate import PlanError, transfer_bytes
+
+__all__ = ["check_plan", "collectives_for", "validate_plan"]
 
 REL_TOL = 1e-9
 ABS_TOL = 1e-12
@@ -36,12 +48,14 @@ def validate_plan(graph: Graph, cluster: Cluster, plan: Plan) -> list[str]:
 def _validate(graph: Graph, cluster: Cluster, plan: Plan) -> tuple[list[str], dict[str, DevicePeak]]:
     problems: list[str] = []
     _check_ops(graph, cluster, plan, problems)
+    _check_replicas(graph, cluster, plan, problems)
     if problems:
-        return problems, {}  # timing checks need every op placed on a real device
+        return problems, {}  # timing checks need every op placed on a real device (of replica 0)
     xfers = _check_transfers(graph, cluster, plan, problems)
     _check_precedence(graph, plan, xfers, problems)
     _check_overlaps(plan, problems)
     _check_colocation(graph, plan, problems)
+    _check_all_reduces(graph, cluster, plan, problems)
     peaks = _check_memory(graph, cluster, plan, problems)
     return problems, peaks
 
@@ -75,6 +89,91 @@ def _check_ops(graph: Graph, cluster: Cluster, plan: Plan, problems: list[str]) 
     extra = set(plan.ops) - {op.name for op in graph.ops}
     for name in sorted(extra)[:5]:
         problems.append(f"the plan names op '{name}', which is not in the graph")
+
+
+def _check_replicas(graph: Graph, cluster: Cluster, plan: Plan, problems: list[str]) -> None:
+    """The replicas of a hybrid plan: real, disjoint, alike device for device; ops on replica 0."""
+    par = plan.parallelism
+    if par is None:
+        return
+    names = set(cluster.names)
+    owner: dict[str, int] = {}
+    for r, group in enumerate(par.replicas):
+        for d in group:
+            if d not in names:
+                problems.append(f"device {d} of replica {r} is not in the cluster")
+            if d in owner:
+                problems.append(f"device {d} is in replica {owner[d]} and in replica {r}; replicas must not share devices")
+            owner.setdefault(d, r)
+    for r, group in enumerate(par.replicas[1:], start=1):
+        for d0, d in zip(par.replicas[0], group):
+            if d0 not in names or d not in names:
+                continue
+            a, b = cluster.device(d0), cluster.device(d)
+            if a.kind != b.kind:
+                problems.append(f"device {d} of replica {r} is of kind {b.kind} but mirrors {d0} of replica 0, of kind {a.kind}")
+            if a.memory != b.memory:
+                problems.append(f"device {d} of replica {r} has {b.memory:.6g} bytes of memory but mirrors {d0} "
+                                f"of replica 0, which has {a.memory:.6g}")
+    home = set(par.replicas[0])
+    for op in graph.ops:
+        slot = plan.ops.get(op.name)
+        if slot is not None and slot.device in names and slot.device not in home:
+            problems.append(f"op '{op.name}' is on {slot.device}, which is not a device of replica 0 "
+                            f"({', '.join(par.replicas[0])}); a hybrid plan places replica 0's graph")
+    for t in plan.transfers:
+        if t.to in names and t.to not in home:
+            problems.append(f"transfer of '{t.src}' goes to {t.to}, which is not a device of replica 0")
+
+
+def _check_all_reduces(graph: Graph, cluster: Cluster, plan: Plan, problems: list[str]) -> None:
+    """Each all_reduce spans the plan's replicas, lasts its ring time and has its collectives entry."""
+    par = plan.parallelism
+    listed: dict[str, list[Collective]] = defaultdict(list)
+    for c in plan.collectives:
+        listed[c.op].append(c)
+    ops = {op.name: op for op in graph.ops}
+    for name in sorted(listed):
+        if name not in ops:
+            problems.append(f"the plan lists a collective for op '{name}', which is not in the graph")
+        elif ops[name].opcode != "all_reduce":
+            problems.append(f"the plan lists a collective for op '{name}', which is a {ops[name].opcode}, "
+                            "not an all_reduce")
+        elif par is None:
+            problems.append(f"the plan lists a collective for op '{name}' but has no data_parallel (parallelism)")
+        elif len(listed[name]) > 1:
+            problems.append(f"the plan lists {len(listed[name])} collectives for op '{name}'; an all_reduce has one")
+    for op in graph.ops:
+        if op.opcode != "all_reduce":
+            continue
+        replicas = op.get("replicas")
+        if par is None:  # one replica's plan on its own devices (as `place` makes it before naming the
+            continue     # replicas): the op's cost attribute stands for its ring, checked with the other ops
+        if replicas != par.data_parallel:
+            problems.append(f"op '{op.name}' all-reduces across {replicas} replicas but the plan has data_parallel "
+                            f"{par.data_parallel}")
+        slot = plan.ops[op.name]
+        group = par.group(slot.device)
+        nbytes = all_reduce_bytes(op)
+        need = ring_all_reduce_time(cluster, group, nbytes)
+        if _late(slot.end - slot.start, need):
+            problems.append(f"op '{op.name}' runs {slot.end - slot.start:.6g}s on {slot.device} but its ring "
+                            f"all-reduce of {nbytes} bytes over {', '.join(group)} takes {need:.6g}s")
+        found = listed.get(op.name)
+        if not found:
+            problems.append(f"op '{op.name}' is an all_reduce but the plan lists no collective for it")
+            continue
+        c = found[0]
+        if c.kind != "all_reduce":
+            problems.append(f"the collective of op '{op.name}' is a {c.kind}, not an all_reduce")
+        if list(c.devices) != group:
+            problems.append(f"the collective of op '{op.name}' spans {', '.join(c.devices)} but the op's group "
+                            f"is {', '.join(group)}")
+        if c.nbytes != nbytes:
+            problems.append(f"the collective of op '{op.name}' carries {c.nbytes} bytes; its operands are {nbytes}")
+        if _late(c.start, slot.start) or _late(slot.start, c.start) or _late(c.end, slot.end) or _late(slot.end, c.end):
+            problems.append(f"the collective of op '{op.name}' runs {c.start:.6g}s .. {c.end:.6g}s but the op's "
+                            f"slot is {slot.start:.6g}s .. {slot.end:.6g}s")
 
 
 def _check_transfers(graph: Graph, cluster: Cluster, plan: Plan,
@@ -156,9 +255,18 @@ def _check_colocation(graph: Graph, plan: Plan, problems: list[str]) -> None:
 
 
 def _check_memory(graph: Graph, cluster: Cluster, plan: Plan, problems: list[str]) -> dict[str, DevicePeak]:
+    """Each device's peak fits its capacity; a replica's mirror device holds what its replica-0
+    device holds (same schedule, same memory, checked by `_check_replicas`)."""
     peaks = peak_memory(graph, plan)
     for d in cluster.devices:
         peak = peaks.get(d.name)
         if peak is not None and peak.nbytes > d.memory:
             problems.append(f"out of memory: {peak.describe(d.memory)}")
+    par = plan.parallelism
+    if par is not None:
+        for group in par.replicas[1:]:
+            for d0, d in zip(par.replicas[0], group):
+                peak = peaks.get(d0)
+                peaks[d] = (dataclasses.replace(peak, device=d) if peak is not None
+                            else DevicePeak(d, 0, 0.0, ()))
     return peaks
