@@ -19,7 +19,7 @@ from pesto_ir.passmanager import Pass, PassContext
 from pesto_ir.plan import Plan, read_plan_attrs, write_plan_attrs
 from pesto_ir.simulate import order_from_priority, simulate
 from pesto_ir.units import human_time
-from pesto_ir.validate import check_plan
+from pesto_ir.validate import check_plan, collectives_for
 
 
 @dataclass(frozen=True)
@@ -48,6 +48,9 @@ def expand_plan(graph: Graph, cluster: Cluster, plan: Plan) -> Plan:
     # rounding error after its consumer's in a solver's plan, and sorting alone would deadlock.
     order = order_from_priority(graph, placement, {name: slot.start for name, slot in plan.ops.items()})
     fine = simulate(graph, cluster, placement, order, algorithm=plan.algorithm)
+    if plan.parallelism is not None:  # replica 0's schedule, which every replica runs
+        fine.devices, fine.parallelism = list(plan.devices), plan.parallelism
+        fine.collectives = collectives_for(graph, fine)
     fine.lower_bound = plan.lower_bound
     fine.solver = plan.solver
     coarse = [n for n in plan.notes if n.startswith(COARSE_NOTE)]

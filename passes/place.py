@@ -121,9 +121,15 @@ class PlacePass(Pass):
     time_limit: float | None = None  # None: `default_time_limit` of the graph's size
     seed: int | None = None  # None: the pipeline's seed
     solver: str = "cbc"
+    data_parallel: str | None = None  # N or auto; None: auto for algo=auto, else 1 (passes/hybrid.py)
+    microbatches: str | None = None  # N or auto; None: auto for algo=auto, else 1
 
     def __post_init__(self) -> None:
         _algorithm(self.algo)
+        from pesto_ir.passes.hybrid import parse_degree
+
+        parse_degree(self.data_parallel, "data-parallel")
+        parse_degree(self.microbatches, "microbatches")
         t = self.time_limit
         if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t)
                               or t <= 0):
@@ -131,7 +137,7 @@ class PlacePass(Pass):
         if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)):
             raise PlaceError(f"seed must be a whole number, not {self.seed!r}")
 
-    def run(self, graph: Graph, ctx: PassContext) -> None:
+    def run(self, graph: Graph, ctx: PassContext) -> Graph:
         cluster = require_cluster(ctx, self.name)
         time_limit = self.time_limit
         if time_limit is None:
@@ -143,9 +149,23 @@ class PlacePass(Pass):
                              "(--time-limit S or place{time-limit=S} to change it)")
         options = PlaceOptions(time_limit=time_limit, seed=ctx.seed if self.seed is None else self.seed,
                                solver=self.solver, quiet=ctx.quiet, log=ctx.log)
-        plan = place_graph(graph, cluster, self.algo, options)
+        d, m = self.degrees()
+        if d == 1 and m == 1:
+            plan = place_graph(graph, cluster, self.algo, options)
+        else:
+            graph, plan = place_hybrid(graph, cluster, self.algo, options, d, m)
         ctx.progress(f"place: {plan.algorithm} makespan {human_time(plan.makespan, 4)}"
                      + (f", lower bound {human_time(plan.lower_bound, 4)}" if plan.lower_bound else ""))
+        return graph
+
+    def degrees(self) -> tuple[int | None, int | None]:
+        """(data-parallel, microbatches): a number, or None to search; unset means search for
+        `auto` and 1 (a one-batch plan) for the other algorithms."""
+        from pesto_ir.passes.hybrid import parse_degree
+
+        unset = "auto" if self.algo == "auto" else "1"
+        return (parse_degree(self.data_parallel or unset, "data-parallel"),
+                parse_degree(self.microbatches or unset, "microbatches"))
 
 
 def require_cluster(ctx: PassContext, pass_name: str) -> Cluster:
@@ -180,6 +200,27 @@ def place_graph(graph: Graph, cluster: Cluster, algo: str, options: PlaceOptions
         fine = refined_on_fine_graph(graph, cluster, fine, options, options.time_limit - (time.perf_counter() - started))
     write_plan_attrs(graph, fine)
     return fine
+
+
+def place_hybrid(graph: Graph, cluster: Cluster, algo: str, options: PlaceOptions, data_parallel: int | None,
+                 microbatches: int | None) -> tuple[Graph, Plan]:
+    """The fastest plan over data-parallel replicas x micro-batches (`passes/hybrid.py`), `algo`
+    placing each replica; the replica graph it is a plan of, and the plan."""
+    from pesto_ir.passes.hybrid import search
+
+    def heuristic(g: Graph, c: Cluster, o: PlaceOptions) -> Plan:
+        best: Plan | None = None
+        for name in ("m-etf", "m-sct"):
+            plan = check_plan(g, c, ALGORITHMS[name](g, c, o))
+            if best is None or plan.makespan < best.makespan:
+                best = plan
+        assert best is not None
+        return best
+
+    def refine(g: Graph, c: Cluster, o: PlaceOptions) -> Plan:
+        return place_graph(g, c, algo, o)
+
+    return search(graph, cluster, options, data_parallel, microbatches, heuristic, refine)
 
 
 def refined_on_fine_graph(graph: Graph, cluster: Cluster, plan: Plan, options: PlaceOptions, seconds: float) -> Plan:

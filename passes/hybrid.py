@@ -1,0 +1,313 @@
+"""Hybrid plans: data-parallel replicas x micro-batches x placement, in one search.
+
+A strategy (d, m) splits the k devices into d replicas of k/d devices (contiguous in the
+cluster's order; mirrored devices must be alike), rewrites the step into one replica's graph of m
+micro-batches of batch/(d·m) (`passes/microbatch.py`, with an `all_reduce` per batch reduction,
+costed by the ring over the mirrored devices) and places that graph on replica 0's devices with
+the same engines as a one-batch plan. Every replica runs the same schedule, so the plan of
+replica 0 is the plan of the step, and its makespan is one whole step.
+
+`place{algo=auto}` searches (d, m): it screens every strategy that divides the devices and the
+batch with the fast heuristics and the fixed pipeline schedules (GPipe, 1F1B), then spends the
+rest of its time limit on the best strategy with the full engine, warm-started from the
+screening plan. A strategy that does not fit in memory is dropped with the reason kept.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from pesto_ir.cluster import Cluster, ClusterError, ring_all_reduce_time
+from pesto_ir.errors import PestoError
+from pesto_ir.ir import Graph
+from pesto_ir.passes.collective_buckets import bucket_all_reduces
+from pesto_ir.passes.collective_buckets import bucket_all_reduces
+from pesto_ir.passes.microbatch import MAX_MICROBATCHES, MicrobatchError, rebatch
+from pesto_ir.placement import PlaceOptions
+from pesto_ir.plan import Parallelism, Plan, write_plan_attrs
+from pesto_ir.units import human_time
+from pesto_ir.validate import check_plan, collectives_for
+
+AUTO_MICROBATCHES = (1, 2, 4, 8, 16, 32)  # what `microbatches=auto` tries
+MAX_SCREEN_OPS = 40000  # a rewritten graph larger than this is not screened (heuristics get slow)
+SCREEN_SHARE = 0.4  # of the time limit, for screening the strategies with heuristics
+SCREEN_ALGOS = ("m-etf", "m-sct")
+
+
+@dataclass(frozen=True, order=True)
+class Strategy:
+    data_parallel: int
+    microbatches: int
+
+    def __str__(self) -> str:
+        return f"d={self.data_parallel} m={self.microbatches}"
+
+
+ONE_BATCH = Strategy(1, 1)
+
+
+@dataclass
+class Candidate:
+    """A strategy, its replica graph and its best plan so far (or why it has none)."""
+
+    strategy: Strategy
+    graph: Graph | None = None
+    plan: Plan | None = None
+    why_not: str = ""
+    engine: str = ""
+
+
+# ---------------------------------------------------------------- replicas
+
+def replica_groups(cluster: Cluster, d: int) -> tuple[tuple[str, ...], ...]:
+    """d groups of k/d devices, contiguous in the cluster's order; mirrored devices must be alike."""
+    k = len(cluster)
+    if d < 1 or k % d:
+        raise PestoError(f"data-parallel {d} does not divide the {k} devices into equal replicas")
+    per = k // d
+    names = cluster.names
+    groups = tuple(tuple(names[r * per:(r + 1) * per]) for r in range(d))
+    for group in groups[1:]:
+        for a, b in zip(groups[0], group):
+            da, db = cluster.device(a), cluster.device(b)
+            if (da.kind, da.memory, da.peak_flops) != (db.kind, db.memory, db.peak_flops):
+                raise PestoError(f"data-parallel {d}: device {b} would mirror {a}, but they differ "
+                                 f"({db.kind} vs {da.kind}); replicas need alike devices")
+    return groups
+
+
+def sub_cluster(cluster: Cluster, names: Sequence[str]) -> Cluster:
+    """The devices `names` of `cluster` and the links between them."""
+    keep = set(names)
+    return Cluster([cluster.device(n) for n in names],
+                   {pair: link for pair, link in cluster.links.items() if pair[0] in keep and pair[1] in keep})
+
+
+def all_reduce_cost(cluster: Cluster, groups: tuple[tuple[str, ...], ...]) -> Callable[[int], float]:
+    """An all-reduce's duration before placement: the slowest ring over mirrored devices (the
+    validator checks the ring of the device it lands on)."""
+    rings = [[g[i] for g in groups] for i in range(len(groups[0]))]
+
+    def cost(nbytes: int) -> float:
+        return max(ring_all_reduce_time(cluster, ring, nbytes) for ring in rings)
+
+    return cost
+
+
+def replica_graph(graph: Graph, cluster: Cluster, strategy: Strategy) -> Graph:
+    """One replica's graph for `strategy`, costed: copies re-costed by roofline where the graph
+    was costed that way, else their costs scale with the batch."""
+    groups = replica_groups(cluster, strategy.data_parallel)
+    out = rebatch(graph, strategy.microbatches, strategy.data_parallel, all_reduce_cost(cluster, groups))
+    if out is not graph and any("flops" in op.attrs for op in graph.ops):
+        from pesto_ir.passes.annotate_costs import AnnotateCostsPass
+        from pesto_ir.passmanager import PassContext
+
+        AnnotateCostsPass(model="roofline").run(out, PassContext(cluster=sub_cluster(cluster, groups[0]), quiet=True))
+    return out
+
+
+def as_hybrid(graph: Graph, cluster: Cluster, plan: Plan, strategy: Strategy) -> Plan:
+    """`plan` (replica 0's, on its devices) as the plan of the whole step on `cluster`, validated."""
+    groups = replica_groups(cluster, strategy.data_parallel)
+    plan = dataclasses.replace(plan, devices=list(cluster.names),
+                               parallelism=Parallelism(strategy.data_parallel, strategy.microbatches, groups))
+    plan.collectives = collectives_for(graph, plan)
+    return check_plan(graph, cluster, plan)
+
+
+# ---------------------------------------------------------------- strategies
+
+def strategies(graph: Graph, cluster: Cluster, data_parallel: int | None, microbatches: int | None) -> list[Strategy]:
+    """The strategies to try: the fixed ones, or every d dividing the devices and m in
+    `AUTO_MICROBATCHES` (both dividing the batch where the graph has one)."""
+    k = len(cluster)
+    ds = [data_parallel] if data_parallel is not None else [d for d in range(1, k + 1) if k % d == 0]
+    ms = [microbatches] if microbatches is not None else list(AUTO_MICROBATCHES)
+    batch = _batch_size(graph)
+    out = []
+    for d in ds:
+        for m in ms:
+            if batch is not None and batch % (d * m) and (data_parallel is None or microbatches is None):
+                continue
+            out.append(Strategy(d, m))
+    return out
+
+
+def _batch_size(graph: Graph) -> int | None:
+    from pesto_ir.passes.microbatch import batch_spec
+    from pesto_ir.types import BlobType
+
+    if all(isinstance(v.type, BlobType) for op in graph.ops for v in op.results):
+        return None
+    try:
+        return batch_spec(graph).size
+    except MicrobatchError:
+        return None
+
+
+def parse_degree(text: str | None, what: str) -> int | None:
+    """An option's value: None for `auto`, else a whole number in range."""
+    if text is None or text == "auto":
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise PestoError(f"{what} must be a whole number or auto, not {text!r}") from None
+    if not 1 <= value <= MAX_MICROBATCHES:
+        raise PestoError(f"{what} must be from 1 to {MAX_MICROBATCHES}, not {value}")
+    return value
+
+
+# ---------------------------------------------------------------- the search
+
+Solve = Callable[[Graph, Cluster, PlaceOptions], Plan]
+
+
+def screen(graph: Graph, cluster: Cluster, strategy: Strategy, options: PlaceOptions,
+           heuristic: Solve) -> Candidate:
+    """`strategy`'s replica graph and its best quick plan: the heuristics, and on replicas of
+    several devices the GPipe and 1F1B schedules."""
+    found = Candidate(strategy)
+    try:
+        found.graph = replica_graph(graph, cluster, strategy)
+    except PestoError as e:
+        found.why_not = str(e).splitlines()[0]
+        return found
+    if len(found.graph.ops) > MAX_SCREEN_OPS:
+        found.why_not = f"{len(found.graph.ops)} ops after the rewrite, more than {MAX_SCREEN_OPS} to screen"
+        return found
+    sub = sub_cluster(cluster, replica_groups(cluster, strategy.data_parallel)[0])
+    tries: list[tuple[str, Callable[[], Plan]]] = [("heuristics", lambda: heuristic(found.graph, sub, options))]
+    if len(sub) > 1 and strategy.microbatches > 1:
+        for schedule in ("gpipe", "1f1b"):
+            tries.append((schedule, _pipeline(found.graph, sub, schedule, options)))
+    for engine, run in tries:
+        try:
+            plan = run()
+        except PestoError as e:
+            found.why_not = found.why_not or f"{engine}: {str(e).splitlines()[0]}"
+            continue
+        if found.plan is None or plan.makespan < found.plan.makespan:
+            found.plan, found.engine = plan, plan.algorithm or engine
+    if found.plan is not None and strategy != ONE_BATCH:
+        found.graph, found.plan = bucketed(graph, found.graph, cluster, found.plan, strategy)
+    return found
+
+
+def bucketed(source: Graph, graph: Graph, cluster: Cluster, plan: Plan, strategy: Strategy) -> tuple[Graph, Plan]:
+    """`plan` of replica 0 as a hybrid plan, its gradient all-reduces merged into buckets
+    (`passes/collective_buckets.py`) where that makes the step faster."""
+    plain = as_hybrid(graph, cluster, plan, strategy)
+    if strategy.data_parallel == 1:
+        return graph, plain
+    groups = replica_groups(cluster, strategy.data_parallel)
+    sub = sub_cluster(cluster, groups[0])
+    merged = bucket_all_reduces(graph, sub, _on_replica(plan, sub), all_reduce_cost(cluster, groups))
+    if merged is None:
+        return graph, plain
+    hybrid = as_hybrid(merged[0], cluster, merged[1], strategy)
+    if hybrid.makespan <= plain.makespan:
+        return merged[0], hybrid
+    return replica_graph(source, cluster, strategy), plain  # the merge changed `graph` in place
+
+
+def _pipeline(graph: Graph, cluster: Cluster, schedule: str, options: PlaceOptions) -> Callable[[], Plan]:
+    def run() -> Plan:
+        from pesto_ir.passes.algo_pipeline import pipeline_plan
+
+        return pipeline_plan(graph, cluster, schedule, options)
+    return run
+
+
+def search(graph: Graph, cluster: Cluster, options: PlaceOptions, data_parallel: int | None,
+           microbatches: int | None, heuristic: Solve, refine: Callable[[Graph, Cluster, PlaceOptions], Plan]
+           ) -> tuple[Graph, Plan]:
+    """The fastest plan over the strategies within the time limit: screening, then `refine` (the
+    full engine, warm-started) on the best strategy's replica graph; its graph and plan."""
+    started = time.perf_counter()
+    deadline = started + options.time_limit
+    todo = strategies(graph, cluster, data_parallel, microbatches)
+    if not todo:
+        raise PestoError(f"no strategy divides the batch of {_batch_size(graph)} and the {len(cluster)} devices "
+                         f"(data-parallel {data_parallel or 'auto'}, microbatches {microbatches or 'auto'})")
+    quiet = dataclasses.replace(options, quiet=True, warm_start=None)
+    tried = _screen_all(graph, cluster, todo, quiet, heuristic, started + options.time_limit * SCREEN_SHARE,
+                        options) if len(todo) > 1 else [Candidate(todo[0])]
+    screened = [c for c in tried if c.plan is not None]
+    best = min(screened, key=lambda c: c.plan.makespan) if screened else tried[0]  # type: ignore[union-attr]
+    if best.graph is None:
+        best.graph = replica_graph(graph, cluster, best.strategy)
+    left = max(deadline - time.perf_counter(), 0.05)
+    plan = best.plan
+    try:
+        if best.strategy == ONE_BATCH:  # the one-batch plan, as `place` makes it without the search
+            refined = refine(best.graph, cluster, dataclasses.replace(options, time_limit=left))
+        else:
+            sub = sub_cluster(cluster, replica_groups(cluster, best.strategy.data_parallel)[0])
+            warm = _on_replica(best.plan, sub) if best.plan is not None else None
+            refined = refine(best.graph, sub, dataclasses.replace(options, time_limit=left, warm_start=warm))
+            refined = as_hybrid(best.graph, cluster, refined, best.strategy)
+        if plan is None or refined.makespan < plan.makespan:
+            plan = refined
+    except PestoError:
+        if plan is None:
+            raise
+    assert plan is not None
+    plan.notes = [*plan.notes, _summary(tried, best.strategy, plan)]
+    write_plan_attrs(best.graph, plan)
+    return best.graph, plan
+
+
+def _screen_all(graph: Graph, cluster: Cluster, todo: list[Strategy], options: PlaceOptions, heuristic: Solve,
+                until: float, log: PlaceOptions) -> list[Candidate]:
+    """Screen the strategies, for each data-parallel degree (each with an equal share of the time)
+    more micro-batches while that still helps: step time against m falls while pipeline bubbles
+    shrink and rises once per-micro-batch overheads dominate, so the first rise ends the degree."""
+    by_d: dict[int, list[Strategy]] = {}
+    for s in sorted(todo):
+        by_d.setdefault(s.data_parallel, []).append(s)
+    order = sorted(by_d, key=lambda d: (d != 1, d != len(cluster), -d))  # one-batch, pure data parallel, mixes
+    tried: list[Candidate] = []
+    for i, d in enumerate(order):
+        share = (until - time.perf_counter()) / (len(order) - i)
+        stop = time.perf_counter() + max(share, 0.0)
+        best: float | None = None
+        for strategy in by_d[d]:
+            if tried and time.perf_counter() > stop:
+                tried.append(Candidate(strategy, why_not="not screened: its share of the time ran out"))
+                continue
+            c = screen(graph, cluster, strategy, options, heuristic)
+            tried.append(c)
+            if c.plan is not None:
+                log.progress(f"place: {strategy}: {human_time(c.plan.makespan, 4)} ({c.engine})")
+            elif c.why_not:
+                log.progress(f"place: {strategy}: no plan ({c.why_not})")
+            if c.plan is None:
+                continue
+            if best is not None and c.plan.makespan > best:
+                rest = by_d[d][by_d[d].index(strategy) + 1:]
+                tried.extend(Candidate(s, why_not=f"not screened: {strategy} was slower than fewer micro-batches")
+                             for s in rest)
+                break
+            best = c.plan.makespan if best is None else min(best, c.plan.makespan)
+    return tried
+
+
+def _on_replica(plan: Plan, sub: Cluster) -> Plan:
+    """A hybrid plan as a plain plan of replica 0 on its devices (a warm start for the engines)."""
+    return dataclasses.replace(plan, devices=list(sub.names), parallelism=None, collectives=[], peak_memory=None)
+
+
+def _summary(tried: list[Candidate], chosen: Strategy, plan: Plan) -> str:
+    parts = []
+    for c in sorted(tried, key=lambda c: c.strategy):
+        if c.plan is not None:
+            parts.append(f"{c.strategy} {human_time(c.plan.makespan, 4)}")
+        else:
+            parts.append(f"{c.strategy} none ({c.why_not})" if c.why_not else f"{c.strategy} not screened")
+    return (f"hybrid search: chose {chosen} (data-parallel {chosen.data_parallel} x {chosen.microbatches} "
+            f"micro-batches) at {human_time(plan.makespan, 4)}; tried " + "; ".join(parts))
