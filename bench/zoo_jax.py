@@ -14,7 +14,8 @@ Sizes:
   H100 by the roofline model), at the batches one 80 GiB H100 really holds: the peak by tensor
   lifetimes (`pesto_ir.memory`) of every step on one device is within 80 GiB (GPT: 16 sequences
   of 1024, 54 GiB; ResNet-50 and Inception: 256 images), so the single-device baseline has a
-  makespan. `python3 bench/bench_memory.py` prints each peak next to XLA's own figure.
+  makespan. The exception is `gpt24`, GPT twice as deep at GPT's batch: it does not fit one
+  device, so only plans that split it (a pipeline, micro-batches, replicas) have a step time. `python3 bench/bench_memory.py` prints each peak next to XLA's own figure.
 * `quick`: the same model with tiny dimensions and few layers (100-700 ops), for CI smoke runs:
   lowering and costing take well under a second.
 
@@ -37,7 +38,7 @@ from pesto_ir.frontends.jax import lower
 from pesto_ir.ir import Graph
 
 SIZES = ("full", "quick")
-MODELS: tuple[str, ...] = ("mlp", "resnet", "inception", "gpt", "lstm_seq2seq", "multitower")
+MODELS: tuple[str, ...] = ("mlp", "resnet", "inception", "gpt", "gpt24", "lstm_seq2seq", "multitower")
 
 F32, I32 = jnp.float32, jnp.int32
 Tree = Any
@@ -376,6 +377,8 @@ class GptConfig:
 
 
 GPT = {"full": GptConfig(12, 1024, 16, 1024, 16, 32768), "quick": GptConfig(1, 32, 4, 16, 2, 64)}
+# Twice as deep: its step does not fit one 80 GiB H100 at this batch, so memory decides the plan.
+GPT24 = {"full": GptConfig(24, 1024, 16, 1024, 16, 32768), "quick": GptConfig(2, 32, 4, 16, 4, 64)}
 
 
 def _gpt_block_spec(d: int) -> dict[str, Any]:
@@ -561,6 +564,7 @@ ZOO: dict[str, Entry] = {
     "resnet": Entry(RESNET, _resnet, _resnet_describe, MOMENTUM_SGD),
     "inception": Entry(INCEPTION, _inception, _inception_describe, SGD),
     "gpt": Entry(GPT, _gpt, _gpt_describe, ADAM),
+    "gpt24": Entry(GPT24, _gpt, _gpt_describe, ADAM),
     "lstm_seq2seq": Entry(SEQ2SEQ, _seq2seq, _seq2seq_describe, ADAM),
     "multitower": Entry(MULTITOWER, _multitower, _multitower_describe, ADAM),
 }

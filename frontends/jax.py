@@ -17,8 +17,12 @@
 * each op's location is the user's frame of its equation (`jax.extend.source_info_util`).
 
 Inputs are marked `param` (trainable state) by position: `param_argnums=(0, 1)` marks every leaf of
-the first two positional arguments. `lower` returns the Graph; `lower_function` also returns the
-pytree structures and constant arrays a caller needs to run it (`LoweredFunction.__call__`).
+the first two positional arguments. The leaves of rank >= 1 of the positional arguments in
+`batch_argnums` (default: every positional argument not in `param_argnums`) carry the batch along
+axis 0; the graph attribute `batch_inputs` (`{x = 0, y = 0}`: input name -> batch axis) lists
+them for micro-batching and data parallelism. `lower` returns the Graph; `lower_function` also
+returns the pytree structures and constant arrays a caller needs to run it
+(`LoweredFunction.__call__`).
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ try:  # public in jax.extend since 0.4.3x; without it ops simply carry no locati
 except ImportError:  # pragma: no cover
     _summarize = None
 
-from pesto_ir.attributes import Attr, FloatAttr, GraphAttr, ListAttr, StringAttr, to_attr
+from pesto_ir.attributes import Attr, DictAttr, FloatAttr, GraphAttr, IntAttr, ListAttr, StringAttr, to_attr
 from pesto_ir.errors import PestoError
 from pesto_ir.gc_pause import gc_paused
 from pesto_ir.ir import Graph, Location, Op, Value
@@ -105,19 +109,34 @@ class LoweredFunction:
 
 
 def lower(fn: Callable[..., Any], *example_args: Any, param_argnums: int | Sequence[int] = (),
-          verify: bool = True, **example_kwargs: Any) -> Graph:
+          batch_argnums: int | Sequence[int] | None = None, verify: bool = True,
+          **example_kwargs: Any) -> Graph:
     """Trace `fn` on example arguments and lower its jaxpr into a verified Graph."""
-    return lower_function(fn, *example_args, param_argnums=param_argnums, verify=verify,
-                          **example_kwargs).graph
+    return lower_function(fn, *example_args, param_argnums=param_argnums, batch_argnums=batch_argnums,
+                          verify=verify, **example_kwargs).graph
 
 
 def lower_function(fn: Callable[..., Any], *example_args: Any, param_argnums: int | Sequence[int] = (),
-                   verify: bool = True, **example_kwargs: Any) -> LoweredFunction:
-    """Like `lower`, keeping the pytree structures and constants needed to run the graph."""
+                   batch_argnums: int | Sequence[int] | None = None, verify: bool = True,
+                   **example_kwargs: Any) -> LoweredFunction:
+    """Like `lower`, keeping the pytree structures and constants needed to run the graph.
+
+    `batch_argnums`: the positional arguments whose leaves of rank >= 1 carry the batch along axis 0
+    (None: every positional argument not in `param_argnums`); recorded as the graph attribute
+    `batch_inputs` (input name -> 0), written only when there is at least one such leaf. Explicit
+    `batch_argnums` are checked: in range, not parameters, each with an array of rank >= 1, and
+    all those arrays of one size along axis 0 (a LoweringError otherwise). The default is a
+    guess: when its arrays disagree on that size (`f(x, w)` with `w` a weight not in
+    `param_argnums`), lowering goes on and no `batch_inputs` is written.
+    """
+    batch_set = _batch_argnums(example_args, param_argnums, batch_argnums)
     closed, out_shape = jax.make_jaxpr(fn, return_shape=True)(*example_args, **example_kwargs)
     in_tree = jax.tree_util.tree_structure((example_args, example_kwargs))
     flags = _param_flags(example_args, example_kwargs, param_argnums)
     graph, consts = lower_jaxpr(closed, name=_function_name(fn), param_flags=flags)
+    batch = _batch_inputs(graph, example_args, batch_set, explicit=batch_argnums is not None)
+    if batch or batch_argnums is not None:  # `batch_argnums=()` says: no batch (written as {})
+        graph.attrs["batch_inputs"] = DictAttr(tuple((name, IntAttr(0)) for name in batch))
     if verify:
         from pesto_ir.verifier import verify as verify_graph
 
@@ -206,6 +225,65 @@ def _param_flags(args: tuple[Any, ...], kwargs: dict[str, Any], argnums: int | S
     for i, a in enumerate(args):
         flags += [i in wanted] * len(jax.tree_util.tree_leaves(a))
     return flags + [False] * len(jax.tree_util.tree_leaves(kwargs))
+
+
+def _batch_argnums(args: tuple[Any, ...], param_argnums: int | Sequence[int],
+                   batch_argnums: int | Sequence[int] | None) -> list[int]:
+    """The positions of the arguments that carry the batch, checked against the arguments and
+    `param_argnums`; None means every positional argument that is not a parameter."""
+    params = {param_argnums} if isinstance(param_argnums, int) else set(param_argnums)
+    if batch_argnums is None:
+        return [i for i in range(len(args)) if i not in params]
+    nums = [batch_argnums] if isinstance(batch_argnums, int) and not isinstance(batch_argnums, bool) \
+        else batch_argnums
+    if isinstance(nums, (str, bytes)) or not isinstance(nums, Sequence) \
+            or any(isinstance(i, bool) or not isinstance(i, int) for i in nums):
+        raise LoweringError(f"batch_argnums must be a position or a list of positions of the function's "
+                            f"arguments (whole numbers from 0), got {batch_argnums!r}")
+    bad = sorted({i for i in nums if not 0 <= i < len(args)})
+    if bad:
+        raise LoweringError(f"batch_argnums {bad} out of range: the function was given {len(args)} positional "
+                            f"argument(s), so positions run from 0 to {len(args) - 1}")
+    both = sorted(set(nums) & params)
+    if both:
+        raise LoweringError(f"argument(s) {both} are in both batch_argnums and param_argnums: an argument is "
+                            f"either trainable state or batch data, not both")
+    return sorted(set(nums))
+
+
+def _batch_inputs(graph: Graph, args: tuple[Any, ...], argnums: Sequence[int], explicit: bool) -> list[str]:
+    """Names of the graph inputs that carry the batch: the leaves of rank >= 1 of the arguments
+    `argnums` (graph inputs start with the flattened positional arguments, in order). They must
+    agree on their size along axis 0."""
+    names: list[str] = []
+    sizes: dict[int, list[str]] = {}
+    start = 0
+    for i, a in enumerate(args):
+        n = len(jax.tree_util.tree_leaves(a))
+        if i in argnums:
+            found = [v for v in graph.inputs[start:start + n]
+                     if isinstance(v.type, TensorType) and v.type.rank >= 1]
+            if explicit and not found:
+                raise LoweringError(f"batch_argnums names argument {i}, but it has no array of rank >= 1 to split "
+                                    f"along axis 0 (its leaves are scalars, or it has none)")
+            for v in found:
+                names.append(v.name)
+                sizes.setdefault(v.type.shape[0], []).append(v.name)
+        start += n
+    if len(sizes) > 1:
+        if not explicit:
+            return []  # the default guess does not hold; nothing is declared (see lower_function)
+
+        def listed(group: list[str]) -> str:
+            shown = ", ".join(f"%{n}" for n in group[:6])
+            return shown + (f" and {len(group) - 6} more" if len(group) > 6 else "")
+
+        detail = "; ".join(f"size {size}: {listed(group)}" for size, group in sizes.items())
+        raise LoweringError(f"the batch inputs disagree on their size along axis 0 ({detail}): every array of rank "
+                            f">= 1 among the arguments {list(argnums)} in batch_argnums is taken to carry the batch "
+                            f"along axis 0, so they must all have the same size there; pass batch_argnums naming "
+                            f"only the arguments that carry the batch")
+    return names
 
 
 # ---------------------------------------------------------------- locations

@@ -1,7 +1,7 @@
 """Import (and export) `pesto-graph/1` cost graphs: what other profilers write.
 
-Each node becomes an `opaque` op carrying `cost`, `memory`, `colocate`, `backward` and its
-original `name` as `label`.
+Each node becomes an `opaque` op carrying `cost`, `memory`, `colocate`, `backward`, `per_sample`,
+`param_bytes` and its original `name` as `label`.
 
 Memory: a node's `memory` is held for the whole step (its resident bytes), as profilers that fill it
 with a node's output size expect; such a node's output is inside it, so its op gets `activation = 0`.
@@ -236,6 +236,7 @@ def graph_from_json(data: Any, filename: str = "<json>") -> Graph:
             attrs["colocate"] = StringAttr(group)
         if n.get("backward"):
             attrs["backward"] = BoolAttr(True)
+        attrs.update(_batch_attrs(n, where, filename, at))
         names = [nid] + [graph.fresh_name(f"{nid}.{b}B") for b in sizes[1:]]
         op = Op(nid, OPCODE, (), [BlobType(b) for b in sizes], attrs, names)
         graph.append(op)
@@ -250,6 +251,26 @@ def graph_from_json(data: Any, filename: str = "<json>") -> Graph:
     for nid, op in ops.items():
         op.set_operands(operand_lists[nid])
     return graph
+
+
+def _batch_attrs(node: dict[str, Any], where: str, filename: str, at: tuple[str | int, ...]) -> dict[str, Attr]:
+    """`per_sample` (false: the node's cost does not scale with the batch, e.g. an optimizer
+    update) and `param_bytes` (gradient bytes all-reduced across data-parallel replicas)."""
+    attrs: dict[str, Attr] = {}
+    if "per_sample" in node:
+        if not isinstance(node["per_sample"], bool):
+            raise _error(filename, f"{where}: per_sample must be true or false, got {brief(repr(node['per_sample']))}",
+                         *at)
+        if not node["per_sample"]:
+            attrs["per_sample"] = BoolAttr(False)
+    if "param_bytes" in node:
+        v = finite(node["param_bytes"])
+        if v is None or v < 0 or v != int(v) or isinstance(node["param_bytes"], bool):
+            raise _error(filename, f"{where}: param_bytes must be a whole non-negative number of bytes, "
+                                   f"got {brief(repr(node['param_bytes']))}", *at)
+        if v:
+            attrs["param_bytes"] = BytesAttr(int(v))
+    return attrs
 
 
 def _memory_attrs(node: dict[str, Any], where: str, filename: str, at: tuple[str | int, ...]) -> dict[str, Attr]:
@@ -317,7 +338,7 @@ def graph_to_json(graph: Graph) -> dict[str, Any]:
         if cost is not None:
             node["cost"] = cost.value
         node.update(_memory_fields(op))
-        for key in ("colocate", "backward"):
+        for key in ("colocate", "backward", "per_sample", "param_bytes"):
             if key in op.attrs:
                 node[key] = op.get(key)
         nodes.append(node)

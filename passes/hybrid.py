@@ -20,10 +20,9 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from pesto_ir.cluster import Cluster, ClusterError, ring_all_reduce_time
+from pesto_ir.cluster import Cluster, ring_all_reduce_time
 from pesto_ir.errors import PestoError
 from pesto_ir.ir import Graph
-from pesto_ir.passes.collective_buckets import bucket_all_reduces
 from pesto_ir.passes.collective_buckets import bucket_all_reduces
 from pesto_ir.passes.microbatch import MAX_MICROBATCHES, MicrobatchError, rebatch
 from pesto_ir.placement import PlaceOptions
@@ -303,6 +302,9 @@ def _on_replica(plan: Plan, sub: Cluster) -> Plan:
 
 
 def _summary(tried: list[Candidate], chosen: Strategy, plan: Plan) -> str:
+    if len(tried) == 1:
+        return (f"data-parallel {chosen.data_parallel} x {chosen.microbatches} micro-batches (as asked): "
+                f"{human_time(plan.makespan, 4)} per step")
     parts = []
     for c in sorted(tried, key=lambda c: c.strategy):
         if c.plan is not None:

@@ -33,7 +33,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pesto_ir.attributes import Attr, BytesAttr, DurationAttr, IntAttr, ListAttr, StringAttr, to_attr
+from pesto_ir.attributes import Attr, BytesAttr, DurationAttr, IntAttr, StringAttr, to_attr
 from pesto_ir.errors import PestoError
 from pesto_ir.ir import Graph, Op, Value
 from pesto_ir.shape_rules import BINARY, COMPARE, UNARY
@@ -64,9 +64,12 @@ def batch_spec(graph: Graph) -> BatchSpec:
     inputs = {v.name: v for v in graph.inputs}
     if raw is not None:
         declared = raw.value
-        if not isinstance(declared, dict) or not declared:
+        if not isinstance(declared, dict):
             raise MicrobatchError(f"graph '{graph.name}': batch_inputs must map input names to batch axes, "
                                   f"not {raw}")
+        if not declared:
+            raise MicrobatchError(f"graph '{graph.name}' declares no batch input (batch_inputs = {{}}), so it has "
+                                  "no batch to split into micro-batches or replicas")
         axes: dict[str, int] = {}
         for name, axis in declared.items():
             v = inputs.get(name)
@@ -409,7 +412,7 @@ class Rewriter:
         self.one: dict[int, Value] = {}
         self.per: dict[int, _PerSample] = {}
         self.sliced: dict[tuple[int, int], list[Value]] = {}
-        self.notes: list[str] = []
+        self.whole: set[str] = set()  # ops kept whole: the rewrite may leave them unread
 
     # -- helpers
     def emit(self, src_op: Op, opcode: str, operands: Sequence[Value], types: Sequence[Type],
@@ -504,6 +507,8 @@ class Rewriter:
         if all(b is None for b in axes):
             new = self.emit(op, op.opcode, [self.value(v) for v in op.operands], [r.type for r in op.results],
                             attrs, op.name, [r.name for r in op.results])
+            if any(r.uses for r in op.results):
+                self.whole.add(op.name)
             for r, n in zip(op.results, new.results):
                 self.one[id(r)] = n
             return
@@ -743,7 +748,7 @@ def rebatch(graph: Graph, microbatches: int, data_parallel: int = 1,
             rw.op(op)
         rw.outputs()
         out = rw.out
-    _drop_dead_ops(out)
+        _drop_dead_ops(out, rw.whole)
     out.attrs["microbatched"] = to_attr({"data_parallel": d, "microbatches": m})
     from pesto_ir.verifier import verify
 
@@ -751,10 +756,11 @@ def rebatch(graph: Graph, microbatches: int, data_parallel: int = 1,
     return out
 
 
-def _drop_dead_ops(graph: Graph) -> None:
-    """Remove what only the whole batch read (a bias broadcast to the whole batch, now built at the
-    micro-batch's size): nothing reads it, and it would hold memory and time."""
+def _drop_dead_ops(graph: Graph, whole: set[str]) -> None:
+    """Remove the whole ops that only per-sample ops read (a bias broadcast to the whole batch, now
+    built at the micro-batch's size): nothing reads them now, and they would hold memory and time.
+    Ops the source graph itself left unread stay: their work is the user's."""
     outputs = {id(v) for v in graph.outputs}
     for op in reversed(list(graph.ops)):
-        if not any(r.uses or id(r) in outputs for r in op.results):
+        if op.name in whole and not any(r.uses or id(r) in outputs for r in op.results):
             graph.erase(op)

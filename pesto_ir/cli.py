@@ -66,6 +66,17 @@ def _positive_seconds(text: str) -> float:
     return t
 
 
+def _degree(text: str) -> str:
+    """--data-parallel / --microbatches: a whole number from 1, or auto."""
+    from pesto_ir.passes.hybrid import parse_degree
+
+    try:
+        parse_degree(text, "the value")
+    except PestoError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
+
+
 def build_arg_parser() -> argparse.ArgumentParser:
     from pesto_ir.passes.place import ALGORITHMS, DEFAULT_ALGO, MAX_DEFAULT_TIME_LIMIT  # lazily: for --help
 
@@ -95,6 +106,12 @@ def build_arg_parser() -> argparse.ArgumentParser:
     place.add_argument("--time-limit", type=_positive_seconds, metavar="S",
                        help="time limit of exact solvers, in seconds (default: 2 s + 0.1 s per op or "
                             f"coarse group placed, at most {MAX_DEFAULT_TIME_LIMIT:g} s)")
+    place.add_argument("--data-parallel", type=_degree, metavar="N|auto",
+                       help="data-parallel replicas (each on batch/N, gradients all-reduced); auto searches "
+                            "them (default: auto for --algo auto, else 1)")
+    place.add_argument("--microbatches", type=_degree, metavar="N|auto",
+                       help="micro-batches per replica, pipelined by the schedule; auto searches them "
+                            "(default: auto for --algo auto, else 1)")
     place.add_argument("--seed", type=int, default=0, help="seed for every random choice (default 0)")
     out = ap.add_argument_group("reports")
     out.add_argument("--plan-json", metavar="FILE", help="write the plan as pesto-plan/1 JSON")
@@ -157,8 +174,11 @@ def check_output_paths(args: argparse.Namespace) -> None:
 
 
 def with_place_options(pipeline: Pipeline, args: argparse.Namespace) -> Pipeline:
-    """Apply --algo and --time-limit to the pipeline's place passes (an error if it has none)."""
-    changes = {k: v for k, v in (("algo", args.algo), ("time_limit", args.time_limit)) if v is not None}
+    """Apply --algo, --time-limit, --data-parallel and --microbatches to the pipeline's place passes
+    (an error if it has none)."""
+    changes = {k: v for k, v in (("algo", args.algo), ("time_limit", args.time_limit),
+                                 ("data_parallel", args.data_parallel), ("microbatches", args.microbatches))
+               if v is not None}
     if not changes:
         return pipeline
     if not any(p.name == "place" for p in pipeline.passes):

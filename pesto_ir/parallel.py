@@ -17,6 +17,11 @@ Defaults, and why:
   element of `fn`'s returned tuple with the same structure and types is its next value. Those
   outputs come back on the devices their inputs live on, so feeding them to the next call moves
   no weights.
+* Batch: `batch_argnums` names the positional arguments whose arrays carry the batch along axis 0
+  (default: every argument not in `param_argnums`); the lowered graph records them in its
+  `batch_inputs` attribute. `data_parallel`, `microbatches` (a whole number >= 1 or `"auto"`) and
+  `autotune` are accepted and checked, but parallelize cannot act on them yet: any value other
+  than the default (None or 1; False) is refused with a PestoError, not ignored.
 
 `.plan`, `.graph` and `.executable` describe the most recent signature called.
 """
@@ -53,6 +58,14 @@ class ParallelizeOptions:
     seed: int = 0
     quiet: bool = True
     compiler_options: Mapping[str, Any] | None = None  # XLA options for every segment
+    # Batch and data parallelism. Only `batch_argnums` acts today (it goes to the lowering, which
+    # writes the graph attribute `batch_inputs`); `data_parallel` and `microbatches` are meant for
+    # the place pass's `data-parallel` and `microbatches` options, `autotune` for searching them.
+    # `_check_options` refuses anything but the defaults (None or 1; False) until they are wired in.
+    data_parallel: int | str | None = None  # replicas: a whole number >= 1, "auto", or None (1)
+    microbatches: int | str | None = None  # micro-batches per step: a whole number >= 1, "auto", or None (1)
+    batch_argnums: tuple[int, ...] | None = None  # None: every positional argument not in param_argnums
+    autotune: bool = False
 
     def pipeline(self) -> str:
         coarsen = "coarsen" if self.coarsen_target is None else f"coarsen{{target={self.coarsen_target}}}"
@@ -140,7 +153,8 @@ class Parallelized:
         devices, cluster = _devices_and_cluster(o)
         seconds: dict[str, float] = {}
         t0 = time.perf_counter()
-        lowered = lower_function(self.fn, *args, param_argnums=o.param_argnums, **kwargs)
+        lowered = lower_function(self.fn, *args, param_argnums=o.param_argnums, batch_argnums=o.batch_argnums,
+                                 **kwargs)
         t1 = time.perf_counter()
         pipeline = o.pipeline()
         graph = PassManager(pipeline).run(lowered.graph, PassContext(cluster=cluster, quiet=o.quiet, seed=o.seed))
@@ -159,11 +173,15 @@ def parallelize(fn: Callable[..., Any] | None = None, *, devices: Sequence[Any] 
                 algo: str = DEFAULT_ALGO, time_limit: float = DEFAULT_TIME_LIMIT, cluster: Cluster | None = None,
                 cost_model: str = DEFAULT_COST_MODEL, param_argnums: int | Sequence[int] = (),
                 donate_argnums: int | Sequence[int] = (), coarsen_target: int | None = None, seed: int = 0,
-                quiet: bool = True, compiler_options: Mapping[str, Any] | None = None) -> Any:
+                quiet: bool = True, compiler_options: Mapping[str, Any] | None = None,
+                data_parallel: int | str | None = None, microbatches: int | str | None = None,
+                batch_argnums: int | Sequence[int] | None = None, autotune: bool = False) -> Any:
     """`fn` planned with Pesto and run across `devices` (a list, or a dict from cluster device name to
     JAX device); used bare or as `@parallelize(devices=...)`. See the module docstring."""
     options = ParallelizeOptions(devices, algo, time_limit, cluster, cost_model, _tuple(param_argnums),
-                                 _tuple(donate_argnums), coarsen_target, seed, quiet, compiler_options)
+                                 _tuple(donate_argnums), coarsen_target, seed, quiet, compiler_options,
+                                 data_parallel=data_parallel, microbatches=microbatches,
+                                 batch_argnums=_argnums_or_none(batch_argnums), autotune=autotune)
     if fn is None:
         return lambda f: Parallelized(f, options)
     return Parallelized(fn, options)
@@ -173,6 +191,18 @@ def parallelize(fn: Callable[..., Any] | None = None, *, devices: Sequence[Any] 
 
 def _tuple(x: int | Sequence[int]) -> tuple[int, ...]:
     return (x,) if isinstance(x, int) else tuple(x)
+
+
+def _argnums_or_none(x: Any) -> Any:
+    """`batch_argnums` as a tuple; None stays None, and anything that is not positions is kept as
+    given for `_check_options` to refuse by name."""
+    if x is None:
+        return None
+    if isinstance(x, int) and not isinstance(x, bool):
+        return (x,)
+    if isinstance(x, Sequence) and not isinstance(x, (str, bytes)):
+        return tuple(x)
+    return x
 
 
 _ARRAY_SIGNATURE = attrgetter("shape", "dtype", "weak_type")
@@ -210,6 +240,7 @@ def _check_options(o: ParallelizeOptions) -> None:
     for name, nums in (("param_argnums", o.param_argnums), ("donate_argnums", o.donate_argnums)):
         if any(isinstance(i, bool) or not isinstance(i, int) or i < 0 for i in nums):
             raise PestoError(f"{name} must be argument positions (whole numbers from 0), got {nums!r}")
+    _check_batch_options(o)
     devices = o.devices
     if devices is not None and (isinstance(devices, (str, bytes)) or not isinstance(devices, (Sequence, Mapping))):
         raise PestoError(f"devices must be a list of JAX devices (e.g. jax.devices()[:4]) or a dict from names to "
@@ -218,6 +249,32 @@ def _check_options(o: ParallelizeOptions) -> None:
     wrong = [d for d in values if not hasattr(d, "platform") or not hasattr(d, "id")]
     if wrong:
         raise PestoError(f"devices must be JAX devices (e.g. jax.devices()[:4]), got {wrong[0]!r}")
+
+
+def _check_batch_options(o: ParallelizeOptions) -> None:
+    """`data_parallel`, `microbatches`, `batch_argnums`, `autotune`: well-formed, then supported."""
+    for name, value in (("data_parallel", o.data_parallel), ("microbatches", o.microbatches)):
+        if value is None or isinstance(value, str) and value == "auto":
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise PestoError(f"{name} must be a whole number >= 1 or \"auto\", got {value!r}")
+    nums = o.batch_argnums
+    if nums is not None:
+        if not isinstance(nums, tuple) or any(isinstance(i, bool) or not isinstance(i, int) or i < 0 for i in nums):
+            raise PestoError(f"batch_argnums must be argument positions (whole numbers from 0), got {nums!r}")
+        both = sorted(set(nums) & set(o.param_argnums))
+        if both:
+            raise PestoError(f"argument(s) {both} are in both batch_argnums and param_argnums: an argument is "
+                             f"either trainable state or batch data, not both")
+    if not isinstance(o.autotune, bool):
+        raise PestoError(f"autotune must be True or False, got {o.autotune!r}")
+    for name, value in (("data_parallel", o.data_parallel), ("microbatches", o.microbatches)):
+        if value not in (None, 1):
+            raise PestoError(f"{name}={value!r} is not supported by parallelize yet: it plans and runs one "
+                             f"replica over the whole batch; leave {name} unset (or 1)")
+    if o.autotune:
+        raise PestoError("autotune=True is not supported by parallelize yet: there is nothing to tune until "
+                         "data_parallel and microbatches are; leave autotune unset (or False)")
 
 
 def _devices_and_cluster(o: ParallelizeOptions) -> tuple[Sequence[Any] | Mapping[str, Any], Cluster]:

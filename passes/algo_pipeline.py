@@ -1,0 +1,325 @@
+"""Fixed-schedule pipeline baselines: GPipe and 1F1B (PipeDream-Flush, as Megatron, Alpa, JaxPP run it).
+
+These are what the benchmark compares the searched plans against, so they do what those systems
+do and nothing cleverer: the model is cut into S contiguous stages in forward order, one per
+device of the pipeline, and every stage runs its micro-batches in a fixed order.
+
+Stages. Placement units are colocate groups (an op without `colocate` is its own unit), taken in
+forward order: by the first of their forward ops in `graph.ops` that reads another op (a weight
+node, which a cost graph's topological order puts first, does not say where its group computes).
+Each op is
+
+- backward: `backward = true` (cost graphs) or "transpose(" in its `scope` (JAX);
+- other: not backward, and either downstream of a backward op (the optimizer update, gradient
+  sums) or read only by other ops (the update's constants and its reads of optimizer state);
+- forward: the rest (the model's forward pass, the loss);
+- and, whatever the above, constant when it is computed from literals alone (a mask, a zero
+  buffer, the loss' cotangent seed; tensor graphs only).
+
+A unit of constants is a constant unit; else a unit is a forward unit if it holds a forward op,
+else a backward unit if it holds a backward op (a weight gradient's copies and their sums), else
+an other unit. Every unit takes the stage of an owning forward unit (`unit_owners`): a backward
+unit the latest forward unit it reads directly, else the earliest owner among its producers; an
+other unit the latest owner among its producers; a constant unit, or one with no owned producer,
+the earliest owner among its consumers (else the first forward unit). The forward units are cut
+into S non-empty contiguous runs minimising the largest stage's cost, a forward unit weighing the
+cost of every unit it owns on the stage's device: bisection on the bottleneck with a greedy fill,
+which is exact for contiguous cuts. So the stage costs are the real per-device totals.
+
+Schedule. Every op with a `microbatch` attribute belongs to a slot (phase F or B, micro-batch i)
+of its stage. On each stage GPipe runs F0 .. F(m-1), then B0 .. B(m-1); 1F1B runs w = min(S-s-1, m)
+warm-up forwards, then m-w pairs (next forward, oldest backward), then drains the w backwards left.
+The slots are timed once on an abstract pipeline (forward 1, backward 2 time units) and an op's
+priority is its slot's start there. Along the edges of a training step (micro-batch i's forward
+from stage s to s+1, its backward back down) priorities never decrease, and `order_from_priority`
+pops ops in priority order, so each stage runs exactly its slot order (ties inside a slot by graph
+order). Where a graph's edges run against the schedule (the MSR cost graphs' backward chains run
+from the first layer to the last) the order is still valid, as close to the schedule as the
+dependencies allow. An op without a micro-batch runs with its latest producer's slot (after it, by
+graph order), or, with no producer in a slot, just before its first consumer. The simulator
+times the orders; `check_plan` checks the plan, memory included.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pesto_ir.cluster import Cluster
+from pesto_ir.costs import op_cost
+from pesto_ir.errors import PestoError
+from pesto_ir.ir import Graph, Op
+from pesto_ir.placement import PlaceOptions
+from pesto_ir.plan import Plan
+from pesto_ir.simulate import order_from_priority, simulate
+from pesto_ir.types import TensorType
+from pesto_ir.units import human_time
+from pesto_ir.validate import check_plan
+
+SCHEDULES = ("gpipe", "1f1b")
+FORWARD, BACKWARD, OTHER, CONSTANT = "forward", "backward", "other", "constant"
+PHASE_TIME = {"F": 1.0, "B": 2.0}  # the abstract pipeline's slot lengths (backward ~ twice forward)
+BISECTIONS = 60
+
+Slot = tuple[str, int]  # (phase "F" or "B", micro-batch)
+
+
+@dataclass
+class Stages:
+    """Where the pipeline cut the graph: each unit's ops, kind and stage; each stage's cost."""
+
+    units: list[list[Op]]
+    kinds: list[str]
+    stage: list[int]  # per unit
+    costs: list[float]  # per stage: seconds of every op placed there, on its device
+
+    def stage_of(self) -> dict[str, int]:
+        return {op.name: s for ops, s in zip(self.units, self.stage) for op in ops}
+
+
+def pipeline_plan(graph: Graph, cluster: Cluster, schedule: str, options: PlaceOptions) -> Plan:
+    """The `schedule` ("gpipe" or "1f1b") pipeline of `graph` over the devices of `cluster`, stage s
+    on `cluster.names[s]`, timed by the simulator and checked (memory too). The schedules are
+    fixed, so `options` (time limits, seeds) changes nothing; a plan that does not fit in memory
+    raises the validator's PlanError, as the real systems would run out of memory."""
+    if schedule not in SCHEDULES:
+        raise PestoError(f"unknown pipeline schedule '{schedule}' (schedules: {', '.join(SCHEDULES)})")
+    stages = split_stages(graph, cluster)
+    where = stages.stage_of()
+    placement = {name: cluster.names[s] for name, s in where.items()}
+    m = microbatch_count(graph)
+    ticks = slot_ticks(schedule, len(cluster), m)
+    order = order_from_priority(graph, placement, priorities(graph, where, ticks))
+    plan = simulate(graph, cluster, placement, order, algorithm=schedule)
+    plan.notes.append(_note(schedule, stages, m))
+    return check_plan(graph, cluster, plan)
+
+
+def _note(schedule: str, stages: Stages, m: int) -> str:
+    """The stage boundaries (each stage's first forward op) and costs, for the report."""
+    forward = [(ops[0].name, st) for ops, k, st in zip(stages.units, stages.kinds, stages.stage) if k == FORWARD]
+    firsts = [next(name for name, st in forward if st == s) for s in range(len(stages.costs))]
+    costs = ", ".join(human_time(c) for c in stages.costs)
+    return (f"{schedule}: {len(stages.costs)} stages, {m} micro-batch{'es' if m != 1 else ''}, stage costs {costs}; "
+            f"stages start at ops {', '.join(repr(n) for n in firsts)}")
+
+
+def microbatch_count(graph: Graph) -> int:
+    """m from the rewrite's `microbatched` attribute, else from the ops' `microbatch` attributes (1
+    for a graph that was not rewritten)."""
+    attr = graph.attrs.get("microbatched")
+    if attr is not None and isinstance(attr.value, dict) and "microbatches" in attr.value:
+        return int(attr.value["microbatches"])
+    return 1 + max((int(i) for op in graph.ops if (i := op.get("microbatch")) is not None), default=0)
+
+
+# ---------------------------------------------------------------- stages
+
+def is_backward(op: Op) -> bool:
+    """A backward op: cost graphs mark it, JAX's transposition names it in the scope."""
+    return op.get("backward") is True or "transpose(" in str(op.get("scope", "") or "")
+
+
+def op_kinds(graph: Graph) -> dict[str, str]:
+    """Each op's kind (module docstring): the optimizer side is what the backward pass feeds and
+    what only feeds it, so that the update of a layer's weights stays out of the forward order."""
+    kind: dict[str, str] = {}
+    tainted: set[str] = set()
+    for op in graph.ops:
+        if any(p.name in tainted for p in op.producers()) or is_backward(op):
+            tainted.add(op.name)
+        kind[op.name] = BACKWARD if is_backward(op) else OTHER if op.name in tainted else FORWARD
+    outputs = {id(v) for v in graph.outputs}
+    for op in reversed(graph.ops):
+        users = op.consumers()
+        if kind[op.name] == FORWARD and users and not any(id(r) in outputs for r in op.results) \
+                and all(kind[u.name] == OTHER for u in users):
+            kind[op.name] = OTHER
+    return kind
+
+
+def constant_ops(graph: Graph) -> set[str]:
+    """Ops computed from literals alone (no graph input upstream, tensor results): a mask, a
+    zero-filled buffer, the loss' cotangent seed. Each belongs next to its readers, not at its
+    place in graph order. Cost graphs (blob values) have none: their sources are layers."""
+    const: set[str] = set()
+    for op in graph.ops:
+        if all(isinstance(r.type, TensorType) for r in op.results) and \
+                all(v.owner is not None and v.owner.name in const for v in op.operands):
+            const.add(op.name)
+    return const
+
+
+def placement_units(graph: Graph, op_kind: dict[str, str]) -> list[list[Op]]:
+    """Colocate groups (an op without one alone), in forward order: by the first of their forward
+    ops (else of their ops) that reads another op. Ops that read none (weights, in cost graphs
+    whose topological order puts every source first) say nothing about where a unit computes."""
+    index = {op.name: i for i, op in enumerate(graph.ops)}
+    units: dict[str, list[Op]] = {}
+    for op in graph.ops:
+        group = op.get("colocate")
+        units.setdefault(f"g:{group}" if group is not None else f"o:{op.name}", []).append(op)
+
+    def position(ops: list[Op]) -> tuple[int, int]:
+        forward = [op for op in ops if op_kind[op.name] == FORWARD] or ops
+        reading = [op for op in forward if op.producers()]
+        return (index[(reading or forward)[0].name], index[ops[0].name])
+
+    return sorted(units.values(), key=position)
+
+
+def split_stages(graph: Graph, cluster: Cluster) -> Stages:
+    """Units, their kinds and stages, and the stage costs; refuses a graph with fewer forward units
+    than devices (a stage would be empty)."""
+    op_kind = op_kinds(graph)
+    units = placement_units(graph, op_kind)
+    const = constant_ops(graph)
+    kinds = [CONSTANT if all(op.name in const for op in ops) else _unit_kind(ops, op_kind) for ops in units]
+    forward = [u for u, k in enumerate(kinds) if k == FORWARD]
+    n_stages = len(cluster)
+    if len(forward) < n_stages:
+        raise PestoError(f"graph '{graph.name}' has {len(forward)} forward placement unit(s), fewer than the "
+                         f"{n_stages} pipeline stages: a stage would be empty")
+    owner = unit_owners(units, kinds)
+    devices = [cluster.device(n) for n in cluster.names]
+    cost = [[sum(op_cost(op, d) for op in ops) for d in devices] for ops in units]
+    weights = {u: [0.0] * n_stages for u in forward}
+    for u, f in enumerate(owner):
+        weights[f] = [a + b for a, b in zip(weights[f], cost[u])]
+    cut = dict(zip(forward, balanced_cut([weights[u] for u in forward], n_stages)))
+    stage = [cut[f] for f in owner]
+    costs = [0.0] * n_stages
+    for u, s in enumerate(stage):
+        costs[s] += cost[u][s]
+    return Stages(units, kinds, stage, costs)
+
+
+def _unit_kind(ops: list[Op], op_kind: dict[str, str]) -> str:
+    found = {op_kind[op.name] for op in ops}
+    return FORWARD if FORWARD in found else BACKWARD if BACKWARD in found else OTHER
+
+
+def unit_owners(units: list[list[Op]], kinds: list[str]) -> list[int]:
+    """The forward unit whose stage each unit takes (a forward unit owns itself). Stages grow with
+    the forward order, so owners say the stage rule before the cut is known:
+
+    - a backward unit: the latest forward unit it reads directly, else the earliest owner among its
+      producers (the layer whose gradient it continues);
+    - an other unit: the latest owner among its producers (the update runs where its gradient is);
+    - with neither, and constant units: the earliest owner among its consumers (a constant joins
+      its first reader; an update term that reads optimizer state only, its update), else the
+      first forward unit.
+    """
+    unit_of = {op.name: u for u, ops in enumerate(units) for op in ops}
+    producers = [{unit_of[p.name] for op in ops for p in op.producers()} - {u} for u, ops in enumerate(units)]
+    consumers = [{unit_of[c.name] for op in ops for c in op.consumers()} - {u} for u, ops in enumerate(units)]
+    owner = [u if k == FORWARD else -1 for u, k in enumerate(kinds)]
+    for _ in range(len(units)):  # a unit may read units that first appear after it: settle to a fixed point
+        changed = False
+        for u, k in enumerate(kinds):
+            if k in (FORWARD, CONSTANT):
+                continue
+            direct = [v for v in producers[u] if kinds[v] == FORWARD] if k == BACKWARD else []
+            known = [owner[v] for v in producers[u] if owner[v] >= 0]
+            found = max(direct) if direct else (min(known) if k == BACKWARD else max(known)) if known else -1
+            if found != owner[u]:
+                owner[u], changed = found, True
+        if not changed:
+            break
+    first = next(u for u, k in enumerate(kinds) if k == FORWARD)
+    for u in reversed(range(len(units))):
+        if owner[u] < 0:
+            owner[u] = min((owner[v] for v in consumers[u] if owner[v] >= 0), default=first)
+    return owner
+
+
+def balanced_cut(weights: list[list[float]], n_stages: int) -> list[int]:
+    """The stage of each item: S non-empty contiguous runs (needs len(weights) >= S) whose largest
+    load is smallest. Bisection on the bottleneck T; `_fill(T)` is the greedy that fills each stage
+    as far as T allows, which fits whenever any cut does."""
+    lo, hi = 0.0, max(sum(w[s] for w in weights) for s in range(n_stages))
+    best = _fill(weights, n_stages, hi)
+    assert best is not None
+    for _ in range(BISECTIONS):
+        mid = (lo + hi) / 2
+        found = _fill(weights, n_stages, mid)
+        if found is None:
+            lo = mid
+        else:
+            hi, best = mid, found
+        if hi - lo <= 1e-12 * max(hi, 1e-30):
+            break
+    return best
+
+
+def _fill(weights: list[list[float]], n_stages: int, limit: float) -> list[int] | None:
+    """Each stage takes items while its load stays within `limit`, leaving one item per later stage;
+    None when the loads do not fit."""
+    n = len(weights)
+    out: list[int] = []
+    stage, load = 0, 0.0
+    for i, w in enumerate(weights):
+        if out and stage < n_stages - 1 and (load + w[stage] > limit or n - i == n_stages - 1 - stage):
+            stage, load = stage + 1, 0.0
+        if load + w[stage] > limit * (1 + 1e-12):
+            return None
+        out.append(stage)
+        load += w[stage]
+    return out if stage == n_stages - 1 else None
+
+
+# ---------------------------------------------------------------- schedule
+
+def stage_slots(schedule: str, s: int, n_stages: int, m: int) -> list[Slot]:
+    """The order in which stage s runs its slots."""
+    forwards = [("F", i) for i in range(m)]
+    backwards = [("B", i) for i in range(m)]
+    if schedule == "gpipe":
+        return forwards + backwards
+    warm = min(n_stages - s - 1, m)
+    steady = [slot for i in range(m - warm) for slot in (forwards[warm + i], backwards[i])]
+    return forwards[:warm] + steady + backwards[m - warm:]
+
+
+def slot_ticks(schedule: str, n_stages: int, m: int) -> dict[tuple[int, str, int], float]:
+    """Each (stage, phase, micro-batch) slot's start on the abstract pipeline: stages run their slots
+    in `stage_slots` order; F(s, i) waits for F(s-1, i); B(s, i) for B(s+1, i), and on the last
+    stage for F(s, i)."""
+    seqs = [stage_slots(schedule, s, n_stages, m) for s in range(n_stages)]
+    pos, free = [0] * n_stages, [0.0] * n_stages
+    end: dict[tuple[int, str, int], float] = {}
+    start: dict[tuple[int, str, int], float] = {}
+    while any(p < len(seq) for p, seq in zip(pos, seqs)):
+        progressed = False
+        for s, seq in enumerate(seqs):
+            while pos[s] < len(seq):
+                phase, i = seq[pos[s]]
+                dep = (s - 1, "F", i) if phase == "F" else (s + 1, "B", i) if s < n_stages - 1 else (s, "F", i)
+                if dep[0] in (-1, n_stages) or dep in end:
+                    t = max(free[s], end.get(dep, 0.0))
+                    start[(s, phase, i)] = t
+                    end[(s, phase, i)] = free[s] = t + PHASE_TIME[phase]
+                    pos[s] += 1
+                    progressed = True
+                else:
+                    break
+        if not progressed:
+            raise AssertionError(f"the {schedule} slot orders deadlock")  # not for these two schedules
+    return start
+
+
+def priorities(graph: Graph, stage_of: dict[str, int], ticks: dict[tuple[int, str, int], float]) -> dict[str, float]:
+    """Each op's priority: its slot's tick; an op outside the slots takes its latest producer's, or
+    with no producer in a slot its earliest consumer's (it runs just before that consumer)."""
+    prio: dict[str, float] = {}
+    for op in graph.ops:
+        i = op.get("microbatch")
+        if i is not None:
+            prio[op.name] = ticks[(stage_of[op.name], "B" if is_backward(op) else "F", int(i))]
+        else:
+            found = [prio[p.name] for p in op.producers() if p.name in prio]
+            if found:
+                prio[op.name] = max(found)
+    for op in reversed(graph.ops):
+        if op.name not in prio:
+            prio[op.name] = min((prio[c.name] for c in op.consumers()), default=0.0)
+    return prio

@@ -1,0 +1,277 @@
+"""The micro-batch / data-parallel rewrite (passes/microbatch.py): exact values, golden text,
+refusals, and valid hybrid plans on random graphs."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import pesto_ir
+from pesto_ir.cluster import Cluster
+from pesto_ir.costs import op_cost
+from pesto_ir.errors import PestoError
+from pesto_ir.interpreter import Interpreter, evaluate
+from pesto_ir.ir import Graph
+from pesto_ir.passes.hybrid import Strategy, as_hybrid, replica_graph, replica_groups, sub_cluster
+from pesto_ir.passes.microbatch import MicrobatchError, batch_spec, rebatch
+from pesto_ir.passes.place import ALGORITHMS
+from pesto_ir.passmanager import PassContext, PassManager
+from pesto_ir.placement import PlaceOptions
+from pesto_ir.plan import read_plan_attrs
+from pesto_ir.validate import check_plan
+from tests.strategies import graph_docs, roomy_memory
+
+ROOT = Path(__file__).resolve().parents[1]
+MLP = ROOT / "examples" / "mlp_train_step.pir"
+GOLDEN = Path(__file__).resolve().parent / "golden" / "rewrite"
+UPDATE = bool(os.environ.get("PESTO_UPDATE_GOLDEN"))
+
+
+def inputs_for(graph: Graph, seed: int = 0) -> list[np.ndarray]:
+    """Well-conditioned values: small positive floats (Adam's second moment stays positive) and
+    token ids 0/1 (inside every vocabulary)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for v in graph.inputs:
+        t = v.type
+        if t.dtype.startswith(("i", "u")):
+            out.append(rng.integers(0, 2, t.shape).astype(t.numpy_dtype))
+        else:
+            out.append(rng.uniform(0.01, 0.1, t.shape).astype(t.numpy_dtype))
+    return out
+
+
+def assert_close(expected: list[Any], got: list[Any]) -> None:
+    assert len(expected) == len(got)
+    for a, b in zip(expected, got):
+        a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+        assert a.shape == b.shape
+        np.testing.assert_allclose(b, a, rtol=2e-4, atol=1e-6 * (np.max(np.abs(a)) + 1e-30))
+
+
+def run_replicas(graph: Graph, inputs: list[np.ndarray], d: int) -> list[list[Any]]:
+    """Every replica of a data-parallel graph in lockstep, each on its shard of the batch, the
+    all-reduces summing (or maxing) across them: what the sharded executable computes."""
+    spec_axes = {name: axis for name, axis in (batch_spec_axes(graph)).items()}
+    interp = Interpreter(graph)
+    envs: list[dict[Any, Any]] = []
+    for r in range(d):
+        env = {}
+        for v, x in zip(graph.inputs, inputs):
+            axis = spec_axes.get(v.name)
+            if axis is not None:
+                n = x.shape[axis] // d
+                x = np.take(x, range(r * n, (r + 1) * n), axis=axis)
+            env[v] = x
+        envs.append(env)
+    for op in graph.ops:
+        if op.opcode == "all_reduce":
+            combine = {"sum": np.add, "max": np.maximum, "min": np.minimum}[op.get("reduction")]
+            for v, res in zip(op.operands, op.results):
+                total = np.asarray(envs[0][v])
+                for env in envs[1:]:
+                    total = combine(total, np.asarray(env[v]))
+                for env in envs:
+                    env[res] = total
+            continue
+        for env in envs:
+            env.update(zip(op.results, interp.run_op(op, [env[v] for v in op.operands])))
+    return [[env[v] for v in graph.outputs] for env in envs]
+
+
+def batch_spec_axes(replica: Graph) -> dict[str, int]:
+    """The batch axes of the replica graph's inputs (it keeps the source graph's attribute or
+    default: every non-param input of rank >= 1 at axis 0)."""
+    raw = replica.attrs.get("batch_inputs")
+    if raw is not None:
+        return dict(raw.value)
+    return {v.name: 0 for v in replica.inputs if not v.param and getattr(v.type, "rank", 0) >= 1}
+
+
+# ---------------------------------------------------------------- exact values
+
+@pytest.mark.parametrize("m", [2, 4, 8])
+def test_micro_batched_mlp_step_gives_the_whole_batch_gradient_step(m: int) -> None:
+    graph = pesto_ir.load(MLP)
+    args = inputs_for(graph)
+    rewritten = rebatch(graph, m)
+    assert_close(evaluate(graph, *args), evaluate(rewritten, *args))
+    assert {op.get("microbatch") for op in rewritten.ops if "microbatch" in op.attrs} == set(range(m))
+
+
+@pytest.mark.parametrize("d,m", [(2, 1), (2, 2), (4, 2)])
+def test_data_parallel_replicas_all_reduce_to_the_whole_batch_step(d: int, m: int) -> None:
+    graph = pesto_ir.load(MLP)
+    args = inputs_for(graph, seed=1)
+    expected = evaluate(graph, *args)
+    replica = rebatch(graph, m, d, all_reduce_cost=lambda n: 1e-6)
+    assert sum(op.opcode == "all_reduce" for op in replica.ops) == 5  # the loss' sum and four gradients
+    for outputs in run_replicas(replica, args, d):
+        assert_close(expected, outputs)
+
+
+@pytest.mark.parametrize("name", ["mlp", "resnet", "gpt", "lstm_seq2seq"])
+def test_zoo_steps_micro_batch_exactly(name: str) -> None:
+    from bench import zoo_jax
+
+    graph = zoo_jax.lower_model(name, "quick")
+    args = inputs_for(graph)
+    assert_close(evaluate(graph, *args), evaluate(rebatch(graph, 2), *args))
+
+
+def test_zoo_resnet_replicas_share_batch_statistics_exactly() -> None:
+    """Batch norm's statistics are reductions over the batch: all-reduced, they are the whole
+    batch's, as with jax.jit over a batch-sharded mesh."""
+    from bench import zoo_jax
+
+    graph = zoo_jax.lower_model("resnet", "quick")
+    args = inputs_for(graph, seed=2)
+    replica = rebatch(graph, 1, 2, all_reduce_cost=lambda n: 1e-6)
+    for outputs in run_replicas(replica, args, 2):
+        assert_close(evaluate(graph, *args), outputs)
+
+
+# ---------------------------------------------------------------- text
+
+def test_rewritten_step_prints_as_golden() -> None:
+    text = str(rebatch(pesto_ir.load(MLP), 2, 2, all_reduce_cost=lambda n: 2e-5 + n / 4.5e11))
+    golden = GOLDEN / "mlp_train_step.d2m2.pir"
+    if UPDATE:
+        golden.parent.mkdir(exist_ok=True)
+        golden.write_text(text)
+    assert text == golden.read_text()
+    assert str(pesto_ir.parse(text)) == text  # and it parses back to itself
+
+
+# ---------------------------------------------------------------- refusals
+
+def test_a_batch_that_does_not_split_is_refused() -> None:
+    with pytest.raises(MicrobatchError, match="batch of 64 does not split into 3 equal parts"):
+        rebatch(pesto_ir.load(MLP), 3)
+
+
+def test_an_op_that_mixes_samples_is_refused_with_its_name_and_place() -> None:
+    text = """graph @g(%x: f32[8,4]) {
+  %c = cumsum(%x) {axis = 0, reverse = false} : f32[8,4]
+  return %c
+}
+"""
+    with pytest.raises(MicrobatchError, match=r"op 'c' = cumsum \(.*:2.*\): it scans along the batch axis"):
+        rebatch(pesto_ir.parse(text, "mix.pir"), 2)
+
+
+def test_batch_inputs_attribute_chooses_the_axis() -> None:
+    text = """graph @g(%x: f32[3,8], param %w: f32[3]) attributes {batch_inputs = {x = 1}} {
+  %s = reduce_sum(%x) {axes = [1]} : f32[3]
+  %y = mul(%s, %w) : f32[3]
+  return %y
+}
+"""
+    graph = pesto_ir.parse(text)
+    assert batch_spec(graph).axes == {"x": 1}
+    args = [np.arange(24, dtype=np.float32).reshape(3, 8), np.ones(3, np.float32)]
+    assert_close(evaluate(graph, *args), evaluate(rebatch(graph, 4), *args))
+
+
+def test_cost_graph_data_parallelism_needs_param_bytes() -> None:
+    doc = {"format": "pesto-graph/1", "name": "g", "nodes": [{"id": "a", "cost": 1e-3}, {"id": "b", "cost": 1e-3}],
+           "edges": [{"src": "a", "dst": "b", "bytes": 100}]}
+    graph = pesto_ir.frontends.json_graph.graph_from_json(doc)
+    with pytest.raises(MicrobatchError, match="no node declares param_bytes"):
+        rebatch(graph, 1, 2)
+
+
+def test_degrees_are_checked() -> None:
+    graph = pesto_ir.load(MLP)
+    for bad in (0, -1, 2.0, True, "2"):
+        with pytest.raises(MicrobatchError, match="microbatches must be a whole number"):
+            rebatch(graph, bad)  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------- cost graphs and plans
+
+@st.composite
+def hybrid_problems(draw: st.DrawFn) -> tuple[Graph, Cluster, Strategy]:
+    doc = draw(graph_docs(max_ops=8, per_kind_costs=False))
+    for node in doc["nodes"]:
+        if draw(st.booleans()):
+            node["param_bytes"] = draw(st.sampled_from((4, 1000, 10**6)))
+    if not any("param_bytes" in n for n in doc["nodes"]):
+        doc["nodes"][0]["param_bytes"] = 1000
+    graph = pesto_ir.frontends.json_graph.graph_from_json(doc)
+    d = draw(st.sampled_from((1, 2, 4)))
+    per = draw(st.sampled_from((1, 2)))
+    m = draw(st.sampled_from((1, 2, 3, 8)))
+    cluster = Cluster.homogeneous(d * per, "v100", latency=1e-5, bandwidth=5e10)
+    return graph, cluster.with_memory(roomy_memory(graph) * 2 + 10**7), Strategy(d, m)
+
+
+@settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(hybrid_problems(), st.sampled_from(("m-etf", "m-sct", "m-topo")))
+def test_hybrid_plans_of_random_graphs_are_valid(problem: tuple[Graph, Cluster, Strategy], algo: str) -> None:
+    graph, cluster, strategy = problem
+    replica = replica_graph(graph, cluster, strategy)
+    sub = sub_cluster(cluster, replica_groups(cluster, strategy.data_parallel)[0])
+    plan = as_hybrid(replica, cluster, check_plan(replica, sub, ALGORITHMS[algo](replica, sub, PlaceOptions())), strategy)
+    assert plan.parallelism is not None and plan.parallelism.microbatches == strategy.microbatches
+    assert set(plan.peak_memory or {}) == set(cluster.names)
+    if strategy == Strategy(1, 1):
+        return
+    # the work is the whole batch's: copies share the op's cost, colocated
+    dev = cluster.devices[0]
+    work = sum(op_cost(op, dev) for op in graph.ops)
+    copies = sum(op_cost(op, dev) for op in replica.ops if "microbatch" in op.attrs)
+    assert copies * strategy.data_parallel == pytest.approx(work, rel=1e-9, abs=1e-15)
+    for op in replica.ops:
+        if "microbatch" in op.attrs:
+            assert plan.ops[op.name].device == plan.ops[f"{op.name.rsplit('.mb', 1)[0]}.mb0"].device
+    if strategy.data_parallel > 1:
+        assert len(plan.collectives) == sum(op.opcode == "all_reduce" for op in replica.ops) > 0
+
+
+def test_place_pass_with_fixed_degrees_records_a_hybrid_plan() -> None:
+    graph = pesto_ir.load(MLP)
+    ctx = PassContext(cluster=Cluster.homogeneous(4, "h100"), quiet=True)
+    out = PassManager("annotate-costs,place{algo=m-etf data-parallel=2 microbatches=2}").run(graph, ctx)
+    plan = read_plan_attrs(out)
+    assert plan is not None and plan.parallelism is not None
+    assert (plan.parallelism.data_parallel, plan.parallelism.microbatches) == (2, 2)
+    assert plan.parallelism.replicas == (("gpu0", "gpu1"), ("gpu2", "gpu3"))
+    assert out.attrs["microbatched"].value == {"data_parallel": 2, "microbatches": 2}
+    round_trip = pesto_ir.plan.Plan.from_json(plan.to_json())
+    assert round_trip.parallelism == plan.parallelism and len(round_trip.collectives) == len(plan.collectives)
+
+
+def test_place_auto_keeps_the_fastest_strategy_and_says_what_it_tried() -> None:
+    graph = pesto_ir.load(MLP)
+    ctx = PassContext(cluster=Cluster.homogeneous(2, "h100"), quiet=True)
+    out = PassManager("annotate-costs,place{algo=auto time-limit=4}").run(graph, ctx)
+    plan = read_plan_attrs(out)
+    assert plan is not None
+    note = next(n for n in plan.notes if n.startswith("hybrid search"))
+    assert "d=1 m=1" in note and "d=2 m=1" in note
+    times = [float(t) for t in __import__("re").findall(r"d=\d+ m=\d+ ([\d.]+) us", note)]
+    chosen = plan.makespan * 1e6
+    assert times and chosen <= min(times) * (1 + 1e-3)
+
+
+@pytest.mark.parametrize("options,message", [
+    ("microbatches=0", "microbatches must be from 1"),
+    ("data-parallel=x", "data-parallel must be a whole number or auto"),
+])
+def test_place_degree_options_are_checked(options: str, message: str) -> None:
+    with pytest.raises(PestoError, match=message):
+        PassManager(f"place{{{options}}}")
+
+
+def test_data_parallel_that_does_not_divide_the_devices_is_refused() -> None:
+    graph = pesto_ir.load(MLP)
+    ctx = PassContext(cluster=Cluster.homogeneous(4, "h100"), quiet=True)
+    with pytest.raises(PestoError, match="data-parallel 3 does not divide the 4 devices"):
+        PassManager("annotate-costs,place{algo=m-etf data-parallel=3 microbatches=1}").run(graph, ctx)
