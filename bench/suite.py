@@ -54,8 +54,13 @@ from pesto_ir.plan import Plan, read_plan_attrs
 
 FORMAT = "pesto-bench/1"
 BASELINES = ("single", "expert", "m-topo", "m-etf", "m-sct")
-EXACT = ("ilp", "auto")
-PESTO = "auto"  # the algorithm whose plan the tables call Pesto's
+HYBRID_BASELINES = ("dp", "gpipe", "1f1b")  # pure data parallelism; pipelines with the best m <= 32
+EXACT = ("ilp", "auto-1b", "auto")
+ONE_BATCH = "auto-1b"  # Pesto's one-batch plan: place{algo=auto data-parallel=1 microbatches=1}
+PESTO = "auto"  # the algorithm whose plan the tables call Pesto's: the hybrid search
+ALGOS = (*BASELINES, *HYBRID_BASELINES, *EXACT)
+PURE = ("single", "dp", "gpipe", "1f1b", ONE_BATCH)  # what auto must match or beat
+MIX_GAIN = 0.05  # a mix "beats the pure strategies" when it is this much faster than all of them
 GAP_GOAL = 0.05
 TIE = 1e-9  # relative: plans this close count as equally fast
 README_BEGIN = "<!-- bench-results:begin -->"
@@ -71,6 +76,7 @@ class Outcome:
     seconds: float
     winner: str = ""
     error: str = ""
+    strategy: str = ""  # a hybrid plan's `d=2 m=4, 2 stages`
 
 
 @dataclass
@@ -123,10 +129,12 @@ def run_row(model: Model, base: Graph, k: int, time_limit: float, target: int, s
             row.results[algo] = Outcome(plan.makespan, time.perf_counter() - started)
         except PestoError as e:
             row.results[algo] = Outcome(None, time.perf_counter() - started, error=failure_reason(e))
+    row.results.update(hybrid_baselines(fine, cluster, options))
     pesto_plan, pesto_graph = None, fine
     for algo in EXACT:
         graph = pesto_ir.parse(text)
-        pipeline = f"coarsen{{target={target}}},place{{algo={algo} time-limit={time_limit:g} seed={seed}}},expand"
+        engine = "auto data-parallel=1 microbatches=1" if algo == ONE_BATCH else algo
+        pipeline = f"coarsen{{target={target}}},place{{algo={engine} time-limit={time_limit:g} seed={seed}}},expand"
         started = time.perf_counter()
         try:
             graph = PassManager(pipeline, verify_each=False).run(graph, PassContext(cluster=cluster, quiet=True,
@@ -137,13 +145,83 @@ def run_row(model: Model, base: Graph, k: int, time_limit: float, target: int, s
         seconds = time.perf_counter() - started
         plan = read_plan_attrs(graph)
         assert plan is not None, "expand records a plan"
-        row.results[algo] = Outcome(plan.makespan, seconds, str((plan.solver or {}).get("winner", algo)))
-        if algo == PESTO:
-            pesto_plan, pesto_graph = plan, graph
+        row.results[algo] = Outcome(plan.makespan, seconds, winner_of(plan, algo), strategy=strategy_of(plan))
+        if algo == ONE_BATCH:
             coarse, members = quotient_graph(graph, cluster)
             row.coarse_lower_bound, row.groups = lower_bound(coarse, cluster), len(members)
+        if algo == PESTO:
+            pesto_plan, pesto_graph = plan, graph
     row.findings = findings(row)
     return row, pesto_plan, pesto_graph
+
+
+def winner_of(plan: Plan, algo: str) -> str:
+    """The engine that made the plan, and for a hybrid plan its strategy."""
+    winner = str((plan.solver or {}).get("winner", algo))
+    return f"{winner}, {strategy_of(plan)}" if plan.parallelism is not None else winner
+
+
+def strategy_of(plan: Plan) -> str:
+    """`d=2 m=4` (and the pipeline's stage count), or "" for a one-batch plan."""
+    par = plan.parallelism
+    if par is None:
+        return ""
+    stages = len(par.replicas[0])
+    return f"d={par.data_parallel} m={par.microbatches}" + (f", {stages} stages" if stages > 1 else "")
+
+
+def hybrid_baselines(graph: Graph, cluster: Cluster, options: PlaceOptions) -> dict[str, Outcome]:
+    """`dp`: every device a replica of the whole step (d = k), the gradients all-reduced in
+    buckets, as jax.jit over a batch-sharded mesh runs it; `gpipe`, `1f1b`: contiguous stages
+    balanced by cost over all k devices, the fixed schedule, the best micro-batch count."""
+    from pesto_ir.passes.hybrid import Strategy, bucketed, replica_graph, replica_groups, sub_cluster
+
+    out: dict[str, Outcome] = {}
+    started = time.perf_counter()
+    k = len(cluster)
+    try:
+        replica = replica_graph(graph, cluster, Strategy(k, 1))
+        sub = sub_cluster(cluster, replica_groups(cluster, k)[0])
+        plan = place_graph(replica, sub, "single", options)
+        _, plan = bucketed(graph, replica, cluster, plan, Strategy(k, 1))
+        out["dp"] = Outcome(plan.makespan, time.perf_counter() - started, strategy=strategy_of(plan))
+    except PestoError as e:
+        out["dp"] = Outcome(None, time.perf_counter() - started, error=failure_reason(e))
+    for schedule in ("gpipe", "1f1b"):
+        out[schedule] = best_pipeline(graph, cluster, schedule, options)
+    return out
+
+
+PIPELINE_MICROBATCHES = (1, 2, 4, 8, 16, 32)
+MAX_PIPELINE_OPS = 150_000  # a rewritten graph larger than this is not built (memory, minutes)
+
+
+def best_pipeline(graph: Graph, cluster: Cluster, schedule: str, options: PlaceOptions) -> Outcome:
+    """The fastest `schedule` pipeline over the k devices for m in `PIPELINE_MICROBATCHES` that
+    fits memory (and divides the batch)."""
+    from pesto_ir.passes.algo_pipeline import pipeline_plan
+    from pesto_ir.passes.hybrid import Strategy, as_hybrid, replica_graph
+
+    started = time.perf_counter()
+    best: Outcome | None = None
+    errors: list[str] = []
+    for m in PIPELINE_MICROBATCHES:
+        if len(graph.ops) * m > MAX_PIPELINE_OPS:
+            errors.append(f"m={m}: over {MAX_PIPELINE_OPS} ops")
+            break
+        try:
+            replica = replica_graph(graph, cluster, Strategy(1, m))
+            plan = as_hybrid(replica, cluster, pipeline_plan(replica, cluster, schedule, options), Strategy(1, m))
+        except PestoError as e:
+            errors.append(f"m={m}: {failure_reason(e)}")
+            continue
+        if best is None or plan.makespan < best.makespan:  # type: ignore[operator]
+            best = Outcome(plan.makespan, 0.0, strategy=strategy_of(plan))
+    seconds = time.perf_counter() - started
+    if best is None:
+        return Outcome(None, seconds, error="; ".join(errors)[:300])
+    best.seconds = seconds
+    return best
 
 
 def free_comm_makespan(graph: Graph, cluster: Cluster, seed: int) -> tuple[float | None, float]:
@@ -184,6 +262,8 @@ def findings(row: Row) -> list[str]:
     assert best is not None
     if pesto > best[1] * (1 + TIE):
         out.append(f"{best[0]} is {100 * (pesto / best[1] - 1):.1f}% faster than {PESTO}")
+    if row.results[PESTO].strategy:  # a hybrid plan: the one-batch lower bound does not bound it
+        return out
     if gap is None or gap <= GAP_GOAL:
         return out
     lb = row.lower_bound
@@ -224,16 +304,22 @@ def geomean(xs: list[float]) -> float:
 
 
 def markdown(rows: list[Row], header: dict[str, Any]) -> str:
-    algos = [*BASELINES, *EXACT]
+    algos = list(ALGOS)
     lines = [f"Step time in ms (simulated) of each algorithm's plan; **bold** is the fastest of the row. "
              f"`ilp` and `auto` run `coarsen{{target={header['target']}}},place{{time-limit={header['time_limit']:g}}},"
              f"expand`; the baselines run on the fine graph. Gap is (auto / lower bound - 1); plan s is auto's "
              f"planning time (coarsen + place + expand). — means the algorithm found no plan (memory). "
              "The lower bound (LB) is the larger of the critical path on the fastest devices, counting a "
-             "transfer only where a join cannot avoid one, and the total work spread over the devices.",
+             "transfer only where a join cannot avoid one, and the total work spread over the devices: a bound "
+             "for one-batch plans, which data-parallel replicas and micro-batches can beat (their batch is "
+             "split, so is the critical path). `dp`: every device a replica (d = k), gradients all-reduced in "
+             "buckets; `gpipe`, `1f1b`: k contiguous stages balanced by cost, the fixed schedule, the best "
+             "micro-batch count up to 32; `auto-1b`: Pesto's one-batch plan (`data-parallel=1 microbatches=1`); "
+             "`auto`: the search over replicas x micro-batches x placement (the strategy it chose is in the "
+             "last column).",
              "",
-             "| model | ops | k | LB | " + " | ".join(algos) + " | gap | plan s |",
-             "|---|---:|---:|---:|" + "---:|" * len(algos) + "---:|---:|"]
+             "| model | ops | k | LB | " + " | ".join(algos) + " | gap | plan s | auto's strategy |",
+             "|---|---:|---:|---:|" + "---:|" * len(algos) + "---:|---:|---|"]
     for r in rows:
         best = r.best()
         cells = []
@@ -243,13 +329,14 @@ def markdown(rows: list[Row], header: dict[str, Any]) -> str:
             cells.append(f"**{ms(m)}**" if tied else ms(m))
         gap = r.gap()
         lines.append(f"| {r.model} | {r.ops} | {r.k} | {ms(r.lower_bound)} | " + " | ".join(cells)
-                     + f" | {'—' if gap is None else f'{100 * gap:.1f}%'} | {r.results[PESTO].seconds:.1f} |")
-    lines += ["", summary_markdown(rows), "", findings_markdown(rows)]
+                     + f" | {'—' if gap is None else f'{100 * gap:.1f}%'} | {r.results[PESTO].seconds:.1f} | "
+                     f"{r.results[PESTO].strategy or 'one batch'} |")
+    lines += ["", summary_markdown(rows), "", pure_markdown(rows), "", findings_markdown(rows)]
     return "\n".join(lines) + "\n"
 
 
 def summary_markdown(rows: list[Row]) -> str:
-    algos = [*BASELINES, *EXACT]
+    algos = list(ALGOS)
     ks = sorted({r.k for r in rows})
     lines = ["Geometric mean of step time / lower bound over the rows where every algorithm found a plan, and "
              "how often auto's plan is the fastest (ties count):", "",
@@ -262,6 +349,33 @@ def summary_markdown(rows: list[Row]) -> str:
         fastest = sum(1 for r in at_k if (b := r.best()) and r.makespan(PESTO) is not None
                       and r.makespan(PESTO) <= b[1] * (1 + TIE))
         lines.append(f"| {k} | {len(full)} | " + " | ".join(f"{m:.3f}" for m in means) + f" | {fastest}/{len(at_k)} |")
+    return "\n".join(lines)
+
+
+def best_pure(row: Row) -> tuple[str, float] | None:
+    """The fastest of the pure strategies (one device, data parallelism, a fixed pipeline, Pesto's
+    one-batch plan) on the row."""
+    done = [(a, m) for a in PURE if (m := row.makespan(a)) is not None]
+    return min(done, key=lambda x: x[1]) if done else None
+
+
+def pure_markdown(rows: list[Row]) -> str:
+    """auto against the best pure strategy, row by row, and the mixes that beat them all."""
+    behind = [r for r in rows if (p := best_pure(r)) and (a := r.makespan(PESTO)) is not None and a > p[1] * (1 + TIE)]
+    missing = [r for r in rows if r.makespan(PESTO) is None and best_pure(r) is not None]
+    lines = [f"auto against the best pure strategy ({', '.join(PURE)}): at least as fast on "
+             f"{len(rows) - len(behind) - len(missing)} of {len(rows)} rows"
+             + (": behind on " + ", ".join(f"{r.model} k={r.k}" for r in behind + missing) if behind or missing else
+                ".")]
+    mixes = []
+    for r in rows:
+        p, a = best_pure(r), r.makespan(PESTO)
+        if a is not None and (p is None or a < p[1] / (1 + MIX_GAIN)):
+            vs = f"{p[0]} {ms(p[1])} ms" if p else "no pure strategy fits"
+            mixes.append(f"- **{r.model}, k={r.k}**: {ms(a)} ms with {r.results[PESTO].strategy or 'one batch'} "
+                         f"({r.results[PESTO].winner}); best pure: {vs}")
+    if mixes:
+        lines += ["", f"Rows where auto's plan beats every pure strategy by more than {100 * MIX_GAIN:g}%:", "", *mixes]
     return "\n".join(lines)
 
 

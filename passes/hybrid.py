@@ -249,7 +249,10 @@ def search(graph: Graph, cluster: Cluster, options: PlaceOptions, data_parallel:
             sub = sub_cluster(cluster, replica_groups(cluster, best.strategy.data_parallel)[0])
             warm = _on_replica(best.plan, sub) if best.plan is not None else None
             refined = refine(best.graph, sub, dataclasses.replace(options, time_limit=left, warm_start=warm))
-            refined = as_hybrid(best.graph, cluster, refined, best.strategy)
+            if best.plan is None:  # not screened (a fixed strategy): its all-reduces are not bucketed yet
+                best.graph, refined = bucketed(graph, best.graph, cluster, refined, best.strategy)
+            else:
+                refined = as_hybrid(best.graph, cluster, refined, best.strategy)
         if plan is None or refined.makespan < plan.makespan:
             plan = refined
     except PestoError:

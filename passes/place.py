@@ -209,8 +209,9 @@ def place_hybrid(graph: Graph, cluster: Cluster, algo: str, options: PlaceOption
     from pesto_ir.passes.hybrid import search
 
     def heuristic(g: Graph, c: Cluster, o: PlaceOptions) -> Plan:
+        """m-ETF and m-SCT; on a replica of one device any order of the ops takes their total."""
         best: Plan | None = None
-        for name in ("m-etf", "m-sct"):
+        for name in ("m-etf", "m-sct") if len(c) > 1 else ("single",):
             plan = check_plan(g, c, ALGORITHMS[name](g, c, o))
             if best is None or plan.makespan < best.makespan:
                 best = plan
