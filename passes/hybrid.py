@@ -316,3 +316,14 @@ def _summary(tried: list[Candidate], chosen: Strategy, plan: Plan) -> str:
             parts.append(f"{c.strategy} none ({c.why_not})" if c.why_not else f"{c.strategy} not screened")
     return (f"hybrid search: chose {chosen} (data-parallel {chosen.data_parallel} x {chosen.microbatches} "
             f"micro-batches) at {human_time(plan.makespan, 4)}; tried " + "; ".join(parts))
+
+
+def place_rewritten(graph: Graph, cluster: Cluster, options: PlaceOptions, place: Solve) -> Plan:
+    """Place a graph the `microbatch` pass already rewrote (its `microbatched` attribute gives d and
+    m) on replica 0's devices, as the plan of the whole step."""
+    degrees = graph.attrs["microbatched"].value
+    strategy = Strategy(int(degrees["data_parallel"]), int(degrees["microbatches"]))
+    sub = sub_cluster(cluster, replica_groups(cluster, strategy.data_parallel)[0])
+    plan = as_hybrid(graph, cluster, place(graph, sub, options), strategy)
+    write_plan_attrs(graph, plan)
+    return plan

@@ -36,6 +36,7 @@ from typing import Any
 from pesto_ir.attributes import Attr, BytesAttr, DurationAttr, IntAttr, StringAttr, to_attr
 from pesto_ir.errors import PestoError
 from pesto_ir.ir import Graph, Op, Value
+from pesto_ir.passmanager import Pass, PassContext
 from pesto_ir.shape_rules import BINARY, COMPARE, UNARY
 from pesto_ir.types import BlobType, TensorType, Type
 
@@ -413,6 +414,7 @@ class Rewriter:
         self.per: dict[int, _PerSample] = {}
         self.sliced: dict[tuple[int, int], list[Value]] = {}
         self.whole: set[str] = set()  # ops kept whole: the rewrite may leave them unread
+        self.groups = {str(op.get("colocate")) for op in src.ops if op.get("colocate") is not None}
 
     # -- helpers
     def emit(self, src_op: Op, opcode: str, operands: Sequence[Value], types: Sequence[Type],
@@ -552,8 +554,18 @@ class Rewriter:
         if i > 0 and "memory" in out:  # resident bytes (weights) are held once, by the first copy
             out["memory"] = BytesAttr(0)
         out["microbatch"] = IntAttr(i)
-        out["colocate"] = StringAttr(str(op.get("colocate", op.name)))
+        out["colocate"] = self.group(op)
         return out
+
+    def group(self, op: Op) -> StringAttr:
+        """The colocation group of `op`'s copies: its own, else one named after it that no group
+        of the source graph has."""
+        if op.get("colocate") is not None:
+            return StringAttr(str(op.get("colocate")))
+        name = op.name
+        while name in self.groups:
+            name += "'"
+        return StringAttr(name)
 
     def cut(self, op: Op, axes: list[Batch | None], attrs: dict[str, Attr], combine: str) -> None:
         partial: list[Op] = []
@@ -563,7 +575,7 @@ class Rewriter:
                 operands[0] = partial[-1].result
             a = dict(attrs)
             a["microbatch"] = IntAttr(i)
-            a["colocate"] = StringAttr(str(op.get("colocate", op.name)))
+            a["colocate"] = self.group(op)
             if i > 0 and "memory" in a:
                 a["memory"] = BytesAttr(0)
             partial.append(self.emit(op, op.opcode, operands, [r.type for r in op.results], a,
@@ -573,7 +585,7 @@ class Rewriter:
         if combine == "chain" and self.d > 1 and not _is_zeros(op.operands[0]):
             raise _refuse(op, "it adds into a tensor that is not zeros, which an all-reduce would count once "
                               "per replica")
-        group = StringAttr(str(op.get("colocate", op.name)))
+        group = self.group(op)
         for k, r in enumerate(op.results):
             acc = partial[0].results[k]
             if combine != "chain":
@@ -591,7 +603,7 @@ class Rewriter:
     def all_reduce(self, src_op: Op, values: list[Value], reduction: str, name: str) -> list[Value]:
         nbytes = sum(v.type.nbytes for v in values)
         attrs: dict[str, Any] = {"reduction": StringAttr(reduction), "replicas": IntAttr(self.d),
-                                 "colocate": StringAttr(str(src_op.get("colocate", src_op.name)))}
+                                 "colocate": self.group(src_op)}
         if self.all_reduce_cost is not None:
             attrs["cost"] = DurationAttr(self.all_reduce_cost(nbytes))
         op = self.emit(src_op, "all_reduce", values, [v.type for v in values], attrs, self.out.fresh_name(name),
@@ -682,7 +694,7 @@ def _rebatch_costs(src: Graph, m: int, d: int, all_reduce_cost: Callable[[int], 
             rw.per[id(r)] = _PerSample(cs, (0, 1))
         param_bytes = int(op.get("param_bytes", 0) or 0)
         if d > 1 and param_bytes:
-            group = StringAttr(str(op.get("colocate", op.name)))
+            group = rw.group(op)
             last = [cs[-1] for cs in copies[:1]]
             grad = rw.emit(op, op.opcode, last, [BlobType(param_bytes)], {"colocate": group, "label":
                            StringAttr(f"gradient of {op.name}")}, out.fresh_name(f"{op.name}.grad")).result
@@ -704,7 +716,7 @@ def _summed(rw: Rewriter, op: Op, v: Value) -> Value:
         copies = rw.per[id(v)].copies
         producer = v.owner
         assert producer is not None
-        group = StringAttr(str(producer.get("colocate", producer.name)))
+        group = rw.group(producer)
         acc = copies[0]
         if len(copies) > 1:
             acc = rw.emit(producer, producer.opcode, copies, [v.type], {"colocate": group, "label":
@@ -764,3 +776,28 @@ def _drop_dead_ops(graph: Graph, whole: set[str]) -> None:
     for op in reversed(list(graph.ops)):
         if op.name in whole and not any(r.uses or id(r) in outputs for r in op.results):
             graph.erase(op)
+
+
+@dataclass(frozen=True)
+class MicrobatchPass(Pass):
+    """Rewrite the step into one replica's micro-batches (costing all-reduces on the context's
+    cluster, when it has one, as `place` does with the same degrees)."""
+
+    name = "microbatch"
+    microbatches: int = 1
+    data_parallel: int = 1
+
+    def __post_init__(self) -> None:
+        check_degree(self.microbatches, "microbatches")
+        check_degree(self.data_parallel, "data-parallel")
+
+    def run(self, graph: Graph, ctx: PassContext) -> Graph:
+        if ctx.cluster is not None and self.data_parallel > 1:
+            from pesto_ir.passes.hybrid import Strategy, replica_graph
+
+            out = replica_graph(graph, ctx.cluster, Strategy(self.data_parallel, self.microbatches))
+        else:
+            out = rebatch(graph, self.microbatches, self.data_parallel)
+        ctx.progress(f"microbatch: {len(graph.ops)} ops -> {len(out.ops)} "
+                     f"(data-parallel {self.data_parallel} x {self.microbatches} micro-batches)")
+        return out

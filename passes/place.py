@@ -149,8 +149,17 @@ class PlacePass(Pass):
                              "(--time-limit S or place{time-limit=S} to change it)")
         options = PlaceOptions(time_limit=time_limit, seed=ctx.seed if self.seed is None else self.seed,
                                solver=self.solver, quiet=ctx.quiet, log=ctx.log)
+        rewritten = graph.attrs.get("microbatched")
         d, m = self.degrees()
-        if d == 1 and m == 1:
+        if rewritten is not None:  # the microbatch pass ran: place its replica graph as it is
+            from pesto_ir.passes.hybrid import place_rewritten
+
+            if self.data_parallel not in (None, "1") or self.microbatches not in (None, "1"):
+                raise PlaceError(f"the graph is already one replica's micro-batched step ({rewritten}): "
+                                 "give data-parallel and microbatches to the microbatch pass or to place, not both")
+            plan = place_rewritten(graph, cluster, options,
+                                   lambda g, c, o: place_graph(g, c, self.algo, o))
+        elif d == 1 and m == 1:
             plan = place_graph(graph, cluster, self.algo, options)
         else:
             graph, plan = place_hybrid(graph, cluster, self.algo, options, d, m)

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 import pesto_ir
 from pesto_ir.cluster import Cluster
 from pesto_ir.costs import op_cost
-from pesto_ir.errors import PestoError
+from pesto_ir.errors import PassError, PestoError
 from pesto_ir.interpreter import Interpreter, evaluate
 from pesto_ir.ir import Graph
 from pesto_ir.passes.hybrid import Strategy, as_hybrid, replica_graph, replica_groups, sub_cluster
@@ -273,5 +273,20 @@ def test_place_degree_options_are_checked(options: str, message: str) -> None:
 def test_data_parallel_that_does_not_divide_the_devices_is_refused() -> None:
     graph = pesto_ir.load(MLP)
     ctx = PassContext(cluster=Cluster.homogeneous(4, "h100"), quiet=True)
-    with pytest.raises(PestoError, match="data-parallel 3 does not divide the 4 devices"):
+    with pytest.raises(PassError) as e:
         PassManager("annotate-costs,place{algo=m-etf data-parallel=3 microbatches=1}").run(graph, ctx)
+    assert "data-parallel 3 does not divide the 4 devices" in str(e.value.cause)
+
+
+def test_microbatch_pass_then_place_plans_the_rewritten_replica() -> None:
+    graph = pesto_ir.load(MLP)
+    ctx = PassContext(cluster=Cluster.homogeneous(4, "h100"), quiet=True)
+    out = PassManager("microbatch{microbatches=2 data-parallel=2},annotate-costs,place{algo=m-sct}").run(graph, ctx)
+    plan = read_plan_attrs(out)
+    assert plan is not None and plan.parallelism is not None
+    assert (plan.parallelism.data_parallel, plan.parallelism.microbatches) == (2, 2)
+    assert {c.op for c in plan.collectives} == {op.name for op in out.ops if op.opcode == "all_reduce"}
+    with pytest.raises(PassError) as e:
+        PassManager("microbatch{microbatches=2},annotate-costs,place{algo=m-sct microbatches=4}").run(
+            pesto_ir.load(MLP), ctx)
+    assert "already one replica's micro-batched step" in str(e.value.cause)

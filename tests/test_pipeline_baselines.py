@@ -1,0 +1,261 @@
+"""The fixed-schedule pipeline baselines (GPipe, 1F1B) of `passes/algo_pipeline.py`.
+
+Checked against what the schedules promise, independently of how the module computes them:
+valid plans (the one validator), colocate groups whole, stages contiguous in forward order, each
+stage running its micro-batch slots in the schedule's order, GPipe faster with more micro-batches
+on a pipeline-friendly graph, and 1F1B holding no more memory than GPipe.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import pesto_ir
+from pesto_ir.cluster import Cluster
+from pesto_ir.errors import PestoError
+from pesto_ir.frontends.json_graph import graph_from_json
+from pesto_ir.ir import Graph
+from pesto_ir.passes.algo_pipeline import SCHEDULES, is_backward, pipeline_plan, stage_slots
+from pesto_ir.passes.microbatch import rebatch
+from pesto_ir.placement import PlaceOptions
+from pesto_ir.plan import Plan
+from pesto_ir.validate import validate_plan
+
+BERT24 = Path("/work/shared/graphs/msr/bert24_training_layer.json")
+OPTIONS = PlaceOptions(quiet=True)
+
+
+def v100s(n: int) -> Cluster:
+    return Cluster.homogeneous(n, "v100", memory=16 * 2**30, latency=1e-5, bandwidth=50e9)
+
+
+@pytest.fixture(scope="module")
+def bert24() -> Graph:
+    if not BERT24.exists():
+        pytest.skip(f"{BERT24} is not here")
+    return pesto_ir.load(BERT24)
+
+
+# ---------------------------------------------------------------- independent checks
+
+def stage_index(plan: Plan, cluster: Cluster, op: str) -> int:
+    return cluster.names.index(plan.ops[op].device)
+
+
+def check_groups_whole(graph: Graph, plan: Plan) -> None:
+    devices: dict[str, set[str]] = defaultdict(set)
+    for op in graph.ops:
+        if op.get("colocate") is not None:
+            devices[str(op.get("colocate"))].add(plan.ops[op.name].device)
+    split = {g: d for g, d in devices.items() if len(d) > 1}
+    assert not split, f"colocate groups on several devices: {split}"
+
+
+def check_contiguous_stages(graph: Graph, plan: Plan, cluster: Cluster) -> None:
+    """Forward ops (not backward, nothing backward upstream; in a micro-batched graph, those of the
+    micro-batches), in graph order, never go back to an earlier stage, and every stage has some."""
+    after_backward: set[str] = set()
+    for op in graph.ops:
+        if is_backward(op) or any(p.name in after_backward for p in op.producers()):
+            after_backward.add(op.name)
+    stages = [stage_index(plan, cluster, op.name) for op in graph.ops if op.name not in after_backward
+              and (op.get("microbatch") is not None or "microbatched" not in graph.attrs)]
+    drops = [(a, b) for a, b in zip(stages, stages[1:]) if b < a]
+    assert not drops, f"forward order goes back a stage: {drops[:5]}"
+    assert set(stages) == set(range(len(cluster))), f"stages used: {sorted(set(stages))}"
+
+
+def slot_sequence(graph: Graph, plan: Plan, device: str) -> list[tuple[str, int]]:
+    """The (phase, micro-batch) slots the device ran, in time order, repeats merged; ops that take
+    no time are left out (their order among ties says nothing)."""
+    ops = [op for op in graph.ops if plan.ops[op.name].device == device and op.get("microbatch") is not None
+           and plan.ops[op.name].end > plan.ops[op.name].start]
+    ops.sort(key=lambda op: plan.ops[op.name].start)
+    out: list[tuple[str, int]] = []
+    for op in ops:
+        slot = ("B" if is_backward(op) else "F", int(op.get("microbatch")))
+        if not out or out[-1] != slot:
+            out.append(slot)
+    return out
+
+
+def check_slot_order(graph: Graph, plan: Plan, cluster: Cluster, schedule: str, m: int) -> None:
+    for s, d in enumerate(cluster.names):
+        ran = slot_sequence(graph, plan, d)
+        want = [slot for slot in stage_slots(schedule, s, len(cluster), m) if slot in set(ran)]
+        assert ran == want, f"{schedule} stage {s} ran {ran}, the schedule says {want}"
+
+
+def check_plan_ok(graph: Graph, cluster: Cluster, plan: Plan) -> None:
+    assert validate_plan(graph, cluster, plan) == []
+    assert plan.peak_memory is not None
+    check_groups_whole(graph, plan)
+    check_contiguous_stages(graph, plan, cluster)
+
+
+# ---------------------------------------------------------------- stage slots
+
+def test_stage_slots_are_the_textbook_schedules() -> None:
+    assert stage_slots("gpipe", 0, 4, 3) == [("F", 0), ("F", 1), ("F", 2), ("B", 0), ("B", 1), ("B", 2)]
+    assert stage_slots("1f1b", 3, 4, 3) == [("F", 0), ("B", 0), ("F", 1), ("B", 1), ("F", 2), ("B", 2)]
+    assert stage_slots("1f1b", 0, 4, 6) == [("F", 0), ("F", 1), ("F", 2), ("F", 3), ("B", 0), ("F", 4), ("B", 1),
+                                            ("F", 5), ("B", 2), ("B", 3), ("B", 4), ("B", 5)]
+    assert stage_slots("1f1b", 0, 4, 2) == [("F", 0), ("F", 1), ("B", 0), ("B", 1)]  # warm-up capped at m
+    for s in range(4):
+        for m in (1, 3, 8):
+            slots = stage_slots("1f1b", s, 4, m)
+            assert sorted(slots) == sorted(stage_slots("gpipe", s, 4, m))
+            in_flight = max(sum(1 for p, _ in slots[:k] if p == "F") - sum(1 for p, _ in slots[:k] if p == "B")
+                            for k in range(len(slots) + 1))
+            assert in_flight == min(4 - s, m)  # 1F1B holds at most S - s micro-batches' activations
+
+
+# ---------------------------------------------------------------- bert24 (MSR cost graph)
+
+@pytest.mark.parametrize("m", [1, 4, 8])
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_bert24_plans_are_valid_pipelines(bert24: Graph, schedule: str, m: int) -> None:
+    cluster = v100s(4)
+    graph = rebatch(bert24, m)
+    plan = pipeline_plan(graph, cluster, schedule, OPTIONS)
+    check_plan_ok(graph, cluster, plan)
+    assert plan.algorithm == schedule
+    assert any(n.startswith(f"{schedule}: 4 stages, {m} micro-batch") for n in plan.notes), plan.notes
+
+
+def test_bert24_gpipe_gets_faster_with_more_microbatches(bert24: Graph) -> None:
+    cluster = v100s(4)
+    spans = [pipeline_plan(rebatch(bert24, m), cluster, "gpipe", OPTIONS).makespan for m in (1, 4, 8)]
+    assert spans[0] > spans[1] > spans[2], spans
+    total = sum(pesto_ir.costs.op_cost(op, cluster.devices[0]) for op in bert24.ops)
+    assert spans[2] < 0.4 * total  # 4 stages overlap: far below running the step on one device
+
+
+@pytest.mark.parametrize("n_devices", [4, 6])
+def test_bert24_1f1b_starts_backward_before_the_last_forward(bert24: Graph, n_devices: int) -> None:
+    cluster, m = v100s(n_devices), 8
+    graph = rebatch(bert24, m)
+    plans = {s: pipeline_plan(graph, cluster, s, OPTIONS) for s in SCHEDULES}
+    for d in cluster.names:
+        for schedule, plan in plans.items():
+            on = [op for op in graph.ops if plan.ops[op.name].device == d and op.get("microbatch") is not None]
+            first_b0 = min(plan.ops[op.name].start for op in on if is_backward(op) and op.get("microbatch") == 0)
+            last_f = max(plan.ops[op.name].start for op in on if not is_backward(op) and op.get("microbatch") == m - 1)
+            if schedule == "1f1b":
+                assert first_b0 < last_f, f"1f1b on {d}: micro-batch 0's backward waits for the last forward"
+            else:
+                assert first_b0 >= last_f, f"gpipe on {d}: a backward starts before the last forward"
+
+
+def test_bert24_refused_with_more_stages_than_layers(bert24: Graph) -> None:
+    with pytest.raises(PestoError, match="fewer than the 40 pipeline stages"):
+        pipeline_plan(bert24, v100s(40), "gpipe", OPTIONS)
+    with pytest.raises(PestoError, match="unknown pipeline schedule"):
+        pipeline_plan(bert24, v100s(2), "zb-h1", OPTIONS)
+
+
+# ---------------------------------------------------------------- a JAX-lowered GPT
+
+@pytest.fixture(scope="module")
+def gpt() -> Graph:
+    """A 4-layer GPT training step (Adam), roofline-costed and rewritten into 8 micro-batches. The
+    zoo's quick GPT has a batch of 2 and one layer, too small to pipeline over 4 stages."""
+    zoo_jax = pytest.importorskip("bench.zoo_jax")
+    from pesto_ir.frontends.jax import lower
+    from pesto_ir.passmanager import PassContext, PassManager
+
+    model = zoo_jax._gpt(zoo_jax.GptConfig(layers=4, d_model=64, heads=4, seq=32, batch=8, vocab=128))
+    state = tuple(model.params for _ in range(zoo_jax.ADAM.slots))
+    step = zoo_jax._train_step("gpt_pipeline", model.loss, zoo_jax.ADAM)
+    graph = lower(step, model.params, state, *model.batch, param_argnums=(0, 1))
+    graph = PassManager("annotate-costs{model=roofline}").run(
+        graph, PassContext(cluster=Cluster.homogeneous(1, "h100"), quiet=True))
+    return rebatch(graph, 8)
+
+
+def test_gpt_1f1b_holds_less_memory_than_gpipe(gpt: Graph) -> None:
+    cluster = Cluster.homogeneous(4, "h100")
+    plans = {s: pipeline_plan(gpt, cluster, s, OPTIONS) for s in SCHEDULES}
+    for plan in plans.values():
+        check_plan_ok(gpt, cluster, plan)
+    gpipe, one = plans["gpipe"].peak_memory, plans["1f1b"].peak_memory
+    assert gpipe is not None and one is not None
+    for d in cluster.names:
+        assert one[d] <= gpipe[d], f"{d}: 1f1b {one[d]} > gpipe {gpipe[d]} bytes"
+    assert max(one.values()) < max(gpipe.values())
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_gpt_stages_run_their_slots_in_schedule_order(gpt: Graph, schedule: str) -> None:
+    cluster = Cluster.homogeneous(4, "h100")
+    plan = pipeline_plan(gpt, cluster, schedule, OPTIONS)
+    check_slot_order(gpt, plan, cluster, schedule, 8)
+
+
+def test_gpt_optimizer_update_stays_with_its_layer(gpt: Graph) -> None:
+    """The update of a weight (the ops outside the traced loss, which carry no `scope`) runs on a
+    stage that reads the weight in its micro-batches, so optimizer state is not gathered on one
+    device."""
+    cluster = Cluster.homogeneous(4, "h100")
+    plan = pipeline_plan(gpt, cluster, "1f1b", OPTIONS)
+    readers: dict[str, set[str]] = defaultdict(set)
+    for op in gpt.ops:
+        for v in op.operands:
+            if v.owner is None and v.param and op.get("microbatch") is not None:
+                readers[v.name].add(plan.ops[op.name].device)
+    checked = 0
+    for v in gpt.params:
+        for user in v.users():
+            if v.name in readers and user.get("microbatch") is None and "scope" not in user.attrs:
+                assert plan.ops[user.name].device in readers[v.name], (v.name, user.name)
+                checked += 1
+    assert checked >= 10
+
+
+# ---------------------------------------------------------------- random layered cost graphs
+
+@st.composite
+def layered_steps(draw: st.DrawFn) -> tuple[Graph, int, int]:
+    """A random training step as a cost graph: a forward chain, a backward chain back down it that
+    reads each layer's activation, a per-layer weight update (not per sample); micro-batched."""
+    layers = draw(st.integers(1, 7))
+    cost = st.floats(1e-5, 1e-3)
+    size = st.sampled_from((4, 4096, 10**6))
+    nodes, edges = [], []
+    for i in range(layers):
+        nodes.append({"id": f"f{i}", "cost": draw(cost), "colocate": f"L{i}"})
+        nodes.append({"id": f"b{i}", "cost": draw(cost), "colocate": f"L{i}", "backward": True})
+        nodes.append({"id": f"u{i}", "cost": draw(cost), "per_sample": False})
+        edges.append({"src": f"f{i}", "dst": f"b{i}", "bytes": draw(size)})
+        edges.append({"src": f"b{i}", "dst": f"u{i}", "bytes": draw(size)})
+        if i:
+            edges.append({"src": f"f{i - 1}", "dst": f"f{i}", "bytes": draw(size)})
+            edges.append({"src": f"b{i}", "dst": f"b{i - 1}", "bytes": draw(size)})
+    graph = graph_from_json({"format": "pesto-graph/1", "name": "layered", "nodes": nodes, "edges": edges})
+    m = draw(st.integers(1, 5))
+    return rebatch(graph, m), layers, m
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(layered_steps(), st.integers(1, 4), st.sampled_from(SCHEDULES))
+def test_random_layered_steps(step: tuple[Graph, int, int], n_devices: int, schedule: str) -> None:
+    graph, layers, m = step
+    cluster = Cluster.homogeneous(n_devices, "v100", latency=1e-6, bandwidth=1e10)
+    if layers < n_devices:
+        with pytest.raises(PestoError, match="fewer than the"):
+            pipeline_plan(graph, cluster, schedule, OPTIONS)
+        return
+    plan = pipeline_plan(graph, cluster, schedule, OPTIONS)
+    check_plan_ok(graph, cluster, plan)
+    check_slot_order(graph, plan, cluster, schedule, m)
+    for op in graph.ops:  # a layer's update runs where its gradient is summed
+        if op.name.startswith("u"):
+            grad = f"b{op.name[1:]}" + (".mb0" if m > 1 else "")
+            assert plan.ops[op.name].device == plan.ops[grad].device
+    work = sum(pesto_ir.costs.op_cost(op, cluster.devices[0]) for op in graph.ops)
+    assert plan.makespan >= work / n_devices * (1 - 1e-9)
