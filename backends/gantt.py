@@ -10,6 +10,13 @@ For a person reading it: a bar carries its op's name (or, when a coarse plan giv
 group the same bar, the group's name) where that text fits inside the bar; transfers on link rows
 are drawn at least `MIN_TRANSFER_FRACTION` of the makespan wide, so short ones do not vanish (their
 start is the true one, only the drawn width grows); a device without ops says "idle" on its row.
+
+Hybrid plans (`Plan.parallelism`, graphs rewritten by `passes/microbatch.py`): when ops carry a
+`microbatch` attribute the bars are coloured by micro-batch instead (ops that run once per step are
+grey), so how the schedule interleaves the micro-batches is what the colours show. `all_reduce` ops
+are hatched and labelled with the bytes they reduce. Only replica 0's devices get rows: the other
+replicas run the same schedule, so their rows would repeat it; the subtitle names the replicas and
+the all-reduce rings instead.
 """
 
 from __future__ import annotations
@@ -21,8 +28,8 @@ from pathlib import Path
 from pesto_ir.cluster import Cluster
 from pesto_ir.errors import PestoError
 from pesto_ir.ir import Graph
-from pesto_ir.plan import Plan
-from pesto_ir.units import human_time
+from pesto_ir.plan import Collective, Plan, all_reduce_bytes
+from pesto_ir.units import human_bytes, human_time
 
 FORMATS = ("png", "svg", "pdf")
 MAX_LEGEND = 12  # more categories than this and a legend hides the chart
@@ -33,6 +40,11 @@ MIN_TRANSFER_FRACTION = 0.0015  # of the makespan: the narrowest a transfer bar 
 LABEL_FONT_SIZE = 7.0  # points
 CHAR_WIDTH = 0.6  # of the font size: a generous average width of one character
 LABEL_PAD = 4.0  # points of bar left free around a label, both sides together
+MICROBATCH_COLOURS = "tab10"  # qualitative; micro-batch i gets colour i mod 10
+MAX_MICROBATCH_LEGEND = 8  # micro-batches listed in the legend, then "..."
+ONCE_COLOUR = "#bdbdbd"  # ops of a micro-batched graph that run once per step
+COLLECTIVE_FACE, COLLECTIVE_EDGE, COLLECTIVE_HATCH = "#fddbc7", "#b2182b", "////"
+MAX_GROUPS_NAMED = 4  # replicas (or rings) spelled out in the subtitle before "..."
 
 
 class GanttError(PestoError):
@@ -55,6 +67,55 @@ def _prefix(text: str) -> str:
     """`bert/layer_3/attn` -> `bert`; `node12` -> `node`."""
     head = text.split("/", 1)[0]
     return re.sub(r"[\d._\-#]+$", "", head) or head
+
+
+# ---------------------------------------------------------------- hybrid plans (also used by trace.py)
+
+def mirrored_devices(plan: Plan) -> set[str]:
+    """Devices of replicas 1.. that hold no op: they run replica 0's schedule, so a row (or trace
+    thread) for them would only repeat replica 0's, or look idle when it is not."""
+    par = plan.parallelism
+    if par is None:
+        return set()
+    return {d for g in par.replicas[1:] for d in g} - {s.device for s in plan.ops.values()}
+
+
+def _named(groups: list[str], sep: str) -> str:
+    """`groups` joined by `sep`, the middle ones elided when there are too many to read."""
+    if len(groups) > MAX_GROUPS_NAMED:
+        groups = groups[:MAX_GROUPS_NAMED - 1] + ["...", groups[-1]]
+    return sep.join(groups)
+
+
+def parallelism_line(plan: Plan) -> str | None:
+    """One line naming a hybrid plan's parallelism, or None for a one-replica plan."""
+    par = plan.parallelism
+    if par is None:
+        return None
+    replicas = _named([",".join(g) for g in par.replicas], " | ")
+    return (f"data-parallel {par.data_parallel} x {par.microbatches} micro-batches; "
+            f"replicas: {replicas} (each runs this schedule)")
+
+
+def collectives_of(plan: Plan, graph: Graph | None) -> dict[str, Collective]:
+    """The plan's collectives by op name; an `all_reduce` op of `graph` the plan lists no entry for
+    (a plan without parallelism) still counts, over its own device, so it is drawn as one."""
+    out = {c.op: c for c in plan.collectives if c.op in plan.ops}
+    if graph is not None:
+        for op in graph.ops:
+            slot = plan.ops.get(op.name)
+            if op.opcode == "all_reduce" and slot is not None and op.name not in out:
+                out[op.name] = Collective(op.name, "all_reduce", [slot.device], all_reduce_bytes(op),
+                                          slot.start, slot.end)
+    return out
+
+
+def microbatch_of(graph: Graph | None, name: str) -> int | None:
+    """The micro-batch an op is a copy for, or None when it runs once per step (or is unknown)."""
+    if graph is None or not graph.has_op(name):
+        return None
+    mb = graph.op(name).get("microbatch")
+    return mb if isinstance(mb, int) and not isinstance(mb, bool) else None
 
 
 def time_unit(span: float) -> tuple[str, float]:
@@ -83,8 +144,9 @@ def gantt_image(plan: Plan, graph: Graph | None = None, fmt: str = "png", *, mem
 
 
 def label_fits(text: str, bar_width_in: float, fontsize: float = LABEL_FONT_SIZE) -> bool:
-    """Whether `text` fits inside a bar `bar_width_in` inches wide (an estimate, no renderer)."""
-    return len(text) * CHAR_WIDTH * fontsize + LABEL_PAD <= bar_width_in * 72.0
+    """Whether `text` (its longest line) fits inside a bar `bar_width_in` inches wide (an estimate,
+    no renderer)."""
+    return max(map(len, text.split("\n"))) * CHAR_WIDTH * fontsize + LABEL_PAD <= bar_width_in * 72.0
 
 
 def bar_label(graph: Graph | None, names: list[str]) -> str:
@@ -114,24 +176,115 @@ def colour_basis(graph: Graph | None, names: list[str]) -> str:
     return " / ".join(dict.fromkeys(kinds)) or "op"
 
 
-def _text_colour(rgba: tuple[float, ...]) -> str:
-    r, g, b = rgba[:3]
+def _text_colour(colour: object) -> str:
+    from matplotlib.colors import to_rgba
+
+    r, g, b = to_rgba(colour)[:3]
     return "black" if 0.299 * r + 0.587 * g + 0.114 * b > 0.5 else "white"
+
+
+def _key_colouring(graph: Graph | None, names: list[str]) -> tuple[dict[str, object], list, str]:
+    """(colour per op, legend handles, what colours mean): by group, opcode or label prefix."""
+    import matplotlib
+    from matplotlib.patches import Patch
+
+    keys = {name: colour_key(graph, name) for name in names}
+    categories = list(dict.fromkeys(keys[n] for n in names))
+    cmap = matplotlib.colormaps["tab20"]
+    by_key = {c: cmap(i % cmap.N) for i, c in enumerate(categories)}
+    handles = [Patch(color=by_key[c], label=c) for c in categories] if len(categories) <= MAX_LEGEND else \
+        [Patch(facecolor="none", edgecolor="none", label=f"{len(categories)} colours, too many to list")]
+    return {n: by_key[keys[n]] for n in names}, handles, colour_basis(graph, names)
+
+
+def _microbatch_colouring(graph: Graph | None, names: list[str]) -> tuple[dict[str, object], list, str]:
+    """(colour per op, legend handles, "micro-batch"): one qualitative colour per micro-batch
+    (cycling), grey for ops that run once per step, so interleaving is visible at a glance."""
+    import matplotlib
+    from matplotlib.patches import Patch
+
+    cmap = matplotlib.colormaps[MICROBATCH_COLOURS]
+    mbs = {n: microbatch_of(graph, n) for n in names}
+    colours: dict[str, object] = {n: ONCE_COLOUR if mb is None else cmap(mb % cmap.N) for n, mb in mbs.items()}
+    seen = sorted({mb for mb in mbs.values() if mb is not None})
+    handles = [Patch(color=cmap(mb % cmap.N), label=f"micro-batch {mb}") for mb in seen[:MAX_MICROBATCH_LEGEND]]
+    if len(seen) > MAX_MICROBATCH_LEGEND:
+        repeat = f", colours repeat every {cmap.N}" if len(seen) > cmap.N else ""
+        handles.append(Patch(facecolor="none", edgecolor="none",
+                             label=f"... to micro-batch {seen[-1]} ({len(seen)} in all{repeat})"))
+    if None in mbs.values():
+        handles.append(Patch(color=ONCE_COLOUR, label="once per step"))
+    return colours, handles, "micro-batch"
+
+
+def _colouring(graph: Graph | None, names: list[str]) -> tuple[dict[str, object], list, str]:
+    """Micro-batch colours when the graph was split into micro-batches, else the usual keys."""
+    if any(microbatch_of(graph, n) is not None for n in names):
+        return _microbatch_colouring(graph, names)
+    return _key_colouring(graph, names)
+
+
+def collective_labels(collectives: dict[str, Collective], names: list[str]) -> list[str]:
+    """What a collective's bar may say, longest first (the first that fits is drawn): the kind and
+    the bytes each device reduces, on one line, on two, or the bytes alone."""
+    size = human_bytes(sum(collectives[n].nbytes for n in names))
+    return [f"all-reduce {size}", f"all-reduce\n{size}", size]
+
+
+def _subtitle(plan: Plan, collectives: dict[str, Collective], hidden: set[str]) -> list[str]:
+    """Lines under the title for a hybrid plan: its parallelism, which rows are left out and why,
+    and the rings the all-reduces run over (devices of other replicas have no row to show them)."""
+    line = parallelism_line(plan)
+    if line is None:
+        return []
+    notes = []
+    if hidden:
+        mirrors = ",".join(d for d in plan.devices if d in hidden)
+        notes.append(f"rows: replica 0 only ({mirrors} mirror it)")
+    order = {d: i for i, d in enumerate(plan.devices)}
+    groups = sorted({tuple(c.devices) for c in collectives.values() if len(c.devices) > 1},
+                    key=lambda g: [order.get(d, len(order)) for d in g])
+    rings = ["+".join(g) for g in groups]
+    if rings:
+        notes.append("all-reduce rings: " + _named(rings, ", "))
+    return [line] + (["; ".join(notes)] if notes else [])
+
+
+def _bars(shared: dict[tuple[str, float, float], list[str]], row_of: dict[str, int],
+          colour: dict[str, object], collectives: dict[str, Collective], scale: float):
+    """Op bars per row, gid `device:<d>`, and collective bars, gid `collective:<d>` (hatched, so an
+    all-reduce reads as communication, not compute, whatever the colours mean)."""
+    ops: dict[int, tuple[str, list, list]] = {}
+    comms: dict[int, tuple[str, list, list]] = {}
+    for (device, start, end), names in shared.items():
+        is_comm = all(n in collectives for n in names)
+        gid = f"collective:{device}" if is_comm else f"device:{device}"
+        _, spans, colours = (comms if is_comm else ops).setdefault(row_of[device], (gid, [], []))
+        spans.append((start * scale, (end - start) * scale))
+        colours.append(COLLECTIVE_FACE if is_comm else colour[_coloured(names, collectives)])
+    return ops, comms
+
+
+def _coloured(names: list[str], collectives: dict[str, Collective]) -> str:
+    """The op whose colour a shared bar takes: its first that is not a collective."""
+    return next(n for n in names if n not in collectives)
 
 
 def gantt_figure(plan: Plan, graph: Graph | None = None, *, memory: bool = False,
                  cluster: Cluster | None = None):  # -> matplotlib.figure.Figure (imported lazily)
     """The chart as a matplotlib Figure (Agg canvas), as `gantt_image` saves it. The op bars of a
-    device are one collection with gid `device:<name>`, the transfers of a link `link:<a> -> <b>`;
-    bar labels and "idle" marks are texts of the first axes."""
+    device are one collection with gid `device:<name>`, its all-reduces `collective:<name>`, the
+    transfers of a link `link:<a> -> <b>`; bar labels ("label", "collective-label") and "idle" marks
+    are texts of the first axes."""
     if memory and graph is None:
         raise GanttError("the memory lane of a Gantt chart needs the graph, not only the plan")
-    import matplotlib
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
     from matplotlib.patches import Patch
 
-    devices = list(plan.devices) + sorted({s.device for s in plan.ops.values()} - set(plan.devices))
+    hidden = mirrored_devices(plan)
+    devices = [d for d in plan.devices if d not in hidden]
+    devices += sorted({s.device for s in plan.ops.values()} - set(devices))
     links = sorted({(t.src_device, t.to) for t in plan.transfers})
     rows = devices + [f"{a} -> {b}" for a, b in links]
     row_of = {d: i for i, d in enumerate(devices)}
@@ -139,13 +292,13 @@ def gantt_figure(plan: Plan, graph: Graph | None = None, *, memory: bool = False
     unit, scale = time_unit(plan.makespan)
     span = max(plan.makespan * scale, 1e-9)
 
-    keys = {name: colour_key(graph, name) for name in plan.ops}
+    collectives = collectives_of(plan, graph)
     in_order = sorted(plan.ops, key=lambda n: plan.ops[n].start)
-    categories = list(dict.fromkeys(keys[n] for n in in_order))
-    cmap = matplotlib.colormaps["tab20"]
-    colour = {c: cmap(i % cmap.N) for i, c in enumerate(categories)}
+    coloured = [n for n in in_order if n not in collectives]
+    colour, handles, basis = _colouring(graph, coloured)
+    subtitle = _subtitle(plan, collectives, hidden)
 
-    height = min(30.0, 1.2 + 0.45 * max(len(rows), 1))
+    height = min(30.0, 1.2 + 0.45 * max(len(rows), 1) + 0.25 * len(subtitle))
     fig = Figure(figsize=(FIG_WIDTH, height + (MEMORY_LANE_HEIGHT if memory else 0)))
     FigureCanvasAgg(fig)
     if memory:
@@ -158,11 +311,7 @@ def gantt_figure(plan: Plan, graph: Graph | None = None, *, memory: bool = False
     for name in in_order:
         slot = plan.ops[name]
         shared.setdefault((slot.device, slot.start, slot.end), []).append(name)
-    bars: dict[int, tuple[str, list[tuple[float, float]], list[object]]] = {}
-    for (device, start, end), names in shared.items():
-        _, spans, colours = bars.setdefault(row_of[device], (f"device:{device}", [], []))
-        spans.append((start * scale, (end - start) * scale))
-        colours.append(colour[keys[names[0]]])
+    bars, comms = _bars(shared, row_of, colour, collectives, scale)
     min_width = MIN_TRANSFER_FRACTION * span
     for t in plan.transfers:
         a, b = t.src_device, t.to
@@ -171,39 +320,55 @@ def gantt_figure(plan: Plan, graph: Graph | None = None, *, memory: bool = False
         colours.append(TRANSFER_COLOUR)
     for row, (gid, spans, colours) in sorted(bars.items()):
         ax.broken_barh(spans, (row - 0.4, 0.8), facecolors=colours, edgecolor="white", linewidth=0.3, gid=gid)
+    for row, (gid, spans, colours) in sorted(comms.items()):
+        ax.broken_barh(spans, (row - 0.4, 0.8), facecolors=colours, edgecolor=COLLECTIVE_EDGE, linewidth=0.6,
+                       hatch=COLLECTIVE_HATCH, gid=gid)
 
     ax.set_yticks(range(len(rows)), rows)
     ax.set_ylim(len(rows) - 0.5, -0.5)
     ax.set_xlim(0, span)
     (mem_ax or ax).set_xlabel(f"time ({unit})")
     ax.grid(axis="x", alpha=0.3)
-    ax.set_title(_title(plan))
-    handles = [Patch(color=colour[c], label=c) for c in categories] if len(categories) <= MAX_LEGEND else \
-        [Patch(facecolor="none", edgecolor="none", label=f"{len(categories)} colours, too many to list")]
+    ax.set_title("\n".join([_title(plan)] + subtitle))
+    if comms:
+        handles.append(Patch(facecolor=COLLECTIVE_FACE, edgecolor=COLLECTIVE_EDGE, hatch=COLLECTIVE_HATCH,
+                             label="all-reduce across replicas"))
     if links:
         handles.append(Patch(color=TRANSFER_COLOUR, label="transfer (rows a -> b)"))
-    if categories or links:
+    if handles:
         ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize="small",
-                  title=f"colour = {colour_basis(graph, in_order)}", title_fontsize="small")
+                  title=f"colour = {basis}", title_fontsize="small")
     if mem_ax is not None:
         from pesto_ir.backends.memory_plot import draw_live_bytes
 
         draw_live_bytes(mem_ax, graph, plan, scale, cluster)
     fig.tight_layout()
-
-    # labels once the layout is settled: the axes' width in inches turns time into inches
-    inches_per_unit = ax.get_position().width * fig.get_figwidth() / span
-    for (device, start, end), names in shared.items():
-        text = bar_label(graph, names)
-        if label_fits(text, (end - start) * scale * inches_per_unit):
-            ax.text((start + end) / 2 * scale, row_of[device], text, ha="center", va="center",
-                    fontsize=LABEL_FONT_SIZE, color=_text_colour(colour[keys[names[0]]]), clip_on=True,
-                    gid="label")
+    _label_bars(fig, ax, shared, row_of, colour, collectives, graph, scale, span)
     for device in devices:
         if not any(slot.device == device for slot in plan.ops.values()):
             ax.text(span / 2, row_of[device], "idle", ha="center", va="center", fontsize="small",
                     style="italic", color="grey", gid="idle")
     return fig
+
+
+def _label_bars(fig, ax, shared: dict[tuple[str, float, float], list[str]], row_of: dict[str, int],
+                colour: dict[str, object], collectives: dict[str, Collective], graph: Graph | None,
+                scale: float, span: float) -> None:
+    """Label each bar its text fits in; called once the layout is settled, since the axes' width
+    in inches turns time into inches. A collective's bar says "all-reduce <bytes>" on a white
+    backing, which keeps the hatch from crossing the text."""
+    inches_per_unit = ax.get_position().width * fig.get_figwidth() / span
+    for (device, start, end), names in shared.items():
+        is_comm = all(n in collectives for n in names)
+        width = (end - start) * scale * inches_per_unit
+        candidates = collective_labels(collectives, names) if is_comm else [bar_label(graph, names)]
+        text = next((t for t in candidates if label_fits(t, width)), None)
+        if text is not None:
+            ink = "black" if is_comm else _text_colour(colour[_coloured(names, collectives)])
+            backing = {"facecolor": "white", "edgecolor": "none", "pad": 1.0, "alpha": 0.85} if is_comm else None
+            ax.text((start + end) / 2 * scale, row_of[device], text, ha="center", va="center",
+                    fontsize=LABEL_FONT_SIZE, color=ink, clip_on=True, bbox=backing,
+                    gid="collective-label" if is_comm else "label")
 
 
 def _title(plan: Plan) -> str:

@@ -3,6 +3,10 @@
 One step line per device (`pesto_ir.memory.live_bytes`: tensor lifetimes of the timed plan), a
 marker at each device's peak and, when the cluster is known, a dashed line at each device's
 capacity. `draw_live_bytes` also draws the memory lane under the Gantt chart (`--gantt-memory`).
+
+A hybrid plan's other replicas hold what replica 0 holds, device for device, so only replica 0's
+devices get lines; a line's label names the devices that mirror it (`gpu0 = gpu2`), since a flat
+zero line for them would read as an idle device.
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from pesto_ir.backends.gantt import FORMATS, image_metadata, time_unit
+from pesto_ir.backends.gantt import FORMATS, image_metadata, mirrored_devices, time_unit
 from pesto_ir.cluster import Cluster
 from pesto_ir.errors import PestoError
 from pesto_ir.ir import Graph
@@ -66,12 +70,15 @@ def draw_live_bytes(ax: Any, graph: Graph, plan: Plan, time_scale: float,
     shown_caps = {d: c for d, c in caps.items() if c <= CAPACITY_IN_VIEW * max(top, 1)}
     unit, size = byte_unit(max([top, *shown_caps.values()]))
     drawn: dict[str, tuple[list[float], list[int]]] = {}
+    hidden = mirrored_devices(plan)
     for device, steps in live.items():
+        if device in hidden:
+            continue
         xs, ys = step_series(steps, end)
         drawn[device] = (xs, ys)
         peak = peaks[device]
         (line,) = ax.step([x * time_scale for x in xs], [y / size for y in ys], where="post",
-                          label=f"{device} (peak {human_bytes(peak.nbytes)})")
+                          label=f"{_with_mirrors(plan, device)} (peak {human_bytes(peak.nbytes)})")
         ax.plot([peak.time * time_scale], [peak.nbytes / size], marker="o", color=line.get_color())
         if device in shown_caps:
             ax.axhline(shown_caps[device] / size, linestyle="--", linewidth=1, color=line.get_color(),
@@ -82,6 +89,14 @@ def draw_live_bytes(ax: Any, graph: Graph, plan: Plan, time_scale: float,
     ax.grid(alpha=0.3)
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize="small")
     return drawn
+
+
+def _with_mirrors(plan: Plan, device: str) -> str:
+    """`device`, or `gpu0 = gpu2 = ...` when other replicas' devices mirror it (and hold the same)."""
+    par = plan.parallelism
+    if par is None or device not in par.replicas[0]:
+        return device
+    return " = ".join(par.group(device))
 
 
 def _note_hidden_capacities(ax: Any, caps: dict[str, float], shown: dict[str, float]) -> None:

@@ -2,13 +2,31 @@
 
 from __future__ import annotations
 
+import functools
+from pathlib import Path
+
 import pytest
+from matplotlib.colors import to_hex
 
 import pesto_ir
-from pesto_ir.backends.gantt import MIN_TRANSFER_FRACTION, GanttError, bar_label, gantt_figure, gantt_image, label_fits
+from pesto_ir.attributes import IntAttr
+from pesto_ir.backends.gantt import (
+    MAX_MICROBATCH_LEGEND,
+    MIN_TRANSFER_FRACTION,
+    ONCE_COLOUR,
+    GanttError,
+    bar_label,
+    collective_labels,
+    gantt_figure,
+    gantt_image,
+    label_fits,
+)
 from pesto_ir.cluster import Cluster
 from pesto_ir.passmanager import PassContext, PassManager
 from pesto_ir.plan import Plan, read_plan_attrs
+from pesto_ir.units import human_bytes
+
+ROOT = Path(__file__).resolve().parent.parent
 
 # a long op and a short one with a long name on gpu0, one op on gpu1 fed by an 8-byte transfer; gpu2 unused
 PLACED = """graph @toy() {
@@ -109,3 +127,87 @@ def test_memory_lane_still_drawn_and_png_written() -> None:
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
     with pytest.raises(GanttError, match="needs the graph"):
         gantt_figure(plan, None, memory=True)
+
+
+# ---------------------------------------------------------------- hybrid plans: micro-batches and all-reduces
+
+@functools.cache
+def hybrid_plan() -> tuple[pesto_ir.Graph, Plan]:
+    """The MLP step as 2 replicas of 2 devices, 2 micro-batches each (a rewritten replica graph)."""
+    g = pesto_ir.load(ROOT / "examples" / "mlp_train_step.pir")
+    ctx = PassContext(cluster=Cluster.homogeneous(4, "h100"), quiet=True)
+    out = PassManager("annotate-costs,place{algo=m-etf data-parallel=2 microbatches=2}").run(g, ctx)
+    plan = read_plan_attrs(out)
+    assert plan is not None and plan.parallelism is not None
+    return out, plan
+
+
+def all_reduces(g: pesto_ir.Graph) -> list[str]:
+    return [op.name for op in g.ops if op.opcode == "all_reduce"]
+
+
+def test_hybrid_bars_are_coloured_by_micro_batch() -> None:
+    g, plan = hybrid_plan()
+    ax = gantt_figure(plan, g).axes[0]
+    legend = ax.get_legend()
+    assert legend.get_title().get_text() == "colour = micro-batch"
+    entries = [t.get_text() for t in legend.get_texts()]
+    assert entries[:2] == ["micro-batch 0", "micro-batch 1"] and "micro-batch 2" not in entries
+    assert "once per step" in entries and "all-reduce across replicas" in entries
+    # copies of one op in different micro-batches get different colours, ops run once the grey one
+    bars = collection(ax, f"device:{plan.ops['loss'].device}")
+    assert ONCE_COLOUR.lower() in {to_hex(c) for c in bars.get_facecolors()}
+    mb = {op.get("microbatch") for op in g.ops if "microbatch" in op.attrs}
+    assert mb == {0, 1}
+
+
+def test_hybrid_all_reduces_are_hatched_bars_with_their_bytes() -> None:
+    g, plan = hybrid_plan()
+    names = all_reduces(g)
+    assert names and {c.op for c in plan.collectives} == set(names)
+    fig = gantt_figure(plan, g)
+    ax = fig.axes[0]
+    comms = [c for c in ax.collections if str(c.get_gid()).startswith("collective:")]
+    assert sum(len(c.get_paths()) for c in comms) == len(names)
+    assert all(c.get_hatch() for c in comms)
+    for c in comms:  # each on the row of its op's device, never among the plain op bars
+        device = c.get_gid().split(":", 1)[1]
+        assert sum(plan.ops[n].device == device for n in names) == len(c.get_paths())
+    labels = [t.get_text() for t in texts(ax, "collective-label")]
+    by_op = {c.op: c for c in plan.collectives}
+    allowed = {t for n in names for t in collective_labels(by_op, [n])}
+    assert labels and set(labels) <= allowed and any(human_bytes(c.nbytes) in labels[0] for c in plan.collectives)
+    assert not any(t.get_text() in names for t in texts(ax, "label"))
+
+
+def test_hybrid_subtitle_names_replicas_and_rows_show_replica_0_only() -> None:
+    g, plan = hybrid_plan()
+    ax = gantt_figure(plan, g).axes[0]
+    title = ax.get_title()
+    assert "data-parallel 2 x 2 micro-batches; replicas: gpu0,gpu1 | gpu2,gpu3 (each runs this schedule)" in title
+    assert "replica 0 only (gpu2,gpu3 mirror it)" in title and "gpu0+gpu2" in title
+    rows = [t.get_text() for t in ax.get_yticklabels()]
+    assert "gpu0" in rows and "gpu1" in rows and "gpu2" not in rows and "gpu3" not in rows
+    assert not texts(ax, "idle")  # the mirrored devices are not drawn as idle rows
+    svg = gantt_image(plan, g, "svg").decode()
+    assert "micro-batch 1" in svg and "all-reduce" in svg
+
+
+def test_hybrid_memory_lane_names_mirrors_instead_of_flat_lines() -> None:
+    g, plan = hybrid_plan()
+    mem_ax = gantt_figure(plan, g, memory=True).axes[1]
+    labels = [line.get_label() for line in mem_ax.get_lines() if not line.get_label().startswith("_")]
+    assert any(lb.startswith("gpu0 = gpu2 (peak") for lb in labels)
+    assert not any(lb.startswith(("gpu2", "gpu3")) for lb in labels)
+
+
+def test_more_micro_batches_than_the_legend_lists_end_in_dots() -> None:
+    g, plan = hybrid_plan()
+    g = pesto_ir.parse(str(g))  # a copy: the cached graph stays as placed
+    copies = [op for op in g.ops if "microbatch" in op.attrs]
+    for i, op in enumerate(copies):  # pretend every copy is its own micro-batch
+        op.attrs["microbatch"] = IntAttr(i)
+    entries = [t.get_text() for t in gantt_figure(plan, g).axes[0].get_legend().get_texts()]
+    listed = [e for e in entries if e.startswith("micro-batch ")]
+    assert listed == [f"micro-batch {i}" for i in range(MAX_MICROBATCH_LEGEND)]
+    assert any(e.startswith("... to micro-batch") and "colours repeat every 10" in e for e in entries)

@@ -129,6 +129,41 @@ def test_chrome_trace_rows_and_events() -> None:
     assert chrome_trace(plan)["traceEvents"]  # the graph is optional
 
 
+def test_chrome_trace_of_a_hybrid_plan_shows_micro_batches_and_collectives() -> None:
+    from test_gantt import all_reduces, hybrid_plan
+
+    g, plan = hybrid_plan()
+    data = json.loads(trace_json_text(plan, g))
+    events = data["traceEvents"]
+    ops = {e["name"]: e for e in events if e.get("ph") == "X" and e["pid"] == 1}
+    assert set(ops) == set(plan.ops)
+    copies = {n: e for n, e in ops.items() if "microbatch" in e["args"]}
+    assert {e["args"]["microbatch"] for e in copies.values()} == {0, 1}
+    assert all(e["cat"] == f"op,mb{e['args']['microbatch']}" for e in copies.values())
+    assert copies.keys() == {op.name for op in g.ops if "microbatch" in op.attrs}
+    by_op = {c.op: c for c in plan.collectives}
+    collective = {n: e for n, e in ops.items() if e["cat"] == "collective"}
+    assert set(collective) == set(all_reduces(g)) and collective
+    for name, e in collective.items():
+        assert e["args"]["bytes"] == by_op[name].nbytes and e["args"]["devices"] == by_op[name].devices
+        assert len(e["args"]["devices"]) == 2 and e["args"]["opcode"] == "all_reduce"
+    threads = {e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "thread_name" and e["pid"] == 1}
+    assert threads == {"gpu0", "gpu1"}  # replica 1 mirrors replica 0: no empty rows for gpu2, gpu3
+    [labels] = [e["args"]["labels"] for e in events if e["ph"] == "M" and e["name"] == "process_labels"]
+    assert "data-parallel 2 x 2 micro-batches" in labels and "gpu2,gpu3 mirror it" in labels
+    [instant] = [e for e in events if e["ph"] == "i"]
+    assert instant["s"] == "g" and instant["args"]["replicas"] == [["gpu0", "gpu1"], ["gpu2", "gpu3"]]
+    assert data["otherData"]["parallelism"]["microbatches"] == 2
+
+
+def test_chrome_trace_of_a_one_replica_plan_has_no_hybrid_events() -> None:
+    g, plan = simulated()
+    events = chrome_trace(plan, g)["traceEvents"]
+    assert {e["cat"] for e in events if e["ph"] == "X"} == {"op", "transfer"}
+    assert not [e for e in events if e["ph"] == "i" or e["name"] == "process_labels"]
+    assert "parallelism" not in chrome_trace(plan, g)["otherData"]
+
+
 def test_gantt_png_and_svg(tmp_path) -> None:
     g, plan = simulated()
     png = gantt_for_path(plan, g, tmp_path / "p.png")
