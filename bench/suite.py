@@ -111,7 +111,8 @@ class Row:
 
 # ---------------------------------------------------------------- running one row
 
-def run_row(model: Model, base: Graph, k: int, time_limit: float, target: int, seed: int) -> tuple[Row, Plan | None, Graph]:
+def run_row(model: Model, base: Graph, k: int, time_limit: float, target: int, seed: int,
+            pipelines: dict[str, Outcome] | None = None) -> tuple[Row, Plan | None, Graph]:
     """Every algorithm on `base` over k devices; also returns Pesto's plan and its placed graph."""
     cluster = model.cluster(k)
     text = str(base)
@@ -129,7 +130,8 @@ def run_row(model: Model, base: Graph, k: int, time_limit: float, target: int, s
             row.results[algo] = Outcome(plan.makespan, time.perf_counter() - started)
         except PestoError as e:
             row.results[algo] = Outcome(None, time.perf_counter() - started, error=failure_reason(e))
-    row.results.update(hybrid_baselines(fine, cluster, options))
+    row.results["dp"] = data_parallel_baseline(fine, cluster, options)
+    row.results.update(pipelines if pipelines is not None else pipeline_baselines(fine, model, [k], options)[k])
     pesto_plan, pesto_graph = None, fine
     for algo in EXACT:
         graph = pesto_ir.parse(text)
@@ -170,13 +172,11 @@ def strategy_of(plan: Plan) -> str:
     return f"d={par.data_parallel} m={par.microbatches}" + (f", {stages} stages" if stages > 1 else "")
 
 
-def hybrid_baselines(graph: Graph, cluster: Cluster, options: PlaceOptions) -> dict[str, Outcome]:
+def data_parallel_baseline(graph: Graph, cluster: Cluster, options: PlaceOptions) -> Outcome:
     """`dp`: every device a replica of the whole step (d = k), the gradients all-reduced in
-    buckets, as jax.jit over a batch-sharded mesh runs it; `gpipe`, `1f1b`: contiguous stages
-    balanced by cost over all k devices, the fixed schedule, the best micro-batch count."""
+    buckets, as jax.jit over a batch-sharded mesh runs it."""
     from pesto_ir.passes.hybrid import Strategy, bucketed, replica_graph, replica_groups, sub_cluster
 
-    out: dict[str, Outcome] = {}
     started = time.perf_counter()
     k = len(cluster)
     try:
@@ -184,44 +184,63 @@ def hybrid_baselines(graph: Graph, cluster: Cluster, options: PlaceOptions) -> d
         sub = sub_cluster(cluster, replica_groups(cluster, k)[0])
         plan = place_graph(replica, sub, "single", options)
         _, plan = bucketed(graph, replica, cluster, plan, Strategy(k, 1))
-        out["dp"] = Outcome(plan.makespan, time.perf_counter() - started, strategy=strategy_of(plan))
     except PestoError as e:
-        out["dp"] = Outcome(None, time.perf_counter() - started, error=failure_reason(e))
-    for schedule in ("gpipe", "1f1b"):
-        out[schedule] = best_pipeline(graph, cluster, schedule, options)
-    return out
+        return Outcome(None, time.perf_counter() - started, error=failure_reason(e))
+    return Outcome(plan.makespan, time.perf_counter() - started, strategy=strategy_of(plan))
 
 
 PIPELINE_MICROBATCHES = (1, 2, 4, 8, 16, 32)
 MAX_PIPELINE_OPS = 150_000  # a rewritten graph larger than this is not built (memory, minutes)
 
 
-def best_pipeline(graph: Graph, cluster: Cluster, schedule: str, options: PlaceOptions) -> Outcome:
-    """The fastest `schedule` pipeline over the k devices for m in `PIPELINE_MICROBATCHES` that
-    fits memory (and divides the batch)."""
+def pipeline_baselines(graph: Graph, model: Model, ks: list[int], options: PlaceOptions) -> dict[int, dict[str, Outcome]]:
+    """`gpipe`, `1f1b` for each k: k contiguous stages balanced by cost, the fixed schedule, the
+    best m in `PIPELINE_MICROBATCHES` that fits memory and divides the batch. Each rewritten
+    graph is built once and scheduled for every k."""
     from pesto_ir.passes.algo_pipeline import pipeline_plan
     from pesto_ir.passes.hybrid import Strategy, as_hybrid, replica_graph
 
-    started = time.perf_counter()
-    best: Outcome | None = None
-    errors: list[str] = []
+    best: dict[tuple[int, str], Outcome] = {}
+    errors: dict[tuple[int, str], list[str]] = {}
+    seconds: dict[tuple[int, str], float] = {}
     for m in PIPELINE_MICROBATCHES:
         if len(graph.ops) * m > MAX_PIPELINE_OPS:
-            errors.append(f"m={m}: over {MAX_PIPELINE_OPS} ops")
+            for k in ks:
+                for schedule in ("gpipe", "1f1b"):
+                    errors.setdefault((k, schedule), []).append(f"m={m}: over {MAX_PIPELINE_OPS} ops, not built")
             break
+        started = time.perf_counter()
         try:
-            replica = replica_graph(graph, cluster, Strategy(1, m))
-            plan = as_hybrid(replica, cluster, pipeline_plan(replica, cluster, schedule, options), Strategy(1, m))
+            replica = replica_graph(graph, model.cluster(ks[0]), Strategy(1, m))
         except PestoError as e:
-            errors.append(f"m={m}: {failure_reason(e)}")
+            for k in ks:
+                for schedule in ("gpipe", "1f1b"):
+                    errors.setdefault((k, schedule), []).append(f"m={m}: {failure_reason(e)}")
             continue
-        if best is None or plan.makespan < best.makespan:  # type: ignore[operator]
-            best = Outcome(plan.makespan, 0.0, strategy=strategy_of(plan))
-    seconds = time.perf_counter() - started
-    if best is None:
-        return Outcome(None, seconds, error="; ".join(errors)[:300])
-    best.seconds = seconds
-    return best
+        built = (time.perf_counter() - started) / (2 * len(ks))
+        for k in ks:
+            cluster = model.cluster(k)
+            for schedule in ("gpipe", "1f1b"):
+                key = (k, schedule)
+                started = time.perf_counter()
+                try:
+                    plan = as_hybrid(replica, cluster, pipeline_plan(replica, cluster, schedule, options),
+                                     Strategy(1, m))
+                    if key not in best or plan.makespan < best[key].makespan:  # type: ignore[operator]
+                        best[key] = Outcome(plan.makespan, 0.0, strategy=strategy_of(plan))
+                except PestoError as e:
+                    errors.setdefault(key, []).append(f"m={m}: {failure_reason(e)}")
+                seconds[key] = seconds.get(key, 0.0) + built + time.perf_counter() - started
+    out: dict[int, dict[str, Outcome]] = {k: {} for k in ks}
+    for k in ks:
+        for schedule in ("gpipe", "1f1b"):
+            key = (k, schedule)
+            found = best.get(key)
+            if found is None:
+                found = Outcome(None, 0.0, error="; ".join(errors.get(key, []))[:300])
+            found.seconds = seconds.get(key, 0.0)
+            out[k][schedule] = found
+    return out
 
 
 def free_comm_makespan(graph: Graph, cluster: Cluster, seed: int) -> tuple[float | None, float]:
@@ -455,8 +474,9 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[Row] = []
     for model in models:
         base = model.build()
+        pipelines = pipeline_baselines(base, model, ks, PlaceOptions(seed=args.seed, quiet=True))
         for k in ks:
-            row, plan, graph = run_row(model, base, k, time_limit, args.target, args.seed)
+            row, plan, graph = run_row(model, base, k, time_limit, args.target, args.seed, pipelines[k])
             rows.append(row)
             if not args.quiet:
                 print(progress_line(row, time.perf_counter() - started), flush=True)

@@ -103,6 +103,7 @@ class PlaceError(PestoError):
     pass
 
 
+SCREEN_BOTH_MAX_OPS = 5000  # the hybrid search screens with m-SCT too up to this many ops
 MAX_DEFAULT_TIME_LIMIT = 30.0  # seconds: what a graph of 280 ops or groups and more gets by default
 
 
@@ -218,9 +219,16 @@ def place_hybrid(graph: Graph, cluster: Cluster, algo: str, options: PlaceOption
     from pesto_ir.passes.hybrid import search
 
     def heuristic(g: Graph, c: Cluster, o: PlaceOptions) -> Plan:
-        """m-ETF and m-SCT; on a replica of one device any order of the ops takes their total."""
+        if g is graph:  # the one-batch step: every heuristic, as the one-batch engines start from
+            found = best_heuristic_plan(g, c, o)
+            if found is None:
+                raise PlaceError("no heuristic plan of the one-batch step fits in memory")
+            return found
+        """m-ETF and m-SCT (m-ETF alone on large graphs: m-SCT takes 2-3 times as long); on a
+        replica of one device any order of the ops takes their total."""
         best: Plan | None = None
-        for name in ("m-etf", "m-sct") if len(c) > 1 else ("single",):
+        names = ("single",) if len(c) == 1 else ("m-etf", "m-sct") if len(g.ops) <= SCREEN_BOTH_MAX_OPS else ("m-etf",)
+        for name in names:
             plan = check_plan(g, c, ALGORITHMS[name](g, c, o))
             if best is None or plan.makespan < best.makespan:
                 best = plan

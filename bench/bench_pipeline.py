@@ -1,0 +1,128 @@
+"""Pipelines on the MSR training layer graphs: how close the best plan gets to its bound.
+
+A one-batch plan of a deep sequential model is capped by its critical path; m micro-batches in a
+pipeline over k devices can approach the total work spread over them. For every MSR training
+layer graph and k devices, `place{algo=auto microbatches=auto}` (micro-batches up to 32; these
+graphs declare no gradient bytes, so there are no data-parallel replicas) and the fixed GPipe and
+1F1B schedules at every m in 1..32 are run side by side; the table gives each plan's step time,
+its m, and the ratio to
+
+    bound(m) = max(total work / k, critical path / m)
+
+(the critical path on the fastest device, transfers free). The goal is a ratio of at most 1.15 for
+the best plan; where it is missed, the last column says which term the plan is held by: its
+stages' imbalance (the largest stage's work against total / k), the links, or memory.
+
+    python3 bench/bench_pipeline.py                    # k = 4 and 6, auto's time limit 20 s
+    python3 bench/bench_pipeline.py --k 4 --time-limit 10 --graphs bert24_training_layer
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.zoo import msr_cluster, msr_model  # noqa: E402
+from pesto_ir.bounds import critical_path, fastest_costs  # noqa: E402
+from pesto_ir.cluster import Cluster  # noqa: E402
+from pesto_ir.errors import PestoError  # noqa: E402
+from pesto_ir.ir import Graph  # noqa: E402
+from pesto_ir.passes.algo_pipeline import pipeline_plan  # noqa: E402
+from pesto_ir.passes.hybrid import Strategy, as_hybrid, replica_graph  # noqa: E402
+from pesto_ir.passmanager import PassContext, PassManager  # noqa: E402
+from pesto_ir.placement import PlaceOptions  # noqa: E402
+from pesto_ir.plan import Plan, read_plan_attrs  # noqa: E402
+
+GRAPHS = ("bert24_training_layer", "gnmt_training_layer", "inceptionv3_training_layer", "resnet50_training_layer")
+MICROBATCHES = (1, 2, 4, 8, 16, 32)
+GOAL = 1.15
+
+
+def bound(graph: Graph, cluster: Cluster, m: int) -> float:
+    fast = fastest_costs(graph, cluster)
+    return max(sum(fast.values()) / len(cluster), critical_path(graph, fast) / m)
+
+
+def best_fixed(graph: Graph, cluster: Cluster, schedule: str) -> tuple[Plan | None, str]:
+    """The fastest `schedule` plan over `MICROBATCHES` (None and the reasons when none fits)."""
+    best: Plan | None = None
+    why: list[str] = []
+    for m in MICROBATCHES:
+        try:
+            replica = replica_graph(graph, cluster, Strategy(1, m))
+            plan = as_hybrid(replica, cluster, pipeline_plan(replica, cluster, schedule, PlaceOptions(quiet=True)),
+                             Strategy(1, m))
+        except PestoError as e:
+            why.append(f"m={m}: {str(e).splitlines()[0][:120]}")
+            continue
+        if best is None or plan.makespan < best.makespan:
+            best = plan
+    return best, "; ".join(why)
+
+
+def auto_plan(graph: Graph, cluster: Cluster, time_limit: float) -> tuple[Plan | None, float, str]:
+    started = time.perf_counter()
+    try:
+        out = PassManager(f"place{{algo=auto microbatches=auto data-parallel=1 time-limit={time_limit:g}}}",
+                          verify_each=False).run(graph, PassContext(cluster=cluster, quiet=True))
+    except PestoError as e:
+        return None, time.perf_counter() - started, " ".join(str(getattr(e, "cause", e)).split())[:200]
+    return read_plan_attrs(out), time.perf_counter() - started, ""
+
+
+def m_of(plan: Plan) -> int:
+    return plan.parallelism.microbatches if plan.parallelism is not None else 1
+
+
+def held_by(graph: Graph, cluster: Cluster, plan: Plan) -> str:
+    """Why the plan stays above its bound: the busiest device's work, else the links or waiting."""
+    k = len(cluster)
+    total = sum(fastest_costs(graph, cluster).values())
+    busy = max(sum(s.end - s.start for s in plan.ops.values() if s.device == d) for d in plan.devices[:k])
+    if busy > total / k * GOAL:
+        return f"imbalance: the busiest device works {busy / (total / k):.2f} x total / k"
+    moved = sum(t.end - t.start for t in plan.transfers)
+    return f"waiting: the busiest device works {busy / (total / k):.2f} x total / k; transfers take {moved * 1e3:.3g} ms"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--k", nargs="+", type=int, default=[4, 6])
+    ap.add_argument("--graphs", nargs="+", default=list(GRAPHS))
+    ap.add_argument("--time-limit", type=float, default=20.0, help="auto's time limit per row (s)")
+    args = ap.parse_args(argv)
+    print("| graph | k | one batch | auto (m) | gpipe (m) | 1f1b (m) | best / bound(m) | plan s | held by |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---|")
+    for name in args.graphs:
+        model = msr_model(name)
+        for k in args.k:
+            graph, cluster = model.build(), msr_cluster(k)
+            one = PassManager("place{algo=auto data-parallel=1 microbatches=1 time-limit=8}", verify_each=False)
+            try:
+                single_batch = read_plan_attrs(one.run(model.build(), PassContext(cluster=cluster, quiet=True)))
+                one_ms = f"{single_batch.makespan * 1e3:.4g}" if single_batch else "—"
+            except PestoError:
+                one_ms = "—"
+            auto, seconds, why = auto_plan(graph, cluster, args.time_limit)
+            fixed = {s: best_fixed(model.build(), cluster, s) for s in ("gpipe", "1f1b")}
+            plans = [p for p in (auto, *(p for p, _ in fixed.values())) if p is not None]
+            cells = [f"{p.makespan * 1e3:.4g} ({m_of(p)})" if p else "—" for p in
+                     (auto, fixed["gpipe"][0], fixed["1f1b"][0])]
+            if not plans:
+                print(f"| {name} | {k} | {one_ms} | " + " | ".join(cells) + f" | — | {seconds:.1f} | "
+                      f"memory: {why or fixed['gpipe'][1][:200]} |", flush=True)
+                continue
+            best = min(plans, key=lambda p: p.makespan)
+            ratio = best.makespan / bound(model.build(), cluster, m_of(best))
+            note = "" if ratio <= GOAL else held_by(model.build(), cluster, best)
+            print(f"| {name} | {k} | {one_ms} | " + " | ".join(cells) + f" | {ratio:.3f} | {seconds:.1f} | {note} |",
+                  flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
