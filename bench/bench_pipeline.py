@@ -79,14 +79,15 @@ def m_of(plan: Plan) -> int:
 
 
 def held_by(graph: Graph, cluster: Cluster, plan: Plan) -> str:
-    """Why the plan stays above its bound: the busiest device's work, else the links or waiting."""
+    """The plan's ratio to total / k, split into its two factors: how much more than total / k the
+    busiest device works (the stages' balance at this graph's granularity), and how much longer
+    than its work the step takes (waiting for transfers and for other stages)."""
     k = len(cluster)
     total = sum(fastest_costs(graph, cluster).values())
     busy = max(sum(s.end - s.start for s in plan.ops.values() if s.device == d) for d in plan.devices[:k])
-    if busy > total / k * GOAL:
-        return f"imbalance: the busiest device works {busy / (total / k):.2f} x total / k"
     moved = sum(t.end - t.start for t in plan.transfers)
-    return f"waiting: the busiest device works {busy / (total / k):.2f} x total / k; transfers take {moved * 1e3:.3g} ms"
+    return (f"balance: the busiest device works {busy / (total / k):.3f} x total / k; waiting: the step is "
+            f"{plan.makespan / busy:.3f} x its work (transfers {moved * 1e3:.3g} ms in all)")
 
 
 def main(argv: list[str] | None = None) -> int:

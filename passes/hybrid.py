@@ -33,7 +33,7 @@ from pesto_ir.validate import check_plan, collectives_for
 AUTO_MICROBATCHES = (1, 2, 4, 8, 16, 32)  # what `microbatches=auto` tries
 MAX_SCREEN_OPS = 40000  # a rewritten graph larger than this is not screened (heuristics get slow)
 SCREEN_SHARE = 0.4  # of the time limit, for screening the strategies with heuristics
-SCREEN_ALGOS = ("m-etf", "m-sct")
+PATIENCE = 2  # micro-batch counts in a row slower than the best so far end a data-parallel degree
 
 
 @dataclass(frozen=True, order=True)
@@ -268,7 +268,9 @@ def _screen_all(graph: Graph, cluster: Cluster, todo: list[Strategy], options: P
                 until: float, log: PlaceOptions) -> list[Candidate]:
     """Screen the strategies, for each data-parallel degree (each with an equal share of the time)
     more micro-batches while that still helps: step time against m falls while pipeline bubbles
-    shrink and rises once per-micro-batch overheads dominate, so the first rise ends the degree."""
+    shrink and rises once per-micro-batch overheads dominate, so `PATIENCE` rises in a row end the
+    degree (one is not enough: with one micro-batch the heuristics place the whole step freely, and
+    two micro-batches in a pipeline can be slower than that before more of them are faster)."""
     by_d: dict[int, list[Strategy]] = {}
     for s in sorted(todo):
         by_d.setdefault(s.data_parallel, []).append(s)
@@ -278,6 +280,7 @@ def _screen_all(graph: Graph, cluster: Cluster, todo: list[Strategy], options: P
         share = (until - time.perf_counter()) / (len(order) - i)
         stop = time.perf_counter() + max(share, 0.0)
         best: float | None = None
+        slower = 0
         for strategy in by_d[d]:
             if tried and time.perf_counter() > stop:
                 tried.append(Candidate(strategy, why_not="not screened: its share of the time ran out"))
@@ -290,9 +293,11 @@ def _screen_all(graph: Graph, cluster: Cluster, todo: list[Strategy], options: P
                 log.progress(f"place: {strategy}: no plan ({c.why_not})")
             if c.plan is None:
                 continue
-            if best is not None and c.plan.makespan > best:
+            slower = slower + 1 if best is not None and c.plan.makespan > best else 0
+            if slower == PATIENCE:
                 rest = by_d[d][by_d[d].index(strategy) + 1:]
-                tried.extend(Candidate(s, why_not=f"not screened: {strategy} was slower than fewer micro-batches")
+                tried.extend(Candidate(s, why_not=f"not screened: {PATIENCE} micro-batch counts in a row up to "
+                                                  f"{strategy} were slower than fewer")
                              for s in rest)
                 break
             best = c.plan.makespan if best is None else min(best, c.plan.makespan)
