@@ -274,7 +274,8 @@ def _screen_all(graph: Graph, cluster: Cluster, todo: list[Strategy], options: P
     by_d: dict[int, list[Strategy]] = {}
     for s in sorted(todo):
         by_d.setdefault(s.data_parallel, []).append(s)
-    order = sorted(by_d, key=lambda d: (d != 1, d != len(cluster), -d))  # one-batch, pure data parallel, mixes
+    # pure data parallelism first (one-device replicas: the cheapest to screen), one batch, the mixes
+    order = sorted(by_d, key=lambda d: (d != len(cluster), d != 1, -d))
     tried: list[Candidate] = []
     for i, d in enumerate(order):
         share = (until - time.perf_counter()) / (len(order) - i)

@@ -219,7 +219,7 @@ def place_hybrid(graph: Graph, cluster: Cluster, algo: str, options: PlaceOption
     from pesto_ir.passes.hybrid import search
 
     def heuristic(g: Graph, c: Cluster, o: PlaceOptions) -> Plan:
-        if g is graph:  # the one-batch step: every heuristic, as the one-batch engines start from
+        if g is graph and len(g.ops) <= SCREEN_BOTH_MAX_OPS:  # the one-batch step: every heuristic
             found = best_heuristic_plan(g, c, o)
             if found is None:
                 raise PlaceError("no heuristic plan of the one-batch step fits in memory")
