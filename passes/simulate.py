@@ -23,7 +23,7 @@ from pesto_ir.passmanager import Pass, PassContext
 from pesto_ir.plan import Plan, read_plan_attrs, write_plan_attrs
 from pesto_ir.report import format_summary, summarize
 from pesto_ir.simulate import simulate
-from pesto_ir.validate import check_plan
+from pesto_ir.validate import check_plan, collectives_for
 
 
 class SimulateError(PestoError):
@@ -60,7 +60,14 @@ def resimulate(graph: Graph, cluster: Cluster) -> Plan:
     plan = simulate(graph, cluster, placement, order, algorithm=previous.algorithm if previous else "simulate")
     if previous is not None:
         plan.solver, plan.notes = previous.solver, list(previous.notes)
-    plan.lower_bound = lower_bound(graph, cluster)
+    bounded = cluster
+    if previous is not None and previous.parallelism is not None:  # replica 0's schedule, run by every replica
+        from pesto_ir.passes.hybrid import sub_cluster
+
+        plan.devices, plan.parallelism = list(previous.devices), previous.parallelism
+        plan.collectives = collectives_for(graph, plan)
+        bounded = sub_cluster(cluster, previous.parallelism.replicas[0])
+    plan.lower_bound = lower_bound(graph, bounded)
     check_plan(graph, cluster, plan)
     return plan
 

@@ -58,10 +58,10 @@ class ParallelizeOptions:
     seed: int = 0
     quiet: bool = True
     compiler_options: Mapping[str, Any] | None = None  # XLA options for every segment
-    # Batch and data parallelism. Only `batch_argnums` acts today (it goes to the lowering, which
-    # writes the graph attribute `batch_inputs`); `data_parallel` and `microbatches` are meant for
-    # the place pass's `data-parallel` and `microbatches` options, `autotune` for searching them.
-    # `_check_options` refuses anything but the defaults (None or 1; False) until they are wired in.
+    # Batch and data parallelism: `batch_argnums` goes to the lowering (the graph attribute
+    # `batch_inputs`), `microbatches` to the place pass (the step runs as that many micro-batches,
+    # or the number the search finds best for "auto"). Replicas need the sharded backend, so
+    # `_check_options` refuses `data_parallel` other than None or 1, and `autotune`, for now.
     data_parallel: int | str | None = None  # replicas: a whole number >= 1, "auto", or None (1)
     microbatches: int | str | None = None  # micro-batches per step: a whole number >= 1, "auto", or None (1)
     batch_argnums: tuple[int, ...] | None = None  # None: every positional argument not in param_argnums
@@ -69,8 +69,9 @@ class ParallelizeOptions:
 
     def pipeline(self) -> str:
         coarsen = "coarsen" if self.coarsen_target is None else f"coarsen{{target={self.coarsen_target}}}"
+        batch = "" if self.microbatches in (None, 1) else f" microbatches={self.microbatches} data-parallel=1"
         return (f"annotate-costs{{model={self.cost_model}}},{coarsen},"
-                f"place{{algo={self.algo} time-limit={self.time_limit} seed={self.seed}}},expand,simulate")
+                f"place{{algo={self.algo} time-limit={self.time_limit} seed={self.seed}{batch}}},expand,simulate")
 
 
 @dataclass
@@ -268,10 +269,10 @@ def _check_batch_options(o: ParallelizeOptions) -> None:
                              f"either trainable state or batch data, not both")
     if not isinstance(o.autotune, bool):
         raise PestoError(f"autotune must be True or False, got {o.autotune!r}")
-    for name, value in (("data_parallel", o.data_parallel), ("microbatches", o.microbatches)):
-        if value not in (None, 1):
-            raise PestoError(f"{name}={value!r} is not supported by parallelize yet: it plans and runs one "
-                             f"replica over the whole batch; leave {name} unset (or 1)")
+    if o.data_parallel not in (None, 1):
+        raise PestoError(f"data_parallel={o.data_parallel!r} is not supported by parallelize yet: it runs one "
+                         "replica in one process (replicas need the sharded backend); leave data_parallel unset "
+                         "(or 1), or plan it with pesto-compile --data-parallel")
     if o.autotune:
         raise PestoError("autotune=True is not supported by parallelize yet: there is nothing to tune until "
                          "data_parallel and microbatches are; leave autotune unset (or False)")

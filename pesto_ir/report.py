@@ -46,6 +46,7 @@ class Summary:
     lower_bound: float | None
     devices: list[DeviceUse]
     links: list[LinkUse]
+    hybrid: str = ""  # replicas and all-reduces of a hybrid plan (`hybrid_line`)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -53,6 +54,7 @@ class Summary:
             "lower_bound": self.lower_bound,
             "devices": [vars(d) for d in self.devices],
             "links": [vars(lk) for lk in self.links],
+            **({"hybrid": self.hybrid} if self.hybrid else {}),
         }
 
 
@@ -86,6 +88,9 @@ def peak_memory(graph: Graph, plan: Plan) -> dict[str, int]:
 
 def summarize(graph: Graph, plan: Plan, cluster: Cluster | None = None) -> Summary:
     busy, util, peaks = device_busy(plan), utilisation(plan), device_peaks(graph, plan)
+    if plan.parallelism is not None:  # the mirrors run replica 0's schedule: its devices stand for them
+        home = set(plan.parallelism.replicas[0])
+        busy = {d: b for d, b in busy.items() if d in home}
     counts: dict[str, int] = {}
     for slot in plan.ops.values():
         counts[slot.device] = counts.get(slot.device, 0) + 1
@@ -100,7 +105,19 @@ def summarize(graph: Graph, plan: Plan, cluster: Cluster | None = None) -> Summa
         entry[1] += t.nbytes
         entry[2] += t.end - t.start
     link_uses = [LinkUse(s, d, int(n), int(b), float(busy_s)) for (s, d), (n, b, busy_s) in sorted(links.items())]
-    return Summary(plan.graph, plan.algorithm, plan.makespan, plan.lower_bound, devices, link_uses)
+    return Summary(plan.graph, plan.algorithm, plan.makespan, plan.lower_bound, devices, link_uses,
+                   hybrid_line(plan))
+
+
+def hybrid_line(plan: Plan) -> str:
+    """What a hybrid plan runs beyond replica 0's devices: its replicas and its all-reduces."""
+    par = plan.parallelism
+    if par is None:
+        return ""
+    replicas = " | ".join(",".join(g) for g in par.replicas)
+    moved = sum(c.nbytes for c in plan.collectives)
+    return (f"data-parallel {par.data_parallel} x {par.microbatches} micro-batches; replicas {replicas} (each runs "
+            f"the schedule below); {len(plan.collectives)} all-reduces of {human_bytes(moved)} in all")
 
 
 # ---------------------------------------------------------------- text
@@ -112,7 +129,7 @@ def format_summary(s: Summary) -> str:
     if s.lower_bound is not None:
         ratio = f", {s.makespan / s.lower_bound:.3f}x" if s.lower_bound > 0 else ""
         head += f", lower bound {human_time(s.lower_bound)}{ratio}"
-    lines = [head]
+    lines = [head] + ([f"  {s.hybrid}"] if s.hybrid else [])
     for d in s.devices:
         cap = f" / {human_bytes(d.capacity)}" if d.capacity is not None else ""
         kind = f" ({d.kind})" if d.kind else ""

@@ -11,6 +11,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 
 import pesto_ir
@@ -260,8 +261,6 @@ def _f(x: jax.Array) -> jax.Array:
     # well-formed, but not acted on yet: refused, never ignored
     ({"data_parallel": 2}, "data_parallel=2 is not supported by parallelize yet"),
     ({"data_parallel": "auto"}, "data_parallel='auto' is not supported by parallelize yet"),
-    ({"microbatches": 4}, "microbatches=4 is not supported by parallelize yet"),
-    ({"microbatches": "auto"}, "microbatches='auto' is not supported by parallelize yet"),
     ({"autotune": True}, "autotune=True is not supported by parallelize yet"),
 ])
 def test_parallelize_batch_options_are_checked(kwargs: dict[str, Any], message: str) -> None:
@@ -296,3 +295,29 @@ def test_parallelize_passes_batch_argnums_to_the_lowering() -> None:
     default = pesto_ir.parallelize(f, devices=jax.devices()[:2], algo="m-topo", param_argnums=0,
                                    compiler_options={"xla_backend_optimization_level": 0})
     assert _batch_inputs(default.compile(w, x, y).lowered.graph) == {"x": 0, "y": 0}
+
+
+@pytest.mark.parametrize("microbatches", [2, 4, "auto"])
+def test_parallelize_runs_a_step_as_micro_batches_with_jit_s_numbers(microbatches: Any) -> None:
+    """A training step run as micro-batches (the rewritten graph on 4 CPU devices) gives the
+    loss and the updated parameters of plain `jax.jit`."""
+    def loss(w: jax.Array, x: jax.Array, y: jax.Array) -> jax.Array:
+        return jnp.mean((jnp.tanh(x @ w) - y) ** 2)
+
+    def step(w: jax.Array, x: jax.Array, y: jax.Array) -> tuple[jax.Array, jax.Array]:
+        value, grad = jax.value_and_grad(loss)(w, x, y)
+        return w - 0.1 * grad, value
+
+    rng = np.random.default_rng(0)
+    w = jnp.asarray(rng.standard_normal((16, 4)), jnp.float32)
+    x = jnp.asarray(rng.standard_normal((32, 16)), jnp.float32)
+    y = jnp.asarray(rng.standard_normal((32, 4)), jnp.float32)
+    run = pesto_ir.parallelize(step, devices=jax.devices()[:4], param_argnums=0, microbatches=microbatches,
+                               time_limit=3)
+    got, want = run(w, x, y), jax.jit(step)(w, x, y)
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=2e-5, atol=1e-6)
+    plan = run.plan
+    if microbatches != "auto":
+        assert plan.parallelism is not None and plan.parallelism.microbatches == microbatches
+        assert {op.get("microbatch") for op in run.graph.ops if "microbatch" in op.attrs} == set(range(microbatches))
