@@ -23,7 +23,7 @@ from pesto_ir.passes.microbatch import MicrobatchError, batch_spec, rebatch
 from pesto_ir.passes.place import ALGORITHMS
 from pesto_ir.passmanager import PassContext, PassManager
 from pesto_ir.placement import PlaceOptions
-from pesto_ir.plan import read_plan_attrs
+from pesto_ir.plan import Plan, read_plan_attrs
 from pesto_ir.validate import check_plan
 from tests.strategies import graph_docs, roomy_memory
 
@@ -235,12 +235,16 @@ def test_hybrid_plans_of_random_graphs_are_valid(problem: tuple[Graph, Cluster, 
         assert len(plan.collectives) == sum(op.opcode == "all_reduce" for op in replica.ops) > 0
 
 
-def test_place_pass_with_fixed_degrees_records_a_hybrid_plan() -> None:
-    graph = pesto_ir.load(MLP)
-    ctx = PassContext(cluster=Cluster.homogeneous(4, "h100"), quiet=True)
-    out = PassManager("annotate-costs,place{algo=m-etf data-parallel=2 microbatches=2}").run(graph, ctx)
+def hybrid_run(pipeline: str, k: int = 4) -> tuple[Graph, Plan]:
+    """The MLP step through `pipeline` on k H100s: the graph it leaves and its hybrid plan."""
+    out = PassManager(pipeline).run(pesto_ir.load(MLP), PassContext(cluster=Cluster.homogeneous(k, "h100"), quiet=True))
     plan = read_plan_attrs(out)
     assert plan is not None and plan.parallelism is not None
+    return out, plan
+
+
+def test_place_pass_with_fixed_degrees_records_a_hybrid_plan() -> None:
+    out, plan = hybrid_run("annotate-costs,place{algo=m-etf data-parallel=2 microbatches=2}")
     assert (plan.parallelism.data_parallel, plan.parallelism.microbatches) == (2, 2)
     assert plan.parallelism.replicas == (("gpu0", "gpu1"), ("gpu2", "gpu3"))
     assert out.attrs["microbatched"].value == {"data_parallel": 2, "microbatches": 2}
@@ -279,11 +283,8 @@ def test_data_parallel_that_does_not_divide_the_devices_is_refused() -> None:
 
 
 def test_microbatch_pass_then_place_plans_the_rewritten_replica() -> None:
-    graph = pesto_ir.load(MLP)
+    out, plan = hybrid_run("microbatch{microbatches=2 data-parallel=2},annotate-costs,place{algo=m-sct}")
     ctx = PassContext(cluster=Cluster.homogeneous(4, "h100"), quiet=True)
-    out = PassManager("microbatch{microbatches=2 data-parallel=2},annotate-costs,place{algo=m-sct}").run(graph, ctx)
-    plan = read_plan_attrs(out)
-    assert plan is not None and plan.parallelism is not None
     assert (plan.parallelism.data_parallel, plan.parallelism.microbatches) == (2, 2)
     assert {c.op for c in plan.collectives} == {op.name for op in out.ops if op.opcode == "all_reduce"}
     with pytest.raises(PassError) as e:
