@@ -237,7 +237,10 @@ def search(graph: Graph, cluster: Cluster, options: PlaceOptions, data_parallel:
     tried = _screen_all(graph, cluster, todo, quiet, heuristic, started + options.time_limit * SCREEN_SHARE,
                         options) if len(todo) > 1 else [Candidate(todo[0])]
     screened = [c for c in tried if c.plan is not None]
-    best = min(screened, key=lambda c: c.plan.makespan) if screened else tried[0]  # type: ignore[union-attr]
+    if screened:
+        best = min(screened, key=lambda c: c.plan.makespan)  # type: ignore[union-attr]
+    else:  # no quick plan: the full engine on the one-batch step (it can search from scratch)
+        best = next((c for c in tried if c.strategy == ONE_BATCH), tried[0])
     if best.graph is None:
         best.graph = replica_graph(graph, cluster, best.strategy)
     left = max(deadline - time.perf_counter(), 0.05)
@@ -255,9 +258,12 @@ def search(graph: Graph, cluster: Cluster, options: PlaceOptions, data_parallel:
                 refined = as_hybrid(best.graph, cluster, refined, best.strategy)
         if plan is None or refined.makespan < plan.makespan:
             plan = refined
-    except PestoError:
+    except PestoError as e:
         if plan is None:
-            raise
+            if len(tried) == 1:
+                raise
+            reasons = "; ".join(f"{c.strategy}: {c.why_not}" for c in tried if c.why_not)
+            raise PestoError(f"no strategy gave a plan: {best.strategy}: {str(e).splitlines()[0]}; {reasons}") from e
     assert plan is not None
     plan.notes = [*plan.notes, _summary(tried, best.strategy, plan)]
     write_plan_attrs(best.graph, plan)

@@ -291,3 +291,13 @@ def test_microbatch_pass_then_place_plans_the_rewritten_replica() -> None:
         PassManager("microbatch{microbatches=2},annotate-costs,place{algo=m-sct microbatches=4}").run(
             pesto_ir.load(MLP), ctx)
     assert "already one replica's micro-batched step" in str(e.value.cause)
+
+
+def test_when_no_strategy_fits_the_error_lists_each_ones_reason() -> None:
+    graph = pesto_ir.load(MLP)
+    ctx = PassContext(cluster=Cluster.homogeneous(2, "h100", memory=64 * 2**10), quiet=True)
+    with pytest.raises(PassError) as e:
+        PassManager("annotate-costs,place{algo=auto time-limit=2}").run(graph, ctx)
+    message = str(e.value.cause)
+    assert message.startswith("no strategy gave a plan: d=1 m=1: ")
+    assert "d=2 m=1: " in message and "memory" in message
