@@ -193,7 +193,7 @@ def data_parallel_baseline(graph: Graph, cluster: Cluster, options: PlaceOptions
         replica = replica_graph(graph, cluster, Strategy(k, 1))
         sub = sub_cluster(cluster, replica_groups(cluster, k)[0])
         plan = place_graph(replica, sub, "single", options)
-        _, plan = bucketed(graph, replica, cluster, plan, Strategy(k, 1))
+        _, plan = bucketed(replica, cluster, plan, Strategy(k, 1))
     except PestoError as e:
         return Outcome(None, time.perf_counter() - started, error=failure_reason(e))
     return Outcome(plan.makespan, time.perf_counter() - started, strategy=strategy_of(plan))

@@ -53,7 +53,8 @@ class Candidate:
     """A strategy, its replica graph and its best plan so far (or why it has none)."""
 
     strategy: Strategy
-    graph: Graph | None = None
+    graph: Graph | None = None  # the graph `plan` is of
+    source: Graph | None = None  # the replica graph as rewritten (before all-reduces are bucketed)
     plan: Plan | None = None
     why_not: str = ""
     engine: str = ""
@@ -166,52 +167,58 @@ def parse_degree(text: str | None, what: str) -> int | None:
 Solve = Callable[[Graph, Cluster, PlaceOptions], Plan]
 
 
-def screen(graph: Graph, cluster: Cluster, strategy: Strategy, options: PlaceOptions,
-           heuristic: Solve) -> Candidate:
-    """`strategy`'s replica graph and its best quick plan: the heuristics, and on replicas of
-    several devices the GPipe and 1F1B schedules."""
-    found = Candidate(strategy)
-    try:
-        found.graph = replica_graph(graph, cluster, strategy)
-    except PestoError as e:
-        found.why_not = str(e).splitlines()[0]
-        return found
+def screen(graph: Graph, cluster: Cluster, found: Candidate, options: PlaceOptions, heuristic: Solve,
+           quick: bool) -> Candidate:
+    """`found`'s replica graph (built once) and its best quick plan so far. Quick: the fixed GPipe
+    and 1F1B schedules on replicas of several devices with several micro-batches (a simulation
+    each), else the heuristics; not quick: the heuristics (list scheduling the whole graph)."""
+    strategy = found.strategy
+    if found.graph is None:
+        try:
+            found.graph = replica_graph(graph, cluster, strategy)
+        except PestoError as e:
+            found.why_not = str(e).splitlines()[0]
+            return found
     if len(found.graph.ops) > MAX_SCREEN_OPS:
         found.why_not = f"{len(found.graph.ops)} ops after the rewrite, more than {MAX_SCREEN_OPS} to screen"
         return found
     sub = sub_cluster(cluster, replica_groups(cluster, strategy.data_parallel)[0])
-    tries: list[tuple[str, Callable[[], Plan]]] = [("heuristics", lambda: heuristic(found.graph, sub, options))]
-    if len(sub) > 1 and strategy.microbatches > 1:
-        for schedule in ("gpipe", "1f1b"):
-            tries.append((schedule, _pipeline(found.graph, sub, schedule, options)))
+    pipelined = len(sub) > 1 and strategy.microbatches > 1
+    source = found.source or found.graph
+    tries: list[tuple[str, Callable[[], Plan]]] = []
+    if quick and pipelined:
+        tries = [(schedule, _pipeline(source, sub, schedule, options)) for schedule in ("gpipe", "1f1b")]
+    else:
+        tries = [("heuristics", lambda: heuristic(source, sub, options))]
+    found.source = source  # the rewrite as built: the plans are of it, or of copies with buckets
     for engine, run in tries:
         try:
             plan = run()
         except PestoError as e:
             found.why_not = found.why_not or f"{engine}: {str(e).splitlines()[0]}"
             continue
+        planned = source
+        if strategy != ONE_BATCH:
+            planned, plan = bucketed(source, cluster, plan, strategy)
         if found.plan is None or plan.makespan < found.plan.makespan:
-            found.plan, found.engine = plan, plan.algorithm or engine
-    if found.plan is not None and strategy != ONE_BATCH:
-        found.graph, found.plan = bucketed(graph, found.graph, cluster, found.plan, strategy)
+            found.graph, found.plan, found.engine = planned, plan, plan.algorithm or engine
     return found
 
 
-def bucketed(source: Graph, graph: Graph, cluster: Cluster, plan: Plan, strategy: Strategy) -> tuple[Graph, Plan]:
+def bucketed(graph: Graph, cluster: Cluster, plan: Plan, strategy: Strategy) -> tuple[Graph, Plan]:
     """`plan` of replica 0 as a hybrid plan, its gradient all-reduces merged into buckets
-    (`passes/collective_buckets.py`) where that makes the step faster."""
+    (`passes/collective_buckets.py`, on a copy of `graph`) where that makes the step faster; the
+    graph the plan is of, and the plan."""
     plain = as_hybrid(graph, cluster, plan, strategy)
     if strategy.data_parallel == 1:
         return graph, plain
     groups = replica_groups(cluster, strategy.data_parallel)
     sub = sub_cluster(cluster, groups[0])
-    merged = bucket_all_reduces(graph, sub, _on_replica(plan, sub), all_reduce_cost(cluster, groups))
+    merged = bucket_all_reduces(graph.clone(), sub, _on_replica(plan, sub), all_reduce_cost(cluster, groups))
     if merged is None:
         return graph, plain
     hybrid = as_hybrid(merged[0], cluster, merged[1], strategy)
-    if hybrid.makespan <= plain.makespan:
-        return merged[0], hybrid
-    return replica_graph(source, cluster, strategy), plain  # the merge changed `graph` in place
+    return (merged[0], hybrid) if hybrid.makespan <= plain.makespan else (graph, plain)
 
 
 def _pipeline(graph: Graph, cluster: Cluster, schedule: str, options: PlaceOptions) -> Callable[[], Plan]:
@@ -253,7 +260,7 @@ def search(graph: Graph, cluster: Cluster, options: PlaceOptions, data_parallel:
             warm = _on_replica(best.plan, sub) if best.plan is not None else None
             refined = refine(best.graph, sub, dataclasses.replace(options, time_limit=left, warm_start=warm))
             if best.plan is None:  # not screened (a fixed strategy): its all-reduces are not bucketed yet
-                best.graph, refined = bucketed(graph, best.graph, cluster, refined, best.strategy)
+                best.graph, refined = bucketed(best.graph, cluster, refined, best.strategy)
             else:
                 refined = as_hybrid(best.graph, cluster, refined, best.strategy)
         if plan is None or refined.makespan < plan.makespan:
@@ -286,29 +293,49 @@ def _screen_all(graph: Graph, cluster: Cluster, todo: list[Strategy], options: P
     for i, d in enumerate(order):
         share = (until - time.perf_counter()) / (len(order) - i)
         stop = time.perf_counter() + max(share, 0.0)
-        best: float | None = None
-        slower = 0
-        for strategy in by_d[d]:
-            if tried and time.perf_counter() > stop:
-                tried.append(Candidate(strategy, why_not="not screened: its share of the time ran out"))
-                continue
-            c = screen(graph, cluster, strategy, options, heuristic)
-            tried.append(c)
-            if c.plan is not None:
-                log.progress(f"place: {strategy}: {human_time(c.plan.makespan, 4)} ({c.engine})")
-            elif c.why_not:
-                log.progress(f"place: {strategy}: no plan ({c.why_not})")
-            if c.plan is None:
-                continue
-            slower = slower + 1 if best is not None and c.plan.makespan > best else 0
-            if slower == PATIENCE:
-                rest = by_d[d][by_d[d].index(strategy) + 1:]
-                tried.extend(Candidate(s, why_not=f"not screened: {PATIENCE} micro-batch counts in a row up to "
-                                                  f"{strategy} were slower than fewer")
-                             for s in rest)
-                break
-            best = c.plan.makespan if best is None else min(best, c.plan.makespan)
+        done = _screen_degree(graph, cluster, by_d[d], options, heuristic, stop, tried == [], log)
+        tried.extend(done)
     return tried
+
+
+def _screen_degree(graph: Graph, cluster: Cluster, todo: list[Strategy], options: PlaceOptions, heuristic: Solve,
+                   stop: float, first: bool, log: PlaceOptions) -> list[Candidate]:
+    """One data-parallel degree: quick plans for m = 1, 2, 4, ... until `PATIENCE` in a row are
+    slower than the best, then the heuristics on the two fastest pipelined strategies, while the
+    degree's share of the time lasts."""
+    tried: list[Candidate] = []
+    best: float | None = None
+    slower = 0
+    for strategy in todo:
+        if not (first and not tried) and time.perf_counter() > stop:
+            tried.append(Candidate(strategy, why_not="not screened: its share of the time ran out"))
+            continue
+        c = _logged(screen(graph, cluster, Candidate(strategy), options, heuristic, quick=True), log)
+        tried.append(c)
+        if c.plan is None:
+            continue
+        slower = slower + 1 if best is not None and c.plan.makespan > best else 0
+        if slower == PATIENCE:
+            rest = todo[todo.index(strategy) + 1:]
+            tried.extend(Candidate(s, why_not=f"not screened: {PATIENCE} micro-batch counts in a row up to "
+                                              f"{strategy} were slower than fewer") for s in rest)
+            break
+        best = c.plan.makespan if best is None else min(best, c.plan.makespan)
+    pipelined = sorted((c for c in tried if c.plan is not None and c.engine in ("gpipe", "1f1b")),
+                       key=lambda c: c.plan.makespan)  # type: ignore[union-attr]
+    for c in pipelined[:2]:
+        if time.perf_counter() > stop:
+            break
+        _logged(screen(graph, cluster, c, options, heuristic, quick=False), log)
+    return tried
+
+
+def _logged(c: Candidate, log: PlaceOptions) -> Candidate:
+    if c.plan is not None:
+        log.progress(f"place: {c.strategy}: {human_time(c.plan.makespan, 4)} ({c.engine})")
+    elif c.why_not:
+        log.progress(f"place: {c.strategy}: no plan ({c.why_not})")
+    return c
 
 
 def _on_replica(plan: Plan, sub: Cluster) -> Plan:

@@ -248,6 +248,27 @@ class Graph:
             raise ValueError(f"duplicate value name %{name}")
         return name
 
+    def clone(self) -> Graph:
+        """A copy with new ops and values (same names; frozen attributes and types shared), so a
+        pass can rewrite it and still keep the original."""
+        out = Graph(self.name, self.attrs)
+        out.pos, out.source_text = self.pos, self.source_text
+        new: dict[int, Value] = {}
+        for v in self.inputs:
+            copy = out.add_input(v.name, v.type, v.param)
+            copy.pos = v.pos
+            new[id(v)] = copy
+        for op in self.ops:
+            twin = Op(op.name, op.opcode, [new[id(v)] for v in op.operands], [r.type for r in op.results], op.attrs,
+                      [r.name for r in op.results], op.loc)
+            twin.pos = op.pos
+            out.append(twin)
+            for r, c in zip(op.results, twin.results):
+                c.pos = r.pos
+                new[id(r)] = c
+        out.set_outputs([new[id(v)] for v in self.outputs])
+        return out
+
     # ---------------------------------------------------------------- queries
     def op(self, name: str) -> Op:
         return self._ops_by_name[name]

@@ -301,3 +301,12 @@ def test_when_no_strategy_fits_the_error_lists_each_ones_reason() -> None:
     message = str(e.value.cause)
     assert message.startswith("no strategy gave a plan: d=1 m=1: ")
     assert "d=2 m=1: " in message and "memory" in message
+
+
+def test_a_clone_prints_the_same_and_changes_alone() -> None:
+    graph = rebatch(pesto_ir.load(MLP), 2, 2, all_reduce_cost=lambda n: 1e-5)
+    twin = graph.clone()
+    assert twin.structurally_equal(graph) and str(twin) == str(graph)
+    twin.ops[0].set("label", "changed")
+    assert not twin.structurally_equal(graph) and "label" not in graph.ops[0].attrs
+    assert all(a is not b for a, b in zip(twin.ops, graph.ops))
