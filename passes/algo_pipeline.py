@@ -42,6 +42,7 @@ times the orders; `check_plan` checks the plan, memory included.
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 
 from pesto_ir.cluster import Cluster
@@ -83,7 +84,7 @@ def pipeline_plan(graph: Graph, cluster: Cluster, schedule: str, options: PlaceO
     raises the validator's PlanError, as the real systems would run out of memory."""
     if schedule not in SCHEDULES:
         raise PestoError(f"unknown pipeline schedule '{schedule}' (schedules: {', '.join(SCHEDULES)})")
-    stages = split_stages(graph, cluster)
+    stages = _stages_of(graph, cluster)
     where = stages.stage_of()
     placement = {name: cluster.names[s] for name, s in where.items()}
     m = microbatch_count(graph)
@@ -92,6 +93,19 @@ def pipeline_plan(graph: Graph, cluster: Cluster, schedule: str, options: PlaceO
     plan = simulate(graph, cluster, placement, order, algorithm=schedule)
     plan.notes.append(_note(schedule, stages, m))
     return check_plan(graph, cluster, plan)
+
+
+_SPLITS: weakref.WeakKeyDictionary[Graph, dict[tuple[str, ...], Stages]] = weakref.WeakKeyDictionary()
+
+
+def _stages_of(graph: Graph, cluster: Cluster) -> Stages:
+    """`split_stages`, once per graph and devices: both schedules of one graph share the cut (the
+    graph must not change in between, as no caller of the schedules changes it)."""
+    per_graph = _SPLITS.setdefault(graph, {})
+    key = tuple(cluster.names)
+    if key not in per_graph:
+        per_graph[key] = split_stages(graph, cluster)
+    return per_graph[key]
 
 
 def _note(schedule: str, stages: Stages, m: int) -> str:

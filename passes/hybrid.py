@@ -32,7 +32,8 @@ from pesto_ir.validate import check_plan, collectives_for
 
 AUTO_MICROBATCHES = (1, 2, 4, 8, 16, 32)  # what `microbatches=auto` tries
 MAX_SCREEN_OPS = 40000  # a rewritten graph larger than this is not screened (heuristics get slow)
-SCREEN_SHARE = 0.4  # of the time limit, for screening the strategies with heuristics
+SCREEN_SHARE = 0.6  # of the time limit, for screening the strategies (the rest refines the best)
+MIN_REFINE_SECONDS = 0.5  # below this much time left, the best screening plan is not refined
 PATIENCE = 2  # micro-batch counts in a row slower than the best so far end a data-parallel degree
 
 
@@ -111,12 +112,16 @@ def replica_graph(graph: Graph, cluster: Cluster, strategy: Strategy) -> Graph:
 
 
 def as_hybrid(graph: Graph, cluster: Cluster, plan: Plan, strategy: Strategy) -> Plan:
-    """`plan` (replica 0's, on its devices) as the plan of the whole step on `cluster`, validated."""
+    """`plan` (replica 0's, on its devices) as the plan of the whole step on `cluster`, validated.
+
+    With one replica on all of `cluster` the plan is the same plan, and one that has passed the
+    validator (it has its peaks) is not checked again: on a 25,000-op pipeline a check is 0.7 s."""
     groups = replica_groups(cluster, strategy.data_parallel)
+    same = strategy.data_parallel == 1 and list(plan.devices) == list(cluster.names) and plan.peak_memory is not None
     plan = dataclasses.replace(plan, devices=list(cluster.names),
                                parallelism=Parallelism(strategy.data_parallel, strategy.microbatches, groups))
     plan.collectives = collectives_for(graph, plan)
-    return check_plan(graph, cluster, plan)
+    return plan if same else check_plan(graph, cluster, plan)
 
 
 # ---------------------------------------------------------------- strategies
@@ -126,6 +131,8 @@ def strategies(graph: Graph, cluster: Cluster, data_parallel: int | None, microb
     `AUTO_MICROBATCHES` (both dividing the batch where the graph has one)."""
     k = len(cluster)
     ds = [data_parallel] if data_parallel is not None else [d for d in range(1, k + 1) if k % d == 0]
+    if data_parallel is None and _cost_only(graph) and not any(op.get("param_bytes") for op in graph.ops):
+        ds = [1]  # no gradient bytes to all-reduce: no replicas (`rebatch` says so when asked for them)
     ms = [microbatches] if microbatches is not None else list(AUTO_MICROBATCHES)
     batch = _batch_size(graph)
     out = []
@@ -137,11 +144,16 @@ def strategies(graph: Graph, cluster: Cluster, data_parallel: int | None, microb
     return out
 
 
-def _batch_size(graph: Graph) -> int | None:
-    from pesto_ir.passes.microbatch import batch_spec
+def _cost_only(graph: Graph) -> bool:
     from pesto_ir.types import BlobType
 
-    if all(isinstance(v.type, BlobType) for op in graph.ops for v in op.results):
+    return all(isinstance(v.type, BlobType) for op in graph.ops for v in op.results)
+
+
+def _batch_size(graph: Graph) -> int | None:
+    from pesto_ir.passes.microbatch import batch_spec
+
+    if _cost_only(graph):
         return None
     try:
         return batch_spec(graph).size
@@ -253,7 +265,9 @@ def search(graph: Graph, cluster: Cluster, options: PlaceOptions, data_parallel:
     left = max(deadline - time.perf_counter(), 0.05)
     plan = best.plan
     try:
-        if best.strategy == ONE_BATCH:  # the one-batch plan, as `place` makes it without the search
+        if plan is not None and left < MIN_REFINE_SECONDS:  # the screening used the time: its plan stands
+            refined = plan
+        elif best.strategy == ONE_BATCH:  # the one-batch plan, as `place` makes it without the search
             refined = refine(best.graph, cluster, dataclasses.replace(options, time_limit=left))
         else:
             sub = sub_cluster(cluster, replica_groups(cluster, best.strategy.data_parallel)[0])
@@ -293,15 +307,29 @@ def _screen_all(graph: Graph, cluster: Cluster, todo: list[Strategy], options: P
     for i, d in enumerate(order):
         share = (until - time.perf_counter()) / (len(order) - i)
         stop = time.perf_counter() + max(share, 0.0)
-        done = _screen_degree(graph, cluster, by_d[d], options, heuristic, stop, tried == [], log)
+        done = _screen_degree(graph, cluster, _screen_order(by_d[d], len(cluster) // d, graph), options, heuristic,
+                              stop, tried == [], log)
         tried.extend(done)
     return tried
 
 
+def _screen_order(todo: list[Strategy], devices_per_replica: int, graph: Graph) -> list[Strategy]:
+    """One-device replicas: m ascending (more micro-batches only add overheads there, unless
+    memory needs them). Pipelines: m = 1 (the replica placed freely), then the most micro-batches
+    the screening can build and fewer from there: bubbles shrink as m grows, so the best m is
+    usually the largest, and the screening time runs out before it when counting up."""
+    ordered = sorted(todo, key=lambda s: s.microbatches)
+    if devices_per_replica == 1:
+        return ordered
+    fits = [s for s in ordered if s.microbatches == 1 or len(graph.ops) * s.microbatches <= MAX_SCREEN_OPS]
+    rest = [s for s in ordered if s not in fits]
+    return [*[s for s in fits if s.microbatches == 1], *reversed([s for s in fits if s.microbatches > 1]), *rest]
+
+
 def _screen_degree(graph: Graph, cluster: Cluster, todo: list[Strategy], options: PlaceOptions, heuristic: Solve,
                    stop: float, first: bool, log: PlaceOptions) -> list[Candidate]:
-    """One data-parallel degree: quick plans for m = 1, 2, 4, ... until `PATIENCE` in a row are
-    slower than the best, then the heuristics on the two fastest pipelined strategies, while the
+    """One data-parallel degree: quick plans in `_screen_order` until `PATIENCE` in a row are
+    slower than the best, then the heuristics on the fastest pipelined strategy, while the
     degree's share of the time lasts."""
     tried: list[Candidate] = []
     best: float | None = None
@@ -318,12 +346,12 @@ def _screen_degree(graph: Graph, cluster: Cluster, todo: list[Strategy], options
         if slower == PATIENCE:
             rest = todo[todo.index(strategy) + 1:]
             tried.extend(Candidate(s, why_not=f"not screened: {PATIENCE} micro-batch counts in a row up to "
-                                              f"{strategy} were slower than fewer") for s in rest)
+                                              f"{strategy} were slower") for s in rest)
             break
         best = c.plan.makespan if best is None else min(best, c.plan.makespan)
     pipelined = sorted((c for c in tried if c.plan is not None and c.engine in ("gpipe", "1f1b")),
                        key=lambda c: c.plan.makespan)  # type: ignore[union-attr]
-    for c in pipelined[:2]:
+    for c in pipelined[:1]:
         if time.perf_counter() > stop:
             break
         _logged(screen(graph, cluster, c, options, heuristic, quick=False), log)
