@@ -4,8 +4,12 @@ For every model of the zoo (`bench/zoo.py`) and k devices, the suite places the 
 
 - the baselines on the fine graph, as Baechi runs them: `single`, `expert`, `m-topo`, `m-etf`,
   `m-sct`;
+- what users run beyond one batch: `dp` (every device a replica, gradients all-reduced in buckets,
+  as `jax.jit` over a batch-sharded mesh), `gpipe` and `1f1b` (k contiguous stages balanced by
+  cost, the fixed schedule, the best micro-batch count up to 32);
 - Pesto as `pesto-compile` runs it: `coarsen{target=200},place{algo=A time-limit=T},expand` for
-  A in `ilp` and `auto` (the portfolio of heuristics, CP-SAT and LNS; Pesto's plan in the tables),
+  A in `ilp`, `auto-1b` (the portfolio of heuristics, CP-SAT and LNS on one batch) and `auto`
+  (the search over data-parallel replicas x micro-batches x placement; Pesto's plan in the tables),
 
 and reports each plan's simulated step time, the makespan lower bound, Pesto's gap to it and the
 planning time. Every plan has passed the plan validator. Rows where `auto` is not the fastest plan
@@ -17,7 +21,7 @@ or is more than 5% above the lower bound get findings that say why, from three n
 - the lower bound of the coarse graph: how much coarsening alone gives away;
 - the best single-device step time: whether parallelism pays for its transfers at all.
 
-    python -m bench                          # everything: 22 models x k = 2, 4, 8 (about 14 min)
+    python -m bench                          # everything: 23 models x k = 2, 4, 8 (about 80 min)
     python -m bench --quick                  # 4 small models x k = 2, 4 (about 30 s; CI runs it)
     python -m bench --models gnmt_training_layer jax_gpt --k 4 --time-limit 30
     python -m bench --readme README.md --gantt docs/images/plan.png   # refresh the README's results

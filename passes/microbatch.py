@@ -417,7 +417,7 @@ class Rewriter:
         self.groups = {str(op.get("colocate")) for op in src.ops if op.get("colocate") is not None}
 
     # -- helpers
-    def emit(self, src_op: Op, opcode: str, operands: Sequence[Value], types: Sequence[Type],
+    def emit(self, src_op: Op | None, opcode: str, operands: Sequence[Value], types: Sequence[Type],
              attrs: dict[str, Attr], name: str, result_names: Sequence[str] | None = None) -> Op:
         names = list(result_names) if result_names is not None else (
             [name] if len(types) == 1 else [f"{name}#{i}" for i in range(len(types))])
