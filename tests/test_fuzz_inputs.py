@@ -219,10 +219,11 @@ def check_parse(call: Any) -> None:
     assert time.monotonic() - start < TIME_LIMIT_S
 
 
-def check_cli(tmp_path: Path, model: Path, pipeline: str, capsys: pytest.CaptureFixture[str]) -> None:
+def check_cli(tmp_path: Path, model: Path, pipeline: str, capsys: pytest.CaptureFixture[str],
+              extra: tuple[str, ...] = ("--devices", "2")) -> None:
     out = tmp_path / "out.pir"  # tmp_path is shared by the examples of one test: start clean
     out.unlink(missing_ok=True)
-    argv = [str(model), "-p", pipeline, "--devices", "2", "-o", str(out), "-q"]
+    argv = [str(model), "-p", pipeline, *extra, "-o", str(out), "-q"]
     start = time.monotonic()
     try:
         rc = main(argv)
@@ -337,3 +338,37 @@ def test_cli_huge_integer_attribute_exits_1(tmp_path: Path, capsys: pytest.Captu
     assert "internal error" not in err
     assert re.search(r"model\.pir:1:\d+: error", err)
     assert not out.exists()
+
+
+# ------------------------------------------------------------------ 3. replicas and micro-batches
+
+DEGREES = st.one_of(st.integers(0, 9).map(str), st.integers(-3, 70000).map(str),
+                    st.sampled_from(["auto", "nan", "inf", "1e3", "", "0x2", "two", "-0", "2.0", "1" * 400]))
+
+
+@settings(FUZZ, max_examples=40)
+@given(dp=DEGREES, mb=DEGREES, devices=st.sampled_from(["1", "2", "3", "4"]),
+       as_pass=st.booleans())
+def test_cli_extreme_replicas_and_micro_batches(tmp_path: Path, capsys: pytest.CaptureFixture[str], dp: str,
+                                                mb: str, devices: str, as_pass: bool) -> None:
+    """`--data-parallel`/`--microbatches`, and the same as microbatch pass options, with any text:
+    a plan, or exit 1/2 with a message; never a crash, a hang or a partial output."""
+    model = EXAMPLES / "mlp_train_step.pir"
+    if as_pass:
+        check_cli(tmp_path, model, f"microbatch{{microbatches={mb or 1} data-parallel={dp or 1}}},annotate-costs,"
+                  "place{algo=m-etf}", capsys, ("--devices", devices))
+    else:
+        check_cli(tmp_path, model, "annotate-costs,place", capsys,
+                  ("--devices", devices, "--algo", "m-etf", "--data-parallel", dp, "--microbatches", mb))
+
+
+@settings(FUZZ, max_examples=40)
+@given(dp=st.one_of(st.none(), st.integers(-2, 10**6), st.sampled_from(["auto", 2.0, True, "x", [2]])),
+       mb=st.one_of(st.none(), st.integers(-2, 10**6), st.sampled_from(["auto", 2.5, False, "4", (2,)])),
+       argnums=st.one_of(st.none(), st.integers(-2, 5), st.sampled_from([(), (0, 0), "1", (1.0,), (True,)])))
+def test_parallelize_extreme_batch_options(dp: Any, mb: Any, argnums: Any) -> None:
+    """`parallelize`'s replica, micro-batch and batch options: accepted, or a PestoError at once."""
+    try:
+        pesto_ir.parallelize(lambda w, x: x @ w, data_parallel=dp, microbatches=mb, batch_argnums=argnums)
+    except PestoError as e:
+        check_pesto_error(e)
