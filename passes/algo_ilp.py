@@ -1118,10 +1118,13 @@ class _Search:
             self.neighbourhoods()
 
     def offer(self, plan: Plan, label: str) -> bool:
-        """Keep `plan` when it beats the best so far (ties keep the earlier)."""
+        """Keep `plan` when it beats the best so far (ties keep the earlier), and tell
+        `options.on_incumbent` (the worker's caller keeps it in case the solve is cut short)."""
         if self.best is not None and plan.makespan >= self.best.makespan * (1 - 1e-12):
             return False
         self.best, self.source = plan, label
+        if self.options.on_incumbent is not None and not validate_plan(self.inst.graph, self.inst.cluster, plan):
+            self.options.on_incumbent(plan)
         return True
 
     def neighbourhoods(self) -> None:

@@ -43,10 +43,11 @@ COARSE_NOTE = "coarse plan"  # first words of the note a coarse plan carries unt
 
 
 def _place_ilp(graph: Graph, cluster: Cluster, options: PlaceOptions) -> Plan:
-    """The exact MILP (passes/algo_ilp.py), imported only when asked for."""
-    from pesto_ir.passes.algo_ilp import place_ilp
+    """The exact MILP (passes/algo_ilp.py), solved in a worker process (passes/ilp_worker.py): a
+    solver crash or Ctrl-C keeps the best plan found so far."""
+    from pesto_ir.passes.ilp_worker import place_ilp_in_worker
 
-    return place_ilp(graph, cluster, options)
+    return place_ilp_in_worker(graph, cluster, options)
 
 
 def _place_cpsat(graph: Graph, cluster: Cluster, options: PlaceOptions) -> Plan:

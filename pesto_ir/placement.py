@@ -26,6 +26,7 @@ class PlaceOptions:
     warm_start: Plan | None = None  # best heuristic plan, for exact solvers to start from
     quiet: bool = False
     log: TextIO = field(default_factory=lambda: sys.stderr)
+    on_incumbent: Callable[[Plan], None] | None = None  # told each better plan as a solver finds it
 
     def progress(self, message: str) -> None:
         if not self.quiet:

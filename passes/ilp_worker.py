@@ -1,0 +1,180 @@
+"""The MILP runs in a process of its own (`python -m pesto_ir.passes.ilp_worker`).
+
+CBC is native code: a crash in it (a NaN that slipped into a coefficient once aborted with SIGABRT
+and a C stack trace) took the whole command down, and it only looks at Python's signals between
+its own steps, so Ctrl-C took 12-19 s and lost the best plan found. Here the caller sends the
+graph (as `.pir` text), the cluster (`pesto-cluster/1`), the options and the warm start
+(`pesto-plan/1`) to a worker, which solves with `place_ilp` and sends back its progress lines,
+every better plan as it finds it, and the final plan. The caller keeps the best plan it has heard
+of, so:
+
+- Ctrl-C stops the worker at once and returns that plan, with a note saying it was interrupted;
+- a worker that dies (a native crash, killed) is a clear error naming how it died, unless a plan
+  was already heard of, which is returned with a note saying so.
+
+Messages are the CP-SAT worker's: pickles with a length prefix (`cpsat_worker.write_message`).
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, replace
+from typing import Any
+
+from pesto_ir.cluster import Cluster
+from pesto_ir.errors import PestoError
+from pesto_ir.ir import Graph
+from pesto_ir.placement import PlaceOptions
+from pesto_ir.plan import Plan
+
+POLL_SECONDS = 0.2  # the caller wakes this often, so Ctrl-C is seen at once
+GRACE_SECONDS = 60.0  # past the time limit before a silent worker is given up on
+CRASH_ENV = "PESTO_ILP_WORKER_ABORT"  # tests: "progress" or "incumbent": abort() once one is sent
+
+
+class IlpWorkerError(PestoError):
+    pass
+
+
+@dataclass(frozen=True)
+class IlpRequest:
+    graph: str  # .pir text
+    cluster: dict[str, Any]  # pesto-cluster/1
+    warm_start: dict[str, Any] | None  # pesto-plan/1
+    time_limit: float
+    seed: int
+    solver: str
+    threads: int
+
+
+# ---------------------------------------------------------------- the caller's side
+
+def place_ilp_in_worker(graph: Graph, cluster: Cluster, options: PlaceOptions) -> Plan:
+    """`place_ilp` in a worker process: its plan, or on Ctrl-C or a worker crash the best plan
+    it had sent (with a note), or an error when it had sent none."""
+    from pesto_ir.passes.cpsat_worker import read_message, write_message
+
+    request = IlpRequest(str(graph), cluster.to_json(), options.warm_start.to_json() if options.warm_start else None,
+                         options.time_limit, options.seed, options.solver, options.threads)
+    errors = tempfile.TemporaryFile()
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    proc = subprocess.Popen([sys.executable, "-m", "pesto_ir.passes.ilp_worker"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=errors, env=env, bufsize=0,
+                            start_new_session=True)  # Ctrl-C reaches the caller only; it stops the worker
+    best = options.warm_start
+    started = time.perf_counter()
+    try:
+        assert proc.stdin is not None and proc.stdout is not None
+        write_message(proc.stdin, request)
+        proc.stdin.close()
+        while True:
+            ready, _, _ = select.select([proc.stdout], [], [], POLL_SECONDS)
+            if not ready:
+                if time.perf_counter() - started > options.time_limit + GRACE_SECONDS:
+                    return _fallback(best, f"the MILP worker sent nothing for {GRACE_SECONDS:g} s past the time "
+                                           "limit and was stopped")
+                continue
+            message = read_message(proc.stdout)
+            if message is None:
+                proc.wait()
+                return _fallback(best, _death(proc.returncode, errors))
+            kind, body = message
+            if kind == "progress":
+                options.progress(body)
+            elif kind == "incumbent":
+                best = Plan.from_json(body)
+            elif kind == "error":
+                raise IlpWorkerError(body)
+            elif kind == "plan":
+                return Plan.from_json(body)
+    except KeyboardInterrupt:
+        seconds = time.perf_counter() - started
+        options.progress(f"ilp: interrupted after {seconds:.1f}s; keeping the best plan found so far")
+        return _fallback(best, f"interrupted (Ctrl-C) after {seconds:.1f}s of the MILP", interrupted=True)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        errors.close()
+
+
+def _fallback(best: Plan | None, why: str, interrupted: bool = False) -> Plan:
+    if best is None:
+        raise IlpWorkerError(f"the MILP gave no plan: {why}")
+    solver = dict(best.solver or {})
+    solver["status"] = "interrupted" if interrupted else "worker-failed"
+    return replace(best, algorithm="ilp", solver=solver,
+                   notes=[*best.notes, f"{why}; this is the best plan found before"])
+
+
+def _death(returncode: int | None, errors: Any) -> str:
+    """How the worker ended, in words, with the last of what it wrote to stderr."""
+    if returncode is not None and returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        how = f"the MILP worker was killed by {name}"
+    else:
+        how = f"the MILP worker exited with status {returncode}"
+    errors.seek(0)
+    tail = errors.read()[-400:].decode("utf-8", "replace").strip().splitlines()
+    return how + (f" ({tail[-1]})" if tail else "")
+
+
+# ---------------------------------------------------------------- the worker's side
+
+def serve() -> int:
+    from pesto_ir.cluster import Cluster
+    from pesto_ir.frontends.text import parse
+    from pesto_ir.passes.algo_ilp import place_ilp
+    from pesto_ir.passes.cpsat_worker import read_message, write_message
+
+    out = sys.stdout.buffer
+    request = read_message(sys.stdin.buffer)
+    if request is None:
+        return 0
+    abort_after = os.environ.get(CRASH_ENV)
+
+    def send(kind: str, body: Any) -> None:
+        write_message(out, (kind, body))
+        if kind == abort_after:
+            os.abort()
+
+    class Log:
+        def write(self, text: str) -> None:
+            for line in text.splitlines():
+                if line.strip():
+                    send("progress", line)
+
+        def flush(self) -> None:
+            pass
+
+    def incumbent(plan: Plan) -> None:
+        send("incumbent", plan.to_json())
+
+    try:
+        graph = parse(request.graph, "<ilp request>")
+        cluster = Cluster.from_json(request.cluster)
+        warm = Plan.from_json(request.warm_start) if request.warm_start is not None else None
+        options = PlaceOptions(time_limit=request.time_limit, seed=request.seed, solver=request.solver,
+                               threads=request.threads, warm_start=warm, quiet=False, log=Log(),  # type: ignore[arg-type]
+                               on_incumbent=incumbent)
+        plan = place_ilp(graph, cluster, options)
+    except PestoError as e:
+        send("error", str(e))
+        return 1
+    send("plan", plan.to_json())
+    return 0
+
+
+if __name__ == "__main__":
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the caller stops the worker; it keeps the best plan
+    raise SystemExit(serve())

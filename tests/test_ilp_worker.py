@@ -1,0 +1,67 @@
+"""The MILP in a worker process (passes/ilp_worker.py): a crash or Ctrl-C keeps the best plan."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+import pesto_ir
+from pesto_ir.cluster import Cluster
+from pesto_ir.ir import Graph
+from pesto_ir.passes.ilp_worker import CRASH_ENV, IlpWorkerError, place_ilp_in_worker
+from pesto_ir.passes.place import best_heuristic_plan
+from pesto_ir.passmanager import PassContext, PassManager
+from pesto_ir.placement import PlaceOptions
+from pesto_ir.validate import check_plan
+
+MLP = Path(__file__).resolve().parents[1] / "examples" / "mlp_train_step.pir"
+MSR = Path(__file__).resolve().parents[2] / "shared" / "graphs" / "msr" / "bert24_training_layer.json"
+
+
+def costed_mlp() -> tuple[Graph, Cluster]:
+    cluster = Cluster.homogeneous(2, "h100")
+    graph = PassManager("annotate-costs").run(pesto_ir.load(MLP), PassContext(cluster=cluster, quiet=True))
+    return graph, cluster
+
+
+def test_the_worker_returns_a_valid_plan_no_slower_than_its_warm_start() -> None:
+    graph, cluster = costed_mlp()
+    warm = best_heuristic_plan(graph, cluster, PlaceOptions(quiet=True))
+    plan = place_ilp_in_worker(graph, cluster, PlaceOptions(time_limit=2, quiet=True, warm_start=warm))
+    check_plan(graph, cluster, plan)
+    assert plan.algorithm == "ilp" and plan.makespan <= warm.makespan * (1 + 1e-12)
+    assert plan.solver["status"] in ("optimal", "feasible")
+
+
+def test_a_crashed_worker_keeps_the_best_plan_and_says_how_it_died(monkeypatch: pytest.MonkeyPatch) -> None:
+    graph, cluster = costed_mlp()
+    warm = best_heuristic_plan(graph, cluster, PlaceOptions(quiet=True))
+    monkeypatch.setenv(CRASH_ENV, "progress")
+    plan = place_ilp_in_worker(graph, cluster, PlaceOptions(time_limit=5, quiet=True, warm_start=warm))
+    check_plan(graph, cluster, plan)
+    assert plan.makespan == warm.makespan and plan.solver["status"] == "worker-failed"
+    assert "killed by SIGABRT" in plan.notes[-1] and "best plan found before" in plan.notes[-1]
+    with pytest.raises(IlpWorkerError, match="the MILP gave no plan: the MILP worker was killed by SIGABRT"):
+        place_ilp_in_worker(graph, cluster, PlaceOptions(time_limit=5, quiet=True))
+
+
+@pytest.mark.skipif(not MSR.exists(), reason="needs the MSR graphs in ../shared")
+def test_ctrl_c_stops_the_solve_at_once_and_keeps_the_best_plan() -> None:
+    graph, cluster = pesto_ir.load(MSR), Cluster.homogeneous(4, "v100", latency=1e-5, bandwidth=5e10)
+    warm = best_heuristic_plan(graph, cluster, PlaceOptions(quiet=True))
+    timer = threading.Timer(1.5, lambda: os.kill(os.getpid(), signal.SIGINT))
+    started = time.monotonic()
+    timer.start()
+    try:
+        plan = place_ilp_in_worker(graph, cluster, PlaceOptions(time_limit=60, quiet=True, warm_start=warm))
+    finally:
+        timer.cancel()
+    assert time.monotonic() - started < 1.5 + 2.0  # stopped within 2 s of the signal
+    check_plan(graph, cluster, plan)
+    assert plan.solver["status"] == "interrupted" and "interrupted (Ctrl-C)" in plan.notes[-1]
+    assert plan.makespan <= warm.makespan
