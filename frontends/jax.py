@@ -155,20 +155,42 @@ def _lower_closed(closed: Any, name: str, param_flags: Sequence[bool] | None,
                   input_names: Sequence[str] | None) -> tuple[Graph, list[Any]]:
     graph = Graph(_sanitize(name, "main"))
     b = _Builder(graph)
-    jaxpr = closed.jaxpr
+    jaxpr = without_dead_code(closed.jaxpr)
     names = input_names or _arg_names(jaxpr, len(jaxpr.invars))
     flags = list(param_flags) if param_flags is not None else [False] * len(jaxpr.invars)
     env: Env = {}
     for var, hint, is_param in zip(jaxpr.invars, names, flags):
         env[var] = graph.add_input(b.names.fresh(hint), b.tensor_type(var.aval, None, "input"), param=is_param)
+    read = _read_vars(jaxpr)
     for var, c in zip(jaxpr.constvars, closed.consts):
-        env[var] = b.const_value(c)
+        if var in read:  # a constant only dead code read is not captured
+            env[var] = b.const_value(c)
     b.lower_eqns(jaxpr, env, _Ctx())
     graph.set_outputs(b.read(v, env, None) for v in jaxpr.outvars)
     consts = [array for array, _ in b.captured.values()]
     if consts:
         graph.attrs["consts"] = ListAttr(tuple(StringAttr(v.name) for _, v in b.captured.values()))
     return graph, consts
+
+
+def without_dead_code(jaxpr: Any) -> Any:
+    """`jaxpr` without the equations whose results nothing uses (JAX's own `dce_jaxpr`, into the
+    bodies of `cond`, `scan`, `pjit` and the rest; effects such as debug prints are kept), with
+    the same inputs: libraries trace work they drop (flax's RNN builds a default carry from a
+    random key), and it would be costed and placed as if it ran."""
+    from jax._src.interpreters import partial_eval as pe
+
+    pruned, _ = pe.dce_jaxpr(jaxpr, [True] * len(jaxpr.outvars))
+    return pruned.replace(invars=jaxpr.invars, constvars=jaxpr.constvars)
+
+
+def _read_vars(jaxpr: Any) -> set[Any]:
+    """The variables the equations and outputs of `jaxpr` read (literals aside)."""
+    out: set[Any] = set()
+    for eqn in jaxpr.eqns:
+        out.update(v for v in eqn.invars if not hasattr(v, "val"))
+    out.update(v for v in jaxpr.outvars if not hasattr(v, "val"))
+    return out
 
 
 # ---------------------------------------------------------------- names
