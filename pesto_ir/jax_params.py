@@ -20,6 +20,7 @@ import jax.extend.core as jex
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
+from jax._src import core as _jax_core  # MemorySpace has no public name in jax 0.10
 
 from pesto_ir.attributes import (
     Attr,
@@ -288,6 +289,7 @@ PARAM_CODECS: dict[str, ParamCodec] = {
     "fft_type": enum_codec(lax.FftType),
     "algorithm": enum_codec(lax.RandomAlgorithm),
     "select_prim": PRIMITIVE_CODEC,
+    "memory_space": enum_codec(_jax_core.MemorySpace),  # `empty2` in the gradient of a `cond`
     "sharding": ParamCodec(_encode_sharding, decode_plain),
     "out_sharding": ParamCodec(_encode_sharding, decode_plain),
 }
