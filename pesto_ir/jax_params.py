@@ -157,6 +157,36 @@ def namedtuple_codec(cls: Any) -> ParamCodec:
     return ParamCodec(encode, decode)
 
 
+def _encode_treedef(v: Any) -> Attr:
+    """A pytree structure of tuples, lists, dicts and None prints as JAX shows it,
+    `"PyTreeDef(((*,), {'y': *}))"`; one with other nodes (a dataclass, a namedtuple) has no
+    printed form that reads back, and says so."""
+    text = str(v)
+    try:
+        same = _decode_treedef(StringAttr(text)) == v
+    except (ValueError, SyntaxError):
+        same = False
+    if not same:
+        raise ParamEncodeError(f"no printed form for a pytree structure with nodes other than tuples, lists, dicts "
+                               f"and None: {text[:200]}")
+    return StringAttr(text)
+
+
+def _decode_treedef(a: Attr) -> Any:
+    import ast
+
+    import jax
+
+    text = str(a.value)
+    if not (text.startswith("PyTreeDef(") and text.endswith(")")):
+        raise ValueError(f"not a pytree structure: {text[:80]!r}")
+    example = ast.literal_eval(text[len("PyTreeDef("):-1].replace("*", "0"))  # every leaf a 0
+    return jax.tree_util.tree_structure(example)
+
+
+TREEDEF_CODEC = ParamCodec(_encode_treedef, _decode_treedef)
+
+
 def _encode_precision(v: Any) -> Attr:
     """None, a Precision, a pair of them, a DotAlgorithmPreset or a DotAlgorithm."""
     if v is None:
@@ -290,6 +320,7 @@ PARAM_CODECS: dict[str, ParamCodec] = {
     "algorithm": enum_codec(lax.RandomAlgorithm),
     "select_prim": PRIMITIVE_CODEC,
     "memory_space": enum_codec(_jax_core.MemorySpace),  # `empty2` in the gradient of a `cond`
+    "in_tree": TREEDEF_CODEC,  # `debug_print`'s arguments
     "sharding": ParamCodec(_encode_sharding, decode_plain),
     "out_sharding": ParamCodec(_encode_sharding, decode_plain),
 }

@@ -35,3 +35,37 @@ def test_gradients_through_cond_and_switch(loss: Callable[..., jax.Array], x: li
     assert "memory_space" in text and str(pesto_ir.parse(text)) == text
     run = pesto_ir.parallelize(grad, devices=jax.devices()[:4])
     np.testing.assert_allclose(np.asarray(run(w, xs)), np.asarray(jax.jit(grad)(w, xs)), rtol=1e-6)
+
+
+def _printing_step(w: jax.Array, x: jax.Array) -> jax.Array:
+    y = x @ w
+    jax.debug.print("y is {} and {z}", y, z=y * 2)
+    return jnp.tanh(y)
+
+
+def test_debug_print_lowers_round_trips_and_prints_once_per_step(capfd: pytest.CaptureFixture[str]) -> None:
+    w, x = jnp.ones((3, 2)), jnp.arange(12.0).reshape(4, 3)
+    text = str(lower(_printing_step, w, x))
+    assert "debug_print" in text and str(pesto_ir.parse(text)) == text
+    expected = jax.jit(_printing_step)(w, x)
+    jax.effects_barrier()
+    printed_by_jit = capfd.readouterr().out
+    run = pesto_ir.parallelize(_printing_step, devices=jax.devices()[:4])
+    np.testing.assert_allclose(np.asarray(run(w, x)), np.asarray(expected), rtol=1e-6)
+    jax.effects_barrier()
+    assert capfd.readouterr().out == printed_by_jit and printed_by_jit.count("y is") == 1
+
+
+def test_a_pytree_with_custom_nodes_is_refused_by_name() -> None:
+    from typing import NamedTuple
+
+    class Pair(NamedTuple):
+        a: jax.Array
+        b: jax.Array
+
+    def step(x: jax.Array) -> jax.Array:
+        jax.debug.print("{}", Pair(x, x))
+        return x
+
+    with pytest.raises(pesto_ir.PestoError, match="primitive 'debug_print': .*'in_tree'.* tuples, lists, dicts"):
+        lower(step, jnp.ones(2))
