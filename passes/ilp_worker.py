@@ -72,8 +72,12 @@ def place_ilp_in_worker(graph: Graph, cluster: Cluster, options: PlaceOptions) -
     started = time.perf_counter()
     try:
         assert proc.stdin is not None and proc.stdout is not None
-        write_message(proc.stdin, request)
-        proc.stdin.close()
+        try:
+            write_message(proc.stdin, request)
+            proc.stdin.close()
+        except OSError:  # the worker died before it read the request
+            proc.wait()
+            return _fallback(best, _death(proc.returncode, errors))
         while True:
             ready, _, _ = select.select([proc.stdout], [], [], POLL_SECONDS)
             if not ready:
@@ -137,7 +141,10 @@ def serve() -> int:
     from pesto_ir.passes.algo_ilp import place_ilp
     from pesto_ir.passes.cpsat_worker import read_message, write_message
 
-    out = sys.stdout.buffer
+    # Messages go out on a descriptor of their own: CBC's log capture points fd 1 at a pipe while it
+    # solves, and a message written there would be lost in the log (or block on a full pipe).
+    out = os.fdopen(os.dup(1), "wb", buffering=0)
+    os.dup2(2, 1)
     request = read_message(sys.stdin.buffer)
     if request is None:
         return 0

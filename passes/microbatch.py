@@ -112,9 +112,11 @@ class Batched:
 
 @dataclass
 class Cut:
-    """The op sums (or maxes) over the batch: copies' results are combined."""
+    """The op sums (or maxes) over the batch: copies' results are combined; whole operands that
+    carry the batch too are sliced alike (`split`, index -> axis)."""
 
     combine: str  # "sum", "max", "min" or "chain" (scatter-add into its own operand)
+    split: dict[int, int] = field(default_factory=dict)
 
 
 Rule = Callable[[Op, list["Batch | None"]], "Batched | Cut"]
@@ -172,6 +174,9 @@ def _broadcast(op: Op, axes: list[Batch | None]) -> Batched:
 @rule("reshape")
 def _reshape(op: Op, axes: list[Batch | None]) -> Batched:
     (a, rows), src, out = axes[0], _shape(op.operands[0]), _shape(op.results[0])
+    order = op.get("dimensions")
+    if order is not None and list(order) != list(range(len(src))):
+        raise _refuse(op, "it transposes before it reshapes (dimensions), which can make the batch a minor part")
     prefix = math.prod(src[:a])
     for j in range(len(out) + 1):
         if math.prod(out[:j]) == prefix and j < len(out) and out[j] % rows == 0:
@@ -376,7 +381,12 @@ def _scatter_add(op: Op, axes: list[Batch | None]) -> Batched | Cut:
         return Batched([ao], split)
     if axes[0] is not None:
         raise _refuse(op, "it scatters per-sample updates across samples")
-    return Cut("chain")  # an embedding gradient: every sample adds into the same table
+    if au is not None and au in uwd:
+        raise _refuse(op, "its updates carry the batch in their window, which spans samples")
+    if ai is None or ai >= len(_shape(op.operands[1])) - 1:
+        raise _refuse(op, "its indices do not carry the batch")
+    split = {i: ax for i, ax in ((1, ai), (2, upd_scatter[ai])) if axes[i] is None}
+    return Cut("chain", split)  # an embedding gradient: every sample adds into the same table
 
 
 def _fix_result_shape(op: Op, key: str) -> Callable[[dict[str, Attr], list[Type]], dict[str, Attr]]:
@@ -479,7 +489,7 @@ class Rewriter:
 
     def split(self, v: Value, axis: int) -> list[Value]:
         """Micro-batch versions of a whole value read where the batch is: a small broadcast or iota
-        when it is one along another axis, else slices of it (replica 0's)."""
+        when it is one along another axis, else (one replica only) slices of it."""
         key = (id(v), axis)
         if key in self.sliced:
             return self.sliced[key]
@@ -496,6 +506,13 @@ class Rewriter:
                 small = self.emit(op, op.opcode, [self.value(x) for x in op.operands], [t], attrs,
                                   self.out.fresh_name(f"{op.name}.mb")).result
         if small is None:
+            if self.d > 1 and not _constant_along(v, axis):  # every replica runs this graph: replica 0's rows
+                # of a value that varies along the batch would be wrong on the others
+                where = f"op '{op.name}' ({op.where()})" if op is not None else f"input %{v.name}"
+                raise MicrobatchError(f"cannot split %{v.name} for {self.d} data-parallel replicas: it has the batch "
+                                      f"along axis {axis} but is made from no batch input ({where}), so each replica "
+                                      "would need its own rows of it; declare it a batch input (batch_inputs / "
+                                      "batch_argnums) or use micro-batches without replicas")
             copies = self._slices(op, whole, axis, self.small(v.type, axis).shape[axis])  # type: ignore[union-attr]
         else:
             copies = [small] * self.m
@@ -519,7 +536,7 @@ class Rewriter:
             raise _refuse(op, "micro-batching has no rule for how it treats the batch axis")
         how = found(op, axes)
         if isinstance(how, Cut):
-            self.cut(op, axes, attrs, how.combine)
+            self.cut(op, axes, attrs, how)
         else:
             self.batched(op, axes, attrs, how)
 
@@ -567,17 +584,14 @@ class Rewriter:
             name += "'"
         return StringAttr(name)
 
-    def cut(self, op: Op, axes: list[Batch | None], attrs: dict[str, Attr], combine: str) -> None:
+    def cut(self, op: Op, axes: list[Batch | None], attrs: dict[str, Attr], how: Cut) -> None:
+        combine = how.combine
         partial: list[Op] = []
         for i in range(self.m):
-            operands = self.operands_for(op, axes, i, {})
+            operands = self.operands_for(op, axes, i, how.split)
             if combine == "chain" and partial:
                 operands[0] = partial[-1].result
-            a = dict(attrs)
-            a["microbatch"] = IntAttr(i)
-            a["colocate"] = self.group(op)
-            if i > 0 and "memory" in a:
-                a["memory"] = BytesAttr(0)
+            a = self._copy_attrs(op, attrs, i)
             partial.append(self.emit(op, op.opcode, operands, [r.type for r in op.results], a,
                                      op.name if self.m == 1 and self.d == 1 else f"{op.name}.mb{i}",
                                      [r.name if self.m == 1 and self.d == 1 else f"{r.name}.mb{i}"
@@ -626,6 +640,29 @@ class Rewriter:
                 outs.append(self.emit(v.owner, "concatenate", ps.copies, [TensorType(t.dtype, tuple(shape))],  # type: ignore[union-attr,arg-type]
                                       {"dimension": IntAttr(a)}, self.out.fresh_name(f"{v.name}.whole")).result)
         self.out.set_outputs(outs)
+
+
+def _constant_along(v: Value, axis: int) -> bool:
+    """Whether every row of `v` along `axis` is the same (a broadcast along it, an iota along
+    another axis, elementwise maths of such values and scalars): then any replica's rows are
+    replica 0's, and slicing it is exact on all of them."""
+    op = v.owner
+    if op is None or len(op.results) != 1:
+        return False
+    if op.opcode == "broadcast_in_dim":
+        dims = list(op.get("broadcast_dimensions"))
+        if axis not in dims:
+            return True
+        return _constant_along(op.operands[0], dims.index(axis))
+    if op.opcode == "iota":
+        return op.get("dimension") != axis
+    if op.opcode == "constant":
+        return False
+    if op.opcode in ELEMENTWISE:
+        rank = len(_shape(v))
+        return all(len(_shape(x)) == 0 or (len(_shape(x)) == rank and _shape(x)[axis] == 1)
+                   or _constant_along(x, axis) for x in op.operands)
+    return False
 
 
 def _is_zeros(v: Value) -> bool:

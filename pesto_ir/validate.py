@@ -115,6 +115,15 @@ def _check_replicas(graph: Graph, cluster: Cluster, plan: Plan, problems: list[s
             if a.memory != b.memory:
                 problems.append(f"device {d} of replica {r} has {b.memory:.6g} bytes of memory but mirrors {d0} "
                                 f"of replica 0, which has {a.memory:.6g}")
+            if (a.peak_flops, a.mem_bandwidth) != (b.peak_flops, b.mem_bandwidth):
+                problems.append(f"device {d} of replica {r} is not as fast as {d0} of replica 0, which it mirrors "
+                                "(peak_flops or mem_bandwidth differ): it would not keep replica 0's schedule")
+    rewritten = graph.attrs.get("microbatched")
+    degrees = rewritten.value if rewritten is not None else {"data_parallel": 1, "microbatches": 1}
+    if (degrees.get("data_parallel"), degrees.get("microbatches")) != (par.data_parallel, par.microbatches):
+        problems.append(f"the plan says data_parallel {par.data_parallel} x {par.microbatches} micro-batches but the "
+                        f"graph is the step for data_parallel {degrees.get('data_parallel')} x "
+                        f"{degrees.get('microbatches')} (its microbatched attribute)")
     home = set(par.replicas[0])
     for op in graph.ops:
         slot = plan.ops.get(op.name)

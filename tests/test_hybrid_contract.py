@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from pesto_ir import parse, verify
-from pesto_ir.attributes import DurationAttr
+from pesto_ir.attributes import DurationAttr, to_attr
 from pesto_ir.cluster import Cluster, ClusterError, Device, ring_all_reduce_time
 from pesto_ir.errors import PestoError, VerifyError
 from pesto_ir.ir import Graph
@@ -45,7 +45,7 @@ PAR = Parallelism(2, 1, (("gpu0",), ("gpu1",)))
 def dp_graph(ar_cost: float = RING_2, replicas: int = 2) -> Graph:
     """grad -> all_reduce -> update: one replica's graph of a data-parallel SGD step."""
     return parse(f"""
-graph @dp(%x: f32[256], param %w: f32[256]) {{
+graph @dp(%x: f32[256], param %w: f32[256]) attributes {{microbatched = {{data_parallel = {replicas}, microbatches = 1}}}} {{
   %grad = mul(%x, %w) {{cost = 1ms}} : f32[256]
   %ar = all_reduce(%grad) {{reduction = "sum", replicas = {replicas}, cost = {ar_cost!r}}} : f32[256]
   %upd = sub(%w, %ar) {{cost = 1ms}} : f32[256]
@@ -453,7 +453,25 @@ def test_mirror_devices_are_alike() -> None:
                                     LATENCY, BANDWIDTH)
     assert problems(lambda p: None, cluster=mixed) == [
         "device gpu1 of replica 1 is of kind a100 but mirrors gpu0 of replica 0, of kind v100",
-        "device gpu1 of replica 1 has 524288 bytes of memory but mirrors gpu0 of replica 0, which has 1.04858e+06"]
+        "device gpu1 of replica 1 has 524288 bytes of memory but mirrors gpu0 of replica 0, which has 1.04858e+06",
+        "device gpu1 of replica 1 is not as fast as gpu0 of replica 0, which it mirrors (peak_flops or "
+        "mem_bandwidth differ): it would not keep replica 0's schedule"]
+
+
+def test_a_mirror_of_the_same_kind_but_slower_is_refused() -> None:
+    slow = Device("gpu1", "v100", Device.of_kind("gpu0", "v100", 1 << 20).peak_flops / 10,
+                  Device.of_kind("gpu0", "v100").mem_bandwidth, 1 << 20)
+    cluster = Cluster.fully_connected([Device.of_kind("gpu0", "v100", 1 << 20), slow], LATENCY, BANDWIDTH)
+    assert problems(lambda p: None, cluster=cluster) == [
+        "device gpu1 of replica 1 is not as fast as gpu0 of replica 0, which it mirrors (peak_flops or "
+        "mem_bandwidth differ): it would not keep replica 0's schedule"]
+
+
+def test_the_plan_and_the_graph_agree_on_the_degrees() -> None:
+    def edit(p: Plan) -> None:
+        p.parallelism = Parallelism(2, 4, (("gpu0",), ("gpu1",)))
+    assert problems(edit) == ["the plan says data_parallel 2 x 4 micro-batches but the graph is the step for "
+                              "data_parallel 2 x 1 (its microbatched attribute)"]
 
 
 def test_replica_devices_are_in_the_cluster() -> None:
@@ -463,7 +481,9 @@ def test_replica_devices_are_in_the_cluster() -> None:
 
 
 def test_the_all_reduce_spans_the_plans_replicas() -> None:
-    assert problems(lambda p: None, dp_graph(replicas=3)) == [
+    graph = dp_graph(replicas=3)
+    graph.attrs["microbatched"] = to_attr({"data_parallel": 2, "microbatches": 1})
+    assert problems(lambda p: None, graph) == [
         "op 'ar' all-reduces across 3 replicas but the plan has data_parallel 2"]
 
 

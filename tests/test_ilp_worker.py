@@ -65,3 +65,30 @@ def test_ctrl_c_stops_the_solve_at_once_and_keeps_the_best_plan() -> None:
     check_plan(graph, cluster, plan)
     assert plan.solver["status"] == "interrupted" and "interrupted (Ctrl-C)" in plan.notes[-1]
     assert plan.makespan <= warm.makespan
+
+
+def test_plans_found_during_the_solve_reach_the_caller(monkeypatch: pytest.MonkeyPatch) -> None:
+    """CBC's log capture points fd 1 at a pipe while it solves; the worker's messages go out on a
+    descriptor of their own, so a better plan found then still reaches the caller (which keeps it
+    when the worker dies right after)."""
+    from pesto_ir.passes.place import ALGORITHMS
+
+    graph, cluster = costed_mlp()
+    poor = check_plan(graph, cluster, ALGORITHMS["single"](graph, cluster, PlaceOptions(quiet=True)))
+    monkeypatch.setenv(CRASH_ENV, "incumbent")
+    plan = place_ilp_in_worker(graph, cluster, PlaceOptions(time_limit=10, quiet=True, warm_start=poor))
+    check_plan(graph, cluster, plan)
+    assert plan.makespan < poor.makespan and "killed by SIGABRT" in plan.notes[-1]
+
+
+def test_the_solvers_live_progress_reaches_the_caller() -> None:
+    """The progress CBC's log gives while it solves (read while fd 1 points at the log pipe) is
+    forwarded to the caller's log."""
+    import io
+    import re
+
+    graph, cluster = costed_mlp()
+    warm = best_heuristic_plan(graph, cluster, PlaceOptions(quiet=True))
+    log = io.StringIO()
+    place_ilp_in_worker(graph, cluster, PlaceOptions(time_limit=3, log=log, warm_start=warm))
+    assert re.search(r"ilp: +\d+\.\ds +incumbent .* bound", log.getvalue()), log.getvalue()

@@ -125,12 +125,14 @@ def test_zoo_steps_micro_batch_exactly(name: str) -> None:
     assert_close(evaluate(graph, *args), evaluate(rebatch(graph, 2), *args))
 
 
-def test_zoo_resnet_replicas_share_batch_statistics_exactly() -> None:
+@pytest.mark.parametrize("name", ["resnet", "multitower"])
+def test_zoo_replicas_give_the_whole_batch_step(name: str) -> None:
     """Batch norm's statistics are reductions over the batch: all-reduced, they are the whole
-    batch's, as with jax.jit over a batch-sharded mesh."""
+    batch's, as with jax.jit over a batch-sharded mesh; a mean's cotangent (made from no batch
+    input, the same on every row) is sliced alike on every replica."""
     from bench import zoo_jax
 
-    graph = zoo_jax.lower_model("resnet", "quick")
+    graph = zoo_jax.lower_model(name, "quick")
     args = inputs_for(graph, seed=2)
     replica = rebatch(graph, 1, 2, all_reduce_cost=lambda n: 1e-6)
     for outputs in run_replicas(replica, args, 2):
@@ -310,3 +312,61 @@ def test_a_clone_prints_the_same_and_changes_alone() -> None:
     twin.ops[0].set("label", "changed")
     assert not twin.structurally_equal(graph) and "label" not in graph.ops[0].attrs
     assert all(a is not b for a, b in zip(twin.ops, graph.ops))
+
+
+# ---------------------------------------------------------------- cases found in review
+
+def _lowered(fn: Any, *args: Any, **kw: Any) -> Graph:
+    from pesto_ir.frontends.jax import lower
+
+    return lower(fn, *args, **kw)
+
+
+def test_replicas_refuse_a_per_sample_value_made_from_no_batch_input() -> None:
+    """Every replica runs one graph: rows of a value made without the batch (a position weight
+    over the batch) would be replica 0's on all of them, so it is refused; micro-batches alone
+    (one replica) slice it exactly."""
+    import jax.numpy as jnp
+
+    def loss(w: Any, x: Any) -> Any:
+        return jnp.sum(jnp.sum(jnp.tanh(x @ w), 1) * jnp.arange(8.0))
+
+    graph = _lowered(loss, np.ones((3, 2), np.float32), np.ones((8, 3), np.float32), param_argnums=0)
+    with pytest.raises(MicrobatchError, match="made from no batch input"):
+        rebatch(graph, 1, 2)
+    args = inputs_for(graph)
+    assert_close(evaluate(graph, *args), evaluate(rebatch(graph, 2), *args))
+
+
+def test_scatter_with_whole_updates_slices_them_alike() -> None:
+    """A histogram of per-sample labels adds whole-batch ones: each micro-batch adds its own rows."""
+    import jax.numpy as jnp
+
+    def hist(y: Any, ones: Any) -> Any:
+        return jnp.zeros(5).at[y].add(ones)
+
+    graph = _lowered(hist, np.array([0, 1, 1, 4, 2, 2, 2, 3], np.int32), np.ones(8, np.float32),
+                     batch_argnums=0)
+    args = [np.array([0, 1, 1, 4, 2, 2, 2, 3], np.int32), np.arange(8, dtype=np.float32)]
+    assert_close(evaluate(graph, *args), evaluate(rebatch(graph, 2), *args))
+
+
+def test_a_reshape_that_transposes_first_is_refused() -> None:
+    import jax
+    import jax.numpy as jnp
+
+    def fwd(w: Any, x: Any) -> Any:
+        return jax.lax.reshape(jnp.tanh(x @ w), (12,), dimensions=(1, 0))
+
+    graph = _lowered(fwd, np.ones((3, 3), np.float32), np.ones((4, 3), np.float32), param_argnums=0)
+    with pytest.raises(MicrobatchError, match="transposes before it reshapes"):
+        rebatch(graph, 2)
+
+
+def test_copies_of_a_reduction_over_the_batch_share_its_cost() -> None:
+    graph = pesto_ir.load(MLP)
+    for op in graph.ops:
+        op.attrs["cost"] = pesto_ir.attributes.DurationAttr(1e-3)
+    replica = rebatch(graph, 4, 2, all_reduce_cost=lambda n: 1e-5)
+    assert replica.op("g_w1.mb0").get("cost") == pytest.approx(1e-3 / 8)
+    assert replica.op("h_mm.mb3").get("cost") == pytest.approx(1e-3 / 8)
