@@ -200,11 +200,28 @@ def split_stages(graph: Graph, cluster: Cluster) -> Stages:
     for u, f in enumerate(owner):
         weights[f] = [a + b for a, b in zip(weights[f], cost[u])]
     cut = dict(zip(forward, balanced_cut([weights[u] for u in forward], n_stages)))
-    stage = [cut[f] for f in owner]
+    stage = backward_flows_back(graph, units, kinds, [cut[f] for f in owner])
     costs = [0.0] * n_stages
     for u, s in enumerate(stage):
         costs[s] += cost[u][s]
     return Stages(units, kinds, stage, costs)
+
+
+def backward_flows_back(graph: Graph, units: list[list[Op]], kinds: list[str], stage: list[int]) -> list[int]:
+    """Stages where no backward unit feeds a backward unit of a later stage: gradients flow from
+    the last stage to the first, and a schedule runs a stage's backward work of a micro-batch in
+    one go. A backward unit whose owner rule put it before one of its backward readers (it read no
+    forward value of its own layer) moves to that reader's stage."""
+    unit_of = {op.name: u for u, ops in enumerate(units) for op in ops}
+    stage = list(stage)
+    for op in reversed(graph.ops):  # readers before what they read
+        u = unit_of[op.name]
+        if kinds[u] != BACKWARD:
+            continue
+        later = [stage[unit_of[c.name]] for c in op.consumers() if kinds[unit_of[c.name]] == BACKWARD]
+        if later and max(later) > stage[u]:
+            stage[u] = max(later)
+    return stage
 
 
 def _unit_kind(ops: list[Op], op_kind: dict[str, str]) -> str:
@@ -216,8 +233,9 @@ def unit_owners(units: list[list[Op]], kinds: list[str]) -> list[int]:
     """The forward unit whose stage each unit takes (a forward unit owns itself). Stages grow with
     the forward order, so owners say the stage rule before the cut is known:
 
-    - a backward unit: the latest forward unit it reads directly, else the earliest owner among its
-      producers (the layer whose gradient it continues);
+    - a backward unit: the latest forward unit it reads directly or that reads what it reads (the
+      op it differentiates), else the earliest owner among its producers (the layer whose gradient
+      it continues);
     - an other unit: the latest owner among its producers (the update runs where its gradient is);
     - with neither, and constant units: the earliest owner among its consumers (a constant joins
       its first reader; an update term that reads optimizer state only, its update), else the
@@ -225,6 +243,10 @@ def unit_owners(units: list[list[Op]], kinds: list[str]) -> list[int]:
     """
     unit_of = {op.name: u for u, ops in enumerate(units) for op in ops}
     producers = [{unit_of[p.name] for op in ops for p in op.producers()} - {u} for u, ops in enumerate(units)]
+    # the forward units that read what a unit reads: a weight gradient (x^T dy) reads the x its
+    # forward matmul (x W) read, so it belongs with that matmul even where x was made a stage earlier
+    siblings = [{unit_of[c.name] for op in ops for v in op.operands if v.owner is not None
+                 for c in v.users() if kinds[unit_of[c.name]] == FORWARD} - {u} for u, ops in enumerate(units)]
     consumers = [{unit_of[c.name] for op in ops for c in op.consumers()} - {u} for u, ops in enumerate(units)]
     owner = [u if k == FORWARD else -1 for u, k in enumerate(kinds)]
     for _ in range(len(units)):  # a unit may read units that first appear after it: settle to a fixed point
@@ -232,7 +254,7 @@ def unit_owners(units: list[list[Op]], kinds: list[str]) -> list[int]:
         for u, k in enumerate(kinds):
             if k in (FORWARD, CONSTANT):
                 continue
-            direct = [v for v in producers[u] if kinds[v] == FORWARD] if k == BACKWARD else []
+            direct = [v for v in producers[u] | siblings[u] if kinds[v] == FORWARD] if k == BACKWARD else []
             known = [owner[v] for v in producers[u] if owner[v] >= 0]
             found = max(direct) if direct else (min(known) if k == BACKWARD else max(known)) if known else -1
             if found != owner[u]:
