@@ -92,6 +92,8 @@ def parallelism_line(plan: Plan) -> str | None:
     par = plan.parallelism
     if par is None:
         return None
+    if par.data_parallel == 1:
+        return f"{par.microbatches} micro-batches, one replica"
     replicas = _named([",".join(g) for g in par.replicas], " | ")
     return (f"data-parallel {par.data_parallel} x {par.microbatches} micro-batches; "
             f"replicas: {replicas} (each runs this schedule)")

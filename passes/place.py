@@ -239,7 +239,12 @@ def place_hybrid(graph: Graph, cluster: Cluster, algo: str, options: PlaceOption
     def refine(g: Graph, c: Cluster, o: PlaceOptions) -> Plan:
         return place_graph(g, c, algo, o)
 
-    return search(graph, cluster, options, data_parallel, microbatches, heuristic, refine)
+    out, plan = search(graph, cluster, options, data_parallel, microbatches, heuristic, refine)
+    if plan.algorithm != algo:  # the plan is `algo`'s search; the engine that made it is its winner
+        plan.solver = {**(plan.solver or {}), "winner": plan.algorithm}
+        plan.algorithm = algo
+        write_plan_attrs(out, plan)
+    return out, plan
 
 
 def refined_on_fine_graph(graph: Graph, cluster: Cluster, plan: Plan, options: PlaceOptions, seconds: float) -> Plan:
