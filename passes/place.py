@@ -229,11 +229,17 @@ def place_hybrid(graph: Graph, cluster: Cluster, algo: str, options: PlaceOption
         replica of one device any order of the ops takes their total."""
         best: Plan | None = None
         names = ("single",) if len(c) == 1 else ("m-etf", "m-sct") if len(g.ops) <= SCREEN_BOTH_MAX_OPS else ("m-etf",)
-        for name in names:
-            plan = check_plan(g, c, ALGORITHMS[name](g, c, o))
+        failed: list[PestoError] = []
+        for name in names:  # one that runs out of memory leaves the others their chance
+            try:
+                plan = check_plan(g, c, ALGORITHMS[name](g, c, o))
+            except PestoError as e:
+                failed.append(e)
+                continue
             if best is None or plan.makespan < best.makespan:
                 best = plan
-        assert best is not None
+        if best is None:
+            raise failed[0]
         return best
 
     def refine(g: Graph, c: Cluster, o: PlaceOptions) -> Plan:

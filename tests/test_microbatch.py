@@ -4,6 +4,7 @@ refusals, and valid hybrid plans on random graphs."""
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -370,3 +371,18 @@ def test_copies_of_a_reduction_over_the_batch_share_its_cost() -> None:
     replica = rebatch(graph, 4, 2, all_reduce_cost=lambda n: 1e-5)
     assert replica.op("g_w1.mb0").get("cost") == pytest.approx(1e-3 / 8)
     assert replica.op("h_mm.mb3").get("cost") == pytest.approx(1e-3 / 8)
+
+
+def test_a_strategy_keeps_the_plan_of_a_heuristic_that_works(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Screening tries m-ETF and m-SCT on a replica: one failing (out of memory, say) does not
+    drop the strategy when the other gives a plan."""
+    from pesto_ir.passes import place as place_module
+    from pesto_ir.passes.algo_common import PlacementError
+
+    def fails(graph: Graph, cluster: Cluster, options: PlaceOptions) -> Any:
+        raise PlacementError("m-etf: out of memory (for the test)")
+
+    monkeypatch.setitem(place_module.ALGORITHMS, "m-etf", fails)
+    _, plan = hybrid_run("annotate-costs,place{algo=auto time-limit=3 data-parallel=2 microbatches=auto}")
+    note = next(n for n in plan.notes if n.startswith("hybrid search"))
+    assert re.search(r"d=2 m=1 [\d.]+ us", note), note
