@@ -17,12 +17,13 @@ from pesto_ir.passmanager import Pass, PassContext
 EFFECTFUL = frozenset({"debug_print", "debug_callback", "io_callback", "callback"})
 
 
-def dead_code_elimination(graph: Graph) -> int:
-    """Remove the dead ops of `graph` (last first, so chains go too); how many were removed."""
+def dead_code_elimination(graph: Graph, only: set[str] | None = None) -> int:
+    """Remove the dead ops of `graph` (last first, so chains go too), or of those named in `only`;
+    how many were removed."""
     outputs = {id(v) for v in graph.outputs}
     removed = 0
     for op in reversed(list(graph.ops)):
-        if _dead(op, outputs):
+        if (only is None or op.name in only) and _dead(op, outputs):
             graph.erase(op)
             removed += 1
     return removed

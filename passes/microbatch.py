@@ -36,6 +36,7 @@ from typing import Any
 from pesto_ir.attributes import Attr, BytesAttr, DurationAttr, IntAttr, StringAttr, to_attr
 from pesto_ir.errors import PestoError
 from pesto_ir.ir import Graph, Op, Value
+from pesto_ir.passes.dce import dead_code_elimination
 from pesto_ir.passmanager import Pass, PassContext
 from pesto_ir.shape_rules import BINARY, COMPARE, UNARY
 from pesto_ir.types import BlobType, TensorType, Type
@@ -424,6 +425,7 @@ class Rewriter:
         self.per: dict[int, _PerSample] = {}
         self.sliced: dict[tuple[int, int], list[Value]] = {}
         self.whole: set[str] = set()  # ops kept whole: the rewrite may leave them unread
+        self.summed: dict[int, Value] = {}  # cost graphs: a per-sample value summed over micro-batches
         self.groups = {str(op.get("colocate")) for op in src.ops if op.get("colocate") is not None}
 
     # -- helpers
@@ -748,18 +750,16 @@ def _rebatch_costs(src: Graph, m: int, d: int, all_reduce_cost: Callable[[int], 
 
 def _summed(rw: Rewriter, op: Op, v: Value) -> Value:
     """The sum over micro-batches of a per-sample value read by a `per_sample = false` op."""
-    key = (id(v), -1)
-    if key not in rw.sliced:
+    if id(v) not in rw.summed:
         copies = rw.per[id(v)].copies
         producer = v.owner
         assert producer is not None
-        group = rw.group(producer)
         acc = copies[0]
         if len(copies) > 1:
-            acc = rw.emit(producer, producer.opcode, copies, [v.type], {"colocate": group, "label":
+            acc = rw.emit(producer, producer.opcode, copies, [v.type], {"colocate": rw.group(producer), "label":
                           StringAttr(f"sum of {v.name} over micro-batches")}, rw.out.fresh_name(f"{v.name}.acc")).result
-        rw.sliced[key] = [acc]
-    return rw.sliced[key][0]
+        rw.summed[id(v)] = acc
+    return rw.summed[id(v)]
 
 
 # ---------------------------------------------------------------- entry points
@@ -797,22 +797,14 @@ def rebatch(graph: Graph, microbatches: int, data_parallel: int = 1,
             rw.op(op)
         rw.outputs()
         out = rw.out
-        _drop_dead_ops(out, rw.whole)
+        # the whole ops only per-sample ops read (a bias broadcast to the whole batch, now built at
+        # the micro-batch's size) are unread now; ops the source itself left unread stay (the user's)
+        dead_code_elimination(out, only=rw.whole)
     out.attrs["microbatched"] = to_attr({"data_parallel": d, "microbatches": m})
     from pesto_ir.verifier import verify
 
     verify(out, context=f"the micro-batched graph of '{graph.name}' is invalid (a bug in the rewrite)")
     return out
-
-
-def _drop_dead_ops(graph: Graph, whole: set[str]) -> None:
-    """Remove the whole ops that only per-sample ops read (a bias broadcast to the whole batch, now
-    built at the micro-batch's size): nothing reads them now, and they would hold memory and time.
-    Ops the source graph itself left unread stay: their work is the user's."""
-    outputs = {id(v) for v in graph.outputs}
-    for op in reversed(list(graph.ops)):
-        if op.name in whole and not any(r.uses or id(r) in outputs for r in op.results):
-            graph.erase(op)
 
 
 @dataclass(frozen=True)
