@@ -44,9 +44,11 @@ def expand_plan(graph: Graph, cluster: Cluster, plan: Plan) -> Plan:
     if unplaced:
         raise PlaceError(f"{len(unplaced)} op(s) have no device, e.g. '{unplaced[0]}' (run place on this graph)")
     placement = {name: slot.device for name, slot in plan.ops.items()}
-    # By (start, graph position), but topologically: a zero-length producer may print a start one
-    # rounding error after its consumer's in a solver's plan, and sorting alone would deadlock.
-    order = order_from_priority(graph, placement, {name: slot.start for name, slot in plan.ops.items()})
+    # By (start, end, graph position), but topologically: a zero-length producer may print a start
+    # one rounding error after its consumer's in a solver's plan, and sorting alone would deadlock.
+    # The end breaks ties: a zero-length op that starts with a longer one ran first (after it, it
+    # would have started at its end), and run second it would send its results that much later.
+    order = order_from_priority(graph, placement, {name: (slot.start, slot.end) for name, slot in plan.ops.items()})
     fine = simulate(graph, cluster, placement, order, algorithm=plan.algorithm)
     if plan.parallelism is not None:  # replica 0's schedule, which every replica runs
         fine.devices, fine.parallelism = list(plan.devices), plan.parallelism

@@ -278,7 +278,7 @@ def search(graph: Graph, cluster: Cluster, options: PlaceOptions, data_parallel:
             else:
                 refined = as_hybrid(best.graph, cluster, refined, best.strategy)
         if plan is None or refined.makespan < plan.makespan:
-            plan = refined
+            plan = retimed(best.graph, cluster, refined, plan)
     except PestoError as e:
         if plan is None:
             if len(tried) == 1:
@@ -289,6 +289,18 @@ def search(graph: Graph, cluster: Cluster, options: PlaceOptions, data_parallel:
     plan.notes = [*plan.notes, _summary(tried, best.strategy, plan)]
     write_plan_attrs(best.graph, plan)
     return best.graph, plan
+
+
+def retimed(graph: Graph, cluster: Cluster, refined: Plan, screened: Plan | None) -> Plan:
+    """`refined` re-timed as `expand` and the executable run it (links first come, first served:
+    LNS times its plans with the solver's order of transfers), unless that makes it slower than
+    the screening plan, which the simulator timed that way already."""
+    from pesto_ir.passes.expand import expand_plan  # expand builds on place, which builds on this module
+
+    timed = expand_plan(graph, cluster, refined)
+    if screened is not None and timed.makespan >= screened.makespan:
+        return screened
+    return dataclasses.replace(timed, notes=refined.notes)  # the coarse note, for `expand`
 
 
 def _screen_all(graph: Graph, cluster: Cluster, todo: list[Strategy], options: PlaceOptions, heuristic: Solve,

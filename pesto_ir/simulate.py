@@ -139,8 +139,10 @@ def _check_inputs(graph: Graph, cluster: Cluster, placement: Mapping[str, str],
 
 
 def order_from_priority(graph: Graph, placement: Mapping[str, str],
-                        priority: Mapping[str, float] | None = None) -> dict[str, list[str]]:
-    """Per-device orders that respect dependencies: a topological order, ties by `priority`."""
+                        priority: Mapping[str, float] | Mapping[str, tuple[float, ...]] | None = None
+                        ) -> dict[str, list[str]]:
+    """Per-device orders that respect dependencies: a topological order, ties by `priority` (a
+    number or a tuple of numbers per op), then graph position."""
     index = {op.name: i for i, op in enumerate(graph.ops)}
     key = (lambda n: (priority[n], index[n])) if priority is not None else (lambda n: (index[n],))
     indeg = {op.name: len(op.producers()) for op in graph.ops}
