@@ -4,7 +4,8 @@ Each device runs its ops one at a time in the given order. An op starts once its
 and every input is on that device: a producer on the same device has ended, or the transfer of a
 producer's results from another device has arrived. A producer's results are sent once per
 destination device (all the results ops there read, as one message); transfers on one directed
-link run one at a time, first come first served. Graph inputs are available everywhere at time 0.
+link run one at a time, first come first served (ops that end at the same time send in graph
+order). Graph inputs are available everywhere at time 0.
 """
 
 from __future__ import annotations
@@ -58,7 +59,10 @@ def simulate(graph: Graph, cluster: Cluster, placement: Mapping[str, str],
     arrived: dict[tuple[str, str], float] = {}  # (producer, device) -> time its data is there
     slots: dict[str, OpSlot] = {}
     transfers: list[Transfer] = []
-    events: list[tuple[float, int, str, str, str]] = []  # (time, seq, kind, op, device)
+    # (time, rank, seq, kind, op, device): ops that end together send in graph order, so the order of
+    # transfers on a link does not depend on which device's order listed its op first
+    index = {op.name: i for i, op in enumerate(graph.ops)}
+    events: list[tuple[float, int, int, str, str, str]] = []
     seq = 0
 
     def ready_time(name: str, device: str) -> float | None:
@@ -83,13 +87,13 @@ def simulate(graph: Graph, cluster: Cluster, placement: Mapping[str, str],
             slots[name] = OpSlot(device, start, end)
             device_free[device] = end
             pos[device] += 1
-            heapq.heappush(events, (end, seq, "op", name, device))
+            heapq.heappush(events, (end, index[name], seq, "op", name, device))
             seq += 1
 
     for d in cluster.names:
         try_start(d)
     while events:
-        t, _, kind, name, device = heapq.heappop(events)
+        t, _, _, kind, name, device = heapq.heappop(events)
         if kind == "op":
             finished[name] = t
             for dst, nbytes in sorted(transfer_bytes(ops[name], placement).items()):
@@ -98,7 +102,7 @@ def simulate(graph: Graph, cluster: Cluster, placement: Mapping[str, str],
                 end = start + cluster.transfer_time(device, dst, nbytes)
                 link_free[link] = end
                 transfers.append(Transfer(name, device, dst, start, end, nbytes))
-                heapq.heappush(events, (end, seq, "xfer", name, dst))
+                heapq.heappush(events, (end, len(index), seq, "xfer", name, dst))
                 seq += 1
             try_start(device)
         else:

@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from strategies import clusters, graph_docs, roomy_memory
 
 from pesto_ir import parse
 from pesto_ir.cluster import Cluster, Device, Link
+from pesto_ir.frontends.json_graph import graph_from_json
+from pesto_ir.ir import Graph
 from pesto_ir.simulate import PlanError, order_from_priority, simulate
 
 MS = 1e-3
@@ -98,3 +103,53 @@ def test_missing_and_misplaced_ops_are_reported() -> None:
     text = str(info.value)
     assert "op 'b' is placed on unknown device 'gpu9'" in text
     assert "op 'c' is not placed" in text
+
+
+
+@st.composite
+def timed_problems(draw: st.DrawFn) -> tuple[Graph, Cluster]:
+    """A random graph whose ops all take time (so no two ops of a device share a start), on a roomy
+    random cluster."""
+    doc = draw(graph_docs(max_ops=12, per_kind_costs=False, colocation=False))
+    for node in doc["nodes"]:
+        node["cost"] = draw(st.floats(1e-6, 1e-3))
+    graph = graph_from_json(doc)
+    return graph, draw(clusters(4)).with_memory(roomy_memory(graph))
+
+
+@settings(max_examples=100, deadline=None)
+@given(problem=timed_problems(), data=st.data())
+def test_expand_keeps_a_simulated_plans_times(problem: tuple[Graph, Cluster], data: st.DataObject) -> None:
+    """A plan the simulator timed, re-timed by `expand` from its start and end times alone, gives
+    every op and transfer the same times (ops that end together send in graph order, whatever
+    the device orders said)."""
+    from pesto_ir.passes.expand import expand_plan
+
+    graph, cl = problem
+    placement = {op.name: data.draw(st.sampled_from(cl.names)) for op in graph.ops}
+    priority = {op.name: data.draw(st.floats(0.0, 1.0)) for op in graph.ops}
+    plan = simulate(graph, cl, placement, order_from_priority(graph, placement, priority))
+    again = expand_plan(graph, cl, plan)
+    assert again.ops == plan.ops
+    assert sorted((t.src, t.to, t.start, t.end) for t in again.transfers) == \
+        sorted((t.src, t.to, t.start, t.end) for t in plan.transfers)
+
+
+def test_expand_runs_a_zero_length_op_before_the_longer_op_that_starts_with_it() -> None:
+    """`z` (no time) and `b` (2 ms) both start at 1 ms on gpu0, `z` first as the order says; `z`
+    feeds gpu1. Re-timed from start times with ties by graph position, `b` would go first and the
+    transfer would leave 2 ms late."""
+    from pesto_ir.passes.expand import expand_plan
+
+    g = parse("""
+graph @tie() {
+  %a = opaque() {cost = 1ms} : blob[0]
+  %b = opaque(%a) {cost = 2ms} : blob[0]
+  %z = opaque(%a) {cost = 0ms} : blob[1000]
+  %c = opaque(%z) {cost = 1ms} : blob[0]
+}
+""")
+    plan = simulate(g, cluster(), {"a": "gpu0", "b": "gpu0", "z": "gpu0", "c": "gpu1"},
+                    {"gpu0": ["a", "z", "b"], "gpu1": ["c"]})
+    assert plan.ops["z"].start == plan.ops["b"].start == 1 * MS
+    assert expand_plan(g, cluster(), plan).ops == plan.ops
