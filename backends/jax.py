@@ -165,8 +165,7 @@ class Executable:
         resident: dict[int, Any] = {}
         for v, x in zip(values, constants):
             home = sched.input_home[v]
-            resident[self._regs(v, home)] = jax.device_put(np.asarray(x, jax_dtype(v.type.dtype))
-                                                           if not isinstance(x, jax.Array) else x,
+            resident[self._regs(v, home)] = jax.device_put(_converted(x, jax_dtype(v.type.dtype), v),
                                                            self._sharding[home])
         for m in sched.input_moves:
             src = self._regs(m.value, m.src)
@@ -258,10 +257,10 @@ class Executable:
         if [getattr(x, "sharding", None) for x in inputs] == self._input_shardings:
             return inputs
         out = []
-        for (_, sharding, dtype), x in zip(self._inputs, inputs):
+        for (_, sharding, dtype), x, v in zip(self._inputs, inputs, self.schedule.graph.inputs):
             placed = getattr(x, "sharding", None)
             if placed is not sharding and placed != sharding:
-                x = jax.device_put(x if isinstance(x, jax.Array) else np.asarray(x, dtype), sharding)
+                x = jax.device_put(_converted(x, dtype, v), sharding)
             out.append(x)
         return out
 
@@ -315,6 +314,17 @@ def _gather(regs: tuple[int, ...]) -> Gather:
         (r,) = regs
         return lambda m: (m[r],)
     return itemgetter(*regs)
+
+
+def _converted(x: Any, dtype: Any, v: Value) -> Any:
+    """`x` as an array of `dtype`, converted like jax.jit converts an argument. Typed PRNG keys
+    exist only as JAX key arrays: anything else given for one is refused by name."""
+    if isinstance(x, jax.Array):
+        return x
+    if isinstance(v.type, TensorType) and v.type.key_impl is not None:
+        raise BackendError(f"input %{v.name} is {v.type}, got a {type(x).__name__}: pass a JAX key array "
+                           f"(jax.random.key(seed, impl={v.type.key_impl!r}))")
+    return np.asarray(x, dtype)
 
 
 def _device(x: Any) -> Any:

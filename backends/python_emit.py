@@ -39,6 +39,7 @@ from pesto_ir.jax_params import (
     decode_plain,
     jax_dtype,
     lookup_primitive,
+    prng_impl,
 )
 from pesto_ir.plan import read_plan_attrs
 from pesto_ir.types import TensorType
@@ -135,12 +136,41 @@ if hasattr(lax, "Tolerance"):
 # Tried in order when the exact type is not above (enums before ints: IntEnum members are ints).
 _SOURCE_BY_BASE: tuple[tuple[Callable[[Any], bool], Source], ...] = (
     (lambda x: isinstance(x, enum.Enum), lambda x: f"{_lax_class(type(x))}.{x.name}"),
+    (lambda x: isinstance(x, tuple) and hasattr(x, "key_shape") and hasattr(x, "random_bits"),
+     lambda x: _prng_impl_source(x)),  # a PRNGImpl is a named tuple of functions: by name
     (lambda x: isinstance(x, tuple) and hasattr(type(x), "_fields"), _namedtuple_source),
     (lambda x: isinstance(x, np.dtype), lambda x: f"jnp.dtype({x.name!r})"),
     (lambda x: isinstance(x, type) and issubclass(x, np.generic), lambda x: f"jnp.dtype({np.dtype(x).name!r})"),
     (lambda x: isinstance(x, np.generic), lambda x: source(x.item())),
     (lambda x: isinstance(x, jex.Primitive), lambda x: f"_primitive({x.name!r})"),
 )
+
+
+def _prng_impl_source(impl: Any) -> str:
+    """A PRNG implementation (`random_seed`'s `impl`) by name; JAX must know it by that name."""
+    try:
+        known = prng_impl(impl.name) == impl
+    except PestoError:
+        known = False
+    if not known or impl.name not in _jax_prng_names():
+        raise EmitError(f"PRNG implementation {impl.name!r} is not registered with JAX by name, so a module "
+                        f"run on its own could not find it")
+    return f"_prng_impl({impl.name!r})"
+
+
+def _jax_prng_names() -> set[str]:
+    from jax._src.random import prng  # JAX's registry of PRNG implementations; no public name
+
+    return set(prng.prngs)
+
+
+def _dtype_name(t: TensorType) -> str:
+    """The name `_dtype` reads back in the module: numpy's (`float32`), or the key type (`key<rbg>`)."""
+    return t.dtype if t.key_impl is not None else np.dtype(jax_dtype(t.dtype)).name
+
+
+def _dtype_source(t: TensorType) -> str:
+    return f"_dtype({t.dtype!r})" if t.key_impl is not None else f"jnp.dtype({_dtype_name(t)!r})"
 
 
 def source(x: Any) -> str:
@@ -205,6 +235,29 @@ def _to(x, device, dtype):
     return jax.device_put(x if isinstance(x, jax.Array) else np.asarray(x, dtype), device)
 
 
+def _prng_impl(name):
+    """JAX's PRNG implementation called `name` (the `impl` of random_seed and random_wrap)."""
+    from jax._src.random import prng  # JAX's registry by name; it has no public one
+
+    return prng.prngs[name]
+
+
+def _dtype(name):
+    """A dtype by name: numpy's (`float32`), or typed PRNG keys of an implementation (`key<rbg>`)."""
+    if name.startswith("key<") and name.endswith(">"):
+        return jax.random.key(0, impl=_prng_impl(name[4:-1])).dtype
+    return jnp.dtype(name)
+
+
+def _example(shape, dtype):
+    """Zeros of an input's shape and dtype; distinct keys (split from seed 0) for PRNG keys."""
+    dtype = _dtype(dtype)
+    if jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key):
+        key = jax.random.key(0, impl=dtype)
+        return jax.random.split(key, shape) if shape else key
+    return np.zeros(shape, dtype)
+
+
 def _device_map(devices):
     devices = list(jax.devices()[:len(DEVICES)] if devices is None else devices)
     if len(devices) != len(DEVICES):
@@ -236,7 +289,7 @@ class _Emitter:
         plan = read_plan_attrs(g)
         algo = plan.algorithm if plan is not None else "?"
         makespan = f"{plan.makespan * 1e6:.1f} us" if plan is not None else "?"
-        specs = "".join(f"\n    ({v.name!r}, {tuple(_tensor(v).shape)!r}, {np.dtype(jax_dtype(_tensor(v).dtype)).name!r}),"
+        specs = "".join(f"\n    ({v.name!r}, {tuple(_tensor(v).shape)!r}, {_dtype_name(_tensor(v))!r}),"
                         for v in g.inputs)
         homes = "".join(f"\n    {sched.input_home[v]!r},  # {v.name}" for v in g.inputs)
         lines = [
@@ -357,8 +410,7 @@ class _Emitter:
             return source(decode_plain(attr))
         g = attr.graph
         fname = self.nested(g, f"{op.name}_{key}")
-        specs = ", ".join(f"({tuple(_tensor(v).shape)!r}, jnp.dtype({np.dtype(jax_dtype(_tensor(v).dtype)).name!r}))"
-                          for v in g.inputs)
+        specs = ", ".join(f"({tuple(_tensor(v).shape)!r}, {_dtype_source(_tensor(v))})" for v in g.inputs)
         closed = f"_closed_jaxpr({fname}{', ' if specs else ''}{specs})"
         return f"{closed}.jaxpr" if codec_for(op.opcode, key) is OPEN_JAXPR_CODEC else closed
 
@@ -380,9 +432,8 @@ class _Emitter:
             lines.append(f"    {', '.join(names.name(id(v), v.name) for v in g.inputs)}, = inputs")
             lines.append("    # each input on its home device (its first reader's)")
         for v in g.inputs:
-            dtype = np.dtype(jax_dtype(_tensor(v).dtype)).name
             name = names.name(id(v), v.name)
-            lines.append(f"    {name} = _to({name}, dev[{sched.input_home[v]!r}], jnp.dtype({dtype!r}))")
+            lines.append(f"    {name} = _to({name}, dev[{sched.input_home[v]!r}], {_dtype_source(_tensor(v))})")
         lines += [self.move_line(m, at) for m in sched.input_moves]
         for seg, fname, moves in zip(sched.segments, self.seg_names, sched.moves_after):
             results = ", ".join(at(v, seg.device) for v in seg.outputs)
@@ -403,7 +454,7 @@ class _Emitter:
     def main(self) -> str:
         return "\n".join([
             'if __name__ == "__main__":',
-            "    outputs = run(*[np.zeros(shape, jnp.dtype(dtype)) for _, shape, dtype in INPUTS])",
+            "    outputs = run(*[_example(shape, dtype) for _, shape, dtype in INPUTS])",
             "    for i, x in enumerate(outputs):",
             "        print(f'output {i}: {x.dtype}{list(x.shape)} on {sorted(d.id for d in x.devices())}')",
         ])

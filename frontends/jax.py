@@ -14,7 +14,10 @@
   trailing graph inputs (listed in the graph attribute `consts`; their arrays are
   `LoweredFunction.consts`), never giant literals. Arrays a nested body closes over are threaded
   into it as extra leading body inputs and extra operands (raising `num_consts` and friends);
-* each op's location is the user's frame of its equation (`jax.extend.source_info_util`).
+* each op's location is the user's frame of its equation (`jax.extend.source_info_util`);
+* typed PRNG keys (`jax.random.key`) are arrays of element type `key<impl>` (`key<threefry2x32>[2]`),
+  and the key primitives (`random_seed`, `random_split`, `random_bits`, ...) plain ops;
+* `shard_map` and `pmap` are refused (`REFUSED_PRIMITIVES`): pesto_ir places the step itself.
 
 Inputs are marked `param` (trainable state) by position: `param_argnums=(0, 1)` marks every leaf of
 the first two positional arguments. The leaves of rank >= 1 of the positional arguments in
@@ -49,6 +52,8 @@ from pesto_ir.jax_params import (
     DERIVED_PARAMS,
     ParamEncodeError,
     encode_param,
+    is_key_dtype,
+    key_type_name,
     remember_primitive,
 )
 from pesto_ir.types import TensorType, dtype_short_name
@@ -384,6 +389,9 @@ class _Builder:
     def lower_eqns(self, jaxpr: Any, env: Env, ctx: _Ctx) -> None:
         for eqn in jaxpr.eqns:
             name = eqn.primitive.name
+            refusal = REFUSED_PRIMITIVES.get(name)
+            if refusal is not None:
+                raise LoweringError(f"{ctx.location(eqn) or '<unknown location>'}: {refusal(eqn)}")
             rule = INLINE_RULES.get(name)
             if rule is not None:
                 outs = self.inline(eqn, rule, env, ctx)
@@ -481,13 +489,15 @@ def sub_jaxprs(params: dict[str, Any]) -> list[Any]:
 
 
 def _tensor_type(aval: Any, loc: Location | None, what: str) -> TensorType:
+    """The IR type of an aval; typed PRNG keys (`key<fry>[2]`) become `key<threefry2x32>[2]`."""
     shape = getattr(aval, "shape", None)
     dtype = getattr(aval, "dtype", None)
     try:
         if shape is None or dtype is None:
             raise ValueError(f"{aval} is not an array")
-        return TensorType(dtype_short_name(dtype), tuple(int(d) for d in shape))
-    except (ValueError, TypeError) as e:
+        name = key_type_name(dtype) if is_key_dtype(dtype) else dtype_short_name(dtype)
+        return TensorType(name, tuple(int(d) for d in shape))
+    except (ValueError, TypeError, ParamEncodeError) as e:
         raise LoweringError(f"{loc or '<unknown location>'}: {what} of type {aval} has no Pesto IR type ({e})") from None
 
 
@@ -618,5 +628,31 @@ STRUCTURED_RULES: dict[str, StructuredRule] = {
 }
 
 
+# ---------------------------------------------------------------- primitives refused with a reason
+
+_PMAP_AXIS = "_internal_pmap_axis_name"  # the mesh axis jax.pmap (run as shard_map) names when given none
+
+
+def _refuse_parallel_map(eqn: Any) -> str:
+    """shard_map and pmap split a computation across devices themselves; pesto_ir does that."""
+    name = eqn.primitive.name
+    mesh = eqn.params.get("mesh")
+    axes = tuple(getattr(mesh, "axis_names", ()) or ())
+    if name == "xla_pmap" or _PMAP_AXIS in axes:
+        source = "from jax.pmap"
+    else:  # pmap with an axis name looks like shard_map over that axis
+        source = "from jax.shard_map or jax.pmap" + (f", mesh axes {', '.join(map(repr, axes))}" if axes else "")
+    return (f"primitive '{name}' ({source}) inside the step: pesto_ir places the step itself across "
+            f"devices, so the step cannot also split itself; call the function without shard_map/pmap (on the "
+            f"whole batch) and let pesto_ir place it, or jit it outside parallelize")
+
+
+# Primitives the frontend refuses, by name, with the sentence that says why and what to do instead.
+REFUSED_PRIMITIVES: dict[str, Callable[[Any], str]] = {
+    "shard_map": _refuse_parallel_map,
+    "xla_pmap": _refuse_parallel_map,
+}
+
+
 __all__ = ["LoweredFunction", "LoweringError", "lower", "lower_function", "lower_jaxpr", "sub_jaxprs",
-           "INLINE_RULES", "STRUCTURED_RULES"]
+           "INLINE_RULES", "STRUCTURED_RULES", "REFUSED_PRIMITIVES"]

@@ -49,13 +49,13 @@ from pesto_ir.errors import ParseError, SourceSpan
 from pesto_ir.gc_pause import gc_paused
 from pesto_ir.ir import Graph, Location, Op, Value
 from pesto_ir.loader import MAX_NESTING, ArgumentError, brief, finite, nesting_error, read_source_text, too_deep
-from pesto_ir.types import DTYPES, BlobType, TensorType, Type
+from pesto_ir.types import DTYPES, KEY_IMPLS, BlobType, TensorType, Type, key_dtype
 
 # What the user is told was expected, per grammar terminal.
 _TERMINAL_WORDS: dict[str, str] = {
     "AT_NAME": "a name like @main",
     "VALUE": "a value like %x",
-    "TYPE": "a type like f32[2,3]",
+    "TYPE": "a type like f32[2,3] or key<threefry2x32>[2]",
     "OPCODE": "an opcode",
     "IDENT": "a name",
     "INT": "an integer",
@@ -75,7 +75,7 @@ _NAMED_VALUES: dict[str, Attr] = {
     "inf": FloatAttr(float("inf")), "nan": FloatAttr(float("nan")),
 }
 _BYTE_ATTRS = ("memory", "activation", "workspace")  # op attributes counting bytes
-_TYPE_RE = re.compile(r"([a-z][a-z0-9]*)\[([0-9, ]*)\]")
+_TYPE_RE = re.compile(r"([a-z][a-z0-9]*)(?:<([A-Za-z0-9_]+)>)?\[([0-9, ]*)\]")
 _BYTES_RE = re.compile(r"([0-9.]+)([A-Za-z]+)")
 
 
@@ -135,18 +135,32 @@ class _Semantics:
     def _parse_type(self, tok: Any, text: str) -> Type:
         m = _TYPE_RE.fullmatch(text)
         assert m is not None  # the TYPE terminal guarantees this shape
-        dtype, dims_text = m.group(1), m.group(2).replace(" ", "")
+        dtype, impl, dims_text = m.group(1), m.group(2), m.group(3).replace(" ", "")
         try:
             dims = tuple(int(d) for d in dims_text.split(",")) if dims_text else ()
         except ValueError:
             raise self.fail(tok, f"malformed shape in type '{text}'") from None
+        if impl is not None or dtype == "key":
+            return self._key_type(tok, text, dtype, impl, dims)
         if dtype == "blob":
             if len(dims) != 1:
                 raise self.fail(tok, "a blob type has exactly one size, in bytes: blob[1024]")
             return BlobType(dims[0])
         if dtype not in DTYPES:
-            raise self.fail(tok, f"unknown element type '{dtype}' (known: {', '.join(DTYPES)}, blob)")
+            raise self.fail(tok, f"unknown element type '{dtype}' (known: {', '.join(DTYPES)}, blob, key<impl>)")
         return TensorType(dtype, dims)
+
+    def _key_type(self, tok: Any, text: str, dtype: str, impl: str | None, dims: tuple[int, ...]) -> Type:
+        """`key<impl>[shape]`: an array of typed PRNG keys of a known implementation."""
+        known = ", ".join(KEY_IMPLS)
+        if dtype != "key":
+            raise self.fail(tok, f"only key types name an implementation in <...>: key<threefry2x32>[2], "
+                                 f"not '{text}'")
+        if impl is None:
+            raise self.fail(tok, f"a key type names its PRNG implementation: key<threefry2x32>[2] (known: {known})")
+        if impl not in KEY_IMPLS:
+            raise self.fail(tok, f"unknown PRNG implementation '{impl}' in type '{text}' (known: {known})")
+        return TensorType(key_dtype(impl), dims)
 
     def location(self, file: Any, line: Any, col: Any | None) -> Location:
         return Location(_unquote(str(file)), int(str(line)), int(str(col)) if col is not None else 0)

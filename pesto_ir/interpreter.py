@@ -66,6 +66,13 @@ class Interpreter:
             raise PestoError(f"input %{value.name} is {t}, which has no values to compute with")
         dtype = jax_dtype(t.dtype)
         given = getattr(x, "dtype", None)
+        if t.key_impl is not None:  # typed PRNG keys: only JAX key arrays hold them, nothing converts
+            if given != dtype or tuple(getattr(x, "shape", ())) != t.shape:
+                raise PestoError(f"input %{value.name} of graph @{self.graph.name} is {t}, got "
+                                 f"{given if given is not None else type(x).__name__}{list(np.shape(x))} "
+                                 f"(pass a key array of that implementation: jax.random.key(seed, "
+                                 f"impl={t.key_impl!r}))")
+            return x
         if given is None or (isinstance(x, (np.ndarray, np.generic))
                              and jax.dtypes.canonicalize_dtype(given) == dtype):
             x = np.asarray(x, dtype=dtype)  # what JAX does to numpy inputs (f64 -> f32 without x64)

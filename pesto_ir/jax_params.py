@@ -35,7 +35,7 @@ from pesto_ir.attributes import (
     StringAttr,
 )
 from pesto_ir.errors import PestoError
-from pesto_ir.types import DTYPES, dtype_short_name
+from pesto_ir.types import DTYPES, dtype_short_name, key_dtype, key_impl_of, register_key_impl
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,9 +52,86 @@ class ParamEncodeError(PestoError):
 
 # ---------------------------------------------------------------- the default codec
 
-def jax_dtype(short: str) -> np.dtype[Any]:
-    """The numpy dtype of a `.pir` element type (bf16 and the fp8 types need ml_dtypes)."""
-    return jnp.dtype(DTYPES[short])
+def jax_dtype(short: str) -> Any:
+    """The numpy dtype of a `.pir` element type (bf16 and the fp8 types need ml_dtypes); JAX's key
+    dtype for a typed PRNG key type (`key<threefry2x32>`)."""
+    if short in DTYPES:
+        return jnp.dtype(DTYPES[short])
+    impl = key_impl_of(short)
+    if impl is None:
+        raise PestoError(f"unknown element type {short!r}")
+    return _key_ty(prng_impl(impl))
+
+
+# ---------------------------------------------------------------- typed PRNG keys
+
+# Implementations met while lowering that JAX's registry does not hold by name (made with
+# `jax.extend.random.define_prng_impl`): graphs using them evaluate in the process that lowered them.
+_SEEN_PRNG_IMPLS: dict[str, Any] = {}
+
+
+def _prng_registry() -> dict[str, Any]:
+    from jax._src.random import prng  # JAX's registry of PRNG implementations by name; no public name
+
+    return prng.prngs
+
+
+def _key_ty(impl: Any) -> Any:
+    from jax._src.random import prng
+
+    return prng.KeyTy(impl)
+
+
+def is_key_dtype(dtype: Any) -> bool:
+    """True for JAX's dtype of typed PRNG keys (`key<fry>`)."""
+    import jax
+
+    try:
+        return bool(jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key))
+    except TypeError:
+        return False
+
+
+def key_type_name(dtype: Any) -> str:
+    """The `.pir` element type of a JAX key dtype: `key<threefry2x32>` (the implementation's name,
+    which `prng_impl` resolves back); the implementation is remembered when JAX does not know it by
+    name. A ParamEncodeError when it cannot be named."""
+    impl = dtype._impl  # KeyTy holds its PRNGImpl; JAX has no public accessor on the dtype
+    name = impl.name
+    registered = _prng_registry().get(name)
+    if registered is not None and registered != impl:
+        raise ParamEncodeError(f"PRNG implementation {name!r} is not the one JAX registers under that name; "
+                               f"give it a name of its own")
+    try:
+        register_key_impl(name, tuple(impl.key_shape))
+    except ValueError as e:
+        raise ParamEncodeError(str(e)) from None
+    if registered is None:
+        seen = _SEEN_PRNG_IMPLS.setdefault(name, impl)
+        if seen != impl:
+            raise ParamEncodeError(f"two different PRNG implementations are named {name!r}; give each a name "
+                                   f"of its own")
+    return key_dtype(name)
+
+
+def prng_impl(name: str) -> Any:
+    """JAX's PRNG implementation called `name` (`threefry2x32`, `rbg`, ...)."""
+    impl = _prng_registry().get(name) or _SEEN_PRNG_IMPLS.get(name)
+    if impl is None:
+        known = sorted({*_prng_registry(), *_SEEN_PRNG_IMPLS})
+        raise PestoError(f"no PRNG implementation named {name!r} in JAX (known: {', '.join(known)})")
+    return impl
+
+
+def _encode_prng_impl(v: Any) -> Attr:
+    """`random_seed` / `random_wrap`'s `impl` prints as its name: `impl = "threefry2x32"`."""
+    if not hasattr(v, "key_shape") or not hasattr(v, "name"):
+        raise ParamEncodeError(f"not a PRNG implementation: {v!r:.80}")
+    key_type_name(_key_ty(v))  # checks that the name resolves back to this implementation
+    return StringAttr(v.name)
+
+
+PRNG_IMPL_CODEC = ParamCodec(_encode_prng_impl, lambda a: prng_impl(a.value))
 
 
 def _encode_dtype(v: Any) -> Attr:
@@ -299,6 +376,8 @@ PRIMITIVE_PARAM_CODECS: dict[tuple[str, str], ParamCodec] = {
     ("conv_general_dilated", "dimension_numbers"): namedtuple_codec(lax.ConvDimensionNumbers),
     ("gather", "dimension_numbers"): namedtuple_codec(lax.GatherDimensionNumbers),
     ("gather", "mode"): enum_codec(lax.GatherScatterMode),
+    ("random_seed", "impl"): PRNG_IMPL_CODEC,
+    ("random_wrap", "impl"): PRNG_IMPL_CODEC,
     ("reduce_window", "jaxpr"): OPEN_JAXPR_CODEC,
     ("reduce_window", "consts"): NO_CONSTS_CODEC,
     ("select_and_scatter", "select_jaxpr"): OPEN_JAXPR_CODEC,
@@ -446,5 +525,6 @@ __all__ = [
     "ParamCodec", "ParamEncodeError", "DEFAULT_CODEC", "PARAM_CODECS", "PRIMITIVE_PARAM_CODECS",
     "DERIVED_PARAMS", "PARAM_DEFAULTS", "codec_for", "encode_param", "encode_params", "decode_params",
     "encode_plain", "decode_plain", "enum_codec", "namedtuple_codec", "register_param_codec",
-    "lookup_primitive", "remember_primitive", "jax_dtype",
+    "lookup_primitive", "remember_primitive", "jax_dtype", "is_key_dtype", "key_type_name", "prng_impl",
+    "PRNG_IMPL_CODEC",
 ]

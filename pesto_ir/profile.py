@@ -59,7 +59,7 @@ def op_signature(op: Op) -> str:
 
 def example_arrays(values: Sequence[Value], device: Any, who: str) -> list[Any]:
     """Arrays of the values' types on `device`: floats in [0.5, 1.5) (no NaN, no denormals),
-    integers and booleans zero (always a valid index). `who` names the user in errors."""
+    integers and booleans zero (always a valid index), PRNG keys distinct. `who` names the user in errors."""
     import jax
     import numpy as np
 
@@ -72,6 +72,10 @@ def example_arrays(values: Sequence[Value], device: Any, who: str) -> list[Any]:
             raise ProfileError(f"{who} reads %{v.name} of type {v.type}, which has no values to run it on; "
                                "profile needs tensor types")
         dtype = jax_dtype(v.type.dtype)
+        if v.type.key_impl is not None:  # typed PRNG keys: distinct keys, split from one
+            key = jax.random.key(0, impl=dtype)
+            out.append(jax.device_put(jax.random.split(key, v.type.shape) if v.type.shape else key, device))
+            continue
         if np.issubdtype(dtype, np.inexact):
             arr = (rng.random(v.type.shape, dtype=np.float32) + 0.5).astype(dtype)
         else:

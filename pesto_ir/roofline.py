@@ -33,8 +33,9 @@ from pesto_ir.shape_rules import BINARY, COMPARE, UNARY
 from pesto_ir.types import BlobType, TensorType
 
 # Ops that run no kernel: constants are folded into their readers, the others are identities to
-# the compiler. They take no time.
-NO_KERNEL: frozenset[str] = frozenset({"constant", "sharding_constraint", "stop_gradient"})
+# the compiler (wrapping u32 data as PRNG keys and back lowers to the data itself). They take no time.
+NO_KERNEL: frozenset[str] = frozenset({"constant", "sharding_constraint", "stop_gradient", "random_wrap",
+                                       "random_unwrap"})
 
 # Ops that communicate across data-parallel replicas; timed by the link model, not by roofline.
 COLLECTIVES: frozenset[str] = frozenset({"all_reduce"})
@@ -202,13 +203,18 @@ _MOVEMENT = ("transpose", "reshape", "broadcast_in_dim", "squeeze", "expand_dims
              "pad", "rev", "copy", "copy_p", "device_put", "split", "convert_element_type", "bitcast_convert_type")
 _ELEMENTWISE_EXTRA = ("select_n", "clamp", "integer_pow", "is_finite", "exp2", "sinh", "cosh", "asin", "acos",
                       "atan", "asinh", "acosh", "atanh", "lgamma", "digamma", "imag", "real", "conj",
-                      "population_count", "clz", "not", "random_bits", "threefry2x32")
+                      "population_count", "clz", "not", "threefry2x32")
+# Typed PRNG key ops: hashing keys (seed, split, fold_in) and drawing bits are cheap elementwise work,
+# one FLOP per result element (a key or a word) with key bytes from the key type (8 per threefry2x32
+# key); wrapping and unwrapping key data only reinterpret it (and run no kernel: NO_KERNEL).
+_KEY_ELEMENTWISE = ("random_seed", "random_split", "random_fold_in", "random_bits")
+_KEY_MOVEMENT = ("random_wrap", "random_unwrap")
 
 WORK_RULES: dict[str, WorkRule] = {
-    **{name: _elementwise for name in (*UNARY, *BINARY, *COMPARE, *_ELEMENTWISE_EXTRA)},
+    **{name: _elementwise for name in (*UNARY, *BINARY, *COMPARE, *_ELEMENTWISE_EXTRA, *_KEY_ELEMENTWISE)},
     **{name: _reduction for name in _REDUCTIONS},
     **{name: _reduce_window for name in _REDUCE_WINDOWS},
-    **{name: _data_movement for name in _MOVEMENT},
+    **{name: _data_movement for name in (*_MOVEMENT, *_KEY_MOVEMENT)},
     "dot_general": _dot_general,
     "conv_general_dilated": _conv,
     "select_and_scatter_add": _select_and_scatter,

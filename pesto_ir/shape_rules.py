@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from pesto_ir.ir import Op
-from pesto_ir.types import TensorType, Type
+from pesto_ir.types import KEY_DATA_DTYPE, KEY_IMPLS, TensorType, Type, key_dtype
 
 
 class ShapeError(ValueError):
@@ -200,6 +200,81 @@ def _slice(op: Op, ts: Sequence[TensorType]) -> list[Type]:
     return [TensorType(t.dtype, tuple((lim - s + st - 1) // st for s, lim, st in zip(start, limit, strides)))]
 
 
+# ---------------------------------------------------------------- typed PRNG keys
+
+def _key_operand(op: Op, t: TensorType) -> str:
+    """The implementation of a key operand; a ShapeError when it holds numbers."""
+    if t.key_impl is None:
+        raise ShapeError(f"operand {t} is not an array of PRNG keys (key<impl>[...])")
+    return t.key_impl
+
+
+def _impl_attr(op: Op) -> str:
+    impl = _need(op, "impl")
+    if not isinstance(impl, str) or impl not in KEY_IMPLS:
+        raise ShapeError(f"impl must name a PRNG implementation ({', '.join(KEY_IMPLS)}), not {op.attrs['impl']}")
+    return impl
+
+
+def _shape_attr(op: Op) -> tuple[int, ...]:
+    shape = _need(op, "shape")
+    if not isinstance(shape, tuple) or any(isinstance(d, bool) or not isinstance(d, int) or d < 0 for d in shape):
+        raise ShapeError(f"shape must be a list of sizes, not {op.attrs['shape']}")
+    return shape
+
+
+def _random_seed(op: Op, ts: Sequence[TensorType]) -> list[Type]:
+    """`random_seed(seeds) {impl}`: one key per integer seed."""
+    _arity(ts, 1)
+    if ts[0].dtype[0] not in "iu":
+        raise ShapeError(f"seeds {ts[0]} are not integers")
+    return [TensorType(key_dtype(_impl_attr(op)), ts[0].shape)]
+
+
+def _random_split(op: Op, ts: Sequence[TensorType]) -> list[Type]:
+    """`random_split(keys) {shape}`: each key split into `shape` new keys, appended to its shape."""
+    _arity(ts, 1)
+    _key_operand(op, ts[0])
+    return [TensorType(ts[0].dtype, ts[0].shape + _shape_attr(op))]
+
+
+def _random_fold_in(op: Op, ts: Sequence[TensorType]) -> list[Type]:
+    """`random_fold_in(keys, msgs)`: keys and u32 messages broadcast together."""
+    _arity(ts, 2)
+    _key_operand(op, ts[0])
+    if ts[1].dtype != KEY_DATA_DTYPE:
+        raise ShapeError(f"messages {ts[1]} are not {KEY_DATA_DTYPE}")
+    return [TensorType(ts[0].dtype, _broadcast_shape(ts))]
+
+
+def _random_bits(op: Op, ts: Sequence[TensorType]) -> list[Type]:
+    """`random_bits(keys) {bit_width, shape}`: `shape` unsigned words of `bit_width` bits per key."""
+    _arity(ts, 1)
+    _key_operand(op, ts[0])
+    width = _need(op, "bit_width")
+    if width not in (8, 16, 32, 64):
+        raise ShapeError(f"bit_width must be 8, 16, 32 or 64, not {op.attrs['bit_width']}")
+    return [TensorType(f"u{width}", ts[0].shape + _shape_attr(op))]
+
+
+def _random_wrap(op: Op, ts: Sequence[TensorType]) -> list[Type]:
+    """`random_wrap(data) {impl}`: u32 key data whose trailing dimensions are one key's, as keys."""
+    _arity(ts, 1)
+    impl = _impl_attr(op)
+    key_shape = KEY_IMPLS[impl]
+    t = ts[0]
+    if t.dtype != KEY_DATA_DTYPE or t.rank < len(key_shape) or t.shape[t.rank - len(key_shape):] != key_shape:
+        raise ShapeError(f"key data {t} does not end in one {impl} key ({KEY_DATA_DTYPE}{list(key_shape)})")
+    return [TensorType(key_dtype(impl), t.shape[:t.rank - len(key_shape)])]
+
+
+def _random_unwrap(op: Op, ts: Sequence[TensorType]) -> list[Type]:
+    """`random_unwrap(keys)`: the u32 data of each key, its shape appended."""
+    _arity(ts, 1)
+    impl = _key_operand(op, ts[0])
+    return [TensorType(KEY_DATA_DTYPE, ts[0].shape + KEY_IMPLS[impl])]
+
+
 UNARY = (
     "neg", "exp", "exp2", "log", "log1p", "expm1", "tanh", "logistic", "sqrt", "rsqrt", "cbrt", "abs",
     "sign", "floor", "ceil", "round", "sin", "cos", "tan", "not", "integer_pow", "stop_gradient", "copy",
@@ -230,6 +305,12 @@ SHAPE_RULES: dict[str, ShapeRule] = {
     "squeeze": _squeeze,
     "concatenate": _concatenate,
     "slice": _slice,
+    "random_seed": _random_seed,
+    "random_split": _random_split,
+    "random_fold_in": _random_fold_in,
+    "random_bits": _random_bits,
+    "random_wrap": _random_wrap,
+    "random_unwrap": _random_unwrap,
 }
 
 

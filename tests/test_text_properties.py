@@ -24,7 +24,7 @@ from pesto_ir.attributes import (
     StringAttr,
     TypeAttr,
 )
-from pesto_ir.types import DTYPES, BlobType, TensorType, Type
+from pesto_ir.types import DTYPES, KEY_IMPLS, BlobType, TensorType, Type, key_dtype
 
 EXAMPLES = sorted((Path(__file__).resolve().parent.parent / "examples").glob("*.pir"))
 
@@ -35,7 +35,8 @@ names = st.one_of(
 # attributes whose values the parser checks (a cost is a time, sizes are whole bytes): any other name
 op_attr_names = names.filter(lambda k: k not in {"cost", "memory", "activation", "workspace"})
 types: st.SearchStrategy[Type] = st.one_of(
-    st.builds(TensorType, st.sampled_from(sorted(DTYPES)), st.lists(st.integers(0, 64), max_size=4).map(tuple)),
+    st.builds(TensorType, st.sampled_from([*sorted(DTYPES), *(key_dtype(impl) for impl in sorted(KEY_IMPLS))]),
+              st.lists(st.integers(0, 64), max_size=4).map(tuple)),
     st.builds(BlobType, st.integers(0, 2**40)),
 )
 scalars: st.SearchStrategy[Attr] = st.one_of(
