@@ -244,8 +244,10 @@ def unit_owners(units: list[list[Op]], kinds: list[str]) -> list[int]:
     unit_of = {op.name: u for u, ops in enumerate(units) for op in ops}
     producers = [{unit_of[p.name] for op in ops for p in op.producers()} - {u} for u, ops in enumerate(units)]
     # the forward units that read what a unit reads: a weight gradient (x^T dy) reads the x its
-    # forward matmul (x W) read, so it belongs with that matmul even where x was made a stage earlier
-    siblings = [{unit_of[c.name] for op in ops for v in op.operands if v.owner is not None
+    # forward matmul (x W) read, so it belongs with that matmul even where x was made a stage earlier;
+    # not through constants (a literal 0.5 that every layer reads says nothing of where a unit belongs)
+    siblings = [{unit_of[c.name] for op in ops for v in op.operands
+                 if v.owner is not None and kinds[unit_of[v.owner.name]] != CONSTANT
                  for c in v.users() if kinds[unit_of[c.name]] == FORWARD} - {u} for u, ops in enumerate(units)]
     consumers = [{unit_of[c.name] for op in ops for c in op.consumers()} - {u} for u, ops in enumerate(units)]
     owner = [u if k == FORWARD else -1 for u, k in enumerate(kinds)]

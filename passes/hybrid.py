@@ -31,10 +31,13 @@ from pesto_ir.units import human_time
 from pesto_ir.validate import check_plan, collectives_for
 
 AUTO_MICROBATCHES = (1, 2, 4, 8, 16, 32)  # what `microbatches=auto` tries
-MAX_SCREEN_OPS = 40000  # a rewritten graph larger than this is not screened (heuristics get slow)
+MAX_SCREEN_OPS = 150_000  # a rewritten graph larger than this is not built (memory)
 SCREEN_SHARE = 0.6  # of the time limit, for screening the strategies (the rest refines the best)
 MIN_REFINE_SECONDS = 0.5  # below this much time left, the best screening plan is not refined
+REFINE_MAX_OPS = 20_000  # nor on a replica graph larger than this (the engines' set-up alone takes seconds)
+REFINE_SECONDS_PER_OP = 1e-3  # nor a pipeline with less time left than this per op (`_refine_floor`)
 PATIENCE = 2  # micro-batch counts in a row slower than the best so far end a data-parallel degree
+MODEL_SLACK = 0.05  # pipelines predicted within this of the best one built are built too (the model errs)
 
 
 @dataclass(frozen=True, order=True)
@@ -180,10 +183,10 @@ Solve = Callable[[Graph, Cluster, PlaceOptions], Plan]
 
 
 def screen(graph: Graph, cluster: Cluster, found: Candidate, options: PlaceOptions, heuristic: Solve,
-           quick: bool) -> Candidate:
-    """`found`'s replica graph (built once) and its best quick plan so far. Quick: the fixed GPipe
-    and 1F1B schedules on replicas of several devices with several micro-batches (a simulation
-    each), else the heuristics; not quick: the heuristics (list scheduling the whole graph)."""
+           engines: Sequence[str] = ("heuristics",)) -> Candidate:
+    """`found`'s replica graph (built once) and its best plan so far, trying `engines`: the fixed
+    pipeline schedules ("gpipe", "1f1b": a simulation each, on replicas of several devices with
+    several micro-batches) or "heuristics" (list scheduling the whole graph)."""
     strategy = found.strategy
     if found.graph is None:
         try:
@@ -195,17 +198,16 @@ def screen(graph: Graph, cluster: Cluster, found: Candidate, options: PlaceOptio
         found.why_not = f"{len(found.graph.ops)} ops after the rewrite, more than {MAX_SCREEN_OPS} to screen"
         return found
     sub = sub_cluster(cluster, replica_groups(cluster, strategy.data_parallel)[0])
-    pipelined = len(sub) > 1 and strategy.microbatches > 1
     source = found.source or found.graph
-    tries: list[tuple[str, Callable[[], Plan]]] = []
-    if quick and pipelined:
-        tries = [(schedule, _pipeline(source, sub, schedule, options)) for schedule in ("gpipe", "1f1b")]
-    else:
-        tries = [("heuristics", lambda: heuristic(source, sub, options))]
     found.source = source  # the rewrite as built: the plans are of it, or of copies with buckets
-    for engine, run in tries:
+    for engine in engines:
         try:
-            plan = run()
+            if engine == "heuristics":
+                plan = heuristic(source, sub, options)
+            else:
+                from pesto_ir.passes.algo_pipeline import pipeline_plan
+
+                plan = pipeline_plan(source, sub, engine, options)
         except PestoError as e:
             found.why_not = found.why_not or f"{engine}: {str(e).splitlines()[0]}"
             continue
@@ -233,14 +235,6 @@ def bucketed(graph: Graph, cluster: Cluster, plan: Plan, strategy: Strategy) -> 
     return (merged[0], hybrid) if hybrid.makespan <= plain.makespan else (graph, plain)
 
 
-def _pipeline(graph: Graph, cluster: Cluster, schedule: str, options: PlaceOptions) -> Callable[[], Plan]:
-    def run() -> Plan:
-        from pesto_ir.passes.algo_pipeline import pipeline_plan
-
-        return pipeline_plan(graph, cluster, schedule, options)
-    return run
-
-
 def search(graph: Graph, cluster: Cluster, options: PlaceOptions, data_parallel: int | None,
            microbatches: int | None, heuristic: Solve, refine: Callable[[Graph, Cluster, PlaceOptions], Plan]
            ) -> tuple[Graph, Plan]:
@@ -254,7 +248,7 @@ def search(graph: Graph, cluster: Cluster, options: PlaceOptions, data_parallel:
                          f"(data-parallel {data_parallel or 'auto'}, microbatches {microbatches or 'auto'})")
     quiet = dataclasses.replace(options, quiet=True, warm_start=None)
     tried = _screen_all(graph, cluster, todo, quiet, heuristic, started + options.time_limit * SCREEN_SHARE,
-                        options) if len(todo) > 1 else [Candidate(todo[0])]
+                        deadline, options) if len(todo) > 1 else [Candidate(todo[0])]
     screened = [c for c in tried if c.plan is not None]
     if screened:
         best = min(screened, key=lambda c: c.plan.makespan)  # type: ignore[union-attr]
@@ -265,8 +259,8 @@ def search(graph: Graph, cluster: Cluster, options: PlaceOptions, data_parallel:
     left = max(deadline - time.perf_counter(), 0.05)
     plan = best.plan
     try:
-        if plan is not None and left < MIN_REFINE_SECONDS:  # the screening used the time: its plan stands
-            refined = plan
+        if plan is not None and (left < _refine_floor(best) or len(best.graph.ops) > REFINE_MAX_OPS):
+            refined = plan  # the screening used the time, or the graph is too large to refine in it: its plan stands
         elif best.strategy == ONE_BATCH:  # the one-batch plan, as `place` makes it without the search
             refined = refine(best.graph, cluster, dataclasses.replace(options, time_limit=left))
         else:
@@ -291,6 +285,15 @@ def search(graph: Graph, cluster: Cluster, options: PlaceOptions, data_parallel:
     return best.graph, plan
 
 
+def _refine_floor(best: Candidate) -> float:
+    """The least time worth refining `best` in: the engines' set-up (a CP-SAT model of the
+    whole graph, the heuristics) grows with a pipeline's ops and is not counted in their limits."""
+    assert best.graph is not None
+    if best.strategy.microbatches == 1:
+        return MIN_REFINE_SECONDS
+    return max(MIN_REFINE_SECONDS, REFINE_SECONDS_PER_OP * len(best.graph.ops))
+
+
 def retimed(graph: Graph, cluster: Cluster, refined: Plan, screened: Plan | None) -> Plan:
     """`refined` re-timed as `expand` and the executable run it (links first come, first served:
     LNS times its plans with the solver's order of transfers), unless that makes it slower than
@@ -304,45 +307,30 @@ def retimed(graph: Graph, cluster: Cluster, refined: Plan, screened: Plan | None
 
 
 def _screen_all(graph: Graph, cluster: Cluster, todo: list[Strategy], options: PlaceOptions, heuristic: Solve,
-                until: float, log: PlaceOptions) -> list[Candidate]:
-    """Screen the strategies, for each data-parallel degree (each with an equal share of the time)
-    more micro-batches while that still helps: step time against m falls while pipeline bubbles
-    shrink and rises once per-micro-batch overheads dominate, so `PATIENCE` rises in a row end the
-    degree (one is not enough: with one micro-batch the heuristics place the whole step freely, and
-    two micro-batches in a pipeline can be slower than that before more of them are faster)."""
+                until: float, deadline: float, log: PlaceOptions) -> list[Candidate]:
+    """Screen the strategies of each data-parallel degree, each degree with an equal share of the
+    screening time: pure data parallelism first (one-device replicas: the cheapest to screen),
+    then one batch, then the mixes."""
     by_d: dict[int, list[Strategy]] = {}
     for s in sorted(todo):
         by_d.setdefault(s.data_parallel, []).append(s)
-    # pure data parallelism first (one-device replicas: the cheapest to screen), one batch, the mixes
     order = sorted(by_d, key=lambda d: (d != len(cluster), d != 1, -d))
     tried: list[Candidate] = []
     for i, d in enumerate(order):
         share = (until - time.perf_counter()) / (len(order) - i)
         stop = time.perf_counter() + max(share, 0.0)
-        done = _screen_degree(graph, cluster, _screen_order(by_d[d], len(cluster) // d, graph), options, heuristic,
-                              stop, tried == [], log)
+        if len(cluster) == d:
+            done = _screen_replicas(graph, cluster, by_d[d], options, heuristic, stop, tried == [], log)
+        else:
+            done = _screen_pipelines(graph, cluster, by_d[d], options, heuristic, stop, deadline, tried == [], log)
         tried.extend(done)
     return tried
 
 
-def _screen_order(todo: list[Strategy], devices_per_replica: int, graph: Graph) -> list[Strategy]:
-    """One-device replicas: m ascending (more micro-batches only add overheads there, unless
-    memory needs them). Pipelines: m = 1 (the replica placed freely), then the most micro-batches
-    the screening can build and fewer from there: bubbles shrink as m grows, so the best m is
-    usually the largest, and the screening time runs out before it when counting up."""
-    ordered = sorted(todo, key=lambda s: s.microbatches)
-    if devices_per_replica == 1:
-        return ordered
-    fits = [s for s in ordered if s.microbatches == 1 or len(graph.ops) * s.microbatches <= MAX_SCREEN_OPS]
-    rest = [s for s in ordered if s not in fits]
-    return [*[s for s in fits if s.microbatches == 1], *reversed([s for s in fits if s.microbatches > 1]), *rest]
-
-
-def _screen_degree(graph: Graph, cluster: Cluster, todo: list[Strategy], options: PlaceOptions, heuristic: Solve,
-                   stop: float, first: bool, log: PlaceOptions) -> list[Candidate]:
-    """One data-parallel degree: quick plans in `_screen_order` until `PATIENCE` in a row are
-    slower than the best, then the heuristics on the fastest pipelined strategy, while the
-    degree's share of the time lasts."""
+def _screen_replicas(graph: Graph, cluster: Cluster, todo: list[Strategy], options: PlaceOptions,
+                     heuristic: Solve, stop: float, first: bool, log: PlaceOptions) -> list[Candidate]:
+    """One-device replicas: m ascending (more micro-batches only add overheads there, unless memory
+    needs them) until `PATIENCE` in a row are slower than the best."""
     tried: list[Candidate] = []
     best: float | None = None
     slower = 0
@@ -350,7 +338,7 @@ def _screen_degree(graph: Graph, cluster: Cluster, todo: list[Strategy], options
         if not (first and not tried) and time.perf_counter() > stop:
             tried.append(Candidate(strategy, why_not="not screened: its share of the time ran out"))
             continue
-        c = _logged(screen(graph, cluster, Candidate(strategy), options, heuristic, quick=True), log)
+        c = _logged(screen(graph, cluster, Candidate(strategy), options, heuristic), log)
         tried.append(c)
         if c.plan is None:
             continue
@@ -361,13 +349,122 @@ def _screen_degree(graph: Graph, cluster: Cluster, todo: list[Strategy], options
                                               f"{strategy} were slower") for s in rest)
             break
         best = c.plan.makespan if best is None else min(best, c.plan.makespan)
-    pipelined = sorted((c for c in tried if c.plan is not None and c.engine in ("gpipe", "1f1b")),
-                       key=lambda c: c.plan.makespan)  # type: ignore[union-attr]
-    for c in pipelined[:1]:
-        if time.perf_counter() > stop:
-            break
-        _logged(screen(graph, cluster, c, options, heuristic, quick=False), log)
     return tried
+
+
+def _screen_pipelines(graph: Graph, cluster: Cluster, todo: list[Strategy], options: PlaceOptions,
+                      heuristic: Solve, stop: float, deadline: float, first: bool,
+                      log: PlaceOptions) -> list[Candidate]:
+    """Replicas of several devices: one batch placed freely (the heuristics), then the fixed
+    pipeline schedules in the order `passes/pipeline_model.py` predicts them, while the prediction
+    is within `MODEL_SLACK` of the best plan built (or the rewrite is built already: the model
+    ranks m better than the two schedules of an operator graph) and building one fits in the time
+    (the first, and the other schedule of a graph built already, may use the whole time limit: on
+    large graphs they are what matters, and refining a pipeline gains little), then the heuristics
+    on the fastest pipelined replica graph."""
+    tried: list[Candidate] = []
+    for strategy in (s for s in todo if s.microbatches == 1):
+        if not (first and not tried) and time.perf_counter() > stop:
+            tried.append(Candidate(strategy, why_not="not screened: its share of the time ran out"))
+        else:
+            tried.append(_logged(screen(graph, cluster, Candidate(strategy), options, heuristic), log))
+    pipelined = [s for s in todo if s.microbatches > 1]
+    if not pipelined:
+        return tried
+    ranked, candidates, cost = _ranked_pipelines(graph, cluster, pipelined, log)
+    best: tuple[float, float | None] | None = None  # (makespan, its prediction) of the fastest built
+    slower = 0
+    for predicted, strategy, schedule in ranked:
+        c = candidates[strategy]
+        if c.graph is None and c.why_not:  # the rewrite failed
+            continue
+        if best is not None and c.source is None and (slower >= PATIENCE if predicted is None or best[1] is None
+                                                      else predicted > best[1] * (1 + MODEL_SLACK)):
+            why = "predicted slower" if predicted is not None else f"{PATIENCE} in a row were slower"
+            c.why_not = c.why_not or f"{schedule} not built: {why}"
+            continue
+        estimate = cost.estimate(c, schedule)
+        if time.perf_counter() + estimate > (deadline if best is None or c.source is not None else stop):
+            c.why_not = c.why_not or f"{schedule} not built: it would take about {estimate:.2g} s, past the time limit"
+            continue
+        before = c.plan.makespan if c.plan is not None else None
+        started, built = time.perf_counter(), c.graph is not None
+        _logged(screen(graph, cluster, c, options, heuristic, (schedule,)), log)
+        cost.learn(c, time.perf_counter() - started, built)
+        if c.plan is None or c.plan.makespan == before:
+            continue
+        slower = slower + 1 if best is not None and c.plan.makespan >= best[0] else 0
+        if best is None or c.plan.makespan < best[0]:
+            best = (c.plan.makespan, predicted)
+    tried.extend(candidates[s] for s in pipelined)
+    fastest = sorted((c for c in candidates.values() if c.plan is not None), key=lambda c: c.plan.makespan)  # type: ignore[union-attr]
+    for c in fastest[:1]:
+        if time.perf_counter() + cost.estimate(c, "heuristics") <= stop:
+            _logged(screen(graph, cluster, c, options, heuristic), log)
+    return tried
+
+
+@dataclass
+class BuildCost:
+    """Seconds per op of the rewrite and of a schedule's simulation and check, as measured so far
+    (a schedule's first guessed at twice the rewrite's, the heuristics at three schedules'), and
+    the size of a rewrite: ops per micro-batch and ops that run once."""
+
+    rewrite: float
+    ops_per_microbatch: float = 0.0
+    once_ops: float = 0.0
+    schedule: float | None = None
+
+    def estimate(self, c: Candidate, engine: str) -> float:
+        """Seconds to build `c`'s graph (unless built) and run `engine` on it."""
+        ops = len(c.source.ops) if c.source is not None else self.once_ops + self.ops_per_microbatch * c.strategy.microbatches
+        rate = self.schedule if self.schedule is not None else 2 * self.rewrite
+        build = 0.0 if c.source is not None else self.rewrite * ops
+        return build + rate * ops * (3 if engine == "heuristics" else 1)
+
+    def learn(self, c: Candidate, seconds: float, built: bool) -> None:
+        """A schedule on `c` took `seconds` (with the rewrite, unless `built` before)."""
+        if c.source is None:
+            return
+        ops = len(c.source.ops)
+        self.schedule = max(seconds - (0.0 if built else self.rewrite * ops), 0.0) / max(ops, 1)
+
+
+def _ranked_pipelines(graph: Graph, cluster: Cluster, todo: list[Strategy], log: PlaceOptions
+                      ) -> tuple[list[tuple[float | None, Strategy, str]], dict[Strategy, Candidate], BuildCost]:
+    """(prediction, strategy, schedule) in the order to build them, a candidate per strategy, and
+    what building costs. The prediction is the stage model's, from the two-micro-batch rewrite
+    (built here, and kept for m = 2); without it (the batch does not split in two, the rewrite
+    fails) the largest m first, both schedules, unpredicted."""
+    from pesto_ir.passes.algo_pipeline import SCHEDULES
+    from pesto_ir.passes.pipeline_model import MODEL_MICROBATCHES, build_model
+
+    d = todo[0].data_parallel
+    candidates = {s: Candidate(s) for s in todo}
+    two = candidates.get(Strategy(d, MODEL_MICROBATCHES)) or Candidate(Strategy(d, MODEL_MICROBATCHES))
+    sub = sub_cluster(cluster, replica_groups(cluster, d)[0])
+    started = time.perf_counter()
+    try:
+        two.graph = replica_graph(graph, cluster, two.strategy)
+    except PestoError as e:
+        two.why_not = str(e).splitlines()[0]
+        fallback = [(None, s, schedule) for s in sorted(todo, key=lambda s: -s.microbatches) for schedule in SCHEDULES]
+        return fallback, candidates, BuildCost(rewrite=1e-4)
+    per_op = (time.perf_counter() - started) / max(len(two.graph.ops), 1)
+    copies = sum(1 for op in two.graph.ops if op.get("microbatch") is not None)
+    cost = BuildCost(rewrite=per_op, ops_per_microbatch=copies / MODEL_MICROBATCHES,
+                     once_ops=len(two.graph.ops) - copies)
+    try:
+        model = build_model(two.graph, sub, graph)
+        ranked = sorted(((model.predict(schedule, s.microbatches), s, schedule) for s in todo for schedule in SCHEDULES),
+                        key=lambda x: (x[0], -x[1].microbatches, x[2]))
+    except (PestoError, ValueError) as e:
+        log.progress(f"place: no pipeline model for d={d} ({str(e).splitlines()[0]}); trying the largest m first")
+        return [(None, s, schedule) for s in sorted(todo, key=lambda s: -s.microbatches)
+                for schedule in SCHEDULES], candidates, cost
+    log.progress("place: pipeline model, d=%d: %s" % (d, ", ".join(
+        f"m={s.microbatches} {schedule} {human_time(t, 4)}" for t, s, schedule in ranked[:4])))
+    return ranked, candidates, cost  # type: ignore[return-value]
 
 
 def _logged(c: Candidate, log: PlaceOptions) -> Candidate:

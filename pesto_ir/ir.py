@@ -48,10 +48,7 @@ class Value:
 
     def users(self) -> list[Op]:
         """Distinct ops that read this value, in first-use order."""
-        seen: dict[int, Op] = {}
-        for op, _ in self.uses:
-            seen.setdefault(id(op), op)
-        return list(seen.values())
+        return list(dict.fromkeys([op for op, _ in self.uses]))  # ops hash by identity
 
     def replace_all_uses_with(self, other: Value) -> None:
         for op, i in list(self.uses):
@@ -127,18 +124,10 @@ class Op:
 
     def producers(self) -> list[Op]:
         """Distinct ops whose results this op reads (graph inputs excluded)."""
-        seen: dict[int, Op] = {}
-        for v in self._operands:
-            if v.owner is not None:
-                seen.setdefault(id(v.owner), v.owner)
-        return list(seen.values())
+        return list(dict.fromkeys([v.owner for v in self._operands if v.owner is not None]))
 
     def consumers(self) -> list[Op]:
-        seen: dict[int, Op] = {}
-        for r in self.results:
-            for op, _ in r.uses:
-                seen.setdefault(id(op), op)
-        return list(seen.values())
+        return list(dict.fromkeys([op for r in self.results for op, _ in r.uses]))
 
     def subgraphs(self) -> list[Graph]:
         """Nested graphs held by attributes, also inside lists and dicts (`cond` branches)."""

@@ -93,3 +93,25 @@ def placement_problems(draw: st.DrawFn, max_ops: int = 10, max_devices: int = 4,
     else:
         memory = roomy_memory(graph, draw(st.sampled_from((0.0, 0.5))))
     return graph, cluster.with_memory(memory)
+
+
+@st.composite
+def layered_graphs(draw: st.DrawFn, max_layers: int = 7) -> tuple[Graph, int]:
+    """A random training step as a cost graph, and its layer count: a forward chain, a backward
+    chain back down it that reads each layer's activation, a per-layer weight update (not per
+    sample)."""
+    layers = draw(st.integers(1, max_layers))
+    cost = st.floats(1e-5, 1e-3)
+    size = st.sampled_from((4, 4096, 10**6))
+    nodes, edges = [], []
+    for i in range(layers):
+        nodes.append({"id": f"f{i}", "cost": draw(cost), "colocate": f"L{i}"})
+        nodes.append({"id": f"b{i}", "cost": draw(cost), "colocate": f"L{i}", "backward": True})
+        nodes.append({"id": f"u{i}", "cost": draw(cost), "per_sample": False})
+        edges.append({"src": f"f{i}", "dst": f"b{i}", "bytes": draw(size)})
+        edges.append({"src": f"b{i}", "dst": f"u{i}", "bytes": draw(size)})
+        if i:
+            edges.append({"src": f"f{i - 1}", "dst": f"f{i}", "bytes": draw(size)})
+            edges.append({"src": f"b{i}", "dst": f"b{i - 1}", "bytes": draw(size)})
+    graph = graph_from_json({"format": "pesto-graph/1", "name": "layered", "nodes": nodes, "edges": edges})
+    return graph, layers

@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from strategies import layered_graphs
 
 import pesto_ir
 from pesto_ir.cluster import Cluster
 from pesto_ir.errors import PestoError
-from pesto_ir.frontends.json_graph import graph_from_json
 from pesto_ir.ir import Graph
 from pesto_ir.passes.algo_pipeline import SCHEDULES, is_backward, pipeline_plan, stage_slots
 from pesto_ir.passes.microbatch import rebatch
@@ -221,22 +221,8 @@ def test_gpt_optimizer_update_stays_with_its_layer(gpt: Graph) -> None:
 
 @st.composite
 def layered_steps(draw: st.DrawFn) -> tuple[Graph, int, int]:
-    """A random training step as a cost graph: a forward chain, a backward chain back down it that
-    reads each layer's activation, a per-layer weight update (not per sample); micro-batched."""
-    layers = draw(st.integers(1, 7))
-    cost = st.floats(1e-5, 1e-3)
-    size = st.sampled_from((4, 4096, 10**6))
-    nodes, edges = [], []
-    for i in range(layers):
-        nodes.append({"id": f"f{i}", "cost": draw(cost), "colocate": f"L{i}"})
-        nodes.append({"id": f"b{i}", "cost": draw(cost), "colocate": f"L{i}", "backward": True})
-        nodes.append({"id": f"u{i}", "cost": draw(cost), "per_sample": False})
-        edges.append({"src": f"f{i}", "dst": f"b{i}", "bytes": draw(size)})
-        edges.append({"src": f"b{i}", "dst": f"u{i}", "bytes": draw(size)})
-        if i:
-            edges.append({"src": f"f{i - 1}", "dst": f"f{i}", "bytes": draw(size)})
-            edges.append({"src": f"b{i}", "dst": f"b{i - 1}", "bytes": draw(size)})
-    graph = graph_from_json({"format": "pesto-graph/1", "name": "layered", "nodes": nodes, "edges": edges})
+    """A random layered training step (`strategies.layered_graphs`), micro-batched."""
+    graph, layers = draw(layered_graphs())
     m = draw(st.integers(1, 5))
     return rebatch(graph, m), layers, m
 
