@@ -38,6 +38,8 @@ REFINE_MAX_OPS = 20_000  # nor on a replica graph larger than this (the engines'
 REFINE_SECONDS_PER_OP = 1e-3  # nor a pipeline with less time left than this per op (`_refine_floor`)
 PATIENCE = 2  # micro-batch counts in a row slower than the best so far end a data-parallel degree
 MODEL_SLACK = 0.05  # pipelines predicted within this of the best one built are built too (the model errs)
+OTHERS_SLACK = 0.25  # nor one predicted this much slower than a plan of another strategy (batch statistics
+# make micro-batches wait for each other, which the model leaves out)
 
 
 @dataclass(frozen=True, order=True)
@@ -322,7 +324,8 @@ def _screen_all(graph: Graph, cluster: Cluster, todo: list[Strategy], options: P
         if len(cluster) == d:
             done = _screen_replicas(graph, cluster, by_d[d], options, heuristic, stop, tried == [], log)
         else:
-            done = _screen_pipelines(graph, cluster, by_d[d], options, heuristic, stop, deadline, tried == [], log)
+            done = _screen_pipelines(graph, cluster, by_d[d], options, heuristic, stop,
+                                     deadline if i == len(order) - 1 else stop, tried, log)
         tried.extend(done)
     return tried
 
@@ -353,18 +356,18 @@ def _screen_replicas(graph: Graph, cluster: Cluster, todo: list[Strategy], optio
 
 
 def _screen_pipelines(graph: Graph, cluster: Cluster, todo: list[Strategy], options: PlaceOptions,
-                      heuristic: Solve, stop: float, deadline: float, first: bool,
+                      heuristic: Solve, stop: float, deadline: float, before: list[Candidate],
                       log: PlaceOptions) -> list[Candidate]:
     """Replicas of several devices: one batch placed freely (the heuristics), then the fixed
     pipeline schedules in the order `passes/pipeline_model.py` predicts them, while the prediction
-    is within `MODEL_SLACK` of the best plan built (or the rewrite is built already: the model
+    is within `OTHERS_SLACK` of the best plan of any strategy and `MODEL_SLACK` of the best built (or the rewrite is built already: the model
     ranks m better than the two schedules of an operator graph) and building one fits in the time
-    (the first, and the other schedule of a graph built already, may use the whole time limit: on
-    large graphs they are what matters, and refining a pipeline gains little), then the heuristics
-    on the fastest pipelined replica graph."""
+    (the first, and the other schedule of a graph built already, may go on to `deadline`, the end
+    of the time limit for the last degree screened: on large graphs they are what matters, and
+    refining a pipeline gains little), then the heuristics on the fastest pipelined replica graph."""
     tried: list[Candidate] = []
-    for strategy in (s for s in todo if s.microbatches == 1):
-        if not (first and not tried) and time.perf_counter() > stop:
+    for strategy in (s for s in todo if s.microbatches == 1):  # one batch is always screened: the heuristics' floor
+        if strategy != ONE_BATCH and (before or tried) and time.perf_counter() > stop:
             tried.append(Candidate(strategy, why_not="not screened: its share of the time ran out"))
         else:
             tried.append(_logged(screen(graph, cluster, Candidate(strategy), options, heuristic), log))
@@ -374,9 +377,14 @@ def _screen_pipelines(graph: Graph, cluster: Cluster, todo: list[Strategy], opti
     ranked, candidates, cost = _ranked_pipelines(graph, cluster, pipelined, log)
     best: tuple[float, float | None] | None = None  # (makespan, its prediction) of the fastest built
     slower = 0
+    other = min((c.plan.makespan for c in [*before, *tried] if c.plan is not None), default=None)
     for predicted, strategy, schedule in ranked:
         c = candidates[strategy]
         if c.graph is None and c.why_not:  # the rewrite failed
+            continue
+        if predicted is not None and other is not None and predicted > other * (1 + OTHERS_SLACK):
+            c.why_not = c.why_not or (f"{schedule} not built: predicted {human_time(predicted, 4)}, slower than "
+                                      f"the {human_time(other, 4)} plan found")
             continue
         if best is not None and c.source is None and (slower >= PATIENCE if predicted is None or best[1] is None
                                                       else predicted > best[1] * (1 + MODEL_SLACK)):

@@ -77,7 +77,9 @@ def test_rows_above_the_goal_say_why(quick_run: tuple[Path, dict]) -> None:
         auto = row["results"]["auto"]["makespan"]
         fastest = min(r["makespan"] for r in row["results"].values() if r["makespan"] is not None)
         one_batch = not row["results"]["auto"]["strategy"]
-        flagged = one_batch and auto / row["lower_bound"] - 1 > suite.GAP_GOAL or auto > fastest * (1 + suite.TIE)
+        took, limit = row["results"]["auto"]["place_seconds"], row["results"]["auto"]["time_limit"]
+        flagged = (one_batch and auto / row["lower_bound"] - 1 > suite.GAP_GOAL or auto > fastest * (1 + suite.TIE)
+                   or took > limit * (1 + suite.OVERTIME))
         assert bool(row["findings"]) == flagged, (row["model"], row["k"], row["findings"])
 
 
