@@ -36,7 +36,7 @@ SCREEN_SHARE = 0.6  # of the time limit, for screening the strategies (the rest 
 MIN_REFINE_SECONDS = 0.5  # below this much time left, the best screening plan is not refined
 REFINE_MAX_OPS = 20_000  # nor on a replica graph larger than this (the engines' set-up alone takes seconds)
 REFINE_SECONDS_PER_OP = 1e-3  # nor a pipeline with less time left than this per op (`_refine_floor`)
-PATIENCE = 2  # micro-batch counts in a row slower than the best so far end a data-parallel degree
+PATIENCE = 2  # pipelines built in a row no faster than the best end a degree (without the model)
 MODEL_SLACK = 0.05  # pipelines predicted within this of the best one built are built too (the model errs)
 OTHERS_SLACK = 0.25  # nor one predicted this much slower than a plan of another strategy (batch statistics
 # make micro-batches wait for each other, which the model leaves out)
@@ -237,9 +237,11 @@ def bucketed(graph: Graph, cluster: Cluster, plan: Plan, strategy: Strategy) -> 
     return (merged[0], hybrid) if hybrid.makespan <= plain.makespan else (graph, plain)
 
 
+Refine = Callable[[Graph, Cluster, PlaceOptions, Plan | None], Plan]  # the full engine; a heuristic plan it must beat
+
+
 def search(graph: Graph, cluster: Cluster, options: PlaceOptions, data_parallel: int | None,
-           microbatches: int | None, heuristic: Solve, refine: Callable[[Graph, Cluster, PlaceOptions], Plan]
-           ) -> tuple[Graph, Plan]:
+           microbatches: int | None, heuristic: Solve, refine: Refine) -> tuple[Graph, Plan]:
     """The fastest plan over the strategies within the time limit: screening, then `refine` (the
     full engine, warm-started) on the best strategy's replica graph; its graph and plan."""
     started = time.perf_counter()
@@ -263,12 +265,12 @@ def search(graph: Graph, cluster: Cluster, options: PlaceOptions, data_parallel:
     try:
         if plan is not None and (left < _refine_floor(best) or len(best.graph.ops) > REFINE_MAX_OPS):
             refined = plan  # the screening used the time, or the graph is too large to refine in it: its plan stands
-        elif best.strategy == ONE_BATCH:  # the one-batch plan, as `place` makes it without the search
-            refined = refine(best.graph, cluster, dataclasses.replace(options, time_limit=left))
+        elif best.strategy == ONE_BATCH:  # the one-batch plan, as `place` makes it (its heuristics screened)
+            refined = refine(best.graph, cluster, dataclasses.replace(options, time_limit=left), best.plan)
         else:
             sub = sub_cluster(cluster, replica_groups(cluster, best.strategy.data_parallel)[0])
             warm = _on_replica(best.plan, sub) if best.plan is not None else None
-            refined = refine(best.graph, sub, dataclasses.replace(options, time_limit=left, warm_start=warm))
+            refined = refine(best.graph, sub, dataclasses.replace(options, time_limit=left, warm_start=warm), None)
             if best.plan is None:  # not screened (a fixed strategy): its all-reduces are not bucketed yet
                 best.graph, refined = bucketed(best.graph, cluster, refined, best.strategy)
             else:
@@ -332,26 +334,22 @@ def _screen_all(graph: Graph, cluster: Cluster, todo: list[Strategy], options: P
 
 def _screen_replicas(graph: Graph, cluster: Cluster, todo: list[Strategy], options: PlaceOptions,
                      heuristic: Solve, stop: float, first: bool, log: PlaceOptions) -> list[Candidate]:
-    """One-device replicas: m ascending (more micro-batches only add overheads there, unless memory
-    needs them) until `PATIENCE` in a row are slower than the best."""
+    """One-device replicas: m ascending, up to the first that fits in memory. One device runs all
+    its ops one after another, and m micro-batches' copies take at least the whole batch's time
+    (the same on a cost graph, more on a roofline-costed one: launch overheads, weights read m
+    times), so more micro-batches than memory needs cannot be faster."""
     tried: list[Candidate] = []
-    best: float | None = None
-    slower = 0
     for strategy in todo:
         if not (first and not tried) and time.perf_counter() > stop:
             tried.append(Candidate(strategy, why_not="not screened: its share of the time ran out"))
             continue
         c = _logged(screen(graph, cluster, Candidate(strategy), options, heuristic), log)
         tried.append(c)
-        if c.plan is None:
-            continue
-        slower = slower + 1 if best is not None and c.plan.makespan > best else 0
-        if slower == PATIENCE:
+        if c.plan is not None:
             rest = todo[todo.index(strategy) + 1:]
-            tried.extend(Candidate(s, why_not=f"not screened: {PATIENCE} micro-batch counts in a row up to "
-                                              f"{strategy} were slower") for s in rest)
+            tried.extend(Candidate(s, why_not=f"not screened: one device is no faster with more micro-batches "
+                                              f"than {strategy}, which fits") for s in rest)
             break
-        best = c.plan.makespan if best is None else min(best, c.plan.makespan)
     return tried
 
 

@@ -98,6 +98,7 @@ REFINE_MAX_OPS = 20000  # auto refines its expanded plan on fine graphs up to th
 REFINE_SHARE = 0.5  # ... with this share of its time limit
 LNS_REFINE_MAX_OPS = 1000  # ... using LNS after the moves up to this size (its steps model the whole graph)
 REFINE_MIN_SECONDS = 0.3  # below this much time left, no refinement
+MIN_SOLVE_SECONDS = 0.05  # what the coarse solve gets when the fine heuristics used the whole limit
 
 
 class PlaceError(PestoError):
@@ -186,8 +187,12 @@ def require_cluster(ctx: PassContext, pass_name: str) -> Cluster:
     return ctx.cluster
 
 
-def place_graph(graph: Graph, cluster: Cluster, algo: str, options: PlaceOptions) -> Plan:
-    """Place `graph` (coarse when it has `group` attributes), record the plan in it and return it."""
+def place_graph(graph: Graph, cluster: Cluster, algo: str, options: PlaceOptions, floor: Plan | None = None) -> Plan:
+    """Place `graph` (coarse when it has `group` attributes), record the plan in it and return it.
+
+    A coarse plan of an exact algorithm is kept only if it beats, once expanded, the best heuristic
+    plan of the fine graph: `floor` when the caller has it, else the heuristics run first, inside
+    the time limit."""
     algorithm = _algorithm(algo)
     _check_placeable(graph)
     _check_memory(graph, cluster, "")
@@ -200,13 +205,16 @@ def place_graph(graph: Graph, cluster: Cluster, algo: str, options: PlaceOptions
     started = time.perf_counter()
     coarse, members = quotient_graph(graph, cluster)
     _check_memory(coarse, cluster, " after coarsening (raise coarsen's target to make groups smaller)")
+    if algo in EXACT_ALGOS and floor is None:
+        floor = best_heuristic_plan(graph, cluster, dataclasses.replace(options, quiet=True, warm_start=None))
+    left = max(options.time_limit - (time.perf_counter() - started), MIN_SOLVE_SECONDS)
     refine = algo == "auto" and len(members) < len(graph.ops) <= REFINE_MAX_OPS and len(cluster) > 1
-    coarse_options = dataclasses.replace(options, time_limit=options.time_limit * (1 - REFINE_SHARE)) if refine else options
+    coarse_options = dataclasses.replace(options, time_limit=left * (1 - REFINE_SHARE) if refine else left)
     plan = solve(coarse, cluster, algo, algorithm, coarse_options)
     plan.lower_bound = lower_bound(graph, cluster)
     fine = project_coarse_plan(graph, plan, members)
-    if algo in EXACT_ALGOS:
-        fine = faster_than_fine_heuristics(graph, cluster, fine, options)
+    if algo in EXACT_ALGOS and floor is not None:
+        fine = faster_than_fine_heuristics(graph, cluster, fine, floor, options)
     if refine:
         fine = refined_on_fine_graph(graph, cluster, fine, options, options.time_limit - (time.perf_counter() - started))
     write_plan_attrs(graph, fine)
@@ -220,13 +228,13 @@ def place_hybrid(graph: Graph, cluster: Cluster, algo: str, options: PlaceOption
     from pesto_ir.passes.hybrid import search
 
     def heuristic(g: Graph, c: Cluster, o: PlaceOptions) -> Plan:
-        if g is graph and len(g.ops) <= SCREEN_BOTH_MAX_OPS:  # the one-batch step: every heuristic
+        if g is graph:  # the one-batch step: every heuristic (the plan auto must never be slower than)
             found = best_heuristic_plan(g, c, o)
             if found is None:
                 raise PlaceError("no heuristic plan of the one-batch step fits in memory")
             return found
-        """m-ETF and m-SCT (m-ETF alone on large graphs: m-SCT takes 2-3 times as long); on a
-        replica of one device any order of the ops takes their total."""
+        # m-ETF and m-SCT (m-ETF alone on large graphs: m-SCT takes 2-3 times as long); on a
+        # replica of one device any order of the ops takes their total
         best: Plan | None = None
         names = ("single",) if len(c) == 1 else ("m-etf", "m-sct") if len(g.ops) <= SCREEN_BOTH_MAX_OPS else ("m-etf",)
         failed: list[PestoError] = []
@@ -242,8 +250,8 @@ def place_hybrid(graph: Graph, cluster: Cluster, algo: str, options: PlaceOption
             raise failed[0]
         return best
 
-    def refine(g: Graph, c: Cluster, o: PlaceOptions) -> Plan:
-        return place_graph(g, c, algo, o)
+    def refine(g: Graph, c: Cluster, o: PlaceOptions, floor: Plan | None) -> Plan:
+        return place_graph(g, c, algo, o, floor)
 
     out, plan = search(graph, cluster, options, data_parallel, microbatches, heuristic, refine)
     if plan.algorithm != algo:  # the plan is `algo`'s search; the engine that made it is its winner
@@ -286,14 +294,14 @@ def refined_on_fine_graph(graph: Graph, cluster: Cluster, plan: Plan, options: P
                                       f"{best.makespan:.6g}s in {seconds:.3g}s"])
 
 
-def faster_than_fine_heuristics(graph: Graph, cluster: Cluster, coarse: Plan, options: PlaceOptions) -> Plan:
-    """`coarse` (a coarse plan on the fine ops), unless a heuristic on the fine graph beats it once
-    expanded: then that heuristic's plan, labelled with the asked algorithm and a note."""
+def faster_than_fine_heuristics(graph: Graph, cluster: Cluster, coarse: Plan, heuristic: Plan,
+                                options: PlaceOptions) -> Plan:
+    """`coarse` (a coarse plan on the fine ops), unless `heuristic`, the best heuristic plan of the
+    fine graph, beats it once expanded: then that plan, labelled with the asked algorithm and a note."""
     from pesto_ir.passes.expand import expand_plan  # expand builds on this module
 
     expanded = expand_plan(graph, cluster, coarse).makespan
-    heuristic = best_heuristic_plan(graph, cluster, dataclasses.replace(options, quiet=True, warm_start=None))
-    if heuristic is None or heuristic.makespan >= expanded:
+    if heuristic.makespan >= expanded:
         return coarse
     name = heuristic.algorithm
     options.progress(f"place: {name} on the {len(graph.ops)} fine ops ({human_time(heuristic.makespan, 4)}) "
