@@ -81,13 +81,20 @@ def m_of(plan: Plan) -> int:
 def held_by(graph: Graph, cluster: Cluster, plan: Plan) -> str:
     """The plan's ratio to total / k, split into its two factors: how much more than total / k the
     busiest device works (the stages' balance at this graph's granularity), and how much longer
-    than its work the step takes (waiting for transfers and for other stages)."""
+    than its work the step takes (waiting for transfers and for other stages); and, for a pipeline
+    of S stages, the part of that waiting its fill and drain alone cost: with perfectly balanced
+    stages and free links a fixed schedule still takes (m + S - 1) / m x total / k."""
     k = len(cluster)
     total = sum(fastest_costs(graph, cluster).values())
     busy = max(sum(s.end - s.start for s in plan.ops.values() if s.device == d) for d in plan.devices[:k])
     moved = sum(t.end - t.start for t in plan.transfers)
-    return (f"balance: the busiest device works {busy / (total / k):.3f} x total / k; waiting: the step is "
-            f"{plan.makespan / busy:.3f} x its work (transfers {moved * 1e3:.3g} ms in all)")
+    out = (f"balance: the busiest device works {busy / (total / k):.3f} x total / k; waiting: the step is "
+           f"{plan.makespan / busy:.3f} x its work (transfers {moved * 1e3:.3g} ms in all)")
+    par = plan.parallelism
+    if par is not None and par.microbatches > 1 and len(par.replicas[0]) > 1:
+        stages, m = len(par.replicas[0]), par.microbatches
+        out += f"; fill and drain of {stages} stages over {m} micro-batches alone: {(m + stages - 1) / m:.3f}"
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
