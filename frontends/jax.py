@@ -17,7 +17,12 @@
 * each op's location is the user's frame of its equation (`jax.extend.source_info_util`);
 * typed PRNG keys (`jax.random.key`) are arrays of element type `key<impl>` (`key<threefry2x32>[2]`),
   and the key primitives (`random_seed`, `random_split`, `random_bits`, ...) plain ops;
-* `shard_map` and `pmap` are refused (`REFUSED_PRIMITIVES`): pesto_ir places the step itself.
+* mutable array references (`jax.new_ref`) made inside the step are discharged into plain array
+  ops and hijax types (`is_high` jaxprs) lowered to plain arrays, as `jax.jit` does before compiling;
+* `shard_map`, `pmap` and the collectives over named axes, Python callbacks, custom calls and kernels
+  (`ffi_call`, `pallas_call`, ...), tokens and a few others are refused by name, each with the reason
+  and what to do instead (`REFUSED_PRIMITIVES`): pesto_ir places the step itself, and a `.pir` graph
+  holds array operations only.
 
 Inputs are marked `param` (trainable state) by position: `param_argnums=(0, 1)` marks every leaf of
 the first two positional arguments. The leaves of rank >= 1 of the positional arguments in
@@ -135,7 +140,12 @@ def lower_function(fn: Callable[..., Any], *example_args: Any, param_argnums: in
     `param_argnums`), lowering goes on and no `batch_inputs` is written.
     """
     batch_set = _batch_argnums(example_args, param_argnums, batch_argnums)
-    closed, out_shape = jax.make_jaxpr(fn, return_shape=True)(*example_args, **example_kwargs)
+    try:
+        closed, out_shape = jax.make_jaxpr(fn, return_shape=True)(*example_args, **example_kwargs)
+    except NameError as e:  # JAX's error for a collective (psum, axis_index, ...) outside shard_map/pmap
+        if "unbound axis name" not in str(e):
+            raise
+        raise LoweringError(f"tracing {_function_name(fn)}: {e} ({_COLLECTIVE_ADVICE})") from None
     in_tree = jax.tree_util.tree_structure((example_args, example_kwargs))
     flags = _param_flags(example_args, example_kwargs, param_argnums)
     graph, consts = lower_jaxpr(closed, name=_function_name(fn), param_flags=flags)
@@ -160,8 +170,10 @@ def _lower_closed(closed: Any, name: str, param_flags: Sequence[bool] | None,
                   input_names: Sequence[str] | None) -> tuple[Graph, list[Any]]:
     graph = Graph(_sanitize(name, "main"))
     b = _Builder(graph)
+    names = input_names or _arg_names(closed.jaxpr, len(closed.jaxpr.invars))
+    closed = plain_arrays(closed)
     jaxpr = without_dead_code(closed.jaxpr)
-    names = input_names or _arg_names(jaxpr, len(jaxpr.invars))
+    refuse_unsupported(jaxpr)
     flags = list(param_flags) if param_flags is not None else [False] * len(jaxpr.invars)
     env: Env = {}
     for var, hint, is_param in zip(jaxpr.invars, names, flags):
@@ -176,6 +188,45 @@ def _lower_closed(closed: Any, name: str, param_flags: Sequence[bool] | None,
     if consts:
         graph.attrs["consts"] = ListAttr(tuple(StringAttr(v.name) for _, v in b.captured.values()))
     return graph, consts
+
+
+def plain_arrays(closed: Any) -> Any:
+    """`closed` computing on plain arrays only, as `jax.jit` turns it before compiling: hijax types
+    (boxes, `accum_grad_in_ref`, user `VJPHiPrimitive`s) lowered to their plain parts, and mutable
+    array references made inside it (`jax.new_ref`, `jax.empty_ref`) discharged: a read becomes the
+    value, a write a new value. References and hijax values among its inputs or outputs are refused:
+    the caller's own buffers cannot be updated by a planned step."""
+    from jax._src import core as jax_core
+    from jax._src.interpreters import partial_eval as pe
+    from jax._src.state.types import AbstractRef
+
+    for where, avals in (("input", closed.in_avals), ("output", closed.out_avals)):
+        for i, aval in enumerate(avals):
+            if getattr(aval, "is_high", False) or isinstance(aval, AbstractRef):
+                raise LoweringError(f"{where} {i} of the step is {aval.str_short()}, not an array: pass and return "
+                                    f"arrays (make mutable references with jax.new_ref inside the step, and "
+                                    f"read them with jax.freeze or ref[...] before returning)")
+    if getattr(closed.jaxpr, "is_high", False):
+        closed = pe.lower_jaxpr2(closed)
+    if any(isinstance(e, jax_core.InternalMutableArrayEffect) for e in closed.effects):
+        from jax._src.state.discharge import discharge_state
+
+        closed = discharge_state(closed)
+    return closed
+
+
+def refuse_unsupported(jaxpr: Any, loc: Location | None = None) -> None:
+    """A LoweringError for the first equation (nested bodies included) whose primitive is in
+    `REFUSED_PRIMITIVES`, with its reason: before any input or result type is read, so that the
+    error says what the step does (a `precv` makes a token) rather than what it cannot type.
+    `loc`: where the enclosing call is, for equations of library code that carry no user frame."""
+    for eqn in jaxpr.eqns:
+        where = _location(eqn.source_info) or loc
+        refusal = REFUSED_PRIMITIVES.get(eqn.primitive.name)
+        if refusal is not None:
+            raise LoweringError(f"{where or '<unknown location>'}: {refusal(eqn)}")
+        for sub in sub_jaxprs(eqn.params):
+            refuse_unsupported(sub, where)
 
 
 def without_dead_code(jaxpr: Any) -> Any:
@@ -493,8 +544,8 @@ def _tensor_type(aval: Any, loc: Location | None, what: str) -> TensorType:
     shape = getattr(aval, "shape", None)
     dtype = getattr(aval, "dtype", None)
     try:
-        if shape is None or dtype is None:
-            raise ValueError(f"{aval} is not an array")
+        if shape is None or dtype is None or not isinstance(aval, jax.core.ShapedArray):
+            raise ValueError(f"{aval.str_short() if hasattr(aval, 'str_short') else aval} is not an array")
         name = key_type_name(dtype) if is_key_dtype(dtype) else dtype_short_name(dtype)
         return TensorType(name, tuple(int(d) for d in shape))
     except (ValueError, TypeError, ParamEncodeError) as e:
@@ -548,14 +599,41 @@ def _linear_solve(eqn: Any) -> tuple[Any, list[Atom], str]:
     return jaxprs.solve, [*consts, *rhs], "linear_solve"
 
 
+def _compute_on(eqn: Any) -> tuple[Any, list[Atom], str]:
+    """`compute_on2` asks for a kind of device; placement is pesto_ir's to decide, the body is the value."""
+    return eqn.params["jaxpr"], list(eqn.invars), f"compute_on({eqn.params['compute_type']})"
+
+
+def _run_state(eqn: Any) -> tuple[Any, list[Atom], str]:
+    """`run_state` runs a body on references holding its operands and returns their final values: the
+    body with its references discharged (what JAX itself evaluates) computes exactly that."""
+    from jax._src.state.discharge import discharge_state
+
+    if not all(eqn.params["is_initialized"]):
+        raise LoweringError("primitive 'run_state' with references it does not initialize: their first values "
+                            "are unspecified; initialize every reference")
+    return discharge_state(jex.ClosedJaxpr(eqn.params["jaxpr"], ())), list(eqn.invars), "run_state"
+
+
 INLINE_RULES: dict[str, InlineRule] = {
     "jit": _call("jaxpr", "jit"),
     "pjit": _call("jaxpr", "jit"),
     "closed_call": _call("call_jaxpr", "call"),
+    "call": _call("call_jaxpr", "call"),
     "core_call": _call("call_jaxpr", "call"),
     "custom_jvp_call": _call("call_jaxpr", "custom_jvp"),
     "custom_vjp_call": _call("call_jaxpr", "custom_vjp"),
     "custom_vjp_call_jaxpr": _call("fun_jaxpr", "custom_vjp"),
+    # the forward pass of a custom_vjp with optimize_remat=True: residuals and outputs
+    "remat_opt": _call("fwd_jaxpr", "custom_vjp_fwd"),
+    # jax.custom_batching.custom_vmap: the rule only matters under vmap, which tracing has done
+    "custom_vmap_call": _call("call", "custom_vmap"),
+    # jax.custom_derivatives.linear_call: the callee computes; its transpose only defines derivatives
+    "linear_call": _call("callee", "linear_call"),
+    # lax.composite: its decomposition is what it computes
+    "composite": _call("jaxpr", "composite"),
+    "compute_on": _compute_on,
+    "run_state": _run_state,
     "remat2": _call("jaxpr", "checkpoint"),
     "checkpoint": _call("jaxpr", "checkpoint"),
     "custom_linear_solve": _linear_solve,
@@ -647,12 +725,90 @@ def _refuse_parallel_map(eqn: Any) -> str:
             f"whole batch) and let pesto_ir place it, or jit it outside parallelize")
 
 
+_COLLECTIVE_ADVICE = ("collectives run inside shard_map or pmap, which split the step across devices; pesto_ir "
+                      "places the step itself, so call the function on the whole batch without collectives "
+                      "(a sum over the batch is a plain sum)")
+
+# Collectives over named mesh axes (jax.lax.psum, all_gather, axis_index, ... and the forms shard_map's
+# type system and asynchronous collectives bind).
+COLLECTIVES: tuple[str, ...] = (
+    "psum", "pmax", "pmin", "ppermute", "pbroadcast", "all_gather", "all_to_all", "ragged_all_to_all",
+    "reduce_scatter", "axis_index", "psend", "precv", "pvary", "preduced", "psum_invariant", "all_gather_invariant",
+    "all_gather_reduced", "unreduced_psum", "unreduced_reduce_scatter", "vary_unreduced_cast_p", "reduced_vary_cast_p",
+    "psum_start", "psum_invariant_start", "unreduced_psum_start", "all_gather_start", "all_gather_reduced_start",
+    "reduce_scatter_start", "unreduced_reduce_scatter_start", "all_to_all_start", "pbroadcast_start",
+    "ppermute_start", "psum_done", "all_gather_done", "reduce_scatter_done", "all_to_all_done", "pbroadcast_done",
+    "ppermute_done",
+)
+
+
+def _refuse_collective(eqn: Any) -> str:
+    """A collective names mesh axes that only exist inside shard_map or pmap."""
+    axes = eqn.params.get("axes", eqn.params.get("axis_name"))
+    axes = axes if isinstance(axes, tuple) else (axes,) if axes is not None else ()
+    over = f" over mesh axis {', '.join(map(repr, axes))}" if axes else ""
+    return f"collective '{eqn.primitive.name}'{over} inside the step: {_COLLECTIVE_ADVICE}"
+
+
+_CALLBACK_KINDS = {"pure_callback": "jax.pure_callback", "io_callback": "jax.experimental.io_callback",
+                   "debug_callback": "jax.debug.callback", "inspect_sharding": "jax.debug.inspect_array_sharding",
+                   "buffer_callback": "jax.experimental.buffer_callback"}
+
+
+def _refuse_callback(eqn: Any) -> str:
+    """A callback runs a Python function, which a `.pir` graph cannot hold."""
+    name = eqn.primitive.name
+    instead = {"debug_callback": "print with jax.debug.print, which lowers",
+               "inspect_sharding": "leave it out: pesto_ir places whole arrays, there is no sharding to inspect",
+               }.get(name, "compute the value with jax.numpy/lax, or call the Python function outside the step")
+    return (f"primitive '{name}' ({_CALLBACK_KINDS[name]}) calls back into Python: a .pir graph holds array "
+            f"operations, not Python functions; {instead}")
+
+
+_KERNELS = {"ffi_call": "jax.ffi.ffi_call", "pallas_call": "a Pallas kernel",
+            "custom_partitioning": "jax.experimental.custom_partitioning",
+            "call_exported": "a jax.export.Exported function", "tpu_custom_call": "a Mosaic TPU kernel"}
+
+
+def _refuse_kernel(eqn: Any) -> str:
+    """Custom calls and kernels are opaque: nothing to cost, place or print."""
+    name = eqn.primitive.name
+    target = eqn.params.get("target_name") or eqn.params.get("name")
+    what = _KERNELS[name] + (f" {target!r}" if isinstance(target, str) and target else "")
+    return (f"primitive '{name}' ({what}) runs code pesto_ir cannot see into, cost or print as .pir; write "
+            f"that part of the step with jax.numpy/lax, or jit it outside parallelize")
+
+
+def _refuse_token(eqn: Any) -> str:
+    return (f"primitive '{eqn.primitive.name}' makes an ordering token: Pesto IR has no token type (tokens "
+            f"order side effects such as infeed/outfeed, which JAX no longer has); leave tokens out of the step")
+
+
+def _refuse_custom_lin(eqn: Any) -> str:
+    return ("primitive 'custom_lin' is forward-mode autodiff (jax.jvp, jax.linearize) of a jax.custom_vjp "
+            "function, which JAX cannot run either (custom_vjp defines reverse mode only): take gradients "
+            "with jax.grad/jax.vjp, or give the function a custom_jvp")
+
+
+def _refuse_check(eqn: Any) -> str:
+    return ("primitive 'check' (jax.experimental.checkify.check) outside checkify.checkify, which JAX cannot "
+            "run under jit either: wrap the step in checkify.checkify, which turns its checks into array ops")
+
+
 # Primitives the frontend refuses, by name, with the sentence that says why and what to do instead.
 REFUSED_PRIMITIVES: dict[str, Callable[[Any], str]] = {
     "shard_map": _refuse_parallel_map,
     "xla_pmap": _refuse_parallel_map,
+    **{name: _refuse_collective for name in COLLECTIVES},
+    **{name: _refuse_callback for name in _CALLBACK_KINDS},
+    **{name: _refuse_kernel for name in _KERNELS},
+    "create_token": _refuse_token,
+    "after_all": _refuse_token,
+    "custom_lin": _refuse_custom_lin,
+    "check": _refuse_check,
 }
 
 
-__all__ = ["LoweredFunction", "LoweringError", "lower", "lower_function", "lower_jaxpr", "sub_jaxprs",
-           "INLINE_RULES", "STRUCTURED_RULES", "REFUSED_PRIMITIVES"]
+__all__ = ["LoweredFunction", "LoweringError", "lower", "lower_function", "lower_jaxpr", "plain_arrays",
+           "refuse_unsupported", "sub_jaxprs", "without_dead_code", "COLLECTIVES", "INLINE_RULES",
+           "STRUCTURED_RULES", "REFUSED_PRIMITIVES"]

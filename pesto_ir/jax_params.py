@@ -21,6 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 from jax._src import core as _jax_core  # MemorySpace has no public name in jax 0.10
+from jax._src import dispatch as _dispatch  # nor has device_put's ArrayCopySemantics
 
 from pesto_ir.attributes import (
     Attr,
@@ -145,6 +146,14 @@ def _encode_tuple(v: tuple[Any, ...]) -> Attr:
     return ListAttr(tuple(encode_plain(x) for x in v))
 
 
+def _encode_scalar_type(v: type) -> Attr:
+    """A scalar type given where a dtype goes (`lax.empty(shape, jnp.float32)`) prints as its dtype."""
+    dtype = getattr(v, "dtype", None)
+    if isinstance(dtype, np.dtype) or issubclass(v, np.generic):
+        return _encode_dtype(np.dtype(v))
+    raise ParamEncodeError(f"no printed form for the type {v.__name__}")
+
+
 _PLAIN_BY_TYPE: dict[type, Callable[[Any], Attr]] = {
     type(None): lambda v: NoneAttr(),
     bool: BoolAttr,
@@ -162,6 +171,7 @@ _PLAIN_BY_BASE: tuple[tuple[type, Callable[[Any], Attr]], ...] = (
     (np.integer, lambda v: IntAttr(int(v))),
     (np.floating, lambda v: FloatAttr(float(v))),
     (tuple, _encode_tuple),
+    (type, _encode_scalar_type),
 )
 
 
@@ -218,12 +228,16 @@ def enum_codec(cls: type[enum.Enum]) -> ParamCodec:
 
 
 def namedtuple_codec(cls: Any) -> ParamCodec:
-    """A NamedTuple of int tuples prints as a dict of lists: `{lhs_spec = [0, 1, 2, 3], ...}`."""
+    """A NamedTuple (or frozen dataclass) of int tuples prints as a dict of lists:
+    `{lhs_spec = [0, 1, 2, 3], ...}`."""
+    import dataclasses
+
+    fields = cls._fields if hasattr(cls, "_fields") else tuple(f.name for f in dataclasses.fields(cls))
 
     def encode(v: Any) -> Attr:
         if v is None:
             return NoneAttr()
-        return DictAttr(tuple((f, encode_plain(tuple(getattr(v, f)))) for f in cls._fields))
+        return DictAttr(tuple((f, encode_plain(tuple(getattr(v, f)))) for f in fields))
 
     def decode(a: Attr) -> Any:
         if isinstance(a, NoneAttr):
@@ -361,6 +375,22 @@ def _encode_sharding(v: Any) -> Attr:
     raise ParamEncodeError(f"sharding constraints are not supported (Pesto places whole arrays): {v!r:.80}")
 
 
+def _encode_devices(v: Any) -> Attr:
+    """`device_put`'s targets: none (`jax.device_put(x)` in a step, a copy) prints; a device or a memory
+    space is refused: pesto_ir decides where each op runs."""
+    if isinstance(v, tuple) and all(x is None for x in v):
+        return ListAttr(tuple(NoneAttr() for _ in v))
+    raise ParamEncodeError(f"device_put to {', '.join(map(str, v))} inside the step: pesto_ir decides where each op "
+                           f"runs and moves arrays itself; call jax.device_put(x) without a device, or outside "
+                           f"the step")
+
+
+def _list_codec(item: ParamCodec) -> ParamCodec:
+    """A tuple whose items all use `item`."""
+    return ParamCodec(lambda v: ListAttr(tuple(item.encode(x) for x in v)),
+                      lambda a: tuple(item.decode(x) for x in a.items))
+
+
 PRECISION_CODEC = ParamCodec(_encode_precision, _decode_precision)
 ACCURACY_CODEC = ParamCodec(_encode_accuracy, _decode_accuracy)
 PRIMITIVE_CODEC = ParamCodec(_encode_primitive, lambda a: lookup_primitive(a.value))
@@ -376,6 +406,10 @@ PRIMITIVE_PARAM_CODECS: dict[tuple[str, str], ParamCodec] = {
     ("conv_general_dilated", "dimension_numbers"): namedtuple_codec(lax.ConvDimensionNumbers),
     ("gather", "dimension_numbers"): namedtuple_codec(lax.GatherDimensionNumbers),
     ("gather", "mode"): enum_codec(lax.GatherScatterMode),
+    ("ragged_dot_general", "ragged_dot_dimension_numbers"): namedtuple_codec(lax.RaggedDotDimensionNumbers),
+    ("device_put", "devices"): ParamCodec(_encode_devices, decode_plain),
+    ("device_put", "srcs"): ParamCodec(_encode_devices, decode_plain),
+    ("device_put", "copy_semantics"): _list_codec(enum_codec(_dispatch.ArrayCopySemantics)),
     ("random_seed", "impl"): PRNG_IMPL_CODEC,
     ("random_wrap", "impl"): PRNG_IMPL_CODEC,
     ("reduce_window", "jaxpr"): OPEN_JAXPR_CODEC,
@@ -402,6 +436,7 @@ PARAM_CODECS: dict[str, ParamCodec] = {
     "in_tree": TREEDEF_CODEC,  # `debug_print`'s arguments
     "sharding": ParamCodec(_encode_sharding, decode_plain),
     "out_sharding": ParamCodec(_encode_sharding, decode_plain),
+    "dst_sharding": ParamCodec(_encode_sharding, decode_plain),  # jax.sharding.reshard
 }
 
 

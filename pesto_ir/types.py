@@ -38,6 +38,16 @@ DTYPES: dict[str, str] = {
     "f8e5m2": "float8_e5m2",
     "i4": "int4",
     "u4": "uint4",
+    # the other narrow types JAX 0.10 has (ml_dtypes): scaled_dot's e8m0 scales, fp4, 2-bit ints
+    "f8e4m3": "float8_e4m3",
+    "f8e3m4": "float8_e3m4",
+    "f8e4m3fnuz": "float8_e4m3fnuz",
+    "f8e4m3b11fnuz": "float8_e4m3b11fnuz",
+    "f8e5m2fnuz": "float8_e5m2fnuz",
+    "f8e8m0fnu": "float8_e8m0fnu",
+    "f4e2m1fn": "float4_e2m1fn",
+    "i2": "int2",
+    "u2": "uint2",
 }
 SHORT_DTYPE: dict[str, str] = {v: k for k, v in DTYPES.items()}
 
@@ -45,7 +55,8 @@ SHORT_DTYPE: dict[str, str] = {v: k for k, v in DTYPES.items()}
 _BITS: dict[str, int] = {
     "bool": 8, "i8": 8, "i16": 16, "i32": 32, "i64": 64, "u8": 8, "u16": 16, "u32": 32,
     "u64": 64, "f16": 16, "bf16": 16, "f32": 32, "f64": 64, "c64": 64, "c128": 128,
-    "f8e4m3fn": 8, "f8e5m2": 8, "i4": 4, "u4": 4,
+    "f8e4m3fn": 8, "f8e5m2": 8, "i4": 4, "u4": 4, "f8e4m3": 8, "f8e3m4": 8, "f8e4m3fnuz": 8,
+    "f8e4m3b11fnuz": 8, "f8e5m2fnuz": 8, "f8e8m0fnu": 8, "f4e2m1fn": 4, "i2": 2, "u2": 2,
 }
 
 
