@@ -29,16 +29,19 @@ from operator import itemgetter
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
-from jax.sharding import SingleDeviceSharding
+from jax.sharding import Mesh, NamedSharding, PartitionSpec, Sharding, SingleDeviceSharding
 
 from pesto_ir.backends.schedule import Move, Schedule, ScheduleError, Segment, schedule, segment_graph
 from pesto_ir.errors import PestoError
-from pesto_ir.interpreter import as_function, check_single_replica
+from pesto_ir.interpreter import as_function, one_replica
 from pesto_ir.ir import Graph, Value
 from pesto_ir.jax_params import jax_dtype
+from pesto_ir.plan import Parallelism, read_plan_attrs
 from pesto_ir.types import TensorType
 
+REPLICA_AXIS = "replica"  # the mesh axis of data-parallel replicas
 DeviceSpec = Sequence[Any] | Mapping[str, Any]
 Gather = Callable[[Mapping[int, Any]], tuple[Any, ...]]
 Instr = tuple[Callable[..., Sequence[Any]], Gather, tuple[int, ...]]  # (function, its arguments, results)
@@ -58,13 +61,16 @@ def build(placed_graph: Graph, devices: DeviceSpec, *, constants: Sequence[Any] 
     closed-over arrays), fixed for every call. `state_map` maps an output index to the input index it
     is the next value of (see `schedule.infer_state_map` for the default). `donate` lists input
     indices whose arrays the caller gives up, like `jax.jit`'s `donate_argnums`. `compiler_options`
-    go to XLA for every segment (as `jax.jit`'s). It runs one replica: a graph that all-reduces
-    across data-parallel replicas is refused (`BackendError`).
+    go to XLA for every segment (as `jax.jit`'s). A plan with data-parallel replicas runs every
+    segment over the mesh of the devices that mirror its device (`Replicas`); a graph that
+    all-reduces across replicas its plan does not have is refused (`BackendError`).
     """
-    try:
-        check_single_replica(placed_graph)
-    except PestoError as e:
-        raise BackendError(str(e)) from None
+    plan = read_plan_attrs(placed_graph)
+    replicas = plan.parallelism.data_parallel if plan is not None and plan.parallelism is not None else 1
+    bad = next((op for op in placed_graph.ops if op.opcode == "all_reduce" and not one_replica(op)), None)
+    if replicas == 1 and bad is not None:
+        raise BackendError(f"{bad.where()}: op '{bad.name}' all-reduces across {bad.get('replicas')} data-parallel "
+                           "replicas, but the plan has no replicas to reduce across (place it with data-parallel > 1)")
     sched = schedule(placed_graph, state_map)
     return Executable(sched, resolve_devices(sched.devices, devices), constants, frozenset(donate),
                       dict(compiler_options or {}))
@@ -85,6 +91,92 @@ def resolve_devices(names: Sequence[str], devices: DeviceSpec) -> dict[str, Any]
     if len({id(d) for d in devices}) != len(devices):
         raise BackendError(f"the same JAX device is given twice in {devices}")
     return dict(zip(names, devices))
+
+
+class Replicas:
+    """Where arrays live when a plan has d > 1 data-parallel replicas. The schedule is replica 0's;
+    each of its devices stands for the mesh of the d devices that mirror it (one axis, `replica`).
+    A value every replica has the same of (parameters, constants, what an all-reduce returns and
+    what is computed from such values alone) is replicated over that mesh; a value that differs
+    per replica (the batch inputs' rows and what is computed from them) is stacked: one more
+    leading axis of d, one replica's array per device. Segments run as `jax.shard_map` over the
+    mesh, so XLA runs every replica's copy at once and the all-reduces are its collectives."""
+
+    def __init__(self, graph: Graph, par: Parallelism, devices: Mapping[str, Any]) -> None:
+        self.d = par.data_parallel
+        self.replicated: dict[str, Sharding] = {}
+        self.stacked: dict[str, Sharding] = {}
+        for name in par.replicas[0]:
+            mesh = Mesh(np.array([devices[n] for n in par.group(name)], dtype=object), (REPLICA_AXIS,))
+            self.replicated[name] = NamedSharding(mesh, PartitionSpec())
+            self.stacked[name] = NamedSharding(mesh, PartitionSpec(REPLICA_AXIS))
+        self.varying = _varying(graph)
+        self.input_axes = _axes(graph, "batch_inputs", {v.name: i for i, v in enumerate(graph.inputs)})
+        self.output_axes = _axes(graph, "batch_outputs", {str(k): k for k in range(len(graph.outputs))})
+        for v in graph.inputs:
+            if id(v) in self.varying and graph.inputs.index(v) not in self.input_axes:
+                raise BackendError(f"input %{v.name} differs per replica but has no batch axis")
+        for k, v in enumerate(graph.outputs):
+            if id(v) in self.varying and k not in self.output_axes:
+                raise BackendError(f"output {k} (%{v.name}) differs per replica but the graph gives no batch axis "
+                                   "to put the replicas' rows together along (batch_outputs)")
+
+    def sharding(self, v: Value, device: str) -> Sharding:
+        return (self.stacked if id(v) in self.varying else self.replicated)[device]
+
+    def per_replica(self, fn: Callable[..., list[Any]], seg: Segment) -> Callable[..., list[Any]]:
+        """`fn` (one replica's segment) over the replicas of `seg`'s device: stacked arguments lose
+        their replica axis inside, stacked results get it back."""
+        ins = [id(v) in self.varying for v in seg.inputs]
+        outs = [id(v) in self.varying for v in seg.outputs]
+
+        def body(*args: Any) -> list[Any]:
+            results = fn(*(a[0] if stacked else a for a, stacked in zip(args, ins)))
+            return [r[None] if stacked else r for r, stacked in zip(results, outs)]
+
+        spec = {True: PartitionSpec(REPLICA_AXIS), False: PartitionSpec()}
+        mesh = self.replicated[seg.device].mesh  # type: ignore[attr-defined]
+        # check_vma off: the ops are bound as primitives, which (unlike jax.numpy) do not mark
+        # replicated operands as varying; `_varying` is the same analysis JAX would make
+        return jax.shard_map(body, mesh=mesh, in_specs=tuple(spec[x] for x in ins),
+                             out_specs=[spec[x] for x in outs], check_vma=False)
+
+    def stack(self, x: Any, axis: int) -> Any:
+        """A global batch input as d replicas' rows (replica r: the r-th block of rows along `axis`)."""
+        xp = jnp if isinstance(x, jax.Array) else np
+        shape = tuple(x.shape)
+        if shape[axis] % self.d:
+            raise BackendError(f"the batch axis {axis} of an input of shape {shape} does not split into {self.d} "
+                               "replicas")
+        blocks = xp.reshape(x, shape[:axis] + (self.d, shape[axis] // self.d) + shape[axis + 1:])
+        return xp.moveaxis(blocks, axis, 0)
+
+    @staticmethod
+    def unstack(x: Any, axis: int) -> Any:
+        """The replicas' rows of a stacked output, put together along `axis`."""
+        rows = jnp.moveaxis(x, 0, axis)
+        shape = rows.shape
+        return jnp.reshape(rows, shape[:axis] + (shape[axis] * shape[axis + 1],) + shape[axis + 2:])
+
+
+def _varying(graph: Graph) -> set[int]:
+    """Values that differ per replica: the batch inputs, and what is computed from them without an
+    all-reduce in between."""
+    axes = graph.attrs.get("batch_inputs")
+    names = set(axes.value) if axes is not None and isinstance(axes.value, dict) else set()
+    out = {id(v) for v in graph.inputs if v.name in names}
+    for op in graph.ops:
+        if op.opcode != "all_reduce" and any(id(v) in out for v in op.operands):
+            out.update(id(r) for r in op.results)
+    return out
+
+
+def _axes(graph: Graph, attr: str, index: Mapping[str, int]) -> dict[int, int]:
+    """A graph attribute mapping names to batch axes, as position -> axis."""
+    raw = graph.attrs.get(attr)
+    if raw is None or not isinstance(raw.value, dict):
+        return {}
+    return {index[k]: int(a) for k, a in raw.value.items() if k in index}
 
 
 @dataclass(frozen=True)
@@ -128,12 +220,16 @@ class Executable:
         self.num_inputs = len(graph.inputs) - len(constants)
         self._compiler_options = dict(compiler_options) if compiler_options else None
         self._sharding = {n: SingleDeviceSharding(d) for n, d in self.devices.items()}
+        plan = read_plan_attrs(graph)
+        par = plan.parallelism if plan is not None else None
+        self.replicas = Replicas(graph, par, self.devices) if par is not None and par.data_parallel > 1 else None
         self._regs = _Registers()
         for v in graph.inputs:
             r = self._regs(v, sched.input_home[v])
-            self._regs.specs[r] = _spec(v, self._sharding[sched.input_home[v]])
-        self._inputs = [(self._regs(v, sched.input_home[v]), self._sharding[sched.input_home[v]],
-                         jax_dtype(v.type.dtype)) for v in graph.inputs[:self.num_inputs]]
+            self._regs.specs[r] = self._spec(v, sched.input_home[v])
+        axes = self.replicas.input_axes if self.replicas is not None else {}
+        self._inputs = [(self._regs(v, sched.input_home[v]), self._where(v, sched.input_home[v]),
+                         jax_dtype(v.type.dtype), axes.get(i)) for i, v in enumerate(graph.inputs[:self.num_inputs])]
         self._resident = self._place_constants(graph.inputs[self.num_inputs:], constants)
         self.outputs = [self._regs(v, d) for v, d in sched.outputs]
         steps = self._steps()
@@ -149,14 +245,24 @@ class Executable:
                 donated = _donatable(item, args, n, last, owned, self.outputs)
                 fn = self._compile(item, args, outs, donated)
             else:
-                fn = _mover(self._sharding[item.dst])
-                self._regs.specs[outs[0]] = _moved(self._regs.specs[args[0]], self._sharding[item.dst])
+                fn = _mover(self._where(item.value, item.dst))
+                self._regs.specs[outs[0]] = _moved(self._regs.specs[args[0]], self._where(item.value, item.dst))
             self._program.append((fn, _gather(args), outs))
             self._program_args.append(args)
-        self._input_regs = [r for r, _, _ in self._inputs]
-        self._input_shardings = [s for _, s, _ in self._inputs]
+        self._input_regs = [r for r, _, _, _ in self._inputs]
+        self._input_shardings = [s for _, s, _, _ in self._inputs]
         self._outputs = _gather(tuple(self.outputs))
-        self._direct = self._direct_call()
+        if self.replicas is not None:
+            self._outputs = _unstacked(self._outputs, self.replicas)
+        self._direct = self._direct_call() if self.replicas is None else None
+
+    def _where(self, v: Value, device: str) -> Sharding:
+        """The sharding of `v`'s array on plan device `device`."""
+        return self._sharding[device] if self.replicas is None else self.replicas.sharding(v, device)
+
+    def _spec(self, v: Value, device: str) -> jax.ShapeDtypeStruct:
+        stacked = self.replicas is not None and id(v) in self.replicas.varying
+        return _spec(v, self._where(v, device), self.replicas.d if stacked else None)  # type: ignore[union-attr]
 
     # ---------------------------------------------------------------- building
     def _place_constants(self, values: Sequence[Value], constants: Sequence[Any]) -> dict[int, Any]:
@@ -166,13 +272,13 @@ class Executable:
         for v, x in zip(values, constants):
             home = sched.input_home[v]
             resident[self._regs(v, home)] = jax.device_put(_converted(x, jax_dtype(v.type.dtype), v),
-                                                           self._sharding[home])
+                                                           self._where(v, home))
         for m in sched.input_moves:
             src = self._regs(m.value, m.src)
             if src in resident:
                 dst = self._regs(m.value, m.dst)
-                resident[dst] = jax.device_put(resident[src], self._sharding[m.dst])
-                self._regs.specs[dst] = _spec(m.value, self._sharding[m.dst])
+                resident[dst] = jax.device_put(resident[src], self._where(m.value, m.dst))
+                self._regs.specs[dst] = self._spec(m.value, m.dst)
         return resident
 
     def _steps(self) -> list[tuple[str, Any, tuple[int, ...], tuple[int, ...]]]:
@@ -204,9 +310,14 @@ class Executable:
 
     def _compile(self, seg: Segment, args: tuple[int, ...], outs: tuple[int, ...],
                  donated: tuple[int, ...]) -> Callable[..., Sequence[Any]]:
-        sharding = self._sharding[seg.device]
         sub = segment_graph(self.schedule.graph, seg)
-        fn = jax.jit(as_function(sub), in_shardings=tuple(sharding for _ in args), out_shardings=sharding,
+        if self.replicas is None:
+            body = as_function(sub)
+        else:
+            body = self.replicas.per_replica(as_function(sub, REPLICA_AXIS, self.replicas.d), seg)
+        in_shardings = tuple(self._where(v, seg.device) for v in seg.inputs)
+        out_shardings = [self._where(v, seg.device) for v in seg.outputs]
+        fn = jax.jit(body, in_shardings=in_shardings, out_shardings=out_shardings,
                      donate_argnums=donated, compiler_options=self._compiler_options)
         specs = [self._regs.specs[r] for r in args]
         try:
@@ -214,7 +325,7 @@ class Executable:
             lowered.compile()
         except PestoError as e:
             raise BackendError(f"segment {seg.name} of @{self.schedule.graph.name}: {e}") from e
-        for r, info in zip(outs, lowered.out_info):
+        for r, info, sharding in zip(outs, lowered.out_info, out_shardings):
             self._regs.specs[r] = jax.ShapeDtypeStruct(info.shape, info.dtype, sharding=sharding,
                                                        weak_type=getattr(info, "weak_type", False))
         self.segments.append(CompiledSegment(seg, self.devices[seg.device], sub, fn, donated))
@@ -254,10 +365,14 @@ class Executable:
         if len(inputs) != self.num_inputs:
             raise BackendError(f"@{self.schedule.graph.name} takes {self.num_inputs} input(s), got {len(inputs)}")
         # arrays this executable made carry its very sharding objects: the list test is then by identity
-        if [getattr(x, "sharding", None) for x in inputs] == self._input_shardings:
+        if self.replicas is None and [getattr(x, "sharding", None) for x in inputs] == self._input_shardings:
             return inputs
         out = []
-        for (_, sharding, dtype), x, v in zip(self._inputs, inputs, self.schedule.graph.inputs):
+        for (_, sharding, dtype, axis), x, v in zip(self._inputs, inputs, self.schedule.graph.inputs):
+            if axis is not None:  # a batch input of replicas: the caller's whole batch, as the replicas' rows
+                x = jax.device_put(self.replicas.stack(_converted(x, dtype, v), axis), sharding)  # type: ignore[union-attr]
+                out.append(x)
+                continue
             placed = getattr(x, "sharding", None)
             if placed is not sharding and placed != sharding:
                 x = jax.device_put(_converted(x, dtype, v), sharding)
@@ -288,17 +403,28 @@ class Executable:
         return list(self._moves)
 
     def input_devices(self) -> list[Any]:
-        """The JAX device each (non-constant) input lives on."""
-        return [next(iter(s.device_set)) for _, s, _ in self._inputs]
+        """The JAX device each (non-constant) input lives on (with replicas, replica 0's)."""
+        return [s.mesh.devices.flat[0] if isinstance(s, NamedSharding) else next(iter(s.device_set))
+                for _, s, _, _ in self._inputs]
 
     def describe(self) -> str:
         """One line per segment and transfer, in dispatch order."""
         lines = []
+        if self.replicas is not None:
+            lines.append(f"{self.replicas.d} data-parallel replicas: each segment runs over the mesh "
+                         f"'{REPLICA_AXIS}' of the devices that mirror its device; stacked values carry one "
+                         "replica's array per device, the others are replicated")
         for item in self._order:
             if isinstance(item, Segment):
                 ops = item.planned_ops
-                lines.append(f"{item.name}: {len(ops)} ops on {item.device} ({ops[0].name} .. {ops[-1].name}), "
-                             f"{len(item.inputs)} in, {len(item.outputs)} out")
+                where = item.device
+                if self.replicas is not None:
+                    mesh = self.replicas.replicated[item.device].mesh  # type: ignore[attr-defined]
+                    where += " x mesh(" + ", ".join(str(d) for d in mesh.devices.flat) + ")"
+                stacked = sum(1 for v in item.inputs if self.replicas is not None and id(v) in self.replicas.varying)
+                lines.append(f"{item.name}: {len(ops)} ops on {where} ({ops[0].name} .. {ops[-1].name}), "
+                             f"{len(item.inputs)} in" + (f" ({stacked} stacked)" if self.replicas else "")
+                             + f", {len(item.outputs)} out")
             else:
                 lines.append(f"  move %{item.value.name} {item.src} -> {item.dst}")
         return "\n".join(lines)
@@ -328,22 +454,35 @@ def _converted(x: Any, dtype: Any, v: Value) -> Any:
 
 
 def _device(x: Any) -> Any:
-    (device,) = x.devices()
-    return device
+    """The device an array lives on, or (replicated or stacked over replicas) the set of them."""
+    devices = x.devices()
+    return next(iter(devices)) if len(devices) == 1 else frozenset(devices)
 
 
-def _spec(v: Value, sharding: SingleDeviceSharding) -> jax.ShapeDtypeStruct:
+def _spec(v: Value, sharding: Sharding, stacked: int | None = None) -> jax.ShapeDtypeStruct:
+    """The abstract array of `v` (with a leading replica axis of `stacked` when it differs per replica)."""
     if not isinstance(v.type, TensorType):
         raise BackendError(f"%{v.name} is {v.type}: a cost-only value has no array to compute with")
-    return jax.ShapeDtypeStruct(v.type.shape, jax_dtype(v.type.dtype), sharding=sharding)
+    shape = v.type.shape if stacked is None else (stacked, *v.type.shape)
+    return jax.ShapeDtypeStruct(shape, jax_dtype(v.type.dtype), sharding=sharding)
 
 
-def _moved(spec: jax.ShapeDtypeStruct | None, sharding: SingleDeviceSharding) -> jax.ShapeDtypeStruct:
+def _unstacked(outputs: Gather, replicas: Replicas) -> Gather:
+    """`outputs`, with the replicas' rows of each stacked output put together."""
+    axes = replicas.output_axes
+
+    def gather(regs: Mapping[int, Any]) -> tuple[Any, ...]:
+        return tuple(replicas.unstack(x, axes[k]) if k in axes else x for k, x in enumerate(outputs(regs)))
+
+    return gather
+
+
+def _moved(spec: jax.ShapeDtypeStruct | None, sharding: Sharding) -> jax.ShapeDtypeStruct:
     assert spec is not None  # a move reads a register that an earlier step or an input filled
     return jax.ShapeDtypeStruct(spec.shape, spec.dtype, sharding=sharding, weak_type=spec.weak_type)
 
 
-def _mover(sharding: SingleDeviceSharding) -> Callable[[Any], tuple[Any]]:
+def _mover(sharding: Sharding) -> Callable[[Any], tuple[Any]]:
     def move(x: Any) -> tuple[Any]:
         return (jax.device_put(x, sharding),)
 
@@ -379,4 +518,4 @@ def _donatable(seg: Segment, args: tuple[int, ...], n: int, last: Mapping[int, i
     return tuple(donated)
 
 
-__all__ = ["BackendError", "CompiledSegment", "Executable", "ScheduleError", "build", "resolve_devices"]
+__all__ = ["BackendError", "CompiledSegment", "Executable", "Replicas", "ScheduleError", "build", "resolve_devices"]

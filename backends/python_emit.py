@@ -503,7 +503,8 @@ def _emit_all_reduce(e: _Emitter, op: Op, names: _Namespace) -> str:
     """`all_reduce` over one replica: the identity (as the interpreter); over more it is refused."""
     if not one_replica(op):
         raise EmitError(f"{op.where()}: op '{op.name}' all-reduces across {op.get('replicas')} data-parallel "
-                        "replicas; runs with data_parallel > 1 need the sharded backend")
+                        "replicas; the emitted module runs one replica: run plans with data_parallel > 1 through "
+                        "the JAX backend (pesto_ir.parallelize, or pesto_ir.backends.jax.build)")
     args = [names.name(id(v), v.name) for v in op.operands]
     return f"{_results(op, names, True)} = {_tuple_source_raw(args)}"
 

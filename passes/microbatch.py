@@ -33,7 +33,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pesto_ir.attributes import Attr, BytesAttr, DurationAttr, IntAttr, StringAttr, to_attr
+from pesto_ir.attributes import Attr, BytesAttr, DictAttr, DurationAttr, IntAttr, StringAttr, to_attr
 from pesto_ir.errors import PestoError
 from pesto_ir.ir import Graph, Op, Value
 from pesto_ir.passes.dce import dead_code_elimination
@@ -627,14 +627,20 @@ class Rewriter:
         return list(op.results)
 
     def outputs(self) -> None:
+        """The source's outputs: per-sample ones (the replica's rows, whole again) are listed in the
+        graph attribute `batch_outputs` (output index -> batch axis), so that a backend running the
+        replicas can put their rows together."""
         outs = []
-        for v in self.src.outputs:
+        rows: list[tuple[str, IntAttr]] = []
+        for k, v in enumerate(self.src.outputs):
             ps = self.per.get(id(v))
+            if ps is not None:
+                rows.append((str(k), IntAttr(ps.batch[0])))
             if ps is None:
                 outs.append(self.value(v))
             elif self.m == 1:
                 outs.append(ps.copies[0])
-            else:  # a per-sample output: the replica's rows, whole again
+            else:
                 a = ps.batch[0]
                 t = ps.copies[0].type
                 shape = list(t.shape)  # type: ignore[union-attr]
@@ -642,6 +648,8 @@ class Rewriter:
                 outs.append(self.emit(v.owner, "concatenate", ps.copies, [TensorType(t.dtype, tuple(shape))],  # type: ignore[union-attr,arg-type]
                                       {"dimension": IntAttr(a)}, self.out.fresh_name(f"{v.name}.whole")).result)
         self.out.set_outputs(outs)
+        if rows:
+            self.out.attrs["batch_outputs"] = DictAttr(tuple(rows))
 
 
 def _constant_along(v: Value, axis: int) -> bool:
@@ -792,7 +800,11 @@ def rebatch(graph: Graph, microbatches: int, data_parallel: int = 1,
         raise MicrobatchError(f"graph '{graph.name}' mixes tensors and blobs: micro-batching needs one or the other")
     else:
         rw = Rewriter(graph, m, d, all_reduce_cost)
-        rw.inputs(batch_spec(graph))
+        spec = batch_spec(graph)
+        rw.inputs(spec)
+        # what carries the batch, said explicitly (the default rule may not pick the same inputs of a
+        # rewritten graph): backends running replicas split exactly these
+        rw.out.attrs["batch_inputs"] = DictAttr(tuple((name, IntAttr(a)) for name, a in spec.axes.items()))
         for op in graph.ops:
             rw.op(op)
         rw.outputs()

@@ -11,7 +11,8 @@ torch.fx habit): e.g. time it, or place it on a device.
 
 It runs one replica in one process. An `all_reduce` over one replica is the identity; one over
 more replicas (a plan with data_parallel > 1) has no other replicas here to reduce with, so it is
-refused (`check_single_replica`, which the JAX backend and the emitter call before compiling).
+refused (`check_single_replica`, which the emitter calls before compiling), unless the graph runs
+as one replica of a `jax.shard_map` (`ReplicaInterpreter`, what the JAX backend does for replicas).
 """
 
 from __future__ import annotations
@@ -131,8 +132,8 @@ def one_replica(op: Op) -> bool:
 
 def _single_replica_error(op: Op) -> PestoError:
     return PestoError(f"{op.where()}: op '{op.name}' all-reduces across {op.get('replicas')} data-parallel "
-                      "replicas, but this backend runs one replica in one process: runs with data_parallel > 1 "
-                      "need the sharded backend")
+                      "replicas, but this runs one replica in one process: run plans with data_parallel > 1 "
+                      "through the JAX backend (pesto_ir.parallelize, or pesto_ir.backends.jax.build)")
 
 
 def check_single_replica(graph: Graph) -> None:
@@ -176,10 +177,36 @@ def graph_to_closed_jaxpr(graph: Graph, interpreter: type[Interpreter] = Interpr
     return jax.make_jaxpr(lambda *xs: interpreter(graph).run(*xs))(*specs)
 
 
-def as_function(graph: Graph) -> Callable[..., list[Any]]:
-    """`graph` as a Python function of its inputs, to wrap in `jax.jit` (one compile, not one per op)."""
+class ReplicaInterpreter(Interpreter):
+    """One replica's graph inside `jax.shard_map` over a mesh axis of the replicas: an `all_reduce`
+    over them is the collective of that axis (`psum`, `pmax`, `pmin`), the rest as usual."""
+
+    REDUCE = {"sum": jax.lax.psum, "max": jax.lax.pmax, "min": jax.lax.pmin}
+
+    def __init__(self, graph: Graph, axis: str, replicas: int) -> None:
+        super().__init__(graph)
+        self.axis, self.replicas = axis, replicas
+
+    def run_op(self, op: Op, args: list[Any]) -> list[Any]:
+        if op.opcode != "all_reduce" or one_replica(op):
+            return super().run_op(op, args)
+        if op.get("replicas") != self.replicas:
+            raise PestoError(f"{op.where()}: op '{op.name}' all-reduces across {op.get('replicas')} replicas, "
+                             f"but the step runs {self.replicas}")
+        reduce = self.REDUCE.get(str(op.get("reduction", "sum")))
+        if reduce is None:
+            raise PestoError(f"{op.where()}: op '{op.name}' has reduction {op.get('reduction')!r} "
+                             f"(known: {', '.join(self.REDUCE)})")
+        return [reduce(x, self.axis) for x in args]
+
+
+def as_function(graph: Graph, replica_axis: str | None = None, replicas: int = 1) -> Callable[..., list[Any]]:
+    """`graph` as a Python function of its inputs, to wrap in `jax.jit` (one compile, not one per op);
+    with `replica_axis`, one replica's function for `jax.shard_map` over that axis of `replicas`."""
 
     def fn(*inputs: Any) -> list[Any]:
+        if replica_axis is not None:
+            return ReplicaInterpreter(graph, replica_axis, replicas).run(*inputs)
         return Interpreter(graph).run(*inputs)
 
     fn.__name__ = graph.name.replace(".", "_").replace("-", "_") or "graph"
@@ -192,5 +219,5 @@ def input_specs(graph: Graph) -> Sequence[jax.ShapeDtypeStruct]:
             if isinstance(v.type, TensorType)]
 
 
-__all__ = ["ANNOTATION_KEYS", "EVAL_RULES", "EvalRule", "Interpreter", "as_function", "bind_primitive",
+__all__ = ["ANNOTATION_KEYS", "EVAL_RULES", "EvalRule", "Interpreter", "ReplicaInterpreter", "as_function", "bind_primitive",
            "check_single_replica", "evaluate", "graph_to_closed_jaxpr", "input_specs", "one_replica"]

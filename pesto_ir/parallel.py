@@ -19,9 +19,11 @@ Defaults, and why:
   no weights.
 * Batch: `batch_argnums` names the positional arguments whose arrays carry the batch along axis 0
   (default: every argument not in `param_argnums`); the lowered graph records them in its
-  `batch_inputs` attribute. `data_parallel`, `microbatches` (a whole number >= 1 or `"auto"`) and
-  `autotune` are accepted and checked, but parallelize cannot act on them yet: any value other
-  than the default (None or 1; False) is refused with a PestoError, not ignored.
+  `batch_inputs` attribute. `data_parallel` (d replicas, each on batch/d, gradients all-reduced)
+  and `microbatches` (each replica's batch run as that many slices, gradients accumulated; a whole
+  number >= 1 or `"auto"` for the search to choose) go to the place pass; the executable runs the
+  replicas as `jax.shard_map` over the meshes of mirrored devices (`backends/jax.py`, `Replicas`).
+  `autotune` is checked but refused when True: measuring candidates is not built yet.
 
 `.plan`, `.graph` and `.executable` describe the most recent signature called.
 """
@@ -59,9 +61,8 @@ class ParallelizeOptions:
     quiet: bool = True
     compiler_options: Mapping[str, Any] | None = None  # XLA options for every segment
     # Batch and data parallelism: `batch_argnums` goes to the lowering (the graph attribute
-    # `batch_inputs`), `microbatches` to the place pass (the step runs as that many micro-batches,
-    # or the number the search finds best for "auto"). Replicas need the sharded backend, so
-    # `_check_options` refuses `data_parallel` other than None or 1, and `autotune`, for now.
+    # `batch_inputs`), `data_parallel` and `microbatches` to the place pass (the numbers the search
+    # finds best for "auto"); `_check_options` refuses `autotune` for now.
     data_parallel: int | str | None = None  # replicas: a whole number >= 1, "auto", or None (1)
     microbatches: int | str | None = None  # micro-batches per step: a whole number >= 1, "auto", or None (1)
     batch_argnums: tuple[int, ...] | None = None  # None: every positional argument not in param_argnums
@@ -69,7 +70,8 @@ class ParallelizeOptions:
 
     def pipeline(self) -> str:
         coarsen = "coarsen" if self.coarsen_target is None else f"coarsen{{target={self.coarsen_target}}}"
-        batch = "" if self.microbatches in (None, 1) else f" microbatches={self.microbatches} data-parallel=1"
+        batch = "" if self.microbatches in (None, 1) and self.data_parallel in (None, 1) else \
+            f" microbatches={self.microbatches or 1} data-parallel={self.data_parallel or 1}"
         return (f"annotate-costs{{model={self.cost_model}}},{coarsen},"
                 f"place{{algo={self.algo} time-limit={self.time_limit} seed={self.seed}{batch}}},expand,simulate")
 
@@ -269,13 +271,9 @@ def _check_batch_options(o: ParallelizeOptions) -> None:
                              f"either trainable state or batch data, not both")
     if not isinstance(o.autotune, bool):
         raise PestoError(f"autotune must be True or False, got {o.autotune!r}")
-    if o.data_parallel not in (None, 1):
-        raise PestoError(f"data_parallel={o.data_parallel!r} is not supported by parallelize yet: it runs one "
-                         "replica in one process (replicas need the sharded backend); leave data_parallel unset "
-                         "(or 1), or plan it with pesto-compile --data-parallel")
     if o.autotune:
-        raise PestoError("autotune=True is not supported by parallelize yet: there is nothing to tune until "
-                         "data_parallel and microbatches are; leave autotune unset (or False)")
+        raise PestoError("autotune=True is not supported by parallelize yet (measuring candidate plans on the "
+                         "devices is the next step); leave autotune unset (or False)")
 
 
 def _devices_and_cluster(o: ParallelizeOptions) -> tuple[Sequence[Any] | Mapping[str, Any], Cluster]:

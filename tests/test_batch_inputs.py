@@ -258,10 +258,7 @@ def _f(x: jax.Array) -> jax.Array:
                                                         "param_argnums"),
     ({"autotune": 1}, "autotune must be True or False, got 1"),
     ({"autotune": "yes"}, "autotune must be True or False"),
-    # well-formed, but not acted on yet: refused, never ignored
-    ({"data_parallel": 2}, "data_parallel=2 is not supported by parallelize yet"),
-    ({"data_parallel": "auto"}, "data_parallel='auto' is not supported by parallelize yet"),
-    ({"autotune": True}, "autotune=True is not supported by parallelize yet"),
+    ({"autotune": True}, "autotune=True is not supported by parallelize yet"),  # well-formed: refused, not ignored
 ])
 def test_parallelize_batch_options_are_checked(kwargs: dict[str, Any], message: str) -> None:
     with pytest.raises(PestoError, match=message):

@@ -1,4 +1,4 @@
-graph @mlp_train_step(%x: f32[32,784], %y: f32[32,10], param %w1: f32[784,256], param %b1: f32[256], param %w2: f32[256,10], param %b2: f32[10]) attributes {microbatched = {data_parallel = 2, microbatches = 2}} {
+graph @mlp_train_step(%x: f32[32,784], %y: f32[32,10], param %w1: f32[784,256], param %b1: f32[256], param %w2: f32[256,10], param %b2: f32[10]) attributes {batch_inputs = {x = 0, y = 0}, microbatched = {data_parallel = 2, microbatches = 2}} {
   %x.mb0 = slice(%x) {start_indices = [0, 0], limit_indices = [16, 784], strides = none, microbatch = 0} : f32[16,784]
   %x.mb1 = slice(%x) {start_indices = [16, 0], limit_indices = [32, 784], strides = none, microbatch = 1} : f32[16,784]
   %y.mb0 = slice(%y) {start_indices = [0, 0], limit_indices = [16, 10], strides = none, microbatch = 0} : f32[16,10]
