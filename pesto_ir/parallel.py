@@ -23,7 +23,10 @@ Defaults, and why:
   and `microbatches` (each replica's batch run as that many slices, gradients accumulated; a whole
   number >= 1 or `"auto"` for the search to choose) go to the place pass; the executable runs the
   replicas as `jax.shard_map` over the meshes of mirrored devices (`backends/jax.py`, `Replicas`).
-  `autotune` is checked but refused when True: measuring candidates is not built yet.
+  `autotune=True` builds the plan asked for, plain `jax.jit` on the first device and data
+  parallelism over all the devices, times each for `autotune_steps` steps on the first call's
+  arguments, and runs the fastest (`pesto_ir/autotune.py`; `.report()` shows each candidate's
+  simulated and measured step).
 
 `.plan`, `.graph` and `.executable` describe the most recent signature called.
 """
@@ -31,6 +34,7 @@ Defaults, and why:
 from __future__ import annotations
 
 import math
+import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -62,11 +66,12 @@ class ParallelizeOptions:
     compiler_options: Mapping[str, Any] | None = None  # XLA options for every segment
     # Batch and data parallelism: `batch_argnums` goes to the lowering (the graph attribute
     # `batch_inputs`), `data_parallel` and `microbatches` to the place pass (the numbers the search
-    # finds best for "auto"); `_check_options` refuses `autotune` for now.
+    # finds best for "auto").
     data_parallel: int | str | None = None  # replicas: a whole number >= 1, "auto", or None (1)
     microbatches: int | str | None = None  # micro-batches per step: a whole number >= 1, "auto", or None (1)
     batch_argnums: tuple[int, ...] | None = None  # None: every positional argument not in param_argnums
-    autotune: bool = False
+    autotune: bool = False  # time the plan, plain jax.jit and data parallelism; run the fastest
+    autotune_steps: int = 5  # timed steps per candidate (after a warm-up step)
 
     def pipeline(self) -> str:
         coarsen = "coarsen" if self.coarsen_target is None else f"coarsen{{target={self.coarsen_target}}}"
@@ -78,14 +83,20 @@ class ParallelizeOptions:
 
 @dataclass
 class Compiled:
-    """What one input signature compiled to."""
+    """What one input signature compiled to: the plan that runs, and (autotune) every candidate."""
 
     lowered: Any  # frontends.jax.LoweredFunction
     graph: Graph  # the placed graph
     plan: Plan
-    executable: Any  # backends.jax.Executable
+    executable: Any  # backends.jax.Executable, or the jitted function when plain jax.jit won
     pipeline: str
-    seconds: dict[str, float] = field(default_factory=dict)  # lower, passes, build
+    seconds: dict[str, float] = field(default_factory=dict)  # lower, passes, build (and autotune)
+    runner: Callable[..., Any] | None = None  # flat input leaves -> flat outputs (default: `executable`)
+    candidates: list[Any] = field(default_factory=list)  # autotune.Candidate, when autotuned
+    chosen: str = "plan"
+
+    def run(self, *leaves: Any) -> Any:
+        return (self.runner or self.executable)(*leaves)
 
 
 class Parallelized:
@@ -107,7 +118,7 @@ class Parallelized:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         leaves, tree = self._flatten((args, kwargs))
         entry = self._entry(leaves, tree, args, kwargs)
-        return self._unflatten(entry.lowered.out_tree, entry.executable(*leaves))
+        return self._unflatten(entry.lowered.out_tree, entry.run(*leaves))
 
     def compile(self, *args: Any, **kwargs: Any) -> Compiled:
         """Plan and build for these arguments without running (cached like a call)."""
@@ -146,30 +157,115 @@ class Parallelized:
     def cache_size(self) -> int:
         return len(self._cache)
 
+    def report(self) -> str:
+        """The most recent signature's autotune table: each candidate's simulated and measured step."""
+        from pesto_ir.autotune import report
+
+        last = self.last
+        if not last.candidates:
+            return f"{self.__name__}: not autotuned (autotune=False): runs the {last.plan.algorithm} plan"
+        return report(last.candidates, next((c for c in last.candidates if c.name == last.chosen), None))
+
     # ---------------------------------------------------------------- compiling
     def _compile(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Compiled:
-        from pesto_ir.backends.jax import build
         from pesto_ir.frontends.jax import lower_function
-        from pesto_ir.passmanager import PassContext, PassManager
 
         o = self.options
-        devices, cluster = _devices_and_cluster(o)
-        seconds: dict[str, float] = {}
         t0 = time.perf_counter()
         lowered = lower_function(self.fn, *args, param_argnums=o.param_argnums, batch_argnums=o.batch_argnums,
                                  **kwargs)
+        pristine = lowered.graph.clone() if o.autotune else None
+        lowered_seconds = time.perf_counter() - t0
+        donate = _flat_indices(args, o.donate_argnums)
+        entry = self._planned(lowered, lowered.graph, args, o, () if o.autotune else donate)
+        entry.seconds["lower"] = lowered_seconds
+        if not o.autotune:
+            return entry
+        assert pristine is not None
+        return self._autotuned(entry, pristine, args, kwargs, donate)
+
+    def _planned(self, lowered: Any, graph: Graph, args: tuple[Any, ...], o: ParallelizeOptions,
+                 donate: Sequence[int]) -> Compiled:
+        """`graph` (a lowered step) planned with `o`'s pipeline and built on `o`'s devices."""
+        from pesto_ir.passmanager import PassContext, PassManager
+
+        _, cluster = _devices_and_cluster(o)
         t1 = time.perf_counter()
         pipeline = o.pipeline()
-        graph = PassManager(pipeline).run(lowered.graph, PassContext(cluster=cluster, quiet=o.quiet, seed=o.seed))
+        graph = PassManager(pipeline).run(graph, PassContext(cluster=cluster, quiet=o.quiet, seed=o.seed))
         t2 = time.perf_counter()
         plan = read_plan_attrs(graph)
         assert plan is not None  # the pipeline ends with place, expand and simulate
+        executable = self._built(lowered, graph, args, o, donate)
+        return Compiled(lowered, graph, plan, executable, pipeline,
+                        {"passes": t2 - t1, "build": time.perf_counter() - t2})
+
+    @staticmethod
+    def _built(lowered: Any, graph: Graph, args: tuple[Any, ...], o: ParallelizeOptions,
+               donate: Sequence[int]) -> Any:
+        """The executable of a placed graph on `o`'s devices."""
+        from pesto_ir.backends.jax import build
+
+        devices, cluster = _devices_and_cluster(o)
         names = dict(zip(cluster.names, devices.values() if isinstance(devices, Mapping) else devices))
-        executable = build(graph, names, constants=lowered.consts,
-                           state_map=state_map(graph, lowered.out_tree, args, o.param_argnums),
-                           donate=_flat_indices(args, o.donate_argnums), compiler_options=o.compiler_options)
-        seconds.update(lower=t1 - t0, passes=t2 - t1, build=time.perf_counter() - t2)
-        return Compiled(lowered, graph, plan, executable, pipeline, seconds)
+        return build(graph, names, constants=lowered.consts,
+                     state_map=state_map(graph, lowered.out_tree, args, o.param_argnums),
+                     donate=donate, compiler_options=o.compiler_options)
+
+    def _autotuned(self, entry: Compiled, pristine: Graph, args: tuple[Any, ...], kwargs: dict[str, Any],
+                   donate: list[int]) -> Compiled:
+        """`entry` (the plan asked for) timed against plain jax.jit on the first device and data
+        parallelism over all the devices; the fastest, with every candidate in `candidates`."""
+        import dataclasses
+
+        import jax
+
+        from pesto_ir.autotune import Candidate, choose
+
+        o = self.options
+        t0 = time.perf_counter()
+        leaves, treedef = self._flatten((args, kwargs))
+        devices, _ = _devices_and_cluster(o)
+        device_list = list(devices.values()) if isinstance(devices, Mapping) else list(devices)
+        built: dict[str, Compiled] = {"plan": entry}
+        variants: dict[str, ParallelizeOptions] = {"plan": o}
+        candidates = [Candidate("plan", f"{entry.plan.algorithm} on {len(device_list)} device(s)"
+                                + _strategy(entry.plan), entry.executable, entry.plan.makespan)]
+        one = dataclasses.replace(o, devices=device_list[:1], cluster=None, algo="single", data_parallel=None,
+                                  microbatches=None, autotune=False)
+        try:
+            built["jit"] = self._planned(entry.lowered, pristine.clone(), args, one, ())
+            candidates.append(Candidate("jit", f"jax.jit on {device_list[0]}",
+                                        _jitted(self.fn, treedef, len(leaves), device_list[0], ()),
+                                        built["jit"].plan.makespan))
+        except PestoError as e:
+            candidates.append(Candidate("jit", "jax.jit on one device", None, why=str(e).splitlines()[0]))
+        if len(device_list) > 1:
+            dp = dataclasses.replace(o, algo="single", data_parallel=len(device_list), microbatches=1, autotune=False)
+            try:
+                built["data-parallel"] = self._planned(entry.lowered, pristine.clone(), args, dp, ())
+                variants["data-parallel"] = dp
+                plan = built["data-parallel"].plan
+                candidates.append(Candidate("data-parallel", f"{len(device_list)} replicas, shard_map over all "
+                                            "devices", built["data-parallel"].executable, plan.makespan))
+            except PestoError as e:
+                why = getattr(e, "cause", e)
+                candidates.append(Candidate("data-parallel", f"{len(device_list)} replicas", None,
+                                            why=str(why).splitlines()[0]))
+        chosen = choose(candidates, leaves, o.autotune_steps)
+        winner = built[chosen.name]
+        if chosen.name == "jit":
+            winner.executable = _jitted(self.fn, treedef, len(leaves), device_list[0], donate)
+        elif donate:  # timed without donating the caller's arrays; the one that runs donates
+            winner.executable = self._built(entry.lowered, winner.graph, args, variants[chosen.name], donate)
+        winner.candidates, winner.chosen = candidates, chosen.name
+        winner.seconds.update(lower=entry.seconds.get("lower", 0.0), autotune=time.perf_counter() - t0)
+        if not o.quiet:
+            print(f"parallelize {self.__name__}: autotune chose {chosen.name} ("
+                  + ", ".join(f"{c.name} {c.measured * 1e3:.3g} ms measured / "
+                              f"{(c.predicted or 0) * 1e3:.3g} ms simulated" for c in candidates
+                              if c.measured is not None) + ")", file=sys.stderr)
+        return winner
 
 
 def parallelize(fn: Callable[..., Any] | None = None, *, devices: Sequence[Any] | Mapping[str, Any] | None = None,
@@ -178,19 +274,42 @@ def parallelize(fn: Callable[..., Any] | None = None, *, devices: Sequence[Any] 
                 donate_argnums: int | Sequence[int] = (), coarsen_target: int | None = None, seed: int = 0,
                 quiet: bool = True, compiler_options: Mapping[str, Any] | None = None,
                 data_parallel: int | str | None = None, microbatches: int | str | None = None,
-                batch_argnums: int | Sequence[int] | None = None, autotune: bool = False) -> Any:
+                batch_argnums: int | Sequence[int] | None = None, autotune: bool = False,
+                autotune_steps: int = 5) -> Any:
     """`fn` planned with Pesto and run across `devices` (a list, or a dict from cluster device name to
     JAX device); used bare or as `@parallelize(devices=...)`. See the module docstring."""
     options = ParallelizeOptions(devices, algo, time_limit, cluster, cost_model, _tuple(param_argnums),
                                  _tuple(donate_argnums), coarsen_target, seed, quiet, compiler_options,
                                  data_parallel=data_parallel, microbatches=microbatches,
-                                 batch_argnums=_argnums_or_none(batch_argnums), autotune=autotune)
+                                 batch_argnums=_argnums_or_none(batch_argnums), autotune=autotune,
+                                 autotune_steps=autotune_steps)
     if fn is None:
         return lambda f: Parallelized(f, options)
     return Parallelized(fn, options)
 
 
 # ---------------------------------------------------------------- helpers
+
+def _strategy(plan: Plan) -> str:
+    par = plan.parallelism
+    return "" if par is None else f", data-parallel {par.data_parallel} x {par.microbatches} micro-batches"
+
+
+def _jitted(fn: Callable[..., Any], treedef: Any, n_leaves: int, device: Any,
+            donate: Sequence[int]) -> Callable[..., Any]:
+    """Plain `jax.jit(fn)` on one device, as a function of the flat input leaves (of `treedef`, the
+    structure of `(args, kwargs)`) returning the flat outputs."""
+    import jax
+    from jax.sharding import SingleDeviceSharding
+
+    def flat(*xs: Any) -> list[Any]:
+        args, kwargs = jax.tree_util.tree_unflatten(treedef, list(xs))
+        return jax.tree_util.tree_leaves(fn(*args, **kwargs))
+
+    sharding = SingleDeviceSharding(device)
+    return jax.jit(flat, in_shardings=tuple(sharding for _ in range(n_leaves)), out_shardings=sharding,
+                   donate_argnums=tuple(donate))
+
 
 def _tuple(x: int | Sequence[int]) -> tuple[int, ...]:
     return (x,) if isinstance(x, int) else tuple(x)
@@ -271,9 +390,9 @@ def _check_batch_options(o: ParallelizeOptions) -> None:
                              f"either trainable state or batch data, not both")
     if not isinstance(o.autotune, bool):
         raise PestoError(f"autotune must be True or False, got {o.autotune!r}")
-    if o.autotune:
-        raise PestoError("autotune=True is not supported by parallelize yet (measuring candidate plans on the "
-                         "devices is the next step); leave autotune unset (or False)")
+    from pesto_ir.autotune import check_steps
+
+    check_steps(o.autotune_steps)
 
 
 def _devices_and_cluster(o: ParallelizeOptions) -> tuple[Sequence[Any] | Mapping[str, Any], Cluster]:

@@ -258,7 +258,8 @@ def _f(x: jax.Array) -> jax.Array:
                                                         "param_argnums"),
     ({"autotune": 1}, "autotune must be True or False, got 1"),
     ({"autotune": "yes"}, "autotune must be True or False"),
-    ({"autotune": True}, "autotune=True is not supported by parallelize yet"),  # well-formed: refused, not ignored
+    ({"autotune_steps": 0}, "autotune_steps must be a whole number from 1 to 1000, got 0"),
+    ({"autotune_steps": 2.5}, "autotune_steps must be a whole number"),
 ])
 def test_parallelize_batch_options_are_checked(kwargs: dict[str, Any], message: str) -> None:
     with pytest.raises(PestoError, match=message):

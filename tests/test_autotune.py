@@ -1,0 +1,74 @@
+"""`parallelize(..., autotune=True)`: candidates timed on the devices, the fastest runs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import pesto_ir
+
+
+def _step(p: Any, x: jax.Array, y: jax.Array) -> Any:
+    def loss(p: Any) -> jax.Array:
+        return jnp.mean((jnp.tanh(x @ p["w1"]) @ p["w2"] - y) ** 2)
+
+    value, grads = jax.value_and_grad(loss)(p)
+    return jax.tree_util.tree_map(lambda a, g: a - 0.1 * g, p, grads), value
+
+
+def _inputs(batch: int = 8) -> tuple[Any, jax.Array, jax.Array]:
+    k = jax.random.split(jax.random.key(0), 4)
+    p = {"w1": jax.random.normal(k[0], (6, 8)), "w2": jax.random.normal(k[1], (8, 2))}
+    return p, jax.random.normal(k[2], (batch, 6)), jax.random.normal(k[3], (batch, 2))
+
+
+def test_autotune_runs_the_fastest_candidate_with_jit_s_numbers() -> None:
+    p, x, y = _inputs()
+    run = pesto_ir.parallelize(_step, devices=jax.devices()[:4], param_argnums=0, autotune=True, autotune_steps=2)
+    for _ in range(2):  # the first call tunes, the second runs the winner alone
+        got = run(p, x, y)
+        for a, b in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(jax.jit(_step)(p, x, y))):
+            np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
+    last = run.last
+    assert [c.name for c in last.candidates] == ["plan", "jit", "data-parallel"]
+    timed = [c for c in last.candidates if c.measured is not None]
+    assert len(timed) == 3 and all(c.predicted is not None and c.predicted > 0 for c in timed)
+    assert last.chosen == min(timed, key=lambda c: c.measured).name
+    table = run.report()
+    assert "| chosen |" in table and table.count("\n") == 4
+    if last.chosen == "data-parallel":
+        assert last.plan.parallelism is not None and last.plan.parallelism.data_parallel == 4
+
+
+def test_a_candidate_that_cannot_be_built_is_listed_with_why() -> None:
+    """A batch of 6 does not split over 4 replicas: data parallelism is no candidate, and says why."""
+    p, x, y = _inputs(batch=6)
+    run = pesto_ir.parallelize(_step, devices=jax.devices()[:4], param_argnums=0, autotune=True, autotune_steps=1)
+    run(p, x, y)
+    dp = next(c for c in run.last.candidates if c.name == "data-parallel")
+    assert dp.run is None and dp.measured is None and "does not split" in dp.why
+    assert run.last.chosen in ("plan", "jit")
+
+
+def test_without_autotune_the_plan_runs_and_the_report_says_so() -> None:
+    p, x, y = _inputs()
+    run = pesto_ir.parallelize(_step, devices=jax.devices()[:2], param_argnums=0)
+    run(p, x, y)
+    assert run.last.candidates == [] and "not autotuned" in run.report()
+
+
+def test_donated_arguments_are_given_to_the_winner_only() -> None:
+    """The candidates are timed on the caller's arrays without donating them; the winner, built to
+    donate the parameters as asked, takes them on the first real step."""
+    p, x, y = _inputs()
+    run = pesto_ir.parallelize(_step, devices=jax.devices()[:2], param_argnums=0, donate_argnums=0, autotune=True,
+                               autotune_steps=1)
+    want = jax.jit(_step)(p, x, y)
+    got = run(p, x, y)
+    for a, b in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want)):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
+    new_p = run(got[0], x, y)[0]  # the next step from the new parameters runs as well
+    assert jax.tree_util.tree_structure(new_p) == jax.tree_util.tree_structure(p)
