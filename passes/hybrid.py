@@ -468,8 +468,8 @@ def _ranked_pipelines(graph: Graph, cluster: Cluster, todo: list[Strategy], log:
         log.progress(f"place: no pipeline model for d={d} ({str(e).splitlines()[0]}); trying the largest m first")
         return [(None, s, schedule) for s in sorted(todo, key=lambda s: -s.microbatches)
                 for schedule in SCHEDULES], candidates, cost
-    log.progress("place: pipeline model, d=%d: %s" % (d, ", ".join(
-        f"m={s.microbatches} {schedule} {human_time(t, 4)}" for t, s, schedule in ranked[:4])))
+    best = ", ".join(f"m={s.microbatches} {schedule} {human_time(t, 4)}" for t, s, schedule in ranked[:4])
+    log.progress(f"place: pipeline model, d={d}: {best}")
     return ranked, candidates, cost  # type: ignore[return-value]
 
 

@@ -218,8 +218,6 @@ class Parallelized:
         parallelism over all the devices; the fastest, with every candidate in `candidates`."""
         import dataclasses
 
-        import jax
-
         from pesto_ir.autotune import Candidate, choose
 
         o = self.options

@@ -8,3 +8,19 @@ import os
 
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+
+BERT24 = Path("/work/shared/graphs/msr/bert24_training_layer.json")
+
+
+@pytest.fixture(scope="module")
+def bert24():  # type: ignore[no-untyped-def]
+    """The MSR BERT-24 training layer graph (64 layers' worth of ops, measured costs)."""
+    import pesto_ir
+
+    if not BERT24.exists():
+        pytest.skip(f"{BERT24} is not here")
+    return pesto_ir.load(BERT24)

@@ -70,6 +70,11 @@ def clusters(draw: st.DrawFn, max_devices: int = 4, memory: float = 1e18) -> Clu
     return Cluster(devices, links)
 
 
+def v100s(n: int) -> Cluster:
+    """n V100s as the MSR graphs were profiled on: 16 GiB, links of 10 us + bytes / 50 GB/s."""
+    return Cluster.homogeneous(n, "v100", memory=16 * 2**30, latency=1e-5, bandwidth=50e9)
+
+
 def roomy_memory(graph: Graph, slack: float = 0.0) -> float:
     """Per-device memory with which no greedy memory check can fail: room for every unit and a copy
     of every tensor at once. (Before copies counted, total / k + the largest unit was enough,

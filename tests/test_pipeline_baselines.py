@@ -9,12 +9,11 @@ on a pipeline-friendly graph, and 1F1B holding no more memory than GPipe.
 from __future__ import annotations
 
 from collections import defaultdict
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from strategies import layered_graphs
+from strategies import layered_graphs, v100s
 
 import pesto_ir
 from pesto_ir.cluster import Cluster
@@ -26,19 +25,9 @@ from pesto_ir.placement import PlaceOptions
 from pesto_ir.plan import Plan
 from pesto_ir.validate import validate_plan
 
-BERT24 = Path("/work/shared/graphs/msr/bert24_training_layer.json")
 OPTIONS = PlaceOptions(quiet=True)
 
 
-def v100s(n: int) -> Cluster:
-    return Cluster.homogeneous(n, "v100", memory=16 * 2**30, latency=1e-5, bandwidth=50e9)
-
-
-@pytest.fixture(scope="module")
-def bert24() -> Graph:
-    if not BERT24.exists():
-        pytest.skip(f"{BERT24} is not here")
-    return pesto_ir.load(BERT24)
 
 
 # ---------------------------------------------------------------- independent checks

@@ -3,14 +3,11 @@ hybrid search that builds pipelines in the model's order."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from strategies import layered_graphs
+from strategies import layered_graphs, v100s
 
-import pesto_ir
 from pesto_ir.cluster import Cluster
 from pesto_ir.ir import Graph
 from pesto_ir.passes.algo_pipeline import SCHEDULES, pipeline_plan
@@ -21,19 +18,9 @@ from pesto_ir.passmanager import PassContext, PassManager
 from pesto_ir.placement import PlaceOptions
 from pesto_ir.plan import read_plan_attrs
 
-BERT24 = Path("/work/shared/graphs/msr/bert24_training_layer.json")
 OPTIONS = PlaceOptions(quiet=True)
 
 
-def v100s(n: int) -> Cluster:
-    return Cluster.homogeneous(n, "v100", memory=16 * 2**30, latency=1e-5, bandwidth=50e9)
-
-
-@pytest.fixture(scope="module")
-def bert24() -> Graph:
-    if not BERT24.exists():
-        pytest.skip(f"{BERT24} is not here")
-    return pesto_ir.load(BERT24)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -91,7 +78,7 @@ def test_auto_is_at_least_as_fast_as_every_fixed_pipeline(bert24: Graph) -> None
                for m in AUTO_MICROBATCHES if m > 1
                for replica in [replica_graph(bert24, cluster, Strategy(1, m))] for schedule in SCHEDULES)
     graph = PassManager("place{algo=auto time-limit=5}", verify_each=False).run(
-        pesto_ir.load(BERT24), PassContext(cluster=cluster, quiet=True))
+        bert24.clone(), PassContext(cluster=cluster, quiet=True))
     plan = read_plan_attrs(graph)
     assert plan is not None and plan.parallelism is not None
     assert plan.makespan <= best * (1 + 1e-9)
