@@ -34,7 +34,8 @@ AUTO_MICROBATCHES = (1, 2, 4, 8, 16, 32)  # what `microbatches=auto` tries
 MAX_SCREEN_OPS = 150_000  # a rewritten graph larger than this is not built (memory)
 SCREEN_SHARE = 0.6  # of the time limit, for screening the strategies (the rest refines the best)
 MIN_REFINE_SECONDS = 0.5  # below this much time left, the best screening plan is not refined
-REFINE_MAX_OPS = 20_000  # nor on a replica graph larger than this (the engines' set-up alone takes seconds)
+REFINE_MAX_OPS = 5_000  # nor on a replica graph larger than this (the engines' set-up alone takes seconds)
+MAX_HEURISTIC_OPS = 5_000  # the heuristics screen a pipelined replica graph up to this size (m-ETF: 60 s at 19,000)
 REFINE_SECONDS_PER_OP = 1e-3  # nor a pipeline with less time left than this per op (`_refine_floor`)
 PATIENCE = 2  # pipelines built in a row no faster than the best end a degree (without the model)
 MODEL_SLACK = 0.05  # pipelines predicted within this of the best one built are built too (the model errs)
@@ -404,8 +405,9 @@ def _screen_pipelines(graph: Graph, cluster: Cluster, todo: list[Strategy], opti
             best = (c.plan.makespan, predicted)
     tried.extend(candidates[s] for s in pipelined)
     fastest = sorted((c for c in candidates.values() if c.plan is not None), key=lambda c: c.plan.makespan)  # type: ignore[union-attr]
-    for c in fastest[:1]:
-        if time.perf_counter() + cost.estimate(c, "heuristics") <= stop:
+    for c in fastest[:1]:  # list scheduling grows faster than the ops: small pipelines only
+        if c.source is not None and len(c.source.ops) <= MAX_HEURISTIC_OPS and \
+                time.perf_counter() + cost.estimate(c, "heuristics") <= stop:
             _logged(screen(graph, cluster, c, options, heuristic), log)
     return tried
 
