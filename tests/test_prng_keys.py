@@ -246,7 +246,7 @@ def _haiku() -> tuple[Callable[..., Any], tuple[Any, ...], int]:
     import haiku as hk
 
     def net(x: jax.Array) -> jax.Array:
-        return hk.Linear(2)(hk.dropout(hk.next_rng_key(), 0.5, jax.nn.relu(hk.Linear(8)(x))))
+        return hk.dropout(hk.next_rng_key(), 0.5, hk.Linear(8)(x))
 
     model = hk.transform(net)
     x = jnp.linspace(-1.0, 1.0, 12).reshape(4, 3)
