@@ -113,8 +113,8 @@ class Replicas:
         self.varying = _varying(graph)
         self.input_axes = _axes(graph, "batch_inputs", {v.name: i for i, v in enumerate(graph.inputs)})
         self.output_axes = _axes(graph, "batch_outputs", {str(k): k for k in range(len(graph.outputs))})
-        for v in graph.inputs:
-            if id(v) in self.varying and graph.inputs.index(v) not in self.input_axes:
+        for i, v in enumerate(graph.inputs):
+            if id(v) in self.varying and i not in self.input_axes:
                 raise BackendError(f"input %{v.name} differs per replica but has no batch axis")
         for k, v in enumerate(graph.outputs):
             if id(v) in self.varying and k not in self.output_axes:

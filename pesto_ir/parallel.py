@@ -91,12 +91,8 @@ class Compiled:
     executable: Any  # backends.jax.Executable, or the jitted function when plain jax.jit won
     pipeline: str
     seconds: dict[str, float] = field(default_factory=dict)  # lower, passes, build (and autotune)
-    runner: Callable[..., Any] | None = None  # flat input leaves -> flat outputs (default: `executable`)
     candidates: list[Any] = field(default_factory=list)  # autotune.Candidate, when autotuned
     chosen: str = "plan"
-
-    def run(self, *leaves: Any) -> Any:
-        return (self.runner or self.executable)(*leaves)
 
 
 class Parallelized:
@@ -118,7 +114,7 @@ class Parallelized:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         leaves, tree = self._flatten((args, kwargs))
         entry = self._entry(leaves, tree, args, kwargs)
-        return self._unflatten(entry.lowered.out_tree, entry.run(*leaves))
+        return self._unflatten(entry.lowered.out_tree, entry.executable(*leaves))
 
     def compile(self, *args: Any, **kwargs: Any) -> Compiled:
         """Plan and build for these arguments without running (cached like a call)."""
