@@ -72,3 +72,27 @@ def test_donated_arguments_are_given_to_the_winner_only() -> None:
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
     new_p = run(got[0], x, y)[0]  # the next step from the new parameters runs as well
     assert jax.tree_util.tree_structure(new_p) == jax.tree_util.tree_structure(p)
+
+
+def test_when_jit_wins_jax_dispatches_the_calls_until_a_new_signature(monkeypatch: Any) -> None:
+    """With plain jax.jit chosen, calls go to `jax.jit(fn)` directly (no Python flattening or
+    signature check of ours); a call with a new signature is still planned and tuned on its own."""
+    import pesto_ir.autotune as autotune
+
+    monkeypatch.setattr(autotune, "choose", lambda candidates, leaves, steps: next(
+        c for c in candidates if c.name == "jit"))
+    p, x, y = _inputs()
+    run = pesto_ir.parallelize(_step, devices=jax.devices()[:2], param_argnums=0, autotune=True, autotune_steps=1)
+    run(p, x, y)
+    assert run.last.chosen == "jit" and run._fast is not None
+    planned = []
+    monkeypatch.setattr(run, "_compile", lambda *a: planned.append(a) or pesto_ir.PestoError("unreachable"))
+    for a, b in zip(jax.tree_util.tree_leaves(run(p, x, y)), jax.tree_util.tree_leaves(jax.jit(_step)(p, x, y))):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
+    assert planned == [] and run.cache_size == 1
+    monkeypatch.undo()
+    p4, x4, y4 = _inputs(batch=4)
+    got = run(p4, x4, y4)  # new shapes: traced by the fast path, refused there, planned anew
+    assert run.cache_size == 2 and run._fast is None
+    for a, b in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(jax.jit(_step)(p4, x4, y4))):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
