@@ -14,19 +14,30 @@ new signature, these candidates:
 times each for `steps` steps after a warm-up step, and keeps the fastest by the median. Every
 candidate runs on the caller's arguments as given and none donates them, so a losing candidate
 consumes nothing; their outputs are dropped. The report lists each candidate's simulated and
-measured step and their ratio: how far the cost model is off on these devices. (That ratio is what
-a calibrated cluster would scale its devices' speeds by; the planner does not apply it itself.)
+measured step and their ratio: how far the cost model is off on these devices.
+
+Measured times feed back through `Parallelized.calibrated_cluster()`: the `jit` candidate runs the
+whole step on one device with no transfers, so its measured time calibrates the devices alone.
+Its roofline time is s * A + L (A: the ops' compute- or memory-bound time, L: their launch
+overheads, which no speed changes), and a measured call also pays the host's dispatch of one
+executable, D (`dispatch_floor`: a trivial jitted call timed on the same device), so the devices'
+peak FLOP/s and memory bandwidth are divided by s = (measured - D - L) / A (`speed_factor`). The links come from timed copies
+(`Cluster.from_jax_devices(measure=True)`). Plan with that cluster (`parallelize(...,
+cluster=...)`) and the predictions of every candidate move toward what these devices do.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pesto_ir.cluster import Cluster, Device
 from pesto_ir.errors import PestoError
+from pesto_ir.ir import Graph
 from pesto_ir.units import human_time
 
 DEFAULT_STEPS = 5
@@ -101,4 +112,41 @@ def report(candidates: list[Candidate], chosen: Candidate | None) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["Candidate", "DEFAULT_STEPS", "check_steps", "choose", "report", "time_step"]
+def dispatch_floor(device: Any, steps: int = 20) -> float:
+    """Median wall seconds of a trivial jitted call on `device`, to its result ready: what every
+    executable call costs the host however small its kernels."""
+    import jax
+    import jax.numpy as jnp
+
+    x = jax.device_put(jnp.zeros((), jnp.float32), device)
+    return time_step(jax.jit(lambda a: a + 1), [x], steps)
+
+
+def speed_factor(graph: Graph, device: Device, measured: float) -> float:
+    """The s for which `graph`'s roofline time on `device` with peak FLOP/s and memory bandwidth
+    divided by s equals `measured` seconds (less the dispatch floor): (measured - L) / A, from the
+    times at s = 1 and s = 2."""
+    from pesto_ir.roofline import graph_time
+
+    at_1 = graph_time(graph, device)
+    slower = dataclasses.replace(device, peak_flops=device.peak_flops / 2,  # type: ignore[operator]
+                                 mem_bandwidth=device.mem_bandwidth / 2)  # type: ignore[operator]
+    work = graph_time(graph, slower) - at_1  # A
+    launches = at_1 - work  # L
+    if not measured > launches or work <= 0:
+        raise PestoError(f"the measured step ({human_time(measured, 4)}) is not longer than the modelled launch "
+                         f"overheads alone ({human_time(launches, 4)}): the launch overhead of kind "
+                         f"{device.kind}, not the devices' speed, is what the cost model gets wrong here")
+    return (measured - launches) / work
+
+
+def with_speed(cluster: Cluster, factor: float) -> Cluster:
+    """`cluster` with every device's peak FLOP/s and memory bandwidth divided by `factor`."""
+    devices = [dataclasses.replace(d, peak_flops=d.peak_flops / factor if d.peak_flops else d.peak_flops,
+                                   mem_bandwidth=d.mem_bandwidth / factor if d.mem_bandwidth else d.mem_bandwidth)
+               for d in cluster.devices]
+    return Cluster(devices, dict(cluster.links))
+
+
+__all__ = ["Candidate", "DEFAULT_STEPS", "check_steps", "choose", "report", "speed_factor", "time_step",
+           "with_speed", "dispatch_floor"]

@@ -45,6 +45,7 @@ from pesto_ir.cluster import Cluster, Device, Link
 from pesto_ir.errors import PestoError
 from pesto_ir.ir import Graph
 from pesto_ir.plan import Plan, read_plan_attrs
+from pesto_ir.units import human_time
 
 DEFAULT_ALGO = "m-etf"
 DEFAULT_COST_MODEL = "roofline"
@@ -93,6 +94,10 @@ class Compiled:
     seconds: dict[str, float] = field(default_factory=dict)  # lower, passes, build (and autotune)
     candidates: list[Any] = field(default_factory=list)  # autotune.Candidate, when autotuned
     chosen: str = "plan"
+    # measured / roofline speed of the devices (autotune.speed_factor), or why there is none
+    speed_factor: float | None = None
+    speed_note: str = ""
+    dispatch: float | None = None  # seconds: the host's floor for one executable call (autotune.dispatch_floor)
 
 
 class Parallelized:
@@ -181,7 +186,31 @@ class Parallelized:
         last = self.last
         if not last.candidates:
             return f"{self.__name__}: not autotuned (autotune=False): runs the {last.plan.algorithm} plan"
-        return report(last.candidates, next((c for c in last.candidates if c.name == last.chosen), None))
+        table = report(last.candidates, next((c for c in last.candidates if c.name == last.chosen), None))
+        if last.speed_factor is None:
+            return f"{table}\n\nno speed calibration: {last.speed_note}"
+        return (f"{table}\n\nspeed factor {last.speed_factor:.3g}: the one-device step, less the host's "
+                f"{human_time(last.dispatch or 0.0, 3)} to dispatch one executable, took {last.speed_factor:.3g}x the "
+                "roofline model's time; calibrated_cluster() plans with devices that much slower")
+
+    def calibrated_cluster(self, measure_links: bool = True) -> Cluster:
+        """The cluster of these devices corrected by what autotuning measured: peak FLOP/s and memory
+        bandwidth divided by the speed factor (`pesto_ir.autotune`), and, unless a cluster was given
+        or `measure_links=False`, links fitted to timed copies between the devices. Pass it as
+        `parallelize(..., cluster=...)` to plan with what these devices really do."""
+        from pesto_ir.autotune import with_speed
+
+        last = self.last
+        if last.speed_factor is None:
+            raise PestoError(f"{self.__name__}: no measured speed to calibrate with: "
+                             + (last.speed_note or "call it with autotune=True first"))
+        devices, cluster = _devices_and_cluster(self.options)
+        if measure_links and self.options.cluster is None:
+            cluster = Cluster.from_jax_devices(list(devices.values()) if isinstance(devices, Mapping) else devices,
+                                               kind=cluster.devices[0].kind, measure=True)
+            if isinstance(devices, Mapping):
+                cluster = _renamed(cluster, list(devices))
+        return with_speed(cluster, last.speed_factor)
 
     # ---------------------------------------------------------------- compiling
     def _compile(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Compiled:
@@ -235,7 +264,7 @@ class Parallelized:
         parallelism over all the devices; the fastest, with every candidate in `candidates`."""
         import dataclasses
 
-        from pesto_ir.autotune import Candidate, choose
+        from pesto_ir.autotune import Candidate, choose, dispatch_floor
 
         o = self.options
         t0 = time.perf_counter()
@@ -274,6 +303,9 @@ class Parallelized:
         elif donate:  # timed without donating the caller's arrays; the one that runs donates
             winner.executable = self._built(entry.lowered, winner.graph, args, variants[chosen.name], donate)
         winner.candidates, winner.chosen = candidates, chosen.name
+        winner.dispatch = dispatch_floor(device_list[0])
+        winner.speed_factor, winner.speed_note = _speed(built.get("jit"), candidates,
+                                                        _devices_and_cluster(one)[1].devices[0], winner.dispatch)
         winner.seconds.update(lower=entry.seconds.get("lower", 0.0), autotune=time.perf_counter() - t0)
         if not o.quiet:
             print(f"parallelize {self.__name__}: autotune chose {chosen.name} ("
@@ -304,6 +336,20 @@ def parallelize(fn: Callable[..., Any] | None = None, *, devices: Sequence[Any] 
 
 
 # ---------------------------------------------------------------- helpers
+
+def _speed(jit: Compiled | None, candidates: list[Any], device: Device, dispatch: float) -> tuple[float | None, str]:
+    """The speed factor the `jit` candidate's measured step gives (see `autotune.speed_factor`),
+    or why there is none."""
+    from pesto_ir.autotune import speed_factor
+
+    measured = next((c.measured for c in candidates if c.name == "jit"), None)
+    if jit is None or measured is None:
+        return None, "plain jax.jit on one device was not measured"
+    try:
+        return speed_factor(jit.graph, device, measured - dispatch), ""
+    except PestoError as e:
+        return None, str(e)
+
 
 def _strategy(plan: Plan) -> str:
     par = plan.parallelism

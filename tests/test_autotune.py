@@ -7,8 +7,10 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 import pesto_ir
+from pesto_ir.cluster import Cluster
 
 
 def _step(p: Any, x: jax.Array, y: jax.Array) -> Any:
@@ -38,7 +40,7 @@ def test_autotune_runs_the_fastest_candidate_with_jit_s_numbers() -> None:
     assert len(timed) == 3 and all(c.predicted is not None and c.predicted > 0 for c in timed)
     assert last.chosen == min(timed, key=lambda c: c.measured).name
     table = run.report()
-    assert "| chosen |" in table and table.count("\n") == 4
+    assert "| chosen |" in table and table.count("\n| ") == 3
     if last.chosen == "data-parallel":
         assert last.plan.parallelism is not None and last.plan.parallelism.data_parallel == 4
 
@@ -96,3 +98,34 @@ def test_when_jit_wins_jax_dispatches_the_calls_until_a_new_signature(monkeypatc
     assert run.cache_size == 2 and run._fast is None
     for a, b in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(jax.jit(_step)(p4, x4, y4))):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
+
+
+def test_the_measured_speed_calibrates_the_cluster() -> None:
+    """The jit candidate's measured step gives the speed factor s; the calibrated cluster's devices
+    are s times slower, so the one-device roofline time of the step equals the measured time."""
+    from pesto_ir.autotune import speed_factor
+    from pesto_ir.roofline import graph_time
+
+    p, x, y = _inputs()
+    run = pesto_ir.parallelize(_step, devices=jax.devices()[:2], param_argnums=0, autotune=True, autotune_steps=1)
+    run(p, x, y)
+    jit = next(c for c in run.last.candidates if c.name == "jit")
+    s = run.last.speed_factor
+    assert s is not None and s > 0 and f"speed factor {s:.3g}" in run.report()
+    cluster = run.calibrated_cluster(measure_links=False)
+    before = Cluster.from_jax_devices(jax.devices()[:2])
+    assert cluster.names == before.names and cluster.links == before.links
+    assert np.isclose(cluster.devices[1].peak_flops * s, before.devices[1].peak_flops)
+    graph = run.compile(p, x, y).lowered.graph
+    assert run.last.dispatch is not None and 0 < run.last.dispatch < jit.measured
+    assert np.isclose(graph_time(graph, cluster.devices[0]), jit.measured - run.last.dispatch, rtol=1e-6)
+    with pytest.raises(pesto_ir.PestoError, match="launch overheads alone"):
+        speed_factor(graph, before.devices[0], 1e-9)
+
+
+def test_no_calibration_without_autotuning() -> None:
+    p, x, y = _inputs()
+    run = pesto_ir.parallelize(_step, devices=jax.devices()[:2], param_argnums=0)
+    run(p, x, y)
+    with pytest.raises(pesto_ir.PestoError, match="no measured speed"):
+        run.calibrated_cluster()
