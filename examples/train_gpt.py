@@ -53,6 +53,7 @@ def init(key: Any) -> dict[str, Any]:
 def loss_fn(params: dict[str, Any], tokens: Any, targets: Any) -> Any:
     import jax
     import jax.numpy as jnp
+    import optax
 
     def layer_norm(p: Any, x: Any) -> Any:
         mu = x.mean(-1, keepdims=True)
@@ -71,9 +72,7 @@ def loss_fn(params: dict[str, Any], tokens: Any, targets: Any) -> Any:
         x = x + dense(p["proj"], jnp.einsum("bhqk,bkhd->bqhd", jax.nn.softmax(scores, -1), v).reshape(b, s, D))
         x = x + dense(p["out"], jax.nn.gelu(dense(p["fc"], layer_norm(p["ln2"], x))))
     logits = layer_norm(params["ln_f"], x) @ params["wte"].T
-    # cross-entropy through one-hot labels: the micro-batch rewrite cannot split yet the per-sample
-    # gather that optax.softmax_cross_entropy_with_integer_labels makes (take_along_axis)
-    return -(jax.nn.log_softmax(logits) * jax.nn.one_hot(targets, VOCAB)).sum(-1).mean()
+    return optax.softmax_cross_entropy_with_integer_labels(logits, targets).mean()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -346,9 +346,12 @@ def _gather(op: Op, axes: list[Batch | None]) -> Batched:
     ai = axes[1][0] if axes[1] is not None else None
     idx_rank = len(_shape(op.operands[1]))
     split: dict[int, int] = {}
+    if ao is not None and ao not in obd:
+        if ai is not None:
+            raise _refuse(op, "its indices carry the batch and so does its operand's slice window (a gather across "
+                              "samples)")
+        return _gather_window(op, ao)
     if ao is not None:
-        if ao not in obd:
-            raise _refuse(op, "it gathers across samples")
         want = ibd[obd.index(ao)]
         if ai is None:
             split[1] = want
@@ -380,14 +383,79 @@ def _scatter_add(op: Op, axes: list[Batch | None]) -> Batched | Cut:
         split = {i: ax for i, ax in ((0, ao), (1, ibd[ibd.index(ai)]), (2, upd_scatter[ai]))
                  if axes[i] is None}
         return Batched([ao], split)
-    if axes[0] is not None:
-        raise _refuse(op, "it scatters per-sample updates across samples")
-    if au is not None and au in uwd:
-        raise _refuse(op, "its updates carry the batch in their window, which spans samples")
+    if axes[0] is not None or au in uwd:
+        return _scatter_window(op, axes)
     if ai is None or ai >= len(_shape(op.operands[1])) - 1:
         raise _refuse(op, "its indices do not carry the batch")
     split = {i: ax for i, ax in ((1, ai), (2, upd_scatter[ai])) if axes[i] is None}
     return Cut("chain", split)  # an embedding gradient: every sample adds into the same table
+
+
+def _part_window(op: Op, axis: int, indexed: Sequence[int], window: int) -> str | None:
+    """Why a gather's or scatter's window does not take the operand's batch axis whole (from row 0,
+    not indexed, to its end), or None when it does. Then a copy's window is its own micro-batch's
+    rows; part of them, or an index into them, would pick the same rows of every micro-batch."""
+    if axis in indexed:
+        return f"it indexes into the batch axis {axis} (its window picks samples)"
+    n = _shape(op.operands[0])[axis]
+    if window != n:
+        return f"its window takes {window} of the {n} samples along the batch axis {axis}, not all"
+    return None
+
+
+def _scatter_window_dims(op: Op) -> list[int]:
+    """The operand dims a scatter's update windows lie along, in update_window_dims' order (all but
+    the inserted and the batching dims)."""
+    dn = op.get("dimension_numbers")
+    skip = {*dn["inserted_window_dims"], *dn.get("operand_batching_dims", ())}
+    return [d for d in range(len(_shape(op.operands[0]))) if d not in skip]
+
+
+def _scatter_update_axis(op: Op, axis: int) -> int | None:
+    """The updates' window dim laid along the operand's `axis`, or None when it has none."""
+    window = _scatter_window_dims(op)
+    return list(op.get("dimension_numbers")["update_window_dims"])[window.index(axis)] if axis in window else None
+
+
+def _gather_window(op: Op, a: int) -> Batched:
+    """`x[..., i]` of a per-sample x: the batch axis `a` is in the slice window, taken whole, so the
+    result carries it on the matching offset dim; the copies' slice_sizes take their own rows."""
+    dn = op.get("dimension_numbers")
+    collapsed, obd = list(dn["collapsed_slice_dims"]), list(dn.get("operand_batching_dims", ()))
+    sizes = list(op.get("slice_sizes"))
+    why = _part_window(op, a, list(dn["start_index_map"]), sizes[a])
+    if why is not None or a in collapsed:
+        raise _refuse(op, why or "it gathers across samples (it collapses the batch axis)")
+    window = [d for d in range(len(sizes)) if d not in collapsed and d not in obd]
+    out = list(dn["offset_dims"])[window.index(a)]
+
+    def fix(attrs: dict[str, Attr], types: list[Type]) -> dict[str, Attr]:
+        rows = types[0].shape[out]  # type: ignore[attr-defined]
+        return {**attrs, "slice_sizes": to_attr(tuple(rows if d == a else s for d, s in enumerate(sizes)))}
+
+    return Batched([out], fix=fix)
+
+
+def _scatter_window(op: Op, axes: list[Batch | None]) -> Batched:
+    """`zeros.at[..., i].add(u)` of a per-sample u (the transpose of `x[..., i]`): the update window
+    takes the operand's batch axis whole, so each copy adds its rows of u into its rows of the
+    operand (a whole operand, zeros, is split alike, as are whole updates of a per-sample operand)."""
+    dn = op.get("dimension_numbers")
+    if axes[1] is not None:
+        raise _refuse(op, "its indices carry the batch and so do its updates' windows (a scatter across samples)")
+    if axes[0] is None:
+        ao = _scatter_window_dims(op)[list(dn["update_window_dims"]).index(axes[2][0])]  # type: ignore[index]
+    else:
+        ao = axes[0][0]
+    au = _scatter_update_axis(op, ao)
+    if au is None:
+        raise _refuse(op, "it scatters per-sample updates across samples")
+    if axes[2] is not None and axes[2][0] != au:
+        raise _refuse(op, "its operand and updates carry the batch on axes that do not pair up")
+    why = _part_window(op, ao, list(dn["scatter_dims_to_operand_dims"]), _shape(op.operands[2])[au])
+    if why is not None:
+        raise _refuse(op, why)
+    return Batched([ao], {i: ax for i, ax in ((0, ao), (2, au)) if axes[i] is None})
 
 
 def _fix_result_shape(op: Op, key: str) -> Callable[[dict[str, Attr], list[Type]], dict[str, Attr]]:
@@ -655,7 +723,8 @@ class Rewriter:
 def _constant_along(v: Value, axis: int) -> bool:
     """Whether every row of `v` along `axis` is the same (a broadcast along it, an iota along
     another axis, elementwise maths of such values and scalars): then any replica's rows are
-    replica 0's, and slicing it is exact on all of them."""
+    replica 0's, and slicing it is exact on all of them. A scatter-add of such updates into such an
+    operand, its window taking the axis whole, is one too."""
     op = v.owner
     if op is None or len(op.results) != 1:
         return False
@@ -672,6 +741,11 @@ def _constant_along(v: Value, axis: int) -> bool:
         rank = len(_shape(v))
         return all(len(_shape(x)) == 0 or (len(_shape(x)) == rank and _shape(x)[axis] == 1)
                    or _constant_along(x, axis) for x in op.operands)
+    if op.opcode in ("scatter-add", "scatter_add"):  # the cotangent of x[..., i] when x's is a mean's
+        au = _scatter_update_axis(op, axis)
+        indexed = list(op.get("dimension_numbers")["scatter_dims_to_operand_dims"])
+        return au is not None and _part_window(op, axis, indexed, _shape(op.operands[2])[au]) is None \
+            and _constant_along(op.operands[0], axis) and _constant_along(op.operands[2], au)
     return False
 
 

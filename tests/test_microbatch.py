@@ -352,6 +352,61 @@ def test_scatter_with_whole_updates_slices_them_alike() -> None:
     assert_close(evaluate(graph, *args), evaluate(rebatch(graph, 2), *args))
 
 
+@pytest.mark.parametrize("loss", ["take", "optax"])
+def test_a_window_that_takes_the_batch_whole_splits_with_it(loss: str) -> None:
+    """`jnp.take(h, 0, axis=-1)` gathers a window that takes the batch axis whole, and its transpose
+    scatter-adds one (optax's integer-label cross-entropy makes both): each copy takes its own rows,
+    with slice sizes for them. The cross-entropy's scatter-add is of a mean's cotangent, made from no batch
+    input but the same on every row, so replicas slice it alike."""
+    import jax
+    import jax.numpy as jnp
+    import optax
+
+    def error(h: Any, y: Any) -> Any:
+        if loss == "take":
+            return jnp.mean((jnp.take(h, 0, axis=-1) - y) ** 2)  # h[..., 0] is a slice, this a gather
+        return optax.softmax_cross_entropy_with_integer_labels(h, y).mean()
+
+    def step(w: Any, x: Any, y: Any) -> Any:
+        value, grad = jax.value_and_grad(lambda w: error(jnp.tanh(x @ w), y))(w)
+        return w - 0.1 * grad, value
+
+    y = np.ones((8, 4), np.float32 if loss == "take" else np.int32)
+    graph = _lowered(step, np.ones((3, 5), np.float32), np.ones((8, 4, 3), np.float32), y, param_argnums=0)
+    args = inputs_for(graph, seed=3)
+    expected = evaluate(graph, *args)
+    rewritten = rebatch(graph, 4)
+    assert_close(expected, evaluate(rewritten, *args))
+    assert (2, 4, 1) in {tuple(op.get("slice_sizes")) for op in rewritten.ops if op.opcode == "gather"}
+    for outputs in run_replicas(rebatch(graph, 2, 2), args, 2):
+        assert_close(expected, outputs)
+
+
+@pytest.mark.parametrize("pick, message", [
+    ("rows", r"op 'gather' = gather \(.*\): it indexes into the batch axis 0"),
+    ("window", r"op 'gather' = gather \(.*\): its window takes 3 of the 8 samples along the batch axis 0, not all"),
+    ("scatter", r"op 'scatter-add' = scatter-add \(.*\): it indexes into the batch axis 0"),
+])
+def test_a_window_that_takes_part_of_the_batch_is_refused(pick: str, message: str) -> None:
+    """Rows picked by index, a window over some of the samples, or updates added into some rows
+    would be the same rows of every micro-batch: refused, with the op and its place."""
+    import jax.numpy as jnp
+    from jax import lax
+
+    def fwd(w: Any, x: Any) -> Any:
+        h = jnp.tanh(x @ w)
+        if pick == "rows":
+            return h[jnp.array([0, 2])]
+        if pick == "scatter":
+            return jnp.zeros((16, 3)).at[:8].add(h)
+        dims = lax.GatherDimensionNumbers(offset_dims=(0,), collapsed_slice_dims=(1,), start_index_map=(1,))
+        return lax.gather(h, jnp.array([1]), dims, slice_sizes=(3, 1))
+
+    graph = _lowered(fwd, np.ones((3, 3), np.float32), np.ones((8, 3), np.float32), param_argnums=0)
+    with pytest.raises(pesto_ir.PestoError, match=message):
+        rebatch(graph, 2)
+
+
 def test_a_reshape_that_transposes_first_is_refused() -> None:
     import jax
     import jax.numpy as jnp

@@ -75,7 +75,34 @@ def cnn() -> tuple[Any, Any, Any, Any]:
     return _sgd(loss), params, jax.random.normal(k[3], (BATCH, 6, 6, 2)), jnp.arange(BATCH) % 5
 
 
-MODELS = {"mlp": mlp, "gpt": gpt, "cnn": cnn}
+def tagger() -> tuple[Any, Any, Any, Any]:
+    """Per-token logits [B, T, V] and optax's integer-label cross-entropy: it gathers each token's
+    label logit by per-sample index, then takes `[..., 0]` of that as a gather whose window takes
+    the batch whole; the gradient scatter-adds both back."""
+    optax = pytest.importorskip("optax")
+
+    def loss(p: Any, x: jax.Array, y: jax.Array) -> jax.Array:
+        logits = jnp.tanh(x @ p["w1"]) @ p["w2"]
+        return optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()
+
+    k = jax.random.split(jax.random.key(4), 4)
+    params = {"w1": 0.3 * jax.random.normal(k[0], (6, 8)), "w2": 0.3 * jax.random.normal(k[1], (8, 5))}
+    return _sgd(loss), params, jax.random.normal(k[2], (BATCH, 4, 6)), jax.random.randint(k[3], (BATCH, 4), 0, 5)
+
+
+def pick() -> tuple[Any, Any, Any, Any]:
+    """Features picked off the last axis of per-sample values: `h[..., 0]` (a slice) and
+    `jnp.take(h, 1, axis=-1)` (a gather whose window takes the batch whole)."""
+    def loss(p: Any, x: jax.Array, y: jax.Array) -> jax.Array:
+        h = jnp.tanh(x @ p["w"])
+        return jnp.mean((h[..., 0] - y) ** 2) + jnp.mean((jnp.take(h, 1, axis=-1) + y) ** 2)
+
+    k = jax.random.split(jax.random.key(5), 3)
+    x = jax.random.normal(k[1], (BATCH, 4, 6))
+    return _sgd(loss), {"w": 0.3 * jax.random.normal(k[0], (6, 3))}, x, jnp.sin(x[..., 0])
+
+
+MODELS = {"mlp": mlp, "gpt": gpt, "cnn": cnn, "tagger": tagger, "pick": pick}
 
 
 def check_steps(run: Any, step: Any, params: Any, x: jax.Array, y: jax.Array, d: int) -> None:
@@ -100,9 +127,21 @@ def test_mlp_replicas_and_micro_batches_give_jit_s_step(d: int, m: int) -> None:
     assert par is not None and (par.data_parallel, par.microbatches) == (d, m)
 
 
-@pytest.mark.parametrize("name", ["gpt", "cnn"])
-@pytest.mark.parametrize("d, m", [(2, 1), (4, 2), (2, 4)])
+# Every d in {1, 2, 4} and every m in {1, 2, 4} for each model; the GPT's XLA compile takes seconds
+# a step, so it runs one combination of each value rather than all nine.
+@pytest.mark.parametrize("name, d, m", [*(("gpt", d, m) for d, m in [(2, 1), (4, 2), (2, 4), (1, 2)]),
+                                        *(("cnn", d, m) for d, m in [(2, 1), (4, 2), (2, 4), (1, 2), (1, 4), (2, 2),
+                                                                     (4, 1), (4, 4)])])
 def test_models_replicas_and_micro_batches_give_jit_s_step(name: str, d: int, m: int) -> None:
+    step, params, x, y = MODELS[name]()
+    run = pesto_ir.parallelize(step, devices=jax.devices()[:d], param_argnums=0, data_parallel=d, microbatches=m)
+    check_steps(run, step, params, x, y, d)
+
+
+@pytest.mark.parametrize("name", ["tagger", "pick"])
+@pytest.mark.parametrize("d, m", [(2, 1), (2, 2), (1, 4)])
+def test_windows_that_take_the_batch_whole_give_jit_s_step(name: str, d: int, m: int) -> None:
+    """Gathers and scatter-adds whose window takes the batch axis whole split with it."""
     step, params, x, y = MODELS[name]()
     run = pesto_ir.parallelize(step, devices=jax.devices()[:d], param_argnums=0, data_parallel=d, microbatches=m)
     check_steps(run, step, params, x, y, d)
