@@ -29,10 +29,17 @@ from operator import itemgetter
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
-from jax.sharding import Mesh, NamedSharding, PartitionSpec, Sharding, SingleDeviceSharding
+from jax.sharding import NamedSharding, Sharding, SingleDeviceSharding
 
+from pesto_ir.backends.replica_runtime import (
+    REPLICA_AXIS,
+    join_rows,
+    over_replicas,
+    replica_mesh,
+    replica_sharding,
+    split_rows,
+)
 from pesto_ir.backends.schedule import Move, Schedule, ScheduleError, Segment, schedule, segment_graph
 from pesto_ir.errors import PestoError
 from pesto_ir.interpreter import as_function, one_replica
@@ -41,7 +48,6 @@ from pesto_ir.jax_params import jax_dtype
 from pesto_ir.plan import Parallelism, read_plan_attrs
 from pesto_ir.types import TensorType
 
-REPLICA_AXIS = "replica"  # the mesh axis of data-parallel replicas
 DeviceSpec = Sequence[Any] | Mapping[str, Any]
 Gather = Callable[[Mapping[int, Any]], tuple[Any, ...]]
 Instr = tuple[Callable[..., Sequence[Any]], Gather, tuple[int, ...]]  # (function, its arguments, results)
@@ -93,23 +99,17 @@ def resolve_devices(names: Sequence[str], devices: DeviceSpec) -> dict[str, Any]
     return dict(zip(names, devices))
 
 
-class Replicas:
-    """Where arrays live when a plan has d > 1 data-parallel replicas. The schedule is replica 0's;
-    each of its devices stands for the mesh of the d devices that mirror it (one axis, `replica`).
-    A value every replica has the same of (parameters, constants, what an all-reduce returns and
-    what is computed from such values alone) is replicated over that mesh; a value that differs
-    per replica (the batch inputs' rows and what is computed from them) is stacked: one more
-    leading axis of d, one replica's array per device. Segments run as `jax.shard_map` over the
-    mesh, so XLA runs every replica's copy at once and the all-reduces are its collectives."""
+class ReplicaLayout:
+    """What differs per replica when a plan has d > 1 data-parallel replicas, from the graph alone
+    (no devices): the JAX backend and the Python emitter lay replicas out by it. A value every
+    replica has the same of (parameters, constants, what an all-reduce returns and what is computed
+    from such values alone) is replicated; a value that differs per replica (the batch inputs' rows
+    and what is computed from them) is `varying`. `input_axes` and `output_axes` give the batch axis
+    of inputs and outputs by position (`batch_inputs`, `batch_outputs`), along which the caller's
+    whole batch is split into the replicas' rows and per-sample outputs are put back together."""
 
-    def __init__(self, graph: Graph, par: Parallelism, devices: Mapping[str, Any]) -> None:
-        self.d = par.data_parallel
-        self.replicated: dict[str, Sharding] = {}
-        self.stacked: dict[str, Sharding] = {}
-        for name in par.replicas[0]:
-            mesh = Mesh(np.array([devices[n] for n in par.group(name)], dtype=object), (REPLICA_AXIS,))
-            self.replicated[name] = NamedSharding(mesh, PartitionSpec())
-            self.stacked[name] = NamedSharding(mesh, PartitionSpec(REPLICA_AXIS))
+    def __init__(self, graph: Graph, replicas: int) -> None:
+        self.d = replicas
         self.varying = _varying(graph)
         self.input_axes = _axes(graph, "batch_inputs", {v.name: i for i, v in enumerate(graph.inputs)})
         self.output_axes = _axes(graph, "batch_outputs", {str(k): k for k in range(len(graph.outputs))})
@@ -121,42 +121,48 @@ class Replicas:
                 raise BackendError(f"output {k} (%{v.name}) differs per replica but the graph gives no batch axis "
                                    "to put the replicas' rows together along (batch_outputs)")
 
+    def stacked_flags(self, values: Iterable[Value]) -> tuple[bool, ...]:
+        """For each value: does it differ per replica (one replica's array per device)?"""
+        return tuple(id(v) in self.varying for v in values)
+
+
+class Replicas(ReplicaLayout):
+    """Where arrays live when a plan has d > 1 data-parallel replicas. The schedule is replica 0's;
+    each of its devices stands for the mesh of the d devices that mirror it (one axis, `replica`).
+    Replicated values (see `ReplicaLayout`) are replicated over that mesh; varying ones are
+    stacked: one more leading axis of d, one replica's array per device. Segments run as
+    `jax.shard_map` over the mesh, so XLA runs every replica's copy at once and the all-reduces
+    are its collectives. The arrays are laid out by `backends/replica_runtime.py`, which emitted
+    modules run too."""
+
+    def __init__(self, graph: Graph, par: Parallelism, devices: Mapping[str, Any]) -> None:
+        super().__init__(graph, par.data_parallel)
+        self.replicated: dict[str, Sharding] = {}
+        self.stacked: dict[str, Sharding] = {}
+        for name in par.replicas[0]:
+            mesh = replica_mesh([devices[n] for n in par.group(name)])
+            self.replicated[name] = replica_sharding(mesh, False)
+            self.stacked[name] = replica_sharding(mesh, True)
+
     def sharding(self, v: Value, device: str) -> Sharding:
         return (self.stacked if id(v) in self.varying else self.replicated)[device]
 
     def per_replica(self, fn: Callable[..., list[Any]], seg: Segment) -> Callable[..., list[Any]]:
-        """`fn` (one replica's segment) over the replicas of `seg`'s device: stacked arguments lose
-        their replica axis inside, stacked results get it back."""
-        ins = [id(v) in self.varying for v in seg.inputs]
-        outs = [id(v) in self.varying for v in seg.outputs]
-
-        def body(*args: Any) -> list[Any]:
-            results = fn(*(a[0] if stacked else a for a, stacked in zip(args, ins)))
-            return [r[None] if stacked else r for r, stacked in zip(results, outs)]
-
-        spec = {True: PartitionSpec(REPLICA_AXIS), False: PartitionSpec()}
+        """`fn` (one replica's segment) over the replicas of `seg`'s device (`over_replicas`)."""
         mesh = self.replicated[seg.device].mesh  # type: ignore[attr-defined]
-        # check_vma off: the ops are bound as primitives, which (unlike jax.numpy) do not mark
-        # replicated operands as varying; `_varying` is the same analysis JAX would make
-        return jax.shard_map(body, mesh=mesh, in_specs=tuple(spec[x] for x in ins),
-                             out_specs=[spec[x] for x in outs], check_vma=False)
+        return over_replicas(fn, mesh, self.stacked_flags(seg.inputs), self.stacked_flags(seg.outputs))
 
     def stack(self, x: Any, axis: int) -> Any:
         """A global batch input as d replicas' rows (replica r: the r-th block of rows along `axis`)."""
-        xp = jnp if isinstance(x, jax.Array) else np
-        shape = tuple(x.shape)
-        if shape[axis] % self.d:
-            raise BackendError(f"the batch axis {axis} of an input of shape {shape} does not split into {self.d} "
-                               "replicas")
-        blocks = xp.reshape(x, shape[:axis] + (self.d, shape[axis] // self.d) + shape[axis + 1:])
-        return xp.moveaxis(blocks, axis, 0)
+        try:
+            return split_rows(x, axis, self.d)
+        except ValueError as e:
+            raise BackendError(str(e)) from None
 
     @staticmethod
     def unstack(x: Any, axis: int) -> Any:
         """The replicas' rows of a stacked output, put together along `axis`."""
-        rows = jnp.moveaxis(x, 0, axis)
-        shape = rows.shape
-        return jnp.reshape(rows, shape[:axis] + (shape[axis] * shape[axis + 1],) + shape[axis + 2:])
+        return join_rows(x, axis)
 
 
 def _varying(graph: Graph) -> set[int]:
@@ -518,4 +524,4 @@ def _donatable(seg: Segment, args: tuple[int, ...], n: int, last: Mapping[int, i
     return tuple(donated)
 
 
-__all__ = ["BackendError", "CompiledSegment", "Executable", "Replicas", "ScheduleError", "build", "resolve_devices"]
+__all__ = ["BackendError", "CompiledSegment", "Executable", "ReplicaLayout", "Replicas", "ScheduleError", "build", "resolve_devices"]

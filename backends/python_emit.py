@@ -8,6 +8,13 @@ bodies) become functions traced to jaxprs the way the interpreter traces them. `
 devices=None)` dispatches the segments in plan order, jitted on their devices, with one
 `jax.device_put` per transfer; run as a script, the module runs one step on zeros.
 
+A plan with d > 1 data-parallel replicas gives a module that runs them all, as the JAX backend
+does (`backends/jax.py`, `Replicas`): it takes the devices of every replica, runs each segment as a
+`jax.shard_map` over the mesh of its device and the devices mirroring it, writes each
+`all_reduce` as the collective of that mesh axis (`psum`, `pmax`, `pmin`), splits batch inputs into
+the replicas' rows and puts per-sample outputs back together. The code that lays replicas out is
+`backends/replica_runtime.py`'s, copied into the module, so both run the same.
+
 Parameter values are written as Python source by a rule table over their types (numbers, tuples,
 dtypes, lax enums and named tuples, primitives); a value no rule covers is an error naming the op
 and the parameter, never a silently wrong program.
@@ -16,6 +23,7 @@ and the parameter, never a silently wrong program.
 from __future__ import annotations
 
 import enum
+import inspect
 import keyword
 import math
 import re
@@ -27,9 +35,11 @@ import numpy as np
 from jax import lax
 
 from pesto_ir.attributes import Attr, GraphAttr, ListAttr
-from pesto_ir.backends.schedule import Move, Schedule, schedule
+from pesto_ir.backends.jax import BackendError, ReplicaLayout
+from pesto_ir.backends.replica_runtime import REPLICA_AXIS, RUNTIME
+from pesto_ir.backends.schedule import Move, Schedule, Segment, schedule
 from pesto_ir.errors import PestoError
-from pesto_ir.interpreter import ANNOTATION_KEYS, EVAL_RULES, check_single_replica, one_replica
+from pesto_ir.interpreter import ANNOTATION_KEYS, EVAL_RULES, ReplicaInterpreter, one_replica
 from pesto_ir.ir import Graph, Op, Value
 from pesto_ir.jax_params import (
     DERIVED_PARAMS,
@@ -41,7 +51,7 @@ from pesto_ir.jax_params import (
     lookup_primitive,
     prng_impl,
 )
-from pesto_ir.plan import read_plan_attrs
+from pesto_ir.plan import Parallelism, read_plan_attrs
 from pesto_ir.types import TensorType
 
 
@@ -50,13 +60,40 @@ class EmitError(PestoError):
 
 
 def emit_python(placed_graph: Graph, state_map: Mapping[int, int] | None = None) -> str:
-    """The Python source of a module running `placed_graph` as planned (see the module docstring).
-    The module runs one replica: a graph that all-reduces across data-parallel replicas is refused."""
+    """The Python source of a module running `placed_graph` as planned (see the module docstring),
+    every data-parallel replica of its plan included."""
+    par = _parallelism(placed_graph)
     try:
-        check_single_replica(placed_graph)
-    except PestoError as e:
-        raise EmitError(str(e)) from None
-    return _Emitter(schedule(placed_graph, state_map)).module()
+        layout = ReplicaLayout(placed_graph, par.data_parallel) if par is not None else None
+    except BackendError as e:
+        raise EmitError(f"@{placed_graph.name}: {e}") from None
+    _check_all_reduces(placed_graph, par)
+    return _Emitter(schedule(placed_graph, state_map), par, layout).module()
+
+
+def _parallelism(graph: Graph) -> Parallelism | None:
+    """The plan's replicas when it has more than one."""
+    plan = read_plan_attrs(graph)
+    par = plan.parallelism if plan is not None else None
+    return par if par is not None and par.data_parallel > 1 else None
+
+
+def _check_all_reduces(graph: Graph, par: Parallelism | None) -> None:
+    """All-reduces across replicas need replicas to reduce across, and run only at the top level
+    (as the JAX backend runs them): the mesh axis is not bound inside a nested graph's trace."""
+    stack = [(graph, False)]
+    while stack:
+        g, nested = stack.pop()
+        for op in g.ops:
+            if op.opcode == "all_reduce" and not one_replica(op):
+                if par is None:
+                    raise EmitError(f"{op.where()}: op '{op.name}' all-reduces across {op.get('replicas')} "
+                                    "data-parallel replicas, but the plan has no replicas to reduce across (place "
+                                    "it with data-parallel > 1)")
+                if nested:
+                    raise EmitError(f"{op.where()}: op '{op.name}' all-reduces across replicas inside the nested "
+                                    f"graph @{g.name}; only the placed graph's own ops can reduce across replicas")
+            stack.extend((sub, True) for sub in op.subgraphs())
 
 
 # ---------------------------------------------------------------- names
@@ -65,6 +102,8 @@ _RESERVED = frozenset({
     "jax", "jnp", "np", "lax", "os", "sys", "run", "main", "dev", "inputs", "devices", "float", "complex",
     "DEVICES", "INPUTS", "INPUT_HOMES", "SEGMENTS", "GRAPH",
 })
+# and in a module running replicas: the shared runtime's names, and what run() calls the meshes
+_REPLICA_RESERVED = _RESERVED | {"Callable", "REPLICAS", "REPLICA_AXIS", "mesh", *(f.__name__ for f in RUNTIME)}
 
 
 class _Namespace:
@@ -266,12 +305,48 @@ def _device_map(devices):
     return dict(zip(DEVICES, devices))
 '''
 
+# In a module running replicas, besides `backends/replica_runtime.py`'s functions (copied in).
+_REPLICA_HELPERS = '''
+def _replica_meshes(devices):
+    """Replica 0's device name -> the mesh of it and the devices that mirror it, one per replica."""
+    devices = list(jax.devices()[:len(DEVICES)] if devices is None else devices)
+    if len(devices) != len(DEVICES):
+        replicas = "; ".join(f"replica {r}: {', '.join(names)}" for r, names in enumerate(REPLICAS))
+        raise ValueError(f"this plan runs {len(REPLICAS)} data-parallel replicas on {len(DEVICES)} devices, given "
+                         f"in the order {', '.join(DEVICES)} ({replicas}), got {len(devices)}; on a CPU host set "
+                         "XLA_FLAGS=--xla_force_host_platform_device_count=N first")
+    dev = dict(zip(DEVICES, devices))
+    return {name: replica_mesh([dev[names[i]] for names in REPLICAS]) for i, name in enumerate(REPLICAS[0])}
+
+
+def _jitted_over(fn, mesh, ins, outs):
+    """`fn` (one replica's segment) compiled as a shard_map over `mesh`; an argument or result is
+    stacked (one replica's array per device) where `ins` or `outs` says so, else replicated."""
+    key = (fn, mesh, ins, outs)
+    if key not in _JITTED:
+        _JITTED[key] = jax.jit(over_replicas(fn, mesh, ins, outs),
+                               in_shardings=tuple(replica_sharding(mesh, s) for s in ins),
+                               out_shardings=[replica_sharding(mesh, s) for s in outs])
+    return _JITTED[key]
+
+
+def _to_mesh(x, mesh, dtype, axis=None):
+    """An input on `mesh`, converted the way jax.jit converts arguments: replicated, or (a batch
+    input, `axis` its batch axis) the whole batch split into the replicas' rows."""
+    x = x if isinstance(x, jax.Array) else np.asarray(x, dtype)
+    if axis is None:
+        return jax.device_put(x, replica_sharding(mesh, False))
+    return jax.device_put(split_rows(x, axis, len(REPLICAS)), replica_sharding(mesh, True))
+'''
+
 
 class _Emitter:
-    def __init__(self, sched: Schedule) -> None:
+    def __init__(self, sched: Schedule, par: Parallelism | None = None, layout: ReplicaLayout | None = None) -> None:
         self.sched = sched
         self.graph = sched.graph
-        self.module_names = _Namespace()
+        self.par, self.layout = par, layout  # the plan's replicas (None: the module runs one)
+        self.reserved = _RESERVED if layout is None else _REPLICA_RESERVED
+        self.module_names = _Namespace(self.reserved)
         self.prims: dict[str, str] = {}  # primitive name -> module-level variable
         self.bodies: list[str] = []  # source of nested-graph functions, innermost first
         self.seg_names = [self.module_names.name(("segment", s.index), s.name) for s in sched.segments]
@@ -281,7 +356,8 @@ class _Emitter:
         segments = [self.segment(s, name) for s, name in zip(self.sched.segments, self.seg_names)]
         run = self.run_function()
         prims = [f"{var} = _primitive({name!r})" for name, var in self.prims.items()]
-        parts = [self.header(), _HELPERS.strip("\n"), "\n".join(prims), *self.bodies, *segments, run, self.main()]
+        parts = [self.header(), _HELPERS.strip("\n"), *self.replica_helpers(), "\n".join(prims), *self.bodies,
+                 *segments, run, self.main()]
         return "\n\n\n".join(p for p in parts if p) + "\n"
 
     def header(self) -> str:
@@ -289,8 +365,8 @@ class _Emitter:
         plan = read_plan_attrs(g)
         algo = plan.algorithm if plan is not None else "?"
         makespan = f"{plan.makespan * 1e6:.1f} us" if plan is not None else "?"
-        specs = "".join(f"\n    ({v.name!r}, {tuple(_tensor(v).shape)!r}, {_dtype_name(_tensor(v))!r}),"
-                        for v in g.inputs)
+        specs = "".join(f"\n    ({v.name!r}, {self.input_shape(i)!r}, {_dtype_name(_tensor(v))!r}),"
+                        for i, v in enumerate(g.inputs))
         homes = "".join(f"\n    {sched.input_home[v]!r},  # {v.name}" for v in g.inputs)
         lines = [
             f'"""Graph @{g.name} as placed by {algo} (simulated makespan {makespan}) on '
@@ -300,10 +376,12 @@ class _Emitter:
             f"{len(sched.moves)} transfer(s) per step.",
             "`run(*inputs, devices=None)` takes the graph's inputs in order (INPUTS) and returns its outputs;",
             "as a script it runs one step on zeros.",
+            *self.replica_docstring(),
             '"""',
             "",
             "import os",
             "import sys",
+            *(["from collections.abc import Callable"] if self.layout is not None else []),
             "",
             'if __name__ == "__main__":  # as a script on a host without accelerators: one CPU device per plan device',
             f'    os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count={len(sched.devices)}")',
@@ -318,7 +396,42 @@ class _Emitter:
             f"INPUTS = (  # name, shape, dtype of each input{specs}\n)",
             f"INPUT_HOMES = (  # the device each input lives on: its first reader's{homes}\n)",
         ]
+        if self.par is not None:
+            lines += [f"REPLICAS = {self.par.replicas!r}  # replica r's devices; device i of each mirrors replica 0's",
+                      f"REPLICA_AXIS = {REPLICA_AXIS!r}  # the mesh axis of data-parallel replicas"]
         return "\n".join(lines)
+
+    def replica_docstring(self) -> list[str]:
+        """What the module docstring says about replicas: the devices it needs and how it runs them."""
+        par = self.par
+        if par is None:
+            return []
+        replicas = "; ".join(f"replica {r}: {', '.join(names)}" for r, names in enumerate(par.replicas))
+        return [
+            "",
+            f"It runs {par.data_parallel} data-parallel replicas of {len(par.replicas[0])} device(s), "
+            f"{par.microbatches} micro-batch(es) each, and needs",
+            f"{len(self.sched.devices)} devices, given in the order of DEVICES ({replicas}).",
+            "Each segment runs as a jax.shard_map over the mesh of its device and the devices mirroring it,",
+            "an all-reduce is a collective over that mesh; batch inputs are whole batches, split into the",
+            "replicas' rows, and per-sample outputs come back whole.",
+        ]
+
+    def replica_helpers(self) -> list[str]:
+        """The shared replica runtime and the helpers that use it, for a module running replicas."""
+        if self.layout is None:
+            return []
+        copied = "\n\n\n".join(inspect.getsource(f).strip("\n") for f in RUNTIME)
+        return [f"# {RUNTIME[0].__module__}, as the JAX backend runs it\n{copied}", _REPLICA_HELPERS.strip("\n")]
+
+    def input_shape(self, i: int) -> tuple[int, ...]:
+        """The shape `run` takes input i in: a batch input of replicas is the whole batch."""
+        shape = tuple(_tensor(self.graph.inputs[i]).shape)
+        layout = self.layout
+        axis = layout.input_axes.get(i) if layout is not None else None
+        if layout is None or axis is None:
+            return shape
+        return shape[:axis] + (shape[axis] * layout.d,) + shape[axis + 1:]
 
     # -- one graph's ops as straight-line code
     def body_lines(self, ops: tuple[Op, ...] | list[Op], names: _Namespace, indent: str = "    ") -> list[str]:
@@ -343,12 +456,14 @@ class _Emitter:
         return text
 
     def segment(self, seg: Any, fname: str) -> str:
-        names = _Namespace(_RESERVED | self.module_names.used)
+        names = _Namespace(self.reserved | self.module_names.used)
         params = ", ".join(names.name(id(v), v.name) for v in seg.inputs)
         planned = seg.planned_ops
         copied = f", after {seg.recomputed} recomputed constant(s)" if seg.recomputed else ""
+        where = seg.device if self.par is None else \
+            f"{seg.device} (one replica's; run over the mesh of {', '.join(self.par.group(seg.device))})"
         lines = [f"def {fname}({params}):",
-                 f'    """{len(planned)} op(s) on {seg.device}: {planned[0].name} .. {planned[-1].name}{copied}."""']
+                 f'    """{len(planned)} op(s) on {where}: {planned[0].name} .. {planned[-1].name}{copied}."""']
         lines += self.body_lines(seg.ops, names)
         lines.append(f"    return [{', '.join(names.name(id(v), v.name) for v in seg.outputs)}]")
         return "\n".join(lines)
@@ -358,7 +473,7 @@ class _Emitter:
         fname = self.module_level(("body", id(graph)), f"_body_{hint}")
         if any(b.startswith(f"def {fname}(") for b in self.bodies):
             return fname
-        names = _Namespace(_RESERVED | self.module_names.used)
+        names = _Namespace(self.reserved | self.module_names.used)
         params = ", ".join(names.name(id(v), v.name) for v in graph.inputs)
         lines = [f"def {fname}({params}):", f'    """Nested graph @{graph.name}."""']
         lines += self.body_lines(graph.ops, names)
@@ -416,39 +531,69 @@ class _Emitter:
 
     # -- the dispatch program
     def run_function(self) -> str:
-        sched, g = self.sched, self.graph
-        names = _Namespace(_RESERVED | self.module_names.used)
+        sched, g, layout = self.sched, self.graph, self.layout
+        names = _Namespace(self.reserved | self.module_names.used)
 
         def at(v: Value, device: str) -> str:
             base = names.name(id(v), v.name)
             return base if device == sched.device_of(v) else names.name((id(v), device), f"{base}_{device}")
 
-        lines = ["def run(*inputs, devices=None):",
-                 '    """One step: segments dispatched in plan order, each transfer one jax.device_put."""',
-                 "    dev = _device_map(devices)",
+        if layout is None:
+            head = ['    """One step: segments dispatched in plan order, each transfer one jax.device_put."""',
+                    "    dev = _device_map(devices)"]
+        else:
+            head = ['    """One step of every replica: segments dispatched in plan order, each over the mesh of its',
+                    '    device and its mirrors; each transfer one jax.device_put from mesh to mesh."""',
+                    "    mesh = _replica_meshes(devices)"]
+        lines = ["def run(*inputs, devices=None):", *head,
                  f"    if len(inputs) != {len(g.inputs)}:",
                  f"        raise TypeError(f'{g.name} takes {len(g.inputs)} inputs, got {{len(inputs)}}')"]
         if g.inputs:
             lines.append(f"    {', '.join(names.name(id(v), v.name) for v in g.inputs)}, = inputs")
-            lines.append("    # each input on its home device (its first reader's)")
-        for v in g.inputs:
-            name = names.name(id(v), v.name)
-            lines.append(f"    {name} = _to({name}, dev[{sched.input_home[v]!r}], {_dtype_source(_tensor(v))})")
+            lines.append("    # each input on its home device (its first reader's)" if layout is None else
+                         "    # each input on the mesh of its home device (its first reader's): batch inputs split "
+                         "into the replicas' rows, the others replicated")
+        for i, v in enumerate(g.inputs):
+            lines.append(f"    {names.name(id(v), v.name)} = {self.placed_input(i, names.name(id(v), v.name))}")
         lines += [self.move_line(m, at) for m in sched.input_moves]
         for seg, fname, moves in zip(sched.segments, self.seg_names, sched.moves_after):
             results = ", ".join(at(v, seg.device) for v in seg.outputs)
             args = ", ".join(at(v, seg.device) for v in seg.inputs)
             lines.append(f"    # {fname}: {len(seg.ops)} op(s) on {seg.device}")
-            lines.append(f"    {results}, = _jitted({fname}, dev[{seg.device!r}])({args})")
+            lines.append(f"    {results}, = {self.compiled(seg, fname)}({args})")
             lines += [self.move_line(m, at) for m in moves]
-        outs = ", ".join(at(v, d) for v, d in sched.outputs)
+        outs = ", ".join(self.output(k, at(v, d)) for k, (v, d) in enumerate(sched.outputs))
         lines.append(f"    return [{outs}]")
         return "\n".join(lines)
 
-    @staticmethod
-    def move_line(m: Move, at: Callable[[Value, str], str]) -> str:
+    def placed_input(self, i: int, name: str) -> str:
+        """Input i on its home device; with replicas, on its mesh (a batch input split into rows)."""
+        v = self.graph.inputs[i]
+        home, dtype = self.sched.input_home[v], _dtype_source(_tensor(v))
+        if self.layout is None:
+            return f"_to({name}, dev[{home!r}], {dtype})"
+        axis = self.layout.input_axes.get(i)
+        return f"_to_mesh({name}, mesh[{home!r}], {dtype}{'' if axis is None else f', {axis}'})"
+
+    def compiled(self, seg: Segment, fname: str) -> str:
+        """The segment function compiled for its device, or over its mesh of replicas."""
+        if self.layout is None:
+            return f"_jitted({fname}, dev[{seg.device!r}])"
+        ins, outs = self.layout.stacked_flags(seg.inputs), self.layout.stacked_flags(seg.outputs)
+        return f"_jitted_over({fname}, mesh[{seg.device!r}], {source(ins)}, {source(outs)})"
+
+    def output(self, k: int, name: str) -> str:
+        """Output k as `run` returns it: with replicas, a per-sample output's rows put back together."""
+        axis = self.layout.output_axes.get(k) if self.layout is not None else None
+        return name if axis is None else f"join_rows({name}, {axis})"
+
+    def move_line(self, m: Move, at: Callable[[Value, str], str]) -> str:
         what = f"op {m.src_op}" if m.src_op is not None else "input"
-        return (f"    {at(m.value, m.dst)} = jax.device_put({at(m.value, m.src)}, dev[{m.dst!r}])"
+        if self.layout is None:
+            to = f"dev[{m.dst!r}]"
+        else:
+            to = f"replica_sharding(mesh[{m.dst!r}], {id(m.value) in self.layout.varying})"
+        return (f"    {at(m.value, m.dst)} = jax.device_put({at(m.value, m.src)}, {to})"
                 f"  # transfer of %{m.value.name} ({what}) {m.src} -> {m.dst}")
 
     def main(self) -> str:
@@ -500,13 +645,21 @@ def _emit_constant(e: _Emitter, op: Op, names: _Namespace) -> str:
 
 
 def _emit_all_reduce(e: _Emitter, op: Op, names: _Namespace) -> str:
-    """`all_reduce` over one replica: the identity (as the interpreter); over more it is refused."""
-    if not one_replica(op):
-        raise EmitError(f"{op.where()}: op '{op.name}' all-reduces across {op.get('replicas')} data-parallel "
-                        "replicas; the emitted module runs one replica: run plans with data_parallel > 1 through "
-                        "the JAX backend (pesto_ir.parallelize, or pesto_ir.backends.jax.build)")
+    """`all_reduce` over one replica: the identity (as the interpreter); over the plan's replicas,
+    the collective of the mesh axis the segment runs over (as `ReplicaInterpreter`)."""
     args = [names.name(id(v), v.name) for v in op.operands]
-    return f"{_results(op, names, True)} = {_tuple_source_raw(args)}"
+    if one_replica(op):
+        return f"{_results(op, names, True)} = {_tuple_source_raw(args)}"
+    d = e.par.data_parallel if e.par is not None else 1  # emit_python checked there are replicas
+    if op.get("replicas") != d:
+        raise EmitError(f"{op.where()}: op '{op.name}' all-reduces across {op.get('replicas')} replicas, but the "
+                        f"plan runs {d}")
+    reduce = ReplicaInterpreter.REDUCE.get(str(op.get("reduction", "sum")))
+    if reduce is None:
+        raise EmitError(f"{op.where()}: op '{op.name}' has reduction {op.get('reduction')!r} "
+                        f"(known: {', '.join(ReplicaInterpreter.REDUCE)})")
+    reduced = [f"lax.{reduce.__name__}({a}, REPLICA_AXIS)" for a in args]
+    return f"{_results(op, names, True)} = {_tuple_source_raw(reduced)}"
 
 
 EMIT_RULES: dict[str, EmitRule] = {

@@ -11,8 +11,9 @@ torch.fx habit): e.g. time it, or place it on a device.
 
 It runs one replica in one process. An `all_reduce` over one replica is the identity; one over
 more replicas (a plan with data_parallel > 1) has no other replicas here to reduce with, so it is
-refused (`check_single_replica`, which the emitter calls before compiling), unless the graph runs
-as one replica of a `jax.shard_map` (`ReplicaInterpreter`, what the JAX backend does for replicas).
+refused (`check_single_replica`), unless the graph runs as one replica of a `jax.shard_map`
+(`ReplicaInterpreter`, what the JAX backend does for replicas; emitted modules write the same
+collectives).
 """
 
 from __future__ import annotations

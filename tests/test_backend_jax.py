@@ -3,13 +3,15 @@
 For the frontend's models (builders imported from test_jax_frontend), plans from several
 algorithms on 2 and 4 devices must compute what `jax.jit` computes, every op's result must sit on
 the device its plan gave it, cross-device copies must be transfers of the plan, parameters must
-stay on their devices across steps, and the emitted Python must run and agree. Segments are
+stay on their devices across steps, and the emitted Python must run and agree, hybrid plans
+(data-parallel replicas x micro-batches, models from test_replicas) included. Segments are
 compiled at XLA's lowest optimisation level to keep the file fast; the training test uses the
 defaults.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 from collections.abc import Callable
 from pathlib import Path
@@ -30,6 +32,8 @@ from test_jax_frontend import (
     _transformer_block,
     _transformer_params,
 )
+from test_replicas import MODELS as REPLICA_MODELS
+from test_replicas import check_steps
 
 import pesto_ir
 from pesto_ir.backends.jax import BackendError, Executable, build
@@ -335,3 +339,77 @@ def test_emitted_python_runs_and_matches(model: str, algo: str, k: int, tmp_path
     assert "import pesto_ir" not in source and "from pesto_ir" not in source
     some_op = sched.segments[0].planned_ops[0]
     assert f"# {some_op.name}: {some_op.opcode}(" in source
+
+
+# ---------------------------------------------------------------- emitted Python of hybrid plans
+
+def _load_module(source: str, path: Path) -> Any:
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@functools.cache
+def _hybrid(name: str, d: int, m: int) -> tuple[LoweredFunction, pesto_ir.Graph]:
+    """A test_replicas model placed as d replicas of m micro-batches on a 4-device cluster (shared:
+    emitting reads the placed graph, never changes it)."""
+    step, params, x, y = REPLICA_MODELS[name]()
+    lowered = lower_function(step, params, x, y, param_argnums=(0,))
+    placed = PassManager(f"annotate-costs{{model=roofline}},place{{algo=m-topo data-parallel={d} microbatches={m}}},"
+                         "expand", verify_each=False).run(lowered.graph,
+                                                          PassContext(cluster=Cluster.homogeneous(4, "cpu"), quiet=True))
+    return lowered, placed
+
+
+@pytest.mark.parametrize(("name", "d", "m"), [("mlp", 2, 2), ("cnn", 2, 2), ("mlp", 4, 1)])
+def test_emitted_python_runs_hybrid_plans_like_jit(name: str, d: int, m: int, tmp_path: Path) -> None:
+    """Every replica runs: each segment a shard_map over the mesh of mirrored devices, psums for the
+    all-reduces; two steps give jax.jit's, the new parameters replicated over the d replicas."""
+    lowered, placed = _hybrid(name, d, m)
+    par = read_plan_attrs(placed).parallelism
+    assert par is not None and (par.data_parallel, par.microbatches) == (d, m)
+    source = emit_python(placed)
+    module = _load_module(source, tmp_path / f"{name}_{d}x{m}_plan.py")
+    step, params, x, y = REPLICA_MODELS[name]()
+
+    def run(p: Any, x: jax.Array, y: jax.Array) -> Any:
+        outs = module.run(*lowered.flat_inputs(p, x, y), devices=jax.devices()[:4])
+        return jax.tree_util.tree_unflatten(lowered.out_tree, outs)
+
+    check_steps(run, step, params, x, y, d)
+    assert module.REPLICAS == par.replicas and module.INPUTS[-1][1] == tuple(y.shape)  # the whole batch
+    assert source.count("= _jitted_over(seg") == len(schedule(placed).segments)
+    assert "lax.psum(" in source
+    assert "import pesto_ir" not in source and "from pesto_ir" not in source
+
+
+def test_emitted_python_puts_per_sample_outputs_back_together(tmp_path: Path) -> None:
+    """An output with a batch axis (rows along axis 1 here) is every replica's rows, in order."""
+    def step(w: jax.Array, x: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+        value, grad = jax.value_and_grad(lambda w: jnp.sum(jnp.tanh(x @ w) ** 2))(w)
+        return w - 0.1 * grad, value, jnp.tanh(x @ w).T
+
+    w, x = jnp.ones((5, 3)) * 0.1, jnp.arange(80, dtype=jnp.float32).reshape(16, 5) / 50
+    graph = lower_function(step, w, x, param_argnums=(0,)).graph
+    placed = PassManager("annotate-costs{model=roofline},place{algo=m-topo data-parallel=2 microbatches=2},expand",
+                         verify_each=False).run(graph, PassContext(cluster=Cluster.homogeneous(4, "cpu"), quiet=True))
+    source = emit_python(placed)
+    assert "join_rows(" in source.split("def run(")[1]
+    got = _load_module(source, tmp_path / "per_sample_plan.py").run(w, x, devices=jax.devices()[:4])
+    for a, b in zip(got, jax.jit(step)(w, x)):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=2e-5, atol=2e-6)
+
+
+def test_emitted_hybrid_module_says_which_devices_it_needs(tmp_path: Path) -> None:
+    lowered, placed = _hybrid("mlp", 2, 2)
+    module = _load_module(emit_python(placed), tmp_path / "mlp_plan.py")
+    devices = ", ".join(module.DEVICES)
+    assert len(module.DEVICES) == 4 and "needs\n4 devices" in module.__doc__
+    assert "(replica 0: cpu0, cpu1; replica 1: cpu2, cpu3)" in module.__doc__
+    step, params, x, y = REPLICA_MODELS["mlp"]()
+    with pytest.raises(ValueError) as info:
+        module.run(*lowered.flat_inputs(params, x, y), devices=jax.devices()[:2])
+    assert str(info.value).startswith(f"this plan runs 2 data-parallel replicas on 4 devices, given in the order "
+                                      f"{devices} (replica 0: cpu0, cpu1; replica 1: cpu2, cpu3), got 2;")

@@ -393,10 +393,20 @@ def test_backends_refuse_replicas_the_plan_does_not_have() -> None:
     with pytest.raises(BackendError, match=want) as info:
         build(graph, jax.devices()[:1])
     assert "but the plan has no replicas to reduce across" in str(info.value)
-    with pytest.raises(EmitError, match="through the JAX backend"):
+    with pytest.raises(EmitError, match=want) as emitted:
         emit_python(graph)
+    assert "but the plan has no replicas to reduce across" in str(emitted.value)
     with pytest.raises(PestoError, match="through the JAX backend"):
         evaluate(graph, np.zeros(4, np.float32), np.zeros(4, np.float32))
+
+
+def test_the_emitter_refuses_all_reduces_over_other_replicas_than_the_plan_s() -> None:
+    from pesto_ir.backends.python_emit import EmitError, emit_python
+
+    graph = dp_graph(replicas=4)
+    write_plan_attrs(graph, dp_plan(graph))  # 2 replicas
+    with pytest.raises(EmitError, match="op 'ar' all-reduces across 4 replicas, but the plan runs 2"):
+        emit_python(graph)
 
 
 # ---------------------------------------------------------------- the validator
