@@ -26,7 +26,8 @@ Defaults, and why:
   `autotune=True` builds the plan asked for, plain `jax.jit` on the first device and data
   parallelism over all the devices, times each for `autotune_steps` steps on the first call's
   arguments, and runs the fastest (`pesto_ir/autotune.py`; `.report()` shows each candidate's
-  simulated and measured step).
+  simulated and measured step). When plain jax.jit wins, calls go straight to `jax.jit(fn)`
+  (`_fast_path`); `.calibrated_cluster()` is the cluster corrected by the measured speed.
 
 `.plan`, `.graph` and `.executable` describe the most recent signature called.
 """
