@@ -25,6 +25,7 @@ from pesto_ir.errors import PestoError
 from pesto_ir.ir import Graph
 from pesto_ir.passes.collective_buckets import bucket_all_reduces
 from pesto_ir.passes.microbatch import MAX_MICROBATCHES, MicrobatchError, rebatch
+from pesto_ir.passes.pipeline_model import MODEL_MICROBATCHES
 from pesto_ir.placement import PlaceOptions
 from pesto_ir.plan import Parallelism, Plan, write_plan_attrs
 from pesto_ir.units import human_time
@@ -185,18 +186,47 @@ def parse_degree(text: str | None, what: str) -> int | None:
 Solve = Callable[[Graph, Cluster, PlaceOptions], Plan]
 
 
+@dataclass
+class Rates:
+    """What the search has measured so far, to tell whether the next step fits in the time left:
+    seconds per op of a rewrite (with its cost annotation), and seconds per op and device of the
+    heuristics on one batch (list scheduling tries every device for every op)."""
+
+    rewrite_seconds: float = 0.0
+    rewrite_ops: int = 0
+    heuristic: float | None = None
+
+    def rewrote(self, seconds: float, ops: int) -> None:
+        self.rewrite_seconds += seconds
+        self.rewrite_ops += ops
+
+    def rewrite(self, ops: float) -> float | None:
+        """Seconds to rewrite into a graph of `ops` ops, or None before any rewrite was timed."""
+        return self.rewrite_seconds / self.rewrite_ops * ops if self.rewrite_ops else None
+
+    def screening(self, ops: float, devices: int) -> float | None:
+        """Seconds to rewrite into `ops` ops and run the heuristics on them over `devices` devices."""
+        rewrite = self.rewrite(ops)
+        if rewrite is None or self.heuristic is None:
+            return None
+        return rewrite + self.heuristic * ops * devices
+
+
 def screen(graph: Graph, cluster: Cluster, found: Candidate, options: PlaceOptions, heuristic: Solve,
-           engines: Sequence[str] = ("heuristics",)) -> Candidate:
+           engines: Sequence[str] = ("heuristics",), rates: Rates | None = None) -> Candidate:
     """`found`'s replica graph (built once) and its best plan so far, trying `engines`: the fixed
     pipeline schedules ("gpipe", "1f1b": a simulation each, on replicas of several devices with
     several micro-batches) or "heuristics" (list scheduling the whole graph)."""
     strategy = found.strategy
     if found.graph is None:
+        started = time.perf_counter()
         try:
             found.graph = replica_graph(graph, cluster, strategy)
         except PestoError as e:
             found.why_not = str(e).splitlines()[0]
             return found
+        if rates is not None and found.graph is not graph:
+            rates.rewrote(time.perf_counter() - started, len(found.graph.ops))
     if len(found.graph.ops) > MAX_SCREEN_OPS:
         found.why_not = f"{len(found.graph.ops)} ops after the rewrite, more than {MAX_SCREEN_OPS} to screen"
         return found
@@ -206,7 +236,10 @@ def screen(graph: Graph, cluster: Cluster, found: Candidate, options: PlaceOptio
     for engine in engines:
         try:
             if engine == "heuristics":
+                started = time.perf_counter()
                 plan = heuristic(source, sub, options)
+                if rates is not None and strategy == ONE_BATCH:
+                    rates.heuristic = (time.perf_counter() - started) / max(len(source.ops) * len(sub), 1)
             else:
                 from pesto_ir.passes.algo_pipeline import pipeline_plan
 
@@ -271,7 +304,9 @@ def search(graph: Graph, cluster: Cluster, options: PlaceOptions, data_parallel:
         else:
             sub = sub_cluster(cluster, replica_groups(cluster, best.strategy.data_parallel)[0])
             warm = _on_replica(best.plan, sub) if best.plan is not None else None
-            refined = refine(best.graph, sub, dataclasses.replace(options, time_limit=left, warm_start=warm), None)
+            # the screening plan is the floor to beat: the heuristics need not run again (on a
+            # 32-micro-batch pipeline they take seconds the time limit does not have)
+            refined = refine(best.graph, sub, dataclasses.replace(options, time_limit=left, warm_start=warm), warm)
             if best.plan is None:  # not screened (a fixed strategy): its all-reduces are not bucketed yet
                 best.graph, refined = bucketed(best.graph, cluster, refined, best.strategy)
             else:
@@ -321,20 +356,21 @@ def _screen_all(graph: Graph, cluster: Cluster, todo: list[Strategy], options: P
         by_d.setdefault(s.data_parallel, []).append(s)
     order = sorted(by_d, key=lambda d: (d != len(cluster), d != 1, -d))
     tried: list[Candidate] = []
+    rates = Rates()
     for i, d in enumerate(order):
         share = (until - time.perf_counter()) / (len(order) - i)
         stop = time.perf_counter() + max(share, 0.0)
         if len(cluster) == d:
-            done = _screen_replicas(graph, cluster, by_d[d], options, heuristic, stop, tried == [], log)
+            done = _screen_replicas(graph, cluster, by_d[d], options, heuristic, stop, tried == [], log, rates)
         else:
             done = _screen_pipelines(graph, cluster, by_d[d], options, heuristic, stop,
-                                     deadline if i == len(order) - 1 else stop, tried, log)
+                                     deadline if i == len(order) - 1 else stop, deadline, tried, log, rates)
         tried.extend(done)
     return tried
 
 
 def _screen_replicas(graph: Graph, cluster: Cluster, todo: list[Strategy], options: PlaceOptions,
-                     heuristic: Solve, stop: float, first: bool, log: PlaceOptions) -> list[Candidate]:
+                     heuristic: Solve, stop: float, first: bool, log: PlaceOptions, rates: Rates) -> list[Candidate]:
     """One-device replicas: m ascending, up to the first that fits in memory. One device runs all
     its ops one after another, and m micro-batches' copies take at least the whole batch's time
     (the same on a cost graph, more on a roofline-costed one: launch overheads, weights read m
@@ -344,7 +380,7 @@ def _screen_replicas(graph: Graph, cluster: Cluster, todo: list[Strategy], optio
         if not (first and not tried) and time.perf_counter() > stop:
             tried.append(Candidate(strategy, why_not="not screened: its share of the time ran out"))
             continue
-        c = _logged(screen(graph, cluster, Candidate(strategy), options, heuristic), log)
+        c = _logged(screen(graph, cluster, Candidate(strategy), options, heuristic, rates=rates), log)
         tried.append(c)
         if c.plan is not None:
             rest = todo[todo.index(strategy) + 1:]
@@ -355,25 +391,36 @@ def _screen_replicas(graph: Graph, cluster: Cluster, todo: list[Strategy], optio
 
 
 def _screen_pipelines(graph: Graph, cluster: Cluster, todo: list[Strategy], options: PlaceOptions,
-                      heuristic: Solve, stop: float, deadline: float, before: list[Candidate],
-                      log: PlaceOptions) -> list[Candidate]:
+                      heuristic: Solve, stop: float, deadline: float, hard: float, before: list[Candidate],
+                      log: PlaceOptions, rates: Rates) -> list[Candidate]:
     """Replicas of several devices: one batch placed freely (the heuristics), then the fixed
     pipeline schedules in the order `passes/pipeline_model.py` predicts them, while the prediction
-    is within `OTHERS_SLACK` of the best plan of any strategy and `MODEL_SLACK` of the best built (or the rewrite is built already: the model
-    ranks m better than the two schedules of an operator graph) and building one fits in the time
-    (the first, and the other schedule of a graph built already, may go on to `deadline`, the end
-    of the time limit for the last degree screened: on large graphs they are what matters, and
-    refining a pipeline gains little), then the heuristics on the fastest pipelined replica graph."""
+    is within `OTHERS_SLACK` of the best plan of any strategy and `MODEL_SLACK` of the best built
+    (or the rewrite is built already: the model ranks m better than the two schedules of an
+    operator graph) and building one fits in the time (the first, and the other schedule of a graph
+    built already, may go on to `deadline`, the end of the time limit for the last degree
+    screened: on large graphs they are what matters, and refining a pipeline gains little), then
+    the heuristics on the fastest pipelined replica graph.
+
+    What does not fit is not started: by the `rates` measured so far, one batch of several
+    replicas (cheap, and the winner on CNNs) must end by `hard`, the end of the time limit, and
+    the pipeline model's rewrite (twice the ops) by `deadline`."""
     tried: list[Candidate] = []
+    per_replica = len(cluster) // todo[0].data_parallel
     for strategy in (s for s in todo if s.microbatches == 1):  # one batch is always screened: the heuristics' floor
-        if strategy != ONE_BATCH and (before or tried) and time.perf_counter() > stop:
-            tried.append(Candidate(strategy, why_not="not screened: its share of the time ran out"))
+        expected = rates.screening(len(graph.ops), per_replica) or 0.0
+        if strategy != ONE_BATCH and (before or tried) and time.perf_counter() + expected > hard:
+            tried.append(Candidate(strategy, why_not=_no_time(expected, "to screen")))
         else:
-            tried.append(_logged(screen(graph, cluster, Candidate(strategy), options, heuristic), log))
+            tried.append(_logged(screen(graph, cluster, Candidate(strategy), options, heuristic, rates=rates), log))
     pipelined = [s for s in todo if s.microbatches > 1]
     if not pipelined:
         return tried
-    ranked, candidates, cost = _ranked_pipelines(graph, cluster, pipelined, log)
+    expected = rates.rewrite(MODEL_MICROBATCHES * len(graph.ops))
+    if expected is not None and any(c.plan is not None for c in [*before, *tried]) \
+            and time.perf_counter() + expected > deadline:  # the model's rewrite would not end in time
+        return tried + [Candidate(s, why_not=_no_time(expected, "for the pipeline model")) for s in pipelined]
+    ranked, candidates, cost = _ranked_pipelines(graph, cluster, pipelined, log, rates)
     best: tuple[float, float | None] | None = None  # (makespan, its prediction) of the fastest built
     slower = 0
     other = min((c.plan.makespan for c in [*before, *tried] if c.plan is not None), default=None)
@@ -438,14 +485,14 @@ class BuildCost:
         self.schedule = max(seconds - (0.0 if built else self.rewrite * ops), 0.0) / max(ops, 1)
 
 
-def _ranked_pipelines(graph: Graph, cluster: Cluster, todo: list[Strategy], log: PlaceOptions
+def _ranked_pipelines(graph: Graph, cluster: Cluster, todo: list[Strategy], log: PlaceOptions, rates: Rates
                       ) -> tuple[list[tuple[float | None, Strategy, str]], dict[Strategy, Candidate], BuildCost]:
     """(prediction, strategy, schedule) in the order to build them, a candidate per strategy, and
     what building costs. The prediction is the stage model's, from the two-micro-batch rewrite
     (built here, and kept for m = 2); without it (the batch does not split in two, the rewrite
     fails) the largest m first, both schedules, unpredicted."""
     from pesto_ir.passes.algo_pipeline import SCHEDULES
-    from pesto_ir.passes.pipeline_model import MODEL_MICROBATCHES, build_model
+    from pesto_ir.passes.pipeline_model import build_model
 
     d = todo[0].data_parallel
     candidates = {s: Candidate(s) for s in todo}
@@ -458,6 +505,7 @@ def _ranked_pipelines(graph: Graph, cluster: Cluster, todo: list[Strategy], log:
         two.why_not = str(e).splitlines()[0]
         fallback = [(None, s, schedule) for s in sorted(todo, key=lambda s: -s.microbatches) for schedule in SCHEDULES]
         return fallback, candidates, BuildCost(rewrite=1e-4)
+    rates.rewrote(time.perf_counter() - started, len(two.graph.ops))
     per_op = (time.perf_counter() - started) / max(len(two.graph.ops), 1)
     copies = sum(1 for op in two.graph.ops if op.get("microbatch") is not None)
     cost = BuildCost(rewrite=per_op, ops_per_microbatch=copies / MODEL_MICROBATCHES,
@@ -473,6 +521,10 @@ def _ranked_pipelines(graph: Graph, cluster: Cluster, todo: list[Strategy], log:
     best = ", ".join(f"m={s.microbatches} {schedule} {human_time(t, 4)}" for t, s, schedule in ranked[:4])
     log.progress(f"place: pipeline model, d={d}: {best}")
     return ranked, candidates, cost  # type: ignore[return-value]
+
+
+def _no_time(seconds: float, what: str) -> str:
+    return f"not screened: no time left {what} (about {seconds:.2g} s by the rates measured so far)"
 
 
 def _logged(c: Candidate, log: PlaceOptions) -> Candidate:

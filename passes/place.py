@@ -15,7 +15,7 @@ the heuristics run on the fine graph, and the faster plan is recorded, with a no
 `auto` goes one step further, as multilevel partitioners do when they uncoarsen: it spends half its
 time on the coarse graph and the rest refining the faster fine plan on the fine graph, first with
 critical-path moves (`passes/local_search.py`, which needs only the simulator), then, on graphs of
-up to `LNS_REFINE_MAX_OPS` ops, where a step of it stays cheap, with LNS.
+up to `lns.MAX_OPS` ops, where a step of it stays cheap, with LNS.
 """
 
 from __future__ import annotations
@@ -96,7 +96,6 @@ WARM_START_ALGOS = ("m-etf", "m-sct", "m-topo", "expert", "single")
 EXACT_ALGOS = ("ilp", "ilp-lns", "cpsat", "cpsat-lns", "auto")  # their coarse plans meet the fine heuristics
 REFINE_MAX_OPS = 20000  # auto refines its expanded plan on fine graphs up to this size ...
 REFINE_SHARE = 0.5  # ... with this share of its time limit
-LNS_REFINE_MAX_OPS = 1000  # ... using LNS after the moves up to this size (its steps model the whole graph)
 REFINE_MIN_SECONDS = 0.3  # below this much time left, no refinement
 MIN_SOLVE_SECONDS = 0.05  # what the coarse solve gets when the fine heuristics used the whole limit
 
@@ -268,6 +267,7 @@ def refined_on_fine_graph(graph: Graph, cluster: Cluster, plan: Plan, options: P
     LNS times its plans with the solver's order of transfers on each link; `expand` re-times them
     first come, first served, as the JAX executable runs them, so that is the time compared."""
     from pesto_ir.passes.expand import expand_plan  # expand builds on this module
+    from pesto_ir.passes.lns import MAX_OPS as LNS_MAX_OPS
     from pesto_ir.passes.lns import improve_with_lns
     from pesto_ir.passes.local_search import improve_by_moves
 
@@ -277,7 +277,7 @@ def refined_on_fine_graph(graph: Graph, cluster: Cluster, plan: Plan, options: P
         return start
     best = check_plan(graph, cluster, improve_by_moves(graph, cluster, start, seconds))
     left = deadline - time.perf_counter()
-    if len(graph.ops) <= LNS_REFINE_MAX_OPS and left >= REFINE_MIN_SECONDS:
+    if len(graph.ops) <= LNS_MAX_OPS and left >= REFINE_MIN_SECONDS:
         found = improve_with_lns(graph, cluster, dataclasses.replace(options, time_limit=left, warm_start=best),
                                  engine="cpsat", start=best)
         timed = expand_plan(graph, cluster, found)  # re-timed with FIFO links, as `expand` and the executable do
