@@ -651,13 +651,10 @@ def _emit_all_reduce(e: _Emitter, op: Op, names: _Namespace) -> str:
     if one_replica(op):
         return f"{_results(op, names, True)} = {_tuple_source_raw(args)}"
     d = e.par.data_parallel if e.par is not None else 1  # emit_python checked there are replicas
-    if op.get("replicas") != d:
-        raise EmitError(f"{op.where()}: op '{op.name}' all-reduces across {op.get('replicas')} replicas, but the "
-                        f"plan runs {d}")
-    reduce = ReplicaInterpreter.REDUCE.get(str(op.get("reduction", "sum")))
-    if reduce is None:
-        raise EmitError(f"{op.where()}: op '{op.name}' has reduction {op.get('reduction')!r} "
-                        f"(known: {', '.join(ReplicaInterpreter.REDUCE)})")
+    try:
+        reduce = ReplicaInterpreter.collective(op, d)
+    except PestoError as err:
+        raise EmitError(str(err)) from None
     reduced = [f"lax.{reduce.__name__}({a}, REPLICA_AXIS)" for a in args]
     return f"{_results(op, names, True)} = {_tuple_source_raw(reduced)}"
 

@@ -191,14 +191,21 @@ class ReplicaInterpreter(Interpreter):
     def run_op(self, op: Op, args: list[Any]) -> list[Any]:
         if op.opcode != "all_reduce" or one_replica(op):
             return super().run_op(op, args)
-        if op.get("replicas") != self.replicas:
+        reduce = self.collective(op, self.replicas)
+        return [reduce(x, self.axis) for x in args]
+
+    @classmethod
+    def collective(cls, op: Op, replicas: int) -> Callable[..., Any]:
+        """The collective that `op`, an `all_reduce` across `replicas` replicas, runs; refused when
+        it names another replica count or an unknown reduction."""
+        if op.get("replicas") != replicas:
             raise PestoError(f"{op.where()}: op '{op.name}' all-reduces across {op.get('replicas')} replicas, "
-                             f"but the step runs {self.replicas}")
-        reduce = self.REDUCE.get(str(op.get("reduction", "sum")))
+                             f"but the step runs {replicas}")
+        reduce = cls.REDUCE.get(str(op.get("reduction", "sum")))
         if reduce is None:
             raise PestoError(f"{op.where()}: op '{op.name}' has reduction {op.get('reduction')!r} "
-                             f"(known: {', '.join(self.REDUCE)})")
-        return [reduce(x, self.axis) for x in args]
+                             f"(known: {', '.join(cls.REDUCE)})")
+        return reduce
 
 
 def as_function(graph: Graph, replica_axis: str | None = None, replicas: int = 1) -> Callable[..., list[Any]]:

@@ -405,7 +405,7 @@ def test_the_emitter_refuses_all_reduces_over_other_replicas_than_the_plan_s() -
 
     graph = dp_graph(replicas=4)
     write_plan_attrs(graph, dp_plan(graph))  # 2 replicas
-    with pytest.raises(EmitError, match="op 'ar' all-reduces across 4 replicas, but the plan runs 2"):
+    with pytest.raises(EmitError, match="op 'ar' all-reduces across 4 replicas, but the step runs 2"):
         emit_python(graph)
 
 
