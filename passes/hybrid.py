@@ -403,8 +403,8 @@ def _screen_pipelines(graph: Graph, cluster: Cluster, todo: list[Strategy], opti
     the heuristics on the fastest pipelined replica graph.
 
     What does not fit is not started: by the `rates` measured so far, one batch of several
-    replicas (cheap, and the winner on CNNs) must end by `hard`, the end of the time limit, and
-    the pipeline model's rewrite (twice the ops) by `deadline`."""
+    replicas (the winner on CNNs) and the pipeline model's rewrite (twice the ops; without it no
+    pipeline of the degree is tried) must end by `hard`, the end of the time limit."""
     tried: list[Candidate] = []
     per_replica = len(cluster) // todo[0].data_parallel
     for strategy in (s for s in todo if s.microbatches == 1):  # one batch is always screened: the heuristics' floor
@@ -418,7 +418,7 @@ def _screen_pipelines(graph: Graph, cluster: Cluster, todo: list[Strategy], opti
         return tried
     expected = rates.rewrite(MODEL_MICROBATCHES * len(graph.ops))
     if expected is not None and any(c.plan is not None for c in [*before, *tried]) \
-            and time.perf_counter() + expected > deadline:  # the model's rewrite would not end in time
+            and time.perf_counter() + expected > hard:  # the model's rewrite would not end in time
         return tried + [Candidate(s, why_not=_no_time(expected, "for the pipeline model")) for s in pipelined]
     ranked, candidates, cost = _ranked_pipelines(graph, cluster, pipelined, log, rates)
     best: tuple[float, float | None] | None = None  # (makespan, its prediction) of the fastest built
