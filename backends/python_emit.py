@@ -62,6 +62,7 @@ class EmitError(PestoError):
 def emit_python(placed_graph: Graph, state_map: Mapping[int, int] | None = None) -> str:
     """The Python source of a module running `placed_graph` as planned (see the module docstring),
     every data-parallel replica of its plan included."""
+    check_computable(placed_graph)
     par = _parallelism(placed_graph)
     try:
         layout = ReplicaLayout(placed_graph, par.data_parallel) if par is not None else None
@@ -69,6 +70,17 @@ def emit_python(placed_graph: Graph, state_map: Mapping[int, int] | None = None)
         raise EmitError(f"@{placed_graph.name}: {e}") from None
     _check_all_reduces(placed_graph, par)
     return _Emitter(schedule(placed_graph, state_map), par, layout).module()
+
+
+def check_computable(graph: Graph) -> None:
+    """A cost graph (a `pesto-graph/1` import: opaque ops with blob results) holds no computation:
+    its module would run nothing. Refused, naming the first value that is not an array."""
+    for op in graph.ops:
+        for v in op.results:
+            if not isinstance(v.type, TensorType):
+                raise EmitError(f"@{graph.name} is a cost graph: op '{op.name}' ({op.opcode}) gives %{v.name}: "
+                                f"{v.type}, a cost-only value with no array to compute, and a module of it would "
+                                "run nothing (emit Python from a model of JAX ops: a .pir file or a JAX function)")
 
 
 def _parallelism(graph: Graph) -> Parallelism | None:
@@ -685,4 +697,4 @@ def _us(seconds: Any) -> str:
     return f"{float(seconds) * 1e6:.2f}us"
 
 
-__all__ = ["DERIVED_SOURCE", "EMIT_RULES", "EmitError", "emit_python", "source"]
+__all__ = ["DERIVED_SOURCE", "EMIT_RULES", "EmitError", "check_computable", "emit_python", "source"]

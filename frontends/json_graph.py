@@ -234,8 +234,6 @@ def graph_from_json(data: Any, filename: str = "<json>") -> Graph:
                 raise _error(filename, f"{where}: colocate must be a group name (a string or a number), "
                                        f"got {brief(repr(n['colocate']))}", *at)
             attrs["colocate"] = StringAttr(group)
-        if n.get("backward"):
-            attrs["backward"] = BoolAttr(True)
         attrs.update(_batch_attrs(n, where, filename, at))
         names = [nid] + [graph.fresh_name(f"{nid}.{b}B") for b in sizes[1:]]
         op = Op(nid, OPCODE, (), [BlobType(b) for b in sizes], attrs, names)
@@ -254,15 +252,17 @@ def graph_from_json(data: Any, filename: str = "<json>") -> Graph:
 
 
 def _batch_attrs(node: dict[str, Any], where: str, filename: str, at: tuple[str | int, ...]) -> dict[str, Attr]:
-    """`per_sample` (false: the node's cost does not scale with the batch, e.g. an optimizer
-    update) and `param_bytes` (gradient bytes all-reduced across data-parallel replicas)."""
+    """`backward` (for the pipeline schedules), `per_sample` (false: the node's cost does not scale
+    with the batch, e.g. an optimizer update) and `param_bytes` (gradient bytes all-reduced across
+    data-parallel replicas)."""
     attrs: dict[str, Attr] = {}
-    if "per_sample" in node:
-        if not isinstance(node["per_sample"], bool):
-            raise _error(filename, f"{where}: per_sample must be true or false, got {brief(repr(node['per_sample']))}",
-                         *at)
-        if not node["per_sample"]:
-            attrs["per_sample"] = BoolAttr(False)
+    for key in ("backward", "per_sample"):  # 1.5 or "no" is not read as a truth value
+        if key in node and not isinstance(node[key], bool):
+            raise _error(filename, f"{where}: {key} must be true or false, got {brief(repr(node[key]))}", *at)
+    if node.get("backward"):
+        attrs["backward"] = BoolAttr(True)
+    if node.get("per_sample") is False:
+        attrs["per_sample"] = BoolAttr(False)
     if "param_bytes" in node:
         v = finite(node["param_bytes"])
         if v is None or v < 0 or v != int(v) or isinstance(node["param_bytes"], bool):

@@ -4,7 +4,8 @@
   has one, for every device of the cluster, so no placement reads a silent 0.
 - `roofline`: FLOPs and bytes from shapes (`pesto_ir.roofline`), timed on each device's figures.
 - `auto`: `given` when every op has a cost, else `roofline` (for pipelines that take both cost
-  graphs and models written without costs).
+  graphs and models written without costs). `roofline` and `profile` replace costs already on ops
+  and warn that they do.
 - `profile`: each op run with `jax.jit` on a real JAX device of each kind (`pesto_ir.profile`),
   median (`stat=min`: minimum) of `runs` timed calls after `warmup`, cached on disk.
 
@@ -139,12 +140,23 @@ def _given(p: AnnotateCostsPass, graph: Graph, cluster: Cluster | None, ctx: Pas
 
 def _roofline(p: AnnotateCostsPass, graph: Graph, cluster: Cluster | None, ctx: PassContext) -> None:
     cluster = cluster or Cluster.from_jax_devices()
+    _warn_replaced(graph, "roofline", ctx)
     for opcode in guessed_opcodes(graph):
         ctx.progress(f"warning: annotate-costs: '{opcode}' is not a JAX primitive and has no roofline rule: its ops "
                      "are costed as elementwise over their results; give their cost (model=given) if that is wrong")
     annotate_times(graph, cluster, _roofline_figures, op_time)
     annotate_work(graph)
     ctx.progress(f"annotate-costs: roofline costs for {len(graph.ops)} ops on {_kinds(cluster)}{_collective_note(graph)}")
+
+
+def _warn_replaced(graph: Graph, model: str, ctx: PassContext) -> None:
+    """Costs already on ops (hand-written, or model=auto with some ops lacking one) are replaced: say so."""
+    given = [op for op in graph.ops if "cost" in op.attrs and op.opcode not in COLLECTIVES]
+    if given:
+        op = given[0]
+        ctx.progress(f"warning: annotate-costs: {model} costs replace the costs already on {len(given)} op(s), e.g. "
+                     f"'{op.name}' ({op.where()}, cost = {op.attrs['cost']}); model=given keeps them, and needs "
+                     "one on every op")
 
 
 def guessed_opcodes(graph: Graph) -> list[str]:
@@ -175,6 +187,7 @@ def _profile(p: AnnotateCostsPass, graph: Graph, cluster: Cluster | None, ctx: P
     from pesto_ir.profile import Profiler
 
     cluster = cluster or Cluster.from_jax_devices()
+    _warn_replaced(graph, "profiled", ctx)
     profiler = Profiler(runs=p.runs, warmup=p.warmup, cache=p.cache, progress=ctx.progress, stat=p.stat,
                         clock=p.clock)
     annotate_times(graph, cluster, _kind_only, profiler.time_on_kind)

@@ -71,12 +71,13 @@ class CoarsenPass(Pass):
     target: int = DEFAULT_TARGET
     colocation: str = DEFAULT_COLOCATION  # contract each colocation group "whole", or its "connected" pieces
 
-    def run(self, graph: Graph, ctx: PassContext) -> None:
-        if self.target < 1:
-            raise CoarsenError(f"coarsen: target must be at least 1, got {self.target}")
+    def __post_init__(self) -> None:  # checked when the pipeline is built, before any model is loaded
+        if isinstance(self.target, bool) or not isinstance(self.target, int) or self.target < 1:
+            raise CoarsenError(f"target must be at least 1 (a whole number of groups), got {self.target!r}")
         if self.colocation not in COLOCATION_MODES:
-            raise CoarsenError(f"coarsen: colocation must be one of {', '.join(COLOCATION_MODES)}, "
-                               f"got '{self.colocation}'")
+            raise CoarsenError(f"colocation must be one of {', '.join(COLOCATION_MODES)}, got '{self.colocation}'")
+
+    def run(self, graph: Graph, ctx: PassContext) -> None:
         groups = coarsen_groups(graph, self.target, ctx.cluster, self.colocation)
         for op, g in zip(graph.ops, groups):
             op.attrs["group"] = StringAttr(g)

@@ -121,6 +121,12 @@ class SolverProcess:
             self.errors.close()
             self.errors = None
 
+    def kill(self) -> None:
+        """Stop the worker at once, mid-solve (`close` lets it finish its request, up to 5 s)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+        self.close()
+
     def peak_rss(self) -> int | None:
         """The worker's peak resident memory in bytes (Linux /proc), None when it is not running."""
         if self.proc is None:
@@ -148,10 +154,18 @@ class SolverProcess:
             tail = self._stderr_tail()
             self.close()
             raise CpSatError(f"the CP-SAT worker process stopped: {tail}") from None
+        try:
+            return self._answer(proc, request, report)
+        except KeyboardInterrupt:  # Ctrl-C: stop now; a late answer would be read as the next request's
+            self.kill()
+            raise
+
+    def _answer(self, proc: subprocess.Popen[bytes], request: Request,
+                report: Callable[[float, float], None] | None) -> Result:
         deadline = time.monotonic() + request.seconds + GRACE_SECONDS
         while True:
             if not self._wait_readable(deadline):
-                self.close()
+                self.kill()
                 waited = request.seconds + GRACE_SECONDS
                 return Result("no-solution", None, None, request.seconds, None,
                               note=f"the CP-SAT worker gave no answer within {waited:.0f}s; stopped it")

@@ -12,6 +12,7 @@ import dataclasses
 import math
 import os
 import sys
+import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -136,6 +137,10 @@ def run(argv: Sequence[str] | None = None) -> int:
     pipeline = with_place_options(Pipeline.parse(args.pipeline, source="<pipeline>"), args)
     graph = load(args.model)
     verify(graph, context=f"{args.model}: the input is not valid IR")
+    if args.output and args.emit == "python":  # a cost graph has nothing to emit: say so before placing it
+        from pesto_ir.backends.python_emit import check_computable
+
+        check_computable(graph)
     ctx = PassContext(cluster=make_cluster(args, graph), quiet=args.quiet, seed=args.seed)
     manager = PassManager(pipeline, verify_each=not args.no_verify,
                           print_ir_after_all=args.print_ir_after_all, time_passes=args.time_passes,
@@ -169,8 +174,22 @@ def check_output_paths(args: argparse.Namespace) -> None:
             raise PestoError(f"{option} '{path}' would overwrite the input '{inputs[key]}'")
         if key.is_dir():
             raise PestoError(f"{option} '{path}' is a folder, not a file")
+        if path.endswith(("/", os.sep)):  # a folder meant, and Path() would drop the slash and write a file
+            raise PestoError(f"{option} '{path}' ends in '{path[-1]}', as a folder does: name the file to write")
         if not key.parent.is_dir():
             raise PestoError(f"{option} '{path}': folder '{key.parent}' does not exist")
+        _check_writable(option, path, key)
+
+
+def _check_writable(option: str, path: str, key: Path) -> None:
+    """Make and remove a file where the output will go (as `write_atomic` will): a folder that
+    takes no new files fails now, not after the whole run."""
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{key.name}.", suffix=".tmp", dir=key.parent)
+    except OSError as e:
+        raise PestoError(f"{option} '{path}': cannot write in folder '{key.parent}': {e.strerror}") from None
+    os.close(fd)
+    os.unlink(tmp)
 
 
 def with_place_options(pipeline: Pipeline, args: argparse.Namespace) -> Pipeline:

@@ -109,7 +109,11 @@ def span_at(filename: str, text: str, offset: int) -> SourceSpan:
 def write_atomic(path: str | os.PathLike[str], data: str | bytes) -> None:
     """Write to a temporary file beside `path`, then rename: readers never see half a file."""
     target = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent or ".")
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent or ".")
+    except OSError as e:
+        e.filename = str(path)  # the user's path, not the hidden temporary file's
+        raise
     try:
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the file ordinary permissions
         with os.fdopen(fd, "wb") as f:
@@ -117,11 +121,13 @@ def write_atomic(path: str | os.PathLike[str], data: str | bytes) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, target)
-    except BaseException:
+    except BaseException as e:
         try:
             os.unlink(tmp)
         except OSError:
             pass
+        if isinstance(e, OSError):
+            e.filename, e.filename2 = str(path), None
         raise
 
 

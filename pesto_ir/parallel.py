@@ -107,6 +107,7 @@ class Parallelized:
     def __init__(self, fn: Callable[..., Any], options: ParallelizeOptions) -> None:
         import jax
 
+        _check_callable(fn)
         _check_options(options)
         self.fn = fn
         self.options = options
@@ -336,6 +337,13 @@ def parallelize(fn: Callable[..., Any] | None = None, *, devices: Sequence[Any] 
     return Parallelized(fn, options)
 
 
+def _check_callable(fn: Any) -> None:
+    from pesto_ir.loader import ArgumentError
+
+    if not callable(fn):
+        raise ArgumentError(f"parallelize needs a function to plan (e.g. a training step), got {fn!r:.80}")
+
+
 # ---------------------------------------------------------------- helpers
 
 def _speed(jit: Compiled | None, candidates: list[Any], device: Device, dispatch: float) -> tuple[float | None, str]:
@@ -445,7 +453,19 @@ def _check_options(o: ParallelizeOptions) -> None:
         if any(isinstance(i, bool) or not isinstance(i, int) or i < 0 for i in nums):
             raise PestoError(f"{name} must be argument positions (whole numbers from 0), got {nums!r}")
     _check_batch_options(o)
+    from pesto_ir.loader import ArgumentError
+
+    if o.cluster is not None and not isinstance(o.cluster, Cluster):
+        raise ArgumentError(f"cluster must be a pesto_ir Cluster (e.g. Cluster.load('cluster.json') or "
+                         f"Cluster.from_jax_devices()), got {o.cluster!r:.80}")
+    if o.compiler_options is not None and (not isinstance(o.compiler_options, Mapping)
+                                           or not all(isinstance(k, str) for k in o.compiler_options)):
+        raise ArgumentError(f"compiler_options must be a dict from XLA option names to values, got "
+                         f"{o.compiler_options!r:.80}")
     devices = o.devices
+    if isinstance(devices, Mapping) and not all(isinstance(k, str) for k in devices):
+        raise ArgumentError(f"a devices dict must be keyed by cluster device names (strings), got keys "
+                         f"{list(devices)!r:.80}")
     if devices is not None and (isinstance(devices, (str, bytes)) or not isinstance(devices, (Sequence, Mapping))):
         raise PestoError(f"devices must be a list of JAX devices (e.g. jax.devices()[:4]) or a dict from names to "
                          f"JAX devices, got {devices!r}")

@@ -106,6 +106,13 @@ class Pipeline:
 
     @staticmethod
     def parse(text: str, source: str = "<pipeline>") -> Pipeline:
+        from pesto_ir.loader import ArgumentError
+
+        if not isinstance(text, str):
+            raise ArgumentError(f"Pipeline.parse() takes the pipeline as a str such as "
+                                f"'annotate-costs,place', got {type(text).__name__}")
+        if not isinstance(source, str):
+            raise ArgumentError(f"Pipeline.parse() takes the source name as a str, got {type(source).__name__}")
         return _PipelineParser(text, source).parse()
 
 

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import importlib.metadata
+import os
 import shutil
+import signal
 import subprocess
 import sys
+import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,8 +18,12 @@ import pytest
 import pesto_ir
 import pesto_ir.cli
 from pesto_ir import Graph, ParseError
+from pesto_ir.bounds import lower_bound
 from pesto_ir.cli import main
+from pesto_ir.cluster import Cluster
 from pesto_ir.passes import PASSES
+from pesto_ir.passes.algo_cpsat import Problem, Request
+from pesto_ir.passes.cpsat_worker import SolverProcess
 from pesto_ir.passes.place import ALGORITHMS, MAX_DEFAULT_TIME_LIMIT
 from pesto_ir.passmanager import Pass, PassContext, Pipeline
 
@@ -184,6 +192,43 @@ def test_an_output_that_is_a_folder_is_refused_before_any_work(tmp_path: Path, n
     assert f"--trace '{tmp_path}' is a folder, not a file" in capsys.readouterr().err
 
 
+def test_an_output_path_ending_in_a_slash_is_refused(tmp_path: Path, no_work: None,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """`-o new/` wrote a file called `new`."""
+    path = str(tmp_path / "new") + "/"
+    assert main([str(EXAMPLE), *FAST, "-o", path]) == 1
+    assert f"-o '{path}' ends in '/', as a folder does: name the file to write" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_folder_that_takes_no_new_file_is_refused_before_any_work(tmp_path: Path, no_work: None,
+                                                                   monkeypatch: pytest.MonkeyPatch,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """The write failed only after the whole run, naming a hidden temporary file."""
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr("tempfile.mkstemp", refuse)
+    out = tmp_path / "out.pir"
+    assert main([str(EXAMPLE), *FAST, "-o", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert f"-o '{out}': cannot write in folder '{tmp_path}': Permission denied" in err and ".tmp" not in err
+
+
+def test_python_of_a_cost_graph_is_refused_before_placing(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--emit python` of a pesto-graph/1 cost graph wrote a module that runs nothing."""
+    model = tmp_path / "g.json"
+    model.write_text('{"format": "pesto-graph/1", "nodes": [{"id": "a", "cost": 0.001}, {"id": "b", "cost": 0.002}],'
+                     ' "edges": [{"src": "a", "dst": "b", "bytes": 64}]}')
+    monkeypatch.setattr(pesto_ir.cli, "PassManager", lambda *a, **k: pytest.fail("the graph was placed"))
+    out = tmp_path / "m.py"
+    assert main([str(model), "--emit", "python", "-o", str(out), "-q"]) == 1
+    err = capsys.readouterr().err
+    assert "@g is a cost graph: op 'a' (opaque) gives %a: blob[64], a cost-only value" in err
+    assert not out.exists()
+
+
 # 5 and 6. --version and --help ------------------------------------------------------------------------------
 
 
@@ -211,3 +256,61 @@ def test_help_works_in_a_fresh_interpreter() -> None:
     proc = subprocess.run([sys.executable, "-m", "pesto_ir.cli", "--help"], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert "m-etf" in proc.stdout
+
+
+# 7. Ctrl-C --------------------------------------------------------------------------------------------------
+
+MSR_OPS = ROOT.parent / "shared" / "graphs" / "msr" / "bert_l-3_training_op.json"  # CP-SAT runs its whole limit
+
+
+def _terminal_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)  # as in a terminal, even where the test runner ignores it
+
+
+@pytest.mark.skipif(not MSR_OPS.exists(), reason="needs the MSR graphs in ../shared")
+def test_ctrl_c_during_cpsat_stops_within_2_s(tmp_path: Path) -> None:
+    """SIGINT to pesto-compile alone (`kill -INT PID`; a terminal's Ctrl-C reaches the worker too): it
+    stopped 5 s later, waiting for the worker, busy in native code, to end its request; now it kills
+    the worker at once."""
+    out = tmp_path / "out.pir"
+    proc = subprocess.Popen([sys.executable, "-m", "pesto_ir.cli", str(MSR_OPS), "--algo", "cpsat", "--time-limit",
+                             "60", "--devices", "4", "-p", "coarsen{target=150},place,simulate", "-o", str(out)],
+                            stderr=subprocess.PIPE, text=True, start_new_session=True, preexec_fn=_terminal_sigint)
+    assert proc.stderr is not None
+    try:
+        for line in proc.stderr:
+            if line.startswith("cpsat:") and "incumbent" in line:  # the worker is solving
+                break
+        else:
+            pytest.fail("CP-SAT ended before the interrupt, so the interrupt was not tested")
+        proc.send_signal(signal.SIGINT)
+        signalled = time.monotonic()
+        err = proc.communicate(timeout=60)[1]
+        stopped = time.monotonic() - signalled
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert stopped < 2.0, f"{stopped:.1f} s from Ctrl-C to exit"
+    assert proc.returncode == 130 and "interrupted" in err and "Traceback" not in err
+
+
+@pytest.mark.skipif(not MSR_OPS.exists(), reason="needs the MSR graphs in ../shared")
+def test_an_interrupted_cpsat_request_leaves_no_stale_answer() -> None:
+    """Interrupted while waiting, the caller kills the worker: the next request restarts it and gets its
+    own answer, not the interrupted request's."""
+    big, cluster = pesto_ir.load(MSR_OPS), Cluster.homogeneous(4, "v100")
+    small = pesto_ir.parse("graph @g() {\n  %a = opaque() {cost = 1ms} : blob[4]\n"
+                           "  %b = opaque(%a) {cost = 2ms} : blob[4]\n}\n")
+    with SolverProcess() as solver:
+        timer = threading.Timer(1.0, lambda: os.kill(os.getpid(), signal.SIGINT))
+        timer.start()
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                solver.solve(Request(Problem.build(big, cluster, None, lower_bound(big, cluster)), None, 30.0,
+                                     time.monotonic() + 30.0))
+        finally:
+            timer.cancel()
+        assert solver.proc is None  # killed, not left to finish the request
+        result = solver.solve(Request(Problem.build(small, cluster, None, 0.003), None, 10.0, time.monotonic() + 10.0))
+        assert result.status == "optimal" and result.solution is not None and len(result.solution.device) == 2

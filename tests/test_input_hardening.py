@@ -7,13 +7,15 @@ import math
 from pathlib import Path
 from typing import Any
 
+import jax
 import pytest
 
 import pesto_ir
 from pesto_ir import ParseError, PestoError
 from pesto_ir.cluster import Cluster, ClusterError, Device, Link
 from pesto_ir.frontends.json_graph import graph_to_json, parse_json_graph
-from pesto_ir.loader import MAX_NESTING
+from pesto_ir.loader import MAX_NESTING, write_atomic
+from pesto_ir.passmanager import Pipeline
 
 ENGINES = ("fast", "lark")
 
@@ -40,6 +42,13 @@ def one_op(attrs: str) -> str:
     (lambda: pesto_ir.load(123), "takes a file path .* got int"),
     (lambda: parse_json_graph(None), "JSON text as a str"),
     (lambda: pesto_ir.parse("graph @g() {}", engine="turbo"), r"unknown parser engine 'turbo' \(known: fast, lark\)"),
+    (lambda: Pipeline.parse(None), r"Pipeline.parse\(\) takes the pipeline as a str .* got NoneType"),
+    (lambda: Pipeline.parse(b"verify"), r"Pipeline.parse\(\) takes the pipeline as a str .* got bytes"),
+    (lambda: Pipeline.parse("verify", None), r"Pipeline.parse\(\) takes the source name as a str, got NoneType"),
+    (lambda: pesto_ir.parallelize(123), "parallelize needs a function to plan"),
+    (lambda: pesto_ir.parallelize(abs, cluster="h100"), "cluster must be a pesto_ir Cluster"),
+    (lambda: pesto_ir.parallelize(abs, compiler_options="fast"), "compiler_options must be a dict"),
+    (lambda: pesto_ir.parallelize(abs, devices={0: jax.devices()[0]}), "keyed by cluster device names"),
 ])
 def test_wrong_arguments_are_refused_plainly(call: Any, expected: str) -> None:
     with pytest.raises(PestoError, match=expected) as e:
@@ -166,6 +175,21 @@ def test_good_suggested_cluster_is_kept() -> None:
 def test_colocate_must_be_a_name(group: Any) -> None:
     with pytest.raises(ParseError, match="node 'a': colocate must be a group name"):
         parse_json_graph(node_doc(colocate=group))
+
+
+@pytest.mark.parametrize("key", ["backward", "per_sample"])
+@pytest.mark.parametrize("value", [1.5, 1, 0, "yes", "false", None, [True]])
+def test_flags_must_be_booleans(key: str, value: Any) -> None:
+    """`"backward": 1.5` was read as true: a flag is true or false, nothing else."""
+    with pytest.raises(ParseError, match=f"node 'a': {key} must be true or false, got "):
+        parse_json_graph(node_doc(**{key: value}))
+
+
+def test_boolean_flags_still_read() -> None:
+    g = parse_json_graph(json.dumps(graph_doc(nodes=[{"id": "a", "backward": True, "per_sample": False},
+                                                    {"id": "b", "backward": False, "per_sample": True}])))
+    assert g.op("a").get("backward") is True and g.op("a").get("per_sample") is False
+    assert "backward" not in g.op("b").attrs and "per_sample" not in g.op("b").attrs
 
 
 def test_colocate_number_becomes_its_string() -> None:
@@ -340,3 +364,28 @@ def test_long_trailing_blanks_and_comments_parse_in_linear_time(tail: str) -> No
     """Found by the fuzz tests: the lexer retried a failed match at every trailing blank (minutes)."""
     graph = pesto_ir.parse("graph @g() {\n}\n" + tail)
     assert graph.name == "g"
+
+
+# ---------------------------------------------------------------- 8. output errors name the output
+
+def test_a_failed_write_names_the_output_not_its_temporary_file(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    target = tmp_path / "out.pir"
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise PermissionError(13, "Permission denied", str(tmp_path / ".out.pir.x1y2.tmp"))
+
+    monkeypatch.setattr("tempfile.mkstemp", refuse)
+    with pytest.raises(PermissionError) as e:
+        write_atomic(target, "text")
+    assert e.value.filename == str(target) and ".tmp" not in str(e.value)
+    monkeypatch.undo()
+
+    def no_rename(src: Any, dst: Any) -> None:
+        raise OSError(28, "No space left on device", src, dst)
+
+    monkeypatch.setattr("os.replace", no_rename)
+    with pytest.raises(OSError) as e:
+        write_atomic(target, "text")
+    assert e.value.filename == str(target) and e.value.filename2 is None
+    assert list(tmp_path.iterdir()) == []  # the temporary file is gone too

@@ -44,6 +44,9 @@ def test_good_arguments_still_run() -> None:
     ("place{time-limit=-1}", "time-limit must be a positive, finite number"),
     ("place{time-limit=inf}", "time-limit must be a positive, finite number"),
     ("place{algo=turbo}", "unknown placement algorithm 'turbo'"),
+    ("coarsen{target=0}", r"pass 'coarsen': target must be at least 1 \(a whole number of groups\), got 0"),
+    ("coarsen{target=-5}", "pass 'coarsen': target must be at least 1"),
+    ("coarsen{colocation=turbo}", "pass 'coarsen': colocation must be one of connected, whole, got 'turbo'"),
 ])
 def test_place_options_are_checked_when_the_pipeline_is_built(pipeline: str, message: str) -> None:
     from pesto_ir.passmanager import Pipeline
@@ -73,3 +76,19 @@ def test_place_refuses_to_replace_devices_set_by_hand() -> None:
         _place(text)
     placed = _place(text.replace(", device = @gpu1", ""))
     _place(str(placed))  # a placed graph (it has a plan) may be placed again
+
+
+def test_roofline_says_when_it_replaces_costs_written_on_ops(capsys: pytest.CaptureFixture[str]) -> None:
+    """model=auto with one op's cost written by hand used roofline for all, replacing it silently."""
+    from pesto_ir.cluster import Cluster
+    from pesto_ir.passmanager import PassContext, PassManager
+
+    text = "graph @g(%x: f32[4]) {\n  %y = tanh(%x) {cost = 7ms} : f32[4]\n  %z = exp(%y) : f32[4]\n  return %z\n}\n"
+    for model in ("auto", "roofline"):
+        PassManager(f"annotate-costs{{model={model}}}").run(pesto_ir.parse(text, "m.pir"),
+                                                            PassContext(cluster=Cluster.homogeneous(1), quiet=False))
+        assert ("warning: annotate-costs: roofline costs replace the costs already on 1 op(s), e.g. 'y' "
+                "(m.pir:2:8, cost = 7ms)") in capsys.readouterr().err
+    graph = pesto_ir.parse(text.replace("exp(%y)", "exp(%y) {cost = 1ms}"))  # every op has one: given, kept
+    PassManager("annotate-costs").run(graph, PassContext(cluster=Cluster.homogeneous(1), quiet=False))
+    assert "warning" not in capsys.readouterr().err and str(graph.op("y").attrs["cost"]) == "7ms"
