@@ -402,14 +402,18 @@ def _screen_pipelines(graph: Graph, cluster: Cluster, todo: list[Strategy], opti
     screened: on large graphs they are what matters, and refining a pipeline gains little), then
     the heuristics on the fastest pipelined replica graph.
 
-    What does not fit is not started: by the `rates` measured so far, one batch of several
-    replicas (the winner on CNNs) and the pipeline model's rewrite (twice the ops; without it no
-    pipeline of the degree is tried) must end by `hard`, the end of the time limit."""
+    What does not fit is not started: one batch of several replicas (the winner on CNNs) starts
+    while the degree's share lasts, and, by the `rates` measured so far, it and the pipeline
+    model's rewrite (twice the ops; without it no pipeline of the degree is tried) must end by
+    `hard`, the end of the time limit."""
     tried: list[Candidate] = []
     per_replica = len(cluster) // todo[0].data_parallel
     for strategy in (s for s in todo if s.microbatches == 1):  # one batch is always screened: the heuristics' floor
         expected = rates.screening(len(graph.ops), per_replica) or 0.0
-        if strategy != ONE_BATCH and (before or tried) and time.perf_counter() + expected > hard:
+        now = time.perf_counter()
+        if strategy != ONE_BATCH and (before or tried) and now > stop:
+            tried.append(Candidate(strategy, why_not="not screened: its share of the time ran out"))
+        elif strategy != ONE_BATCH and (before or tried) and now + expected > hard:
             tried.append(Candidate(strategy, why_not=_no_time(expected, "to screen")))
         else:
             tried.append(_logged(screen(graph, cluster, Candidate(strategy), options, heuristic, rates=rates), log))
