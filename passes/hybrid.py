@@ -411,10 +411,9 @@ def _screen_pipelines(graph: Graph, cluster: Cluster, todo: list[Strategy], opti
     for strategy in (s for s in todo if s.microbatches == 1):  # one batch is always screened: the heuristics' floor
         expected = rates.screening(len(graph.ops), per_replica) or 0.0
         now = time.perf_counter()
-        if strategy != ONE_BATCH and (before or tried) and now > stop:
-            tried.append(Candidate(strategy, why_not="not screened: its share of the time ran out"))
-        elif strategy != ONE_BATCH and (before or tried) and now + expected > hard:
-            tried.append(Candidate(strategy, why_not=_no_time(expected, "to screen")))
+        if strategy != ONE_BATCH and (before or tried) and (now > stop or now + expected > hard):
+            why = "not screened: its share of the time ran out" if now > stop else _no_time(expected, "to screen")
+            tried.append(Candidate(strategy, why_not=why))
         else:
             tried.append(_logged(screen(graph, cluster, Candidate(strategy), options, heuristic, rates=rates), log))
     pipelined = [s for s in todo if s.microbatches > 1]
@@ -509,8 +508,9 @@ def _ranked_pipelines(graph: Graph, cluster: Cluster, todo: list[Strategy], log:
         two.why_not = str(e).splitlines()[0]
         fallback = [(None, s, schedule) for s in sorted(todo, key=lambda s: -s.microbatches) for schedule in SCHEDULES]
         return fallback, candidates, BuildCost(rewrite=1e-4)
-    rates.rewrote(time.perf_counter() - started, len(two.graph.ops))
-    per_op = (time.perf_counter() - started) / max(len(two.graph.ops), 1)
+    seconds = time.perf_counter() - started
+    rates.rewrote(seconds, len(two.graph.ops))
+    per_op = seconds / max(len(two.graph.ops), 1)
     copies = sum(1 for op in two.graph.ops if op.get("microbatch") is not None)
     cost = BuildCost(rewrite=per_op, ops_per_microbatch=copies / MODEL_MICROBATCHES,
                      once_ops=len(two.graph.ops) - copies)
