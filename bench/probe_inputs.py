@@ -557,18 +557,21 @@ def api_probes() -> list[Probe]:
 
 def interrupt_probes() -> list[Probe]:
     """SIGINT 8 s into a solve that would take its whole 60 s (bert_l-3's training step in 150 groups
-    on 4 devices): it must stop within 2 s and keep the best plan found so far."""
+    on 4 devices): it must stop within 2 s and keep the best plan found so far. `auto` is probed
+    placing one batch (its search would end in about 7 s here: a pipeline of 32 micro-batches needs
+    no refinement) and 3 s into its hybrid search, while it screens the strategies."""
     k = "interrupts"
     big = ROOT.parent / "shared" / "graphs" / "msr" / "bert_l-3_training_op.json"
     probes = []
-    for algo in ("ilp", "cpsat", "auto"):
+    runs = [("ilp", "ilp", "place,simulate", 8.0), ("cpsat", "cpsat", "place,simulate", 8.0),
+            ("auto (one batch)", "auto", "place{data-parallel=1 microbatches=1},expand,simulate", 8.0),
+            ("auto (hybrid search)", "auto", "place,expand,simulate", 3.0)]
+    for what, algo, passes, after in runs:
         for group in (False, True):
             how = "Ctrl-C to the group" if group else "kill -INT pesto-compile"
             argv = [str(big), "--algo", algo, "--time-limit", "60", "--devices", "4",
-                    "-p", "coarsen{target=150},place,simulate", *OUT]
-            if algo == "auto":
-                argv[argv.index("-p") + 1] = "coarsen{target=150},place,expand,simulate"
-            probes.append(cli(f"{how} during {algo}", k, argv, "ok", interrupt_after=8.0, interrupt_group=group,
+                    "-p", f"coarsen{{target=150}},{passes}", *OUT]
+            probes.append(cli(f"{how} during {what}", k, argv, "ok", interrupt_after=after, interrupt_group=group,
                               check=reads_back("out.pir")))
     return probes
 

@@ -30,9 +30,9 @@ from pesto_ir.passes.cpsat_worker import shared_solver
 from pesto_ir.passes.lns import MAX_OPS as LNS_MAX_OPS
 from pesto_ir.passes.lns import improve_with_lns
 from pesto_ir.passes.local_search import improve_by_moves
-from pesto_ir.placement import PlaceOptions
+from pesto_ir.placement import Interrupted, PlaceOptions
 from pesto_ir.plan import Plan
-from pesto_ir.validate import check_plan
+from pesto_ir.validate import check_plan, validate_plan
 
 ALGORITHM = "auto"
 EXACT_UNITS = 60  # up to this many placement units the whole CP-SAT model is tried first ...
@@ -48,59 +48,102 @@ MARGIN = 0.03  # of the time left, kept for timing and checking the solver's pla
 
 
 def place_auto(graph: Graph, cluster: Cluster, options: PlaceOptions) -> Plan:
-    """Heuristics, then CP-SAT (small graphs) or CP-SAT LNS (larger ones) within the time limit."""
-    started = time.perf_counter()
+    """Heuristics, then CP-SAT (small graphs) or CP-SAT LNS (larger ones) within the time limit.
+    On Ctrl-C, `Interrupted` with the best plan of the stages run so far."""
     if not graph.ops:
         return Plan(graph.name, ALGORITHM, list(cluster.names), {}, [], 0.0,
                     {"name": "none", "status": "optimal", "gap": 0.0, "bound": 0.0, "seconds": 0.0, "winner": "none"})
     if len(cluster) > 1:
         shared_solver().start()
-    heuristic, notes = starting_plan(graph, cluster, options)
-    lb = lower_bound(graph, cluster)
-    left = options.time_limit - (time.perf_counter() - started)
-    if heuristic is None:  # memory too tight for every greedy packing: CP-SAT searches from scratch
-        plan = place_cpsat(graph, cluster, dataclasses.replace(options, time_limit=left * (1 - MARGIN),
-                                                               warm_start=None))
-        return _summary(graph, cluster, _relabelled(plan), "cpsat", [("cpsat", plan.makespan)], lb, notes, started,
-                        "no heuristic plan fits in memory, so CP-SAT started from scratch")
-    name = heuristic.algorithm or "heuristic"
-    stages: list[tuple[str, float]] = [(name, heuristic.makespan)]
-    at_bound = len(cluster) == 1 or heuristic.makespan <= lb * (1 + REL_GAP) + 1e-15
-    if at_bound or left < MIN_EXACT_SECONDS:
-        why = ("one device" if len(cluster) == 1 else "it meets the lower bound" if at_bound
-               else f"only {max(left, 0.0):.1f}s were left")
-        plan = _relabelled(heuristic)
-        plan.solver = {"name": name, "status": "optimal" if at_bound else "heuristic"}
-        return _summary(graph, cluster, plan, name, stages, lb, notes, started, f"kept the heuristic plan ({why})")
-    units = len({str(op.get("colocate")) if op.get("colocate") is not None else "\0" + op.name for op in graph.ops})
-    plan, engine, bound = heuristic, name, lb
-    if units <= EXACT_UNITS and len(graph.ops) * len(cluster) <= EXACT_MAX_OP_DEVICES:
-        share = left * (EXACT_SHARE if units > PROVE_UNITS else 1.0) * (1 - MARGIN)
-        exact = place_cpsat(graph, cluster, dataclasses.replace(options, time_limit=share, warm_start=heuristic))
-        stages.append(("cpsat", exact.makespan))
-        bound = max(bound, exact.solver.get("bound") or 0.0)
-        if exact.makespan < plan.makespan * (1 - 1e-12) or exact.solver["status"] == "optimal":
-            plan, engine = exact, "cpsat"
-        if exact.solver["status"] == "optimal":
-            return _summary(graph, cluster, _relabelled(plan), engine, stages, bound, notes, started,
-                            f"CP-SAT solved all {units} placement units to optimality")
-    left = options.time_limit - (time.perf_counter() - started)
-    if left >= MIN_EXACT_SECONDS and len(graph.ops) > LNS_MAX_OPS:
-        moved = check_plan(graph, cluster, improve_by_moves(graph, cluster, plan, left * (1 - MARGIN)))
-        stages.append(("moves", moved.makespan))
-        if moved.makespan < plan.makespan * (1 - 1e-12):
-            plan, engine = moved, "moves"
-        how = f"critical-path moves ({len(graph.ops)} ops: more than LNS's steps can model in time)"
-        return _summary(graph, cluster, _relabelled(plan), engine, stages, bound, notes, started, how)
-    if left >= MIN_EXACT_SECONDS:
-        lns_options = dataclasses.replace(options, time_limit=left * (1 - MARGIN), warm_start=plan)
-        improved = improve_with_lns(graph, cluster, lns_options, engine="cpsat", start=plan)
-        stages.append(("cpsat-lns", improved.makespan))
-        if improved.makespan < plan.makespan * (1 - 1e-12):
-            plan, engine = improved, "cpsat-lns"
-    how = ("CP-SAT on the whole model, then LNS" if units <= EXACT_UNITS else "LNS with CP-SAT sub-models")
-    return _summary(graph, cluster, _relabelled(plan), engine, stages, bound, notes, started,
-                    f"{how} on {units} placement units")
+    run = _Portfolio(graph, cluster, options)
+    try:
+        return run.run()
+    except KeyboardInterrupt as e:
+        raise run.interrupted(e) from None
+
+
+class _Portfolio:
+    """One `auto` run: its best plan so far, the engine that made it and every stage's result."""
+
+    def __init__(self, graph: Graph, cluster: Cluster, options: PlaceOptions) -> None:
+        self.graph, self.cluster, self.options = graph, cluster, options
+        self.started = time.perf_counter()
+        self.plan: Plan | None = None
+        self.engine = ""
+        self.stages: list[tuple[str, float]] = []
+        self.bound = 0.0
+        self.notes: list[str] = []
+
+    def left(self) -> float:
+        return self.options.time_limit - (time.perf_counter() - self.started)
+
+    def offer(self, engine: str, plan: Plan, always: bool = False) -> None:
+        """Record a stage's result; keep its plan if it is faster than the best (or `always`)."""
+        self.stages.append((engine, plan.makespan))
+        if self.plan is None or always or plan.makespan < self.plan.makespan * (1 - 1e-12):
+            self.plan, self.engine = plan, engine
+
+    def summary(self, how: str) -> Plan:
+        assert self.plan is not None
+        return _summary(self.graph, self.cluster, _relabelled(self.plan), self.engine, self.stages, self.bound,
+                        self.notes, self.started, how)
+
+    def interrupted(self, caught: KeyboardInterrupt) -> Interrupted:
+        """Ctrl-C: the faster of the plan the interrupted stage carries and the best before it."""
+        carried = caught.plan if isinstance(caught, Interrupted) and caught.graph is self.graph else None
+        if carried is not None:
+            self.offer(carried.algorithm or "interrupted stage", carried)
+        given = self.options.warm_start
+        if self.plan is None and given is not None and not validate_plan(self.graph, self.cluster, given):
+            self.offer(given.algorithm or "warm start", given)  # interrupted while the heuristics ran
+        if self.plan is None:
+            return Interrupted(None, self.graph)
+        seconds = time.perf_counter() - self.started
+        self.options.progress(f"auto: interrupted after {seconds:.1f}s; keeping the best plan found so far")
+        plan = self.summary(f"interrupted (Ctrl-C) after {seconds:.1f}s")
+        plan.solver["status"] = "interrupted"
+        return Interrupted(plan, self.graph)
+
+    def run(self) -> Plan:
+        graph, cluster, options = self.graph, self.cluster, self.options
+        heuristic, self.notes = starting_plan(graph, cluster, options)
+        self.bound = lower_bound(graph, cluster)
+        left = self.left()
+        if heuristic is None:  # memory too tight for every greedy packing: CP-SAT searches from scratch
+            plan = place_cpsat(graph, cluster, dataclasses.replace(options, time_limit=left * (1 - MARGIN),
+                                                                   warm_start=None))
+            self.offer("cpsat", plan)
+            return self.summary("no heuristic plan fits in memory, so CP-SAT started from scratch")
+        name = heuristic.algorithm or "heuristic"
+        self.offer(name, heuristic)
+        at_bound = len(cluster) == 1 or heuristic.makespan <= self.bound * (1 + REL_GAP) + 1e-15
+        if at_bound or left < MIN_EXACT_SECONDS:
+            why = ("one device" if len(cluster) == 1 else "it meets the lower bound" if at_bound
+                   else f"only {max(left, 0.0):.1f}s were left")
+            self.plan = dataclasses.replace(heuristic, solver={"name": name,
+                                                               "status": "optimal" if at_bound else "heuristic"})
+            return self.summary(f"kept the heuristic plan ({why})")
+        units = len({str(op.get("colocate")) if op.get("colocate") is not None else "\0" + op.name
+                     for op in graph.ops})
+        if units <= EXACT_UNITS and len(graph.ops) * len(cluster) <= EXACT_MAX_OP_DEVICES:
+            share = left * (EXACT_SHARE if units > PROVE_UNITS else 1.0) * (1 - MARGIN)
+            exact = place_cpsat(graph, cluster, dataclasses.replace(options, time_limit=share, warm_start=self.plan))
+            self.bound = max(self.bound, exact.solver.get("bound") or 0.0)
+            optimal = exact.solver["status"] == "optimal"
+            self.offer("cpsat", exact, always=optimal)
+            if optimal:
+                return self.summary(f"CP-SAT solved all {units} placement units to optimality")
+        left = self.left()
+        if left >= MIN_EXACT_SECONDS and len(graph.ops) > LNS_MAX_OPS:
+            self.offer("moves", check_plan(graph, cluster, improve_by_moves(graph, cluster, self.plan,
+                                                                            left * (1 - MARGIN))))
+            return self.summary(f"critical-path moves ({len(graph.ops)} ops: more than LNS's steps can model "
+                                "in time)")
+        if left >= MIN_EXACT_SECONDS:
+            lns_options = dataclasses.replace(options, time_limit=left * (1 - MARGIN), warm_start=self.plan)
+            self.offer("cpsat-lns", improve_with_lns(graph, cluster, lns_options, engine="cpsat", start=self.plan))
+        how = ("CP-SAT on the whole model, then LNS" if units <= EXACT_UNITS else "LNS with CP-SAT sub-models")
+        return self.summary(f"{how} on {units} placement units")
 
 
 def _relabelled(plan: Plan) -> Plan:

@@ -49,7 +49,7 @@ from pesto_ir.ir import Graph, Op
 from pesto_ir.memory import footprints
 from pesto_ir.passes.algo_common import NO_START_HINT, interchangeable_devices, longest_paths, unplaceable_reason
 from pesto_ir.passes.algo_ilp import _colocation_units
-from pesto_ir.placement import PlaceOptions
+from pesto_ir.placement import Interrupted, PlaceOptions, interrupted
 from pesto_ir.plan import OpSlot, Plan, Transfer
 from pesto_ir.simulate import PlanError, simulate, transfer_bytes
 from pesto_ir.validate import check_plan, validate_plan
@@ -76,12 +76,16 @@ class CpSatError(PestoError):
 # ---------------------------------------------------------------------------- entry point
 
 def place_cpsat(graph: Graph, cluster: Cluster, options: PlaceOptions) -> Plan:
-    """Solve the CP-SAT model from the warm start; return the best real schedule found."""
+    """Solve the CP-SAT model from the warm start; return the best real schedule found. On Ctrl-C,
+    raise `Interrupted` with the best of the solver's last incumbent and the warm start."""
     started = time.perf_counter()
     if not graph.ops:
         return Plan(graph.name, ALGORITHM, list(cluster.names), {}, [], 0.0,
                     solver_info("optimal", 0.0, 0.0, 0.0, 0.0, None, options))
-    warm, notes = starting_plan(graph, cluster, options)
+    try:
+        warm, notes = starting_plan(graph, cluster, options)
+    except KeyboardInterrupt as e:
+        raise interrupted(e, graph, options.warm_start) from None
     lb = lower_bound(graph, cluster)
     early = _early_answer(graph, cluster, warm, lb, started, options)
     if early is not None:
@@ -96,7 +100,10 @@ def place_cpsat(graph: Graph, cluster: Cluster, options: PlaceOptions) -> Plan:
     options.progress(f"cpsat: {graph.name}: {len(graph.ops)} ops on {len(cluster)} devices; warm start "
                      f"{fmt(warm.makespan) if warm else 'none'}, lower bound {fmt(lb)}, 1 tick = {prob.tick:.0e} s")
     remaining = options.time_limit - (time.perf_counter() - started)
-    result = solve(proc, prob, hint, options, remaining, "cpsat", params=dict(SEARCH_PARAMS))
+    try:
+        result = solve(proc, prob, hint, options, remaining, "cpsat", params=dict(SEARCH_PARAMS), incumbents=True)
+    except KeyboardInterrupt as e:
+        raise _interrupted(graph, cluster, prob, e, warm, notes, lb, started, options) from None
     if result.note:
         notes.append(result.note)
     plan = realise(graph, cluster, prob, result, warm, notes)
@@ -109,6 +116,18 @@ def place_cpsat(graph: Graph, cluster: Cluster, options: PlaceOptions) -> Plan:
                          f"(status {result.status}) and no heuristic found a plan to start from: "
                          f"{NO_START_HINT}")
     return finish(graph, cluster, plan, result, prob, lb, started, options)
+
+
+def _interrupted(graph: Graph, cluster: Cluster, prob: Problem, caught: KeyboardInterrupt, warm: Plan | None,
+                 notes: list[str], lb: float, started: float, options: PlaceOptions) -> Interrupted:
+    """Ctrl-C during the solve: the best of its last incumbent (timed exactly) and the warm start."""
+    result = caught.result if isinstance(caught, SolveInterrupted) else Result("interrupted", None, None, 0.0)
+    seconds = time.perf_counter() - started
+    plan = realise(graph, cluster, prob, result, warm,
+                   [*notes, f"interrupted (Ctrl-C) after {seconds:.1f}s: the best plan CP-SAT had found"])
+    if plan is None:
+        return Interrupted(None, graph)
+    return Interrupted(finish(graph, cluster, plan, result, prob, lb, started, options), graph)
 
 
 def solver_info(status: str, seconds: float, bound: float | None, gap: float | None, objective: float | None,
@@ -421,6 +440,7 @@ class Request:
     workers: int = 1
     seed: int = 0
     params: dict[str, Any] = field(default_factory=dict)
+    incumbents: bool = False  # send each better solution as it is found (kept on Ctrl-C)
 
 
 @dataclass
@@ -433,6 +453,14 @@ class Result:
     size: str = ""
     note: str = ""
     setup_seconds: float = 0.0  # of `seconds`, spent building the model before the search
+
+
+class SolveInterrupted(KeyboardInterrupt):
+    """Ctrl-C during a solve: the worker is stopped; `result` holds its last incumbent (if any)."""
+
+    def __init__(self, result: Result) -> None:
+        super().__init__("interrupted")
+        self.result = result
 
 
 def solve(proc: SolverProcess, prob: Problem, hint: Hint | None, options: PlaceOptions, seconds: float,

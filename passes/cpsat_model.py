@@ -292,8 +292,10 @@ class CpModel:
                     {(p, rename[d]): r for (p, d), r in hint.sends.items()})
 
     # ------------------------------------------------------------------ solving
-    def solve(self, request: Request, report: Callable[[float, float], None] | None) -> Result:
-        """Solve within the request's limits; `report(objective, bound)` (ticks) sees each incumbent."""
+    def solve(self, request: Request, report: Callable[[float, float], None] | None,
+              incumbent: Callable[[Solution], None] | None = None) -> Result:
+        """Solve within the request's limits; `report(objective, bound)` (ticks) sees each incumbent's
+        objective, `incumbent` each incumbent itself (for the caller to keep on Ctrl-C)."""
         solver = cp_model.CpSolver()
         params = solver.parameters
         params.max_time_in_seconds = max(request.seconds, 0.05)
@@ -303,8 +305,10 @@ class CpModel:
         params.random_seed = request.seed
         for key, value in request.params.items():
             setattr(params, key, value)
-        callback = _Callback(report) if report is not None else None
-        if callback is not None:
+        callback = None
+        if report is not None or incumbent is not None:
+            callback = _Callback(report, (lambda found: incumbent(self._solution(found))) if incumbent else None)
+        if report is not None:
             solver.best_bound_callback = callback.bound
         started = time.perf_counter()
         status = solver.solve(self.m, callback)
@@ -331,23 +335,30 @@ class CpModel:
 
 
 class _Callback(cp_model.CpSolverSolutionCallback):
-    """Passes each incumbent, and the bound at most once a second, to `report`."""
+    """Passes each incumbent's objective, and the bound at most once a second, to `report`, and
+    each better incumbent itself (read from this callback) to `incumbent`."""
 
-    def __init__(self, report: Callable[[float, float], None]) -> None:
+    def __init__(self, report: Callable[[float, float], None] | None,
+                 incumbent: Callable[[Any], None] | None) -> None:
         super().__init__()
         self.report = report
+        self.incumbent = incumbent
         self.best = float("inf")
         self.low = float("-inf")
         self.last = time.perf_counter()
 
     def on_solution_callback(self) -> None:
+        better = self.objective_value < self.best
         self.best = min(self.best, self.objective_value)
         self.low = max(self.low, self.best_objective_bound)
         self.last = time.perf_counter()
-        self.report(self.best, self.low)
+        if self.incumbent is not None and better:
+            self.incumbent(self)
+        if self.report is not None:
+            self.report(self.best, self.low)
 
     def bound(self, bound: float) -> None:
         self.low = max(self.low, bound)
-        if time.perf_counter() - self.last >= 1.0:
+        if self.report is not None and time.perf_counter() - self.last >= 1.0:
             self.last = time.perf_counter()
             self.report(self.best, self.low)

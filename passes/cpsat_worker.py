@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable
 from typing import IO, Any
 
-from pesto_ir.passes.algo_cpsat import CpSatError, Request, Result
+from pesto_ir.passes.algo_cpsat import CpSatError, Request, Result, Solution, SolveInterrupted
 
 HEADER = struct.Struct("<Q")
 GRACE_SECONDS = 30.0  # beyond the request's own limit before a silent worker is given up on
@@ -66,6 +66,7 @@ def _read_exactly(stream: IO[bytes], size: int) -> bytes | None:
 
 # ---------------------------------------------------------------------------- the caller's side
 
+
 _shared: SolverProcess | None = None
 _shared_lock = threading.Lock()
 
@@ -88,6 +89,7 @@ class SolverProcess:
         self.proc: subprocess.Popen[bytes] | None = None
         self.errors: IO[bytes] | None = None
         self.lock = threading.RLock()
+        self.incumbent: Solution | None = None  # the request's best solution so far (when it asked for them)
 
     def __enter__(self) -> SolverProcess:
         return self
@@ -105,8 +107,11 @@ class SolverProcess:
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
         # Unbuffered: `select` must see every byte that has not been read yet.
+        # A session of its own: a terminal's Ctrl-C reaches the caller only, which stops the worker
+        # after reading the incumbents it sent.
         self.proc = subprocess.Popen([sys.executable, "-m", "pesto_ir.passes.cpsat_worker"], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=self.errors, env=env, bufsize=0)
+                                     stdout=subprocess.PIPE, stderr=self.errors, env=env, bufsize=0,
+                                     start_new_session=True)
 
     def close(self) -> None:
         proc, self.proc = self.proc, None
@@ -154,11 +159,14 @@ class SolverProcess:
             tail = self._stderr_tail()
             self.close()
             raise CpSatError(f"the CP-SAT worker process stopped: {tail}") from None
+        self.incumbent = None
+        started = time.perf_counter()
         try:
             return self._answer(proc, request, report)
         except KeyboardInterrupt:  # Ctrl-C: stop now; a late answer would be read as the next request's
             self.kill()
-            raise
+            raise SolveInterrupted(Result("interrupted", None, None, time.perf_counter() - started,
+                                          self.incumbent)) from None
 
     def _answer(self, proc: subprocess.Popen[bytes], request: Request,
                 report: Callable[[float, float], None] | None) -> Result:
@@ -177,6 +185,8 @@ class SolverProcess:
             kind = message[0]
             if kind == "progress" and report is not None:
                 report(message[1], message[2])
+            elif kind == "incumbent":
+                self.incumbent = message[1]
             elif kind == "result":
                 return message[1]
             elif kind == "error":
@@ -209,14 +219,14 @@ def serve(requests: IO[bytes], answers: IO[bytes]) -> None:
             return
         _, request, wants_progress = message
         try:
-            result = _solve(CpModel, request, answers if wants_progress else None)
+            result = _solve(CpModel, request, answers if wants_progress else None, answers)
         except Exception as e:  # report any failure to the caller instead of dying silently
             write_message(answers, ("error", f"{type(e).__name__}: {e}"))
             continue
         write_message(answers, ("result", result))
 
 
-def _solve(model_class: Any, request: Request, answers: IO[bytes] | None) -> Result:
+def _solve(model_class: Any, request: Request, answers: IO[bytes] | None, sink: IO[bytes] | None = None) -> Result:
     started = time.perf_counter()
     model = model_class(request.problem, symmetry=request.symmetry, chains=request.chains)
     if request.hint is not None:
@@ -227,7 +237,11 @@ def _solve(model_class: Any, request: Request, answers: IO[bytes] | None) -> Res
     def report(objective: float, bound: float) -> None:
         write_message(answers, ("progress", objective, bound))
 
-    result = model.solve(request, report if answers is not None else None)
+    def incumbent(solution: Solution) -> None:
+        write_message(sink, ("incumbent", solution))
+
+    result = model.solve(request, report if answers is not None else None,
+                         incumbent if request.incumbents and sink is not None else None)
     result.size = model.size()
     result.seconds += built
     result.setup_seconds = built

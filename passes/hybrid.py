@@ -26,7 +26,7 @@ from pesto_ir.ir import Graph
 from pesto_ir.passes.collective_buckets import bucket_all_reduces
 from pesto_ir.passes.microbatch import MAX_MICROBATCHES, MicrobatchError, rebatch
 from pesto_ir.passes.pipeline_model import MODEL_MICROBATCHES
-from pesto_ir.placement import PlaceOptions
+from pesto_ir.placement import Interrupted, PlaceOptions
 from pesto_ir.plan import Parallelism, Plan, write_plan_attrs
 from pesto_ir.units import human_time
 from pesto_ir.validate import check_plan, collectives_for
@@ -190,11 +190,18 @@ Solve = Callable[[Graph, Cluster, PlaceOptions], Plan]
 class Rates:
     """What the search has measured so far, to tell whether the next step fits in the time left:
     seconds per op of a rewrite (with its cost annotation), and seconds per op and device of the
-    heuristics on one batch (list scheduling tries every device for every op)."""
+    heuristics on one batch (list scheduling tries every device for every op); and the fastest
+    plan screened so far with its graph, which Ctrl-C keeps."""
 
     rewrite_seconds: float = 0.0
     rewrite_ops: int = 0
     heuristic: float | None = None
+    fastest: tuple[Graph, Plan] | None = None
+
+    def screened(self, c: Candidate) -> None:
+        if c.plan is not None and c.graph is not None and (self.fastest is None
+                                                           or c.plan.makespan < self.fastest[1].makespan):
+            self.fastest = (c.graph, c.plan)
 
     def rewrote(self, seconds: float, ops: int) -> None:
         self.rewrite_seconds += seconds
@@ -285,8 +292,14 @@ def search(graph: Graph, cluster: Cluster, options: PlaceOptions, data_parallel:
         raise PestoError(f"no strategy divides the batch of {_batch_size(graph)} and the {len(cluster)} devices "
                          f"(data-parallel {data_parallel or 'auto'}, microbatches {microbatches or 'auto'})")
     quiet = dataclasses.replace(options, quiet=True, warm_start=None)
-    tried = _screen_all(graph, cluster, todo, quiet, heuristic, started + options.time_limit * SCREEN_SHARE,
-                        deadline, options) if len(todo) > 1 else [Candidate(todo[0])]
+    rates = Rates()
+    try:
+        tried = _screen_all(graph, cluster, todo, quiet, heuristic, started + options.time_limit * SCREEN_SHARE,
+                            deadline, options, rates) if len(todo) > 1 else [Candidate(todo[0])]
+    except KeyboardInterrupt:
+        options.progress("place: hybrid search interrupted while screening; keeping the fastest plan screened")
+        screened, fastest = rates.fastest or (graph, None)
+        raise Interrupted(fastest, screened) from None
     screened = [c for c in tried if c.plan is not None]
     if screened:
         best = min(screened, key=lambda c: c.plan.makespan)  # type: ignore[union-attr]
@@ -319,10 +332,29 @@ def search(graph: Graph, cluster: Cluster, options: PlaceOptions, data_parallel:
                 raise
             reasons = "; ".join(f"{c.strategy}: {c.why_not}" for c in tried if c.why_not)
             raise PestoError(f"no strategy gave a plan: {best.strategy}: {str(e).splitlines()[0]}; {reasons}") from e
+    except KeyboardInterrupt as e:
+        found = _refined_so_far(e, cluster, best, plan)
+        if found is not None:
+            found.notes = [*found.notes, _summary(tried, best.strategy, found) + "; interrupted (Ctrl-C) refining it"]
+        raise Interrupted(found, best.graph) from None
     assert plan is not None
     plan.notes = [*plan.notes, _summary(tried, best.strategy, plan)]
     write_plan_attrs(best.graph, plan)
     return best.graph, plan
+
+
+def _refined_so_far(caught: KeyboardInterrupt, cluster: Cluster, best: Candidate, screened: Plan | None) -> Plan | None:
+    """Ctrl-C while refining `best`: the plan the engine had so far, as a plan of the whole step, if
+    it beats the screening plan (else that plan)."""
+    assert best.graph is not None
+    carried = caught.plan if isinstance(caught, Interrupted) and caught.graph is best.graph else None
+    if carried is None:
+        return screened
+    if best.strategy != ONE_BATCH:
+        carried = as_hybrid(best.graph, cluster, carried, best.strategy)
+    if screened is not None and carried.makespan >= screened.makespan:
+        return screened
+    return retimed(best.graph, cluster, carried, screened)
 
 
 def _refine_floor(best: Candidate) -> float:
@@ -347,7 +379,7 @@ def retimed(graph: Graph, cluster: Cluster, refined: Plan, screened: Plan | None
 
 
 def _screen_all(graph: Graph, cluster: Cluster, todo: list[Strategy], options: PlaceOptions, heuristic: Solve,
-                until: float, deadline: float, log: PlaceOptions) -> list[Candidate]:
+                until: float, deadline: float, log: PlaceOptions, rates: Rates) -> list[Candidate]:
     """Screen the strategies of each data-parallel degree, each degree with an equal share of the
     screening time: pure data parallelism first (one-device replicas: the cheapest to screen),
     then one batch, then the mixes."""
@@ -356,7 +388,6 @@ def _screen_all(graph: Graph, cluster: Cluster, todo: list[Strategy], options: P
         by_d.setdefault(s.data_parallel, []).append(s)
     order = sorted(by_d, key=lambda d: (d != len(cluster), d != 1, -d))
     tried: list[Candidate] = []
-    rates = Rates()
     for i, d in enumerate(order):
         share = (until - time.perf_counter()) / (len(order) - i)
         stop = time.perf_counter() + max(share, 0.0)
@@ -380,7 +411,7 @@ def _screen_replicas(graph: Graph, cluster: Cluster, todo: list[Strategy], optio
         if not (first and not tried) and time.perf_counter() > stop:
             tried.append(Candidate(strategy, why_not="not screened: its share of the time ran out"))
             continue
-        c = _logged(screen(graph, cluster, Candidate(strategy), options, heuristic, rates=rates), log)
+        c = _logged(screen(graph, cluster, Candidate(strategy), options, heuristic, rates=rates), log, rates)
         tried.append(c)
         if c.plan is not None:
             rest = todo[todo.index(strategy) + 1:]
@@ -415,7 +446,7 @@ def _screen_pipelines(graph: Graph, cluster: Cluster, todo: list[Strategy], opti
             why = "not screened: its share of the time ran out" if now > stop else _no_time(expected, "to screen")
             tried.append(Candidate(strategy, why_not=why))
         else:
-            tried.append(_logged(screen(graph, cluster, Candidate(strategy), options, heuristic, rates=rates), log))
+            tried.append(_logged(screen(graph, cluster, Candidate(strategy), options, heuristic, rates=rates), log, rates))
     pipelined = [s for s in todo if s.microbatches > 1]
     if not pipelined:
         return tried
@@ -446,7 +477,7 @@ def _screen_pipelines(graph: Graph, cluster: Cluster, todo: list[Strategy], opti
             continue
         before = c.plan.makespan if c.plan is not None else None
         started, built = time.perf_counter(), c.graph is not None
-        _logged(screen(graph, cluster, c, options, heuristic, (schedule,)), log)
+        _logged(screen(graph, cluster, c, options, heuristic, (schedule,)), log, rates)
         cost.learn(c, time.perf_counter() - started, built)
         if c.plan is None or c.plan.makespan == before:
             continue
@@ -458,7 +489,7 @@ def _screen_pipelines(graph: Graph, cluster: Cluster, todo: list[Strategy], opti
     for c in fastest[:1]:  # list scheduling grows faster than the ops: small pipelines only
         if c.source is not None and len(c.source.ops) <= MAX_HEURISTIC_OPS and \
                 time.perf_counter() + cost.estimate(c, "heuristics") <= stop:
-            _logged(screen(graph, cluster, c, options, heuristic), log)
+            _logged(screen(graph, cluster, c, options, heuristic), log, rates)
     return tried
 
 
@@ -531,7 +562,8 @@ def _no_time(seconds: float, what: str) -> str:
     return f"not screened: no time left {what} (about {seconds:.2g} s by the rates measured so far)"
 
 
-def _logged(c: Candidate, log: PlaceOptions) -> Candidate:
+def _logged(c: Candidate, log: PlaceOptions, rates: Rates) -> Candidate:
+    rates.screened(c)
     if c.plan is not None:
         log.progress(f"place: {c.strategy}: {human_time(c.plan.makespan, 4)} ({c.engine})")
     elif c.why_not:
@@ -564,6 +596,10 @@ def place_rewritten(graph: Graph, cluster: Cluster, options: PlaceOptions, place
     degrees = graph.attrs["microbatched"].value
     strategy = Strategy(int(degrees["data_parallel"]), int(degrees["microbatches"]))
     sub = sub_cluster(cluster, replica_groups(cluster, strategy.data_parallel)[0])
-    plan = as_hybrid(graph, cluster, place(graph, sub, options), strategy)
+    try:
+        plan = as_hybrid(graph, cluster, place(graph, sub, options), strategy)
+    except KeyboardInterrupt as e:
+        carried = e.plan if isinstance(e, Interrupted) and e.graph is graph else None
+        raise Interrupted(None if carried is None else as_hybrid(graph, cluster, carried, strategy), graph) from None
     write_plan_attrs(graph, plan)
     return plan

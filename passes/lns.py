@@ -48,7 +48,7 @@ from pesto_ir.passes.algo_cpsat import (
     starting_plan,
 )
 from pesto_ir.passes.cpsat_worker import SolverProcess, shared_solver
-from pesto_ir.placement import PlaceOptions
+from pesto_ir.placement import PlaceOptions, interrupted
 from pesto_ir.plan import Plan
 from pesto_ir.validate import check_plan, validate_plan
 
@@ -91,13 +91,24 @@ def improve_with_lns(graph: Graph, cluster: Cluster, options: PlaceOptions, engi
         raise LnsError(f"unknown LNS engine '{engine}' (choose one of: {', '.join(ENGINES)})")
     notes: list[str] = []
     if start is None:
-        start, notes = starting_plan(graph, cluster, options)
+        try:
+            start, notes = starting_plan(graph, cluster, options)
+        except KeyboardInterrupt as e:
+            raise interrupted(e, graph, options.warm_start) from None
         if start is None:
             raise LnsError(f"LNS needs a plan to start from and no heuristic plan of '{graph.name}' fits in memory")
     problems = validate_plan(graph, cluster, start)
     if problems:
         raise LnsError(f"the LNS start plan for '{graph.name}' is invalid: {problems[0]}")
-    plan = _Search(graph, cluster, options, engine, start, started, shared_solver()).run()
+    search = _Search(graph, cluster, options, engine, start, started, shared_solver())
+    try:
+        plan = search.run()
+    except KeyboardInterrupt as e:  # the incumbent stands: every step's plan was timed exactly
+        options.progress(f"{search.algorithm}: interrupted after {len(search.steps)} steps; keeping the best "
+                         f"plan found so far ({fmt(search.best.makespan)})")
+        plan = search._finish("interrupted")
+        plan.notes[:0] = notes
+        raise interrupted(e, graph, check_plan(graph, cluster, plan)) from None
     plan.notes[:0] = notes
     return check_plan(graph, cluster, plan)
 

@@ -24,22 +24,51 @@ from collections.abc import Iterator
 from pesto_ir.cluster import Cluster
 from pesto_ir.ir import Graph
 from pesto_ir.memory import peak_memory
+from pesto_ir.placement import interrupted
 from pesto_ir.plan import Plan
 from pesto_ir.simulate import order_from_priority, simulate
+from pesto_ir.validate import check_plan
 
 IMPROVEMENT = 1e-9  # relative: a move must shorten the plan by more than this
 
 
 def improve_by_moves(graph: Graph, cluster: Cluster, start: Plan, seconds: float) -> Plan:
-    """The plan after the improving critical-path moves found from `start` within `seconds`."""
-    deadline = time.perf_counter() + seconds
+    """The plan after the improving critical-path moves found from `start` within `seconds` (on
+    Ctrl-C, `Interrupted` with the plan after the moves made so far)."""
+    state = _Moves(start)
+    try:
+        _search(graph, cluster, state, time.perf_counter() + seconds)
+    except KeyboardInterrupt as e:
+        raise interrupted(e, graph, check_plan(graph, cluster, state.result())) from None
+    return state.result()
+
+
+class _Moves:
+    """The search's incumbent and the number of moves that made it."""
+
+    def __init__(self, start: Plan) -> None:
+        self.start = start
+        self.best = start
+        self.moves = 0
+
+    def result(self) -> Plan:
+        best, start = self.best, self.start
+        if self.moves:
+            best.notes = [*start.notes, f"critical-path moves: {self.moves} improving moves, "
+                                        f"{start.makespan:.6g}s -> {best.makespan:.6g}s"]
+            best.solver = start.solver
+            best.lower_bound = start.lower_bound
+        return best
+
+
+def _search(graph: Graph, cluster: Cluster, state: _Moves, deadline: float) -> None:
+    """Improving moves into `state` until `deadline`, or until no move helps."""
     unit = _units(graph)
     capacity = {d.name: d.memory for d in cluster.devices}
-    best = start
-    moves = 0
     failed: set[tuple[str, str]] = set()  # moves that did not help, skipped until a pass finds nothing new
     retried = False
     while time.perf_counter() < deadline:
+        best = state.best
         placement = {name: slot.device for name, slot in best.ops.items()}
         priority = {name: slot.start for name, slot in best.ops.items()}
         improved = None
@@ -63,13 +92,7 @@ def improve_by_moves(graph: Graph, cluster: Cluster, start: Plan, seconds: float
             failed.clear()  # the plan has changed since those moves failed: give them one more chance
             retried = True
             continue
-        best, moves, retried = improved, moves + 1, False
-    if moves:
-        best.notes = [*start.notes, f"critical-path moves: {moves} improving moves, "
-                                    f"{start.makespan:.6g}s -> {best.makespan:.6g}s"]
-        best.solver = start.solver
-        best.lower_bound = start.lower_bound
-    return best
+        state.best, state.moves, retried = improved, state.moves + 1, False
 
 
 def _fits(graph: Graph, plan: Plan, capacity: dict[str, float]) -> bool:

@@ -34,7 +34,7 @@ from pesto_ir.passes.algo_baechi import m_etf, m_sct, m_topo
 from pesto_ir.passes.algo_simple import place_expert, place_random, place_single
 from pesto_ir.passes.coarsen import quotient_graph
 from pesto_ir.passmanager import Pass, PassContext
-from pesto_ir.placement import Algorithm, PlaceOptions
+from pesto_ir.placement import Algorithm, Interrupted, PlaceOptions, interrupted
 from pesto_ir.plan import OpSlot, Plan, write_plan_attrs
 from pesto_ir.units import human_time
 from pesto_ir.validate import check_plan
@@ -151,6 +151,21 @@ class PlacePass(Pass):
                              "(--time-limit S or place{time-limit=S} to change it)")
         options = PlaceOptions(time_limit=time_limit, seed=ctx.seed if self.seed is None else self.seed,
                                solver=self.solver, quiet=ctx.quiet, log=ctx.log)
+        started = time.perf_counter()
+        try:
+            graph, plan = self.place(graph, cluster, options)
+        except Interrupted as e:
+            if e.plan is None or e.graph is None:
+                raise KeyboardInterrupt from None  # nothing found yet: the command stops
+            graph, plan = e.graph, _kept_on_interrupt(e.graph, cluster, e.plan, self.algo,
+                                                      time.perf_counter() - started)
+            ctx.progress("place: interrupted (Ctrl-C); keeping the best plan found so far")
+        ctx.progress(f"place: {plan.algorithm} makespan {human_time(plan.makespan, 4)}"
+                     + (f", lower bound {human_time(plan.lower_bound, 4)}" if plan.lower_bound else ""))
+        return graph
+
+    def place(self, graph: Graph, cluster: Cluster, options: PlaceOptions) -> tuple[Graph, Plan]:
+        """The graph placed (the replica graph of a hybrid plan) and its plan."""
         rewritten = graph.attrs.get("microbatched")
         d, m = self.degrees()
         if rewritten is not None:  # the microbatch pass ran: place its replica graph as it is
@@ -159,15 +174,10 @@ class PlacePass(Pass):
             if self.data_parallel not in (None, "1") or self.microbatches not in (None, "1"):
                 raise PlaceError(f"the graph is already one replica's micro-batched step ({rewritten}): "
                                  "give data-parallel and microbatches to the microbatch pass or to place, not both")
-            plan = place_rewritten(graph, cluster, options,
-                                   lambda g, c, o: place_graph(g, c, self.algo, o))
-        elif d == 1 and m == 1:
-            plan = place_graph(graph, cluster, self.algo, options)
-        else:
-            graph, plan = place_hybrid(graph, cluster, self.algo, options, d, m)
-        ctx.progress(f"place: {plan.algorithm} makespan {human_time(plan.makespan, 4)}"
-                     + (f", lower bound {human_time(plan.lower_bound, 4)}" if plan.lower_bound else ""))
-        return graph
+            return graph, place_rewritten(graph, cluster, options, lambda g, c, o: place_graph(g, c, self.algo, o))
+        if d == 1 and m == 1:
+            return graph, place_graph(graph, cluster, self.algo, options)
+        return place_hybrid(graph, cluster, self.algo, options, d, m)
 
     def degrees(self) -> tuple[int | None, int | None]:
         """(data-parallel, microbatches): a number, or None to search; unset means search for
@@ -177,6 +187,18 @@ class PlacePass(Pass):
         unset = "auto" if self.algo == "auto" else "1"
         return (parse_degree(self.data_parallel or unset, "data-parallel"),
                 parse_degree(self.microbatches or unset, "microbatches"))
+
+
+def _kept_on_interrupt(graph: Graph, cluster: Cluster, plan: Plan, algo: str, seconds: float) -> Plan:
+    """The best plan found before Ctrl-C, recorded in `graph` as a finished search's would be:
+    labelled `algo`'s, with its status and a note; a one-batch plan with the fine graph's bound."""
+    plan.algorithm = algo
+    plan.solver = {**(plan.solver or {}), "status": "interrupted"}
+    plan.notes = [*plan.notes, f"interrupted (Ctrl-C) after {seconds:.1f}s: the best plan found so far"]
+    if plan.parallelism is None:
+        plan.lower_bound = lower_bound(graph, cluster)
+    write_plan_attrs(graph, plan)
+    return plan
 
 
 def require_cluster(ctx: PassContext, pass_name: str) -> Cluster:
@@ -209,7 +231,10 @@ def place_graph(graph: Graph, cluster: Cluster, algo: str, options: PlaceOptions
     left = max(options.time_limit - (time.perf_counter() - started), MIN_SOLVE_SECONDS)
     refine = algo == "auto" and len(members) < len(graph.ops) <= REFINE_MAX_OPS and len(cluster) > 1
     coarse_options = dataclasses.replace(options, time_limit=left * (1 - REFINE_SHARE) if refine else left)
-    plan = solve(coarse, cluster, algo, algorithm, coarse_options)
+    try:
+        plan = solve(coarse, cluster, algo, algorithm, coarse_options)
+    except KeyboardInterrupt as e:
+        raise _coarse_interrupted(e, graph, cluster, coarse, members, floor, options) from None
     plan.lower_bound = lower_bound(graph, cluster)
     fine = project_coarse_plan(graph, plan, members)
     if algo in EXACT_ALGOS and floor is not None:
@@ -218,6 +243,20 @@ def place_graph(graph: Graph, cluster: Cluster, algo: str, options: PlaceOptions
         fine = refined_on_fine_graph(graph, cluster, fine, options, options.time_limit - (time.perf_counter() - started))
     write_plan_attrs(graph, fine)
     return fine
+
+
+def _coarse_interrupted(caught: KeyboardInterrupt, graph: Graph, cluster: Cluster, coarse: Graph,
+                        members: dict[str, list[str]], floor: Plan | None, options: PlaceOptions) -> Interrupted:
+    """Ctrl-C during the coarse solve: its best plan on the fine ops, unless the fine heuristics'
+    plan (`floor`) beats it once expanded."""
+    carried = caught.plan if isinstance(caught, Interrupted) and caught.graph is coarse else None
+    if carried is None:
+        return interrupted(caught, graph, floor)
+    carried.lower_bound = lower_bound(graph, cluster)
+    fine = project_coarse_plan(graph, carried, members)
+    if floor is not None:
+        fine = faster_than_fine_heuristics(graph, cluster, fine, floor, options)
+    return Interrupted(fine, graph)
 
 
 def place_hybrid(graph: Graph, cluster: Cluster, algo: str, options: PlaceOptions, data_parallel: int | None,
@@ -252,12 +291,24 @@ def place_hybrid(graph: Graph, cluster: Cluster, algo: str, options: PlaceOption
     def refine(g: Graph, c: Cluster, o: PlaceOptions, floor: Plan | None) -> Plan:
         return place_graph(g, c, algo, o, floor)
 
-    out, plan = search(graph, cluster, options, data_parallel, microbatches, heuristic, refine)
-    if plan.algorithm != algo:  # the plan is `algo`'s search; the engine that made it is its winner
-        plan.solver = {**(plan.solver or {}), "winner": plan.algorithm}
-        plan.algorithm = algo
+    try:
+        out, plan = search(graph, cluster, options, data_parallel, microbatches, heuristic, refine)
+    except Interrupted as e:
+        if e.plan is not None:
+            _labelled(e.plan, algo)
+        raise
+    if _labelled(plan, algo):
         write_plan_attrs(out, plan)
     return out, plan
+
+
+def _labelled(plan: Plan, algo: str) -> bool:
+    """Label `plan` as `algo`'s search's (the engine that made it is its winner); whether it was not."""
+    if plan.algorithm == algo:
+        return False
+    plan.solver = {**(plan.solver or {}), "winner": plan.algorithm}
+    plan.algorithm = algo
+    return True
 
 
 def refined_on_fine_graph(graph: Graph, cluster: Cluster, plan: Plan, options: PlaceOptions, seconds: float) -> Plan:
@@ -275,17 +326,38 @@ def refined_on_fine_graph(graph: Graph, cluster: Cluster, plan: Plan, options: P
     start = expand_plan(graph, cluster, plan)
     if seconds < REFINE_MIN_SECONDS:
         return start
-    best = check_plan(graph, cluster, improve_by_moves(graph, cluster, start, seconds))
-    left = deadline - time.perf_counter()
-    if len(graph.ops) <= LNS_MAX_OPS and left >= REFINE_MIN_SECONDS:
-        found = improve_with_lns(graph, cluster, dataclasses.replace(options, time_limit=left, warm_start=best),
-                                 engine="cpsat", start=best)
-        timed = expand_plan(graph, cluster, found)  # re-timed with FIFO links, as `expand` and the executable do
-        if timed.makespan < best.makespan * (1 - 1e-12):
-            best = dataclasses.replace(timed, notes=[*best.notes, found.notes[-1]])
+    best = start
+    try:
+        best = check_plan(graph, cluster, improve_by_moves(graph, cluster, start, seconds))
+        left = deadline - time.perf_counter()
+        if len(graph.ops) <= LNS_MAX_OPS and left >= REFINE_MIN_SECONDS:
+            found = improve_with_lns(graph, cluster, dataclasses.replace(options, time_limit=left, warm_start=best),
+                                     engine="cpsat", start=best)
+            best = _faster_retimed(graph, cluster, found, best)
+    except KeyboardInterrupt as e:  # the interrupted stage's plan, re-timed, or the best before it
+        carried = e.plan if isinstance(e, Interrupted) and e.graph is graph else None
+        if carried is not None:
+            best = _faster_retimed(graph, cluster, carried, best)
+        raise Interrupted(_refinement(start, best, options, seconds, len(graph.ops)), graph) from None
+    return _refinement(start, best, options, seconds, len(graph.ops))
+
+
+def _faster_retimed(graph: Graph, cluster: Cluster, found: Plan, best: Plan) -> Plan:
+    """`found` re-timed with FIFO links, as `expand` and the executable run it (LNS times its plans
+    with the solver's order of transfers), if that is faster than `best`; else `best`."""
+    from pesto_ir.passes.expand import expand_plan  # expand builds on this module
+
+    timed = expand_plan(graph, cluster, found)
+    if timed.makespan < best.makespan * (1 - 1e-12):
+        return dataclasses.replace(timed, notes=[*best.notes, found.notes[-1]])
+    return best
+
+
+def _refinement(start: Plan, best: Plan, options: PlaceOptions, seconds: float, ops: int) -> Plan:
+    """`best`, the refinement of `start`, labelled as `start`'s algorithm's; `start` if no faster."""
     if best.makespan >= start.makespan * (1 - 1e-12):
         return start
-    options.progress(f"place: refining on the {len(graph.ops)} fine ops took the plan from "
+    options.progress(f"place: refining on the {ops} fine ops took the plan from "
                      f"{human_time(start.makespan, 4)} to {human_time(best.makespan, 4)}")
     solver = dict(start.solver or {})
     solver["winner"] = f"{solver.get('winner') or start.algorithm} + fine refinement"
@@ -335,6 +407,8 @@ def best_heuristic_plan(graph: Graph, cluster: Cluster, options: PlaceOptions) -
         except PestoError as e:
             options.progress(f"place: {name} gives no plan to start from: {str(e).splitlines()[0]}")
             continue
+        except KeyboardInterrupt as e:
+            raise interrupted(e, graph, best) from None
         if best is None or plan.makespan < best.makespan:
             best = plan
     if best is not None:

@@ -34,3 +34,25 @@ class PlaceOptions:
 
 
 Algorithm = Callable[[Graph, Cluster, PlaceOptions], Plan]
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C during placement, carrying the best valid plan the search held: `plan` of `graph`
+    (the graph being placed, its coarse quotient or a replica graph), or None when it had none.
+
+    Each layer of a search that holds plans of its own catches it and raises its own with the
+    faster plan (`interrupted`), in its own graph's terms; the place pass records what arrives,
+    and the pipeline goes on, as it does when the MILP worker is interrupted."""
+
+    def __init__(self, plan: Plan | None, graph: Graph | None) -> None:
+        super().__init__("interrupted")
+        self.plan = plan
+        self.graph = graph
+
+
+def interrupted(caught: BaseException, graph: Graph, *plans: Plan | None) -> Interrupted:
+    """What a layer placing `graph` raises on Ctrl-C: the fastest of its `plans` (valid plans of
+    `graph`) and the plan `caught` carries, when that is a plan of `graph` too."""
+    carried = caught.plan if isinstance(caught, Interrupted) and caught.graph is graph else None
+    found = [p for p in (carried, *plans) if p is not None]
+    return Interrupted(min(found, key=lambda p: p.makespan) if found else None, graph)
