@@ -32,6 +32,7 @@ import jax
 import numpy as np
 from jax.sharding import NamedSharding, Sharding, SingleDeviceSharding
 
+from pesto_ir.backends import cross_process
 from pesto_ir.backends.replica_runtime import (
     REPLICA_AXIS,
     join_rows,
@@ -229,6 +230,14 @@ class Executable:
         plan = read_plan_attrs(graph)
         par = plan.parallelism if plan is not None else None
         self.replicas = Replicas(graph, par, self.devices) if par is not None and par.data_parallel > 1 else None
+        # Devices of several processes: this process runs its own devices' segments and its side of
+        # each copy between processes (`backends/cross_process.py`); None in a single process.
+        self._here: set[str] | None = None
+        if len({d.process_index for d in self.devices.values()}) > 1:
+            if self.replicas is not None:
+                raise BackendError("a plan with data-parallel replicas runs within one process: its devices "
+                                   "here belong to several (plan it with data-parallel 1)")
+            self._here = {n for n, d in self.devices.items() if cross_process.is_local(d)}
         self._regs = _Registers()
         for v in graph.inputs:
             r = self._regs(v, sched.input_home[v])
@@ -247,12 +256,21 @@ class Executable:
         self._program_args: list[tuple[int, ...]] = []
         last = _last_uses(steps)
         for n, (kind, item, args, outs) in enumerate(steps):
+            if kind == "segment" and not self._runs_here(item.device):
+                self._shapes_only(item, args, outs)  # another process runs it
+                continue
             if kind == "segment":
                 donated = _donatable(item, args, n, last, owned, self.outputs)
                 fn = self._compile(item, args, outs, donated)
             else:
-                fn = _mover(self._where(item.value, item.dst))
                 self._regs.specs[outs[0]] = _moved(self._regs.specs[args[0]], self._where(item.value, item.dst))
+                if self._here is not None:
+                    instr = self._cross_process_move(item, args, outs)
+                    if instr is not None:
+                        self._program.append(instr[:3])
+                        self._program_args.append(instr[3])
+                    continue
+                fn = _mover(self._where(item.value, item.dst))
             self._program.append((fn, _gather(args), outs))
             self._program_args.append(args)
         self._input_regs = [r for r, _, _, _ in self._inputs]
@@ -260,7 +278,12 @@ class Executable:
         self._outputs = _gather(tuple(self.outputs))
         if self.replicas is not None:
             self._outputs = _unstacked(self._outputs, self.replicas)
-        self._direct = self._direct_call() if self.replicas is None else None
+        if self._here is not None:
+            self._outputs = self._resident_outputs(self._outputs)
+        self._direct = self._direct_call() if self.replicas is None and self._here is None else None
+
+    def _runs_here(self, device: str) -> bool:
+        return self._here is None or device in self._here
 
     def _where(self, v: Value, device: str) -> Sharding:
         """The sharding of `v`'s array on plan device `device`."""
@@ -275,16 +298,18 @@ class Executable:
         """Constants on their home device and on every other device that reads them, once."""
         sched = self.schedule
         resident: dict[int, Any] = {}
+        value_of: dict[int, Any] = {}
         for v, x in zip(values, constants):
             home = sched.input_home[v]
-            resident[self._regs(v, home)] = jax.device_put(_converted(x, jax_dtype(v.type.dtype), v),
-                                                           self._where(v, home))
+            value_of[id(v)] = x = _converted(x, jax_dtype(v.type.dtype), v)
+            if self._runs_here(home):
+                resident[self._regs(v, home)] = jax.device_put(x, self._where(v, home))
         for m in sched.input_moves:
-            src = self._regs(m.value, m.src)
-            if src in resident:
+            if id(m.value) in value_of:
                 dst = self._regs(m.value, m.dst)
-                resident[dst] = jax.device_put(resident[src], self._where(m.value, m.dst))
                 self._regs.specs[dst] = self._spec(m.value, m.dst)
+                if self._runs_here(m.dst):  # every process has the constants: no copy between processes
+                    resident[dst] = jax.device_put(value_of[id(m.value)], self._where(m.value, m.dst))
         return resident
 
     def _steps(self) -> list[tuple[str, Any, tuple[int, ...], tuple[int, ...]]]:
@@ -295,8 +320,9 @@ class Executable:
         def move(m: Move) -> None:
             steps.append(("move", m, (reg(m.value, m.src),), (reg(m.value, m.dst),)))
 
+        constant = set(map(id, sched.graph.inputs[self.num_inputs:]))
         for m in sched.input_moves:
-            if reg(m.value, m.dst) not in self._resident:
+            if id(m.value) not in constant:
                 move(m)
         for seg, moves in zip(sched.segments, sched.moves_after):
             steps.append(("segment", seg, tuple(reg(v, seg.device) for v in seg.inputs),
@@ -337,6 +363,45 @@ class Executable:
         self.segments.append(CompiledSegment(seg, self.devices[seg.device], sub, fn, donated))
         return fn
 
+    def _shapes_only(self, seg: Segment, args: tuple[int, ...], outs: tuple[int, ...]) -> None:
+        """The result shapes of a segment another process runs (for the copies that read them)."""
+        specs = [self._regs.specs[r] for r in args]
+        results = jax.eval_shape(as_function(segment_graph(self.schedule.graph, seg)), *specs)
+        for r, info, v in zip(outs, results, seg.outputs):
+            self._regs.specs[r] = jax.ShapeDtypeStruct(info.shape, info.dtype, sharding=self._where(v, seg.device),
+                                                       weak_type=getattr(info, "weak_type", False))
+
+    def _cross_process_move(self, m: Move, args: tuple[int, ...], outs: tuple[int, ...]
+                            ) -> tuple[Callable[..., Sequence[Any]], Gather, tuple[int, ...], tuple[int, ...]] | None:
+        """This process's side of copy `m` (None when neither end is its device): the function, its
+        argument (none when the source is another process's) and its result (none when the
+        destination is)."""
+        src, dst = self.devices[m.src], self.devices[m.dst]
+        if not (self._runs_here(m.src) or self._runs_here(m.dst)):
+            return None
+        spec = self._regs.specs[outs[0]]
+        assert spec is not None
+        takes = args if self._runs_here(m.src) else ()
+        gives = outs if self._runs_here(m.dst) else ()
+
+        def move(*x: Any) -> tuple[Any, ...]:
+            got = cross_process.copy(x[0] if x else None, src, dst, spec)
+            return (got,) if gives else ()
+
+        return move, _gather(takes), gives, takes
+
+    def _resident_outputs(self, outputs: Gather) -> Gather:
+        """`outputs` as resident arrays (`backends/cross_process.py`): every process gets one per
+        output, with its data in the process of the output's device."""
+        where = [(self.devices[self._regs.names[r][1]], self._regs.specs[r]) for r in self.outputs]
+        here = [self._runs_here(self._regs.names[r][1]) for r in self.outputs]
+
+        def gather(regs: Mapping[int, Any]) -> tuple[Any, ...]:
+            return tuple(cross_process.resident(regs[r] if mine else None, device, spec)
+                         for r, mine, (device, spec) in zip(self.outputs, here, where))
+
+        return gather
+
     # ---------------------------------------------------------------- running
     def __call__(self, *inputs: Any) -> list[Any]:
         if self._direct is not None:  # one segment, nothing else: call it on the inputs as they are
@@ -370,6 +435,8 @@ class Executable:
         """The inputs, each on its home device (converted like jax.jit converts arguments)."""
         if len(inputs) != self.num_inputs:
             raise BackendError(f"@{self.schedule.graph.name} takes {self.num_inputs} input(s), got {len(inputs)}")
+        if self._here is not None:
+            return self._placed_here(inputs)
         # arrays this executable made carry its very sharding objects: the list test is then by identity
         if self.replicas is None and [getattr(x, "sharding", None) for x in inputs] == self._input_shardings:
             return inputs
@@ -382,6 +449,27 @@ class Executable:
             placed = getattr(x, "sharding", None)
             if placed is not sharding and placed != sharding:
                 x = jax.device_put(_converted(x, dtype, v), sharding)
+            out.append(x)
+        return out
+
+    def _placed_here(self, inputs: Sequence[Any]) -> list[Any]:
+        """Across processes: each input on its home device where that is this process's (None where
+        it is another's). A resident input (an output of an earlier call) is already on its device,
+        or is copied there from it; anything else every process holds, and puts there itself."""
+        out: list[Any] = []
+        for (r, sharding, dtype, _), x, v in zip(self._inputs, inputs, self.schedule.graph.inputs):
+            home_name = self._regs.names[r][1]
+            home = self.devices[home_name]
+            at = cross_process.resident_device(x)
+            if at is not None and at != home:
+                x = cross_process.copy(cross_process.local_data(x) if cross_process.is_local(at) else None, at, home,
+                                       self._regs.specs[r])  # type: ignore[arg-type]
+            elif at is not None:
+                x = cross_process.local_data(x) if self._runs_here(home_name) else None
+            elif self._runs_here(home_name):
+                x = jax.device_put(_converted(x, dtype, v), sharding)
+            else:
+                x = None
             out.append(x)
         return out
 

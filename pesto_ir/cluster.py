@@ -8,6 +8,7 @@ every device carries its own speed and memory. An all-reduce over a group of dev
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import numbers
@@ -52,8 +53,12 @@ class Device:
     peak_flops: float | None  # None: not known (a custom kind whose op costs are given)
     mem_bandwidth: float | None
     memory: float
+    host: int = 0  # the process (machine) the device belongs to; links across hosts are slower
 
     def __post_init__(self) -> None:
+        if isinstance(self.host, bool) or not isinstance(self.host, int) or self.host < 0:
+            raise ClusterError(f"device {self.name}: host must be a whole number >= 0 (a process index), "
+                               f"got {brief(repr(self.host))}")
         for key in ("peak_flops", "mem_bandwidth", "memory"):
             v = getattr(self, key)
             if v is None and key != "memory":
@@ -62,9 +67,9 @@ class Device:
                 raise ClusterError(f"device {self.name}: {key} must be a positive number, got {brief(repr(v))}")
 
     @staticmethod
-    def of_kind(name: str, kind: str, memory: float | None = None) -> Device:
+    def of_kind(name: str, kind: str, memory: float | None = None, host: int = 0) -> Device:
         k = kind_named(kind)
-        return Device(name, k.name, k.peak_flops, k.mem_bandwidth, k.memory if memory is None else memory)
+        return Device(name, k.name, k.peak_flops, k.mem_bandwidth, k.memory if memory is None else memory, host)
 
 
 @dataclass(frozen=True)
@@ -184,17 +189,30 @@ class Cluster:
                                        k.link_bandwidth if bandwidth is None else bandwidth)
 
     @staticmethod
-    def fully_connected(devices: Sequence[Device], latency: float, bandwidth: float) -> Cluster:
-        links = {(a.name, b.name): Link(a.name, b.name, latency, bandwidth)
-                 for a in devices for b in devices if a.name != b.name}
+    def fully_connected(devices: Sequence[Device], latency: float, bandwidth: float,
+                        across_hosts: tuple[float, float] | None = None) -> Cluster:
+        """A link of `latency` and `bandwidth` between every two devices; between devices of
+        different hosts, of `across_hosts` (latency, bandwidth) when given."""
+        def link(a: Device, b: Device) -> Link:
+            if across_hosts is not None and a.host != b.host:
+                return Link(a.name, b.name, *across_hosts)
+            return Link(a.name, b.name, latency, bandwidth)
+
+        links = {(a.name, b.name): link(a, b) for a in devices for b in devices if a.name != b.name}
         return Cluster(list(devices), links)
+
+    @property
+    def hosts(self) -> list[int]:
+        """The hosts (processes) the devices belong to, in order of first appearance."""
+        return list(dict.fromkeys(d.host for d in self.devices))
 
     # ---------------------------------------------------------------- pesto-cluster/1
     def to_json(self) -> dict[str, Any]:
         return {
             "format": "pesto-cluster/1",
             "devices": [{"name": d.name, "kind": d.kind, "memory": d.memory,
-                         **{k: getattr(d, k) for k in ("peak_flops", "mem_bandwidth") if getattr(d, k) is not None}}
+                         **{k: getattr(d, k) for k in ("peak_flops", "mem_bandwidth") if getattr(d, k) is not None},
+                         **({"host": d.host} if d.host else {})}
                         for d in self.devices],
             "links": [{"src": lk.src, "dst": lk.dst, "latency": lk.latency, "bandwidth": lk.bandwidth}
                       for lk in self.links.values()],
@@ -218,18 +236,24 @@ class Cluster:
                 raise bad(f"duplicate device names: devices[{index[d.name]}] and devices[{i}] are both '{d.name}'")
             index[d.name] = i
         default, raw_links = data.get("link") or {}, data.get("links") or []
+        across = data.get("host_link")
         if not isinstance(default, dict):
             raise bad("\"link\" must be an object {\"latency\": seconds, \"bandwidth\": bytes per second}")
+        if across is not None and not isinstance(across, dict):
+            raise bad("\"host_link\" must be an object {\"latency\": seconds, \"bandwidth\": bytes per second}")
         if not isinstance(raw_links, list):
             raise bad("\"links\" must be a list of {\"src\", \"dst\", \"latency\", \"bandwidth\"} objects")
         first_kind = KINDS.get(devices[0].kind.lower())
         lat0 = _link_figure(default, "latency", first_kind.link_latency if first_kind else 1e-5, bad, "link")
         bw0 = _link_figure(default, "bandwidth", first_kind.link_bandwidth if first_kind else 1e10, bad, "link")
+        lat1 = _link_figure(across, "latency", lat0, bad, "host_link") if across is not None else lat0
+        bw1 = _link_figure(across, "bandwidth", bw0, bad, "host_link") if across is not None else bw0
         links: dict[tuple[str, str], Link] = {}
         for a in devices:
             for b in devices:
                 if a.name != b.name:
-                    links[(a.name, b.name)] = Link(a.name, b.name, lat0, bw0)
+                    links[(a.name, b.name)] = (Link(a.name, b.name, lat0, bw0) if a.host == b.host
+                                               else Link(a.name, b.name, lat1, bw1))
         for i, lk in enumerate(raw_links):
             where = f"links[{i}]"
             if not isinstance(lk, dict):
@@ -266,7 +290,7 @@ class Cluster:
         """The same cluster with every device's capacity set to `memory` bytes (`inf`: no limit)."""
         if not _real(memory) or not memory > 0:
             raise ClusterError(f"memory must be a positive number of bytes, got {brief(repr(memory))}")
-        devices = [Device(d.name, d.kind, d.peak_flops, d.mem_bandwidth, memory) for d in self.devices]
+        devices = [dataclasses.replace(d, memory=memory) for d in self.devices]
         return Cluster(devices, dict(self.links))
 
     # ---------------------------------------------------------------- real JAX devices
@@ -288,11 +312,15 @@ class Cluster:
         if not devices:
             raise ClusterError("no JAX devices to build a cluster from")
         k = kind_named(kind) if kind is not None else kind_named(jax_device_kind(devices[0]))
-        out = [Device.of_kind(f"{_platform_prefix(d)}{d.id}", k.name, _jax_memory_limit(d)) for d in devices]
+        out = [Device.of_kind(f"{_platform_prefix(d)}{d.id}", k.name, _jax_memory_limit(d),
+                              int(getattr(d, "process_index", 0))) for d in devices]
         latency, bandwidth = k.link_latency, k.link_bandwidth
+        across = HOST_LINK if len({d.host for d in out}) > 1 else None
         if measure and len(devices) > 1:
             latency, bandwidth = measure_links(devices)
-        return Cluster.fully_connected(out, latency, bandwidth)
+            if across is not None:
+                across = measure_host_link(devices)
+        return Cluster.fully_connected(out, latency, bandwidth, across)
 
 
 def ring_all_reduce_time(cluster: Cluster, group: Sequence[str], nbytes: int) -> float:
@@ -366,6 +394,44 @@ def _jax_memory_limit(device: Any) -> float | None:
 
 # Transfer sizes `measure_links` times: 4 KiB to 16 MiB, enough to separate latency from bandwidth.
 LINK_PROBE_SIZES: tuple[int, ...] = tuple(4096 * 4**i for i in range(7))
+# (latency s, bandwidth B/s) between devices of different hosts when not measured: a 100 Gb/s
+# network (Ethernet or InfiniBand HDR class), slower than any link within a host.
+HOST_LINK: tuple[float, float] = (2e-5, 12.5e9)
+
+
+def measure_host_link(devices: Sequence[Any], sizes: Sequence[int] = LINK_PROBE_SIZES,
+                      repeats: int = 5) -> tuple[float, float]:
+    """(latency s, bandwidth B/s) of copies between devices of two processes, fitted to round
+    trips between the first device of the first two processes (half a round trip is one copy).
+    A collective: every process calls it; each fits its own timings (process 0's plan is the one
+    every process runs)."""
+    import time
+
+    import jax
+    import numpy as np
+
+    from pesto_ir.backends.cross_process import copy, is_local
+
+    first: dict[int, Any] = {}
+    for d in devices:
+        first.setdefault(d.process_index, d)
+    if len(first) < 2:
+        raise ClusterError("measuring links between hosts needs devices of two processes")
+    a, b = (first[p] for p in sorted(first)[:2])
+    points = []
+    for n in sizes:
+        spec = jax.ShapeDtypeStruct((n // 4,), np.float32)
+        x = jax.device_put(np.ones(n // 4, np.float32), a) if is_local(a) else None
+        times = []
+        for _ in range(repeats + 1):  # the first round trip sets up the transfer: not counted
+            started = time.perf_counter()
+            there = copy(x, a, b, spec)
+            back = copy(there, b, a, spec)
+            if back is not None:
+                back.block_until_ready()
+            times.append((time.perf_counter() - started) / 2)
+        points.append((float(n), float(np.median(times[1:]))))
+    return fit_link(points)
 
 
 def measure_links(devices: Sequence[Any], sizes: Sequence[int] = LINK_PROBE_SIZES, repeats: int = 5,
@@ -460,8 +526,12 @@ def _device_from_json(i: int, d: Any, source: str) -> Device:
             raise ClusterError(f"{source}: devices[{i}] ({d['name']}): \"{key}\" must be a positive number")
         return v
 
+    host = d.get("host", 0)
+    if isinstance(host, bool) or not isinstance(host, int) or host < 0:
+        raise ClusterError(f"{source}: devices[{i}] ({d['name']}): \"host\" must be a whole number >= 0 "
+                           f"(the process the device belongs to), got {brief(repr(host))}")
     return Device(d["name"], kind, num("peak_flops", required=False), num("mem_bandwidth", required=False),
-                  num("memory"))
+                  num("memory"), host)
 
 
 def _link_figure(obj: dict[str, Any], key: str, default: float, bad: Any, where: str) -> float:

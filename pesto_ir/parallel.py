@@ -34,6 +34,7 @@ Defaults, and why:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import sys
 import time
@@ -43,6 +44,7 @@ from operator import attrgetter
 from typing import Any
 
 from pesto_ir.cluster import Cluster, Device, Link
+from pesto_ir.distributed import is_multiprocess, shared_text
 from pesto_ir.errors import PestoError
 from pesto_ir.ir import Graph
 from pesto_ir.plan import Plan, read_plan_attrs
@@ -220,6 +222,13 @@ class Parallelized:
 
         o = self.options
         t0 = time.perf_counter()
+        if o.autotune:
+            from pesto_ir.loader import ArgumentError
+
+            devices, _ = _devices_and_cluster(o)
+            if is_multiprocess(devices.values() if isinstance(devices, Mapping) else devices):
+                raise ArgumentError("autotune times its candidates on one process's devices; devices of several "
+                                    "processes are planned and run without it (autotune=False)")
         lowered = lower_function(self.fn, *args, param_argnums=o.param_argnums, batch_argnums=o.batch_argnums,
                                  **kwargs)
         pristine = lowered.graph.clone() if o.autotune else None
@@ -237,10 +246,20 @@ class Parallelized:
         """`graph` (a lowered step) planned with `o`'s pipeline and built on `o`'s devices."""
         from pesto_ir.passmanager import PassContext, PassManager
 
-        _, cluster = _devices_and_cluster(o)
+        devices, cluster = _devices_and_cluster(o)
         t1 = time.perf_counter()
         pipeline = o.pipeline()
-        graph = PassManager(pipeline).run(graph, PassContext(cluster=cluster, quiet=o.quiet, seed=o.seed))
+
+        def plan() -> Graph:
+            return PassManager(pipeline).run(graph, PassContext(cluster=cluster, quiet=o.quiet, seed=o.seed))
+
+        if is_multiprocess(devices.values() if isinstance(devices, Mapping) else devices):
+            from pesto_ir.frontends.text import parse
+
+            # process 0 plans, every process runs its plan: time-limited solvers differ run to run
+            graph = parse(shared_text("plan", plan), filename="<plan from process 0>")
+        else:
+            graph = plan()
         t2 = time.perf_counter()
         plan = read_plan_attrs(graph)
         assert plan is not None  # the pipeline ends with place, expand and simulate
@@ -522,7 +541,7 @@ def _devices_and_cluster(o: ParallelizeOptions) -> tuple[Sequence[Any] | Mapping
 def _renamed(cluster: Cluster, names: list[str]) -> Cluster:
     """The same devices and links under new names, in order."""
     new = dict(zip(cluster.names, names))
-    devices = [Device(new[d.name], d.kind, d.peak_flops, d.mem_bandwidth, d.memory) for d in cluster.devices]
+    devices = [dataclasses.replace(d, name=new[d.name]) for d in cluster.devices]
     links = {(new[a], new[b]): Link(new[a], new[b], lk.latency, lk.bandwidth) for (a, b), lk in cluster.links.items()}
     return Cluster(devices, links)
 

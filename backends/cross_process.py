@@ -1,0 +1,93 @@
+"""Copies between devices of different processes (JAX's multi-controller runtime).
+
+A process holds arrays on its own devices only. An array another process needs is copied with a
+cross-host `jax.device_put`: both processes describe the array as the same global array on its
+device (the owner with its data, the other with none) and put it on the destination device; the
+owner sends, the destination's process receives. Every process takes part in the copies that
+leave or reach its devices in the same order (the executable's program order, the same in every
+process), so each send meets its receive.
+
+Arrays that stay on another process's device between steps (parameters, say) are handed to the
+caller as *resident* arrays: global arrays on one device, sharded over a one-device mesh whose
+axis is `RESIDENT_AXIS`. Every process holds one for each such output, with the data only where
+the device is; given back as an input they tell every process alike where the value already is.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+import jax
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+RESIDENT_AXIS = "pesto_resident"
+
+
+def is_local(device: Any) -> bool:
+    """Whether this process dispatches work to `device`."""
+    return bool(device.process_index == jax.process_index())
+
+
+@cache
+def resident_sharding(device: Any) -> NamedSharding:
+    """The sharding of a resident array on `device` (the same object for a device, so that an
+    input given back is recognised by identity)."""
+    return NamedSharding(Mesh(np.array([device]), (RESIDENT_AXIS,)), PartitionSpec())
+
+
+def resident(x: Any, device: Any, spec: jax.ShapeDtypeStruct) -> jax.Array:
+    """The global array on `device` of shape `spec`: `x`'s data where `device` is this process's
+    (`x` on it), none elsewhere (`x` None)."""
+    shards = [x] if is_local(device) else []
+    return jax.make_array_from_single_device_arrays(spec.shape, resident_sharding(device), shards, dtype=spec.dtype)
+
+
+def resident_device(x: Any) -> Any | None:
+    """The device of a resident array, None for anything else."""
+    sharding = getattr(x, "sharding", None)
+    if isinstance(sharding, NamedSharding) and sharding.mesh.axis_names == (RESIDENT_AXIS,):
+        return sharding.mesh.devices.flat[0]
+    return None
+
+
+def local_data(x: jax.Array) -> Any:
+    """This process's single-device array of a resident (or plain) array."""
+    return x.addressable_data(0)
+
+
+def copy(x: Any, src: Any, dst: Any, spec: jax.ShapeDtypeStruct) -> Any | None:
+    """`x` (this process's array on `src`; None where `src` is another process's) copied to `dst`:
+    the array on `dst` where `dst` is this process's, else None. The processes of `src` and `dst`
+    must both call it, in the same order relative to their other copies."""
+    here_src, here_dst = is_local(src), is_local(dst)
+    if here_src and here_dst:
+        return jax.device_put(x, dst)
+    if not here_src and not here_dst:
+        return None
+    moved = jax.device_put(resident(x if here_src else None, src, spec), resident_sharding(dst))
+    return moved.addressable_data(0) if here_dst else None
+
+
+def copy_to_every_process(x: jax.Array) -> Any:
+    """This process's full copy of `x`, an array not (fully) held here: a one-device array is
+    copied from its device to a device of each other process; an array over several devices is
+    first gathered onto all of them. A collective: every process calls it."""
+    devices = list(x.sharding.device_set)
+    if len(devices) > 1:
+        mesh = Mesh(np.array(devices), ("all",))
+        replicated = jax.jit(lambda a: a, out_shardings=NamedSharding(mesh, PartitionSpec()))(x)
+        return replicated.addressable_data(0)
+    (src,) = devices
+    spec = jax.ShapeDtypeStruct(x.shape, x.dtype)
+    mine = x.addressable_data(0) if is_local(src) else None
+    out = mine
+    for process in range(jax.process_count()):
+        if process == src.process_index:
+            continue
+        dst = next(d for d in jax.devices() if d.process_index == process)
+        got = copy(mine, src, dst, spec)
+        if is_local(dst):
+            out = got
+    return out
