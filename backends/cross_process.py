@@ -70,6 +70,13 @@ def copy(x: Any, src: Any, dst: Any, spec: jax.ShapeDtypeStruct) -> Any | None:
     return moved.addressable_data(0) if here_dst else None
 
 
+def put_global(x: Any, sharding: Any) -> jax.Array:
+    """`x`, a value every process holds alike, as the global array on `sharding`, made from this
+    process's devices' pieces."""
+    value = np.asarray(x)
+    return jax.make_array_from_callback(value.shape, sharding, lambda index: value[index])
+
+
 def copy_to_every_process(x: jax.Array) -> Any:
     """This process's full copy of `x`, an array not (fully) held here: a one-device array is
     copied from its device to a device of each other process; an array over several devices is

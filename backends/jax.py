@@ -232,12 +232,12 @@ class Executable:
         self.replicas = Replicas(graph, par, self.devices) if par is not None and par.data_parallel > 1 else None
         # Devices of several processes: this process runs its own devices' segments and its side of
         # each copy between processes (`backends/cross_process.py`); None in a single process.
+        # With replicas, a device of the schedule stands for its mesh: the process runs its segments
+        # when the mesh has a device of its own (SPMD: every such process calls them).
         self._here: set[str] | None = None
         if len({d.process_index for d in self.devices.values()}) > 1:
-            if self.replicas is not None:
-                raise BackendError("a plan with data-parallel replicas runs within one process: its devices "
-                                   "here belong to several (plan it with data-parallel 1)")
-            self._here = {n for n, d in self.devices.items() if cross_process.is_local(d)}
+            self._here = {n for n, d in self.devices.items() if cross_process.is_local(d)} if self.replicas is None \
+                else {n for n, s in self.replicas.replicated.items() if any(map(cross_process.is_local, s.device_set))}
         self._regs = _Registers()
         for v in graph.inputs:
             r = self._regs(v, sched.input_home[v])
@@ -265,7 +265,8 @@ class Executable:
             else:
                 self._regs.specs[outs[0]] = _moved(self._regs.specs[args[0]], self._where(item.value, item.dst))
                 if self._here is not None:
-                    instr = self._cross_process_move(item, args, outs)
+                    instr = self._cross_process_move(item, args, outs) if self.replicas is None \
+                        else self._mesh_move(item, args, outs)
                     if instr is not None:
                         self._program.append(instr[:3])
                         self._program_args.append(instr[3])
@@ -278,9 +279,16 @@ class Executable:
         self._outputs = _gather(tuple(self.outputs))
         if self.replicas is not None:
             self._outputs = _unstacked(self._outputs, self.replicas)
-        if self._here is not None:
+        if self._here is not None and self.replicas is None:
             self._outputs = self._resident_outputs(self._outputs)
         self._direct = self._direct_call() if self.replicas is None and self._here is None else None
+
+    def _put(self, x: Any, sharding: Sharding) -> Any:
+        """`x` on `sharding`; across processes built from this process's pieces, which every process
+        can cut from `x` alike (a put of the whole array makes one that cannot be split by device)."""
+        if self._here is None or sharding.is_fully_addressable:
+            return jax.device_put(x, sharding)
+        return cross_process.put_global(x, sharding)
 
     def _runs_here(self, device: str) -> bool:
         return self._here is None or device in self._here
@@ -303,13 +311,13 @@ class Executable:
             home = sched.input_home[v]
             value_of[id(v)] = x = _converted(x, jax_dtype(v.type.dtype), v)
             if self._runs_here(home):
-                resident[self._regs(v, home)] = jax.device_put(x, self._where(v, home))
+                resident[self._regs(v, home)] = self._put(x, self._where(v, home))
         for m in sched.input_moves:
             if id(m.value) in value_of:
                 dst = self._regs(m.value, m.dst)
                 self._regs.specs[dst] = self._spec(m.value, m.dst)
                 if self._runs_here(m.dst):  # every process has the constants: no copy between processes
-                    resident[dst] = jax.device_put(value_of[id(m.value)], self._where(m.value, m.dst))
+                    resident[dst] = self._put(value_of[id(m.value)], self._where(m.value, m.dst))
         return resident
 
     def _steps(self) -> list[tuple[str, Any, tuple[int, ...], tuple[int, ...]]]:
@@ -343,10 +351,7 @@ class Executable:
     def _compile(self, seg: Segment, args: tuple[int, ...], outs: tuple[int, ...],
                  donated: tuple[int, ...]) -> Callable[..., Sequence[Any]]:
         sub = segment_graph(self.schedule.graph, seg)
-        if self.replicas is None:
-            body = as_function(sub)
-        else:
-            body = self.replicas.per_replica(as_function(sub, REPLICA_AXIS, self.replicas.d), seg)
+        body = self._body(sub, seg)
         in_shardings = tuple(self._where(v, seg.device) for v in seg.inputs)
         out_shardings = [self._where(v, seg.device) for v in seg.outputs]
         fn = jax.jit(body, in_shardings=in_shardings, out_shardings=out_shardings,
@@ -363,10 +368,16 @@ class Executable:
         self.segments.append(CompiledSegment(seg, self.devices[seg.device], sub, fn, donated))
         return fn
 
+    def _body(self, sub: Graph, seg: Segment) -> Callable[..., list[Any]]:
+        """The function a segment's sub-graph `sub` computes (over its replicas, if any)."""
+        if self.replicas is None:
+            return as_function(sub)
+        return self.replicas.per_replica(as_function(sub, REPLICA_AXIS, self.replicas.d), seg)
+
     def _shapes_only(self, seg: Segment, args: tuple[int, ...], outs: tuple[int, ...]) -> None:
         """The result shapes of a segment another process runs (for the copies that read them)."""
         specs = [self._regs.specs[r] for r in args]
-        results = jax.eval_shape(as_function(segment_graph(self.schedule.graph, seg)), *specs)
+        results = jax.eval_shape(self._body(segment_graph(self.schedule.graph, seg), seg), *specs)
         for r, info, v in zip(outs, results, seg.outputs):
             self._regs.specs[r] = jax.ShapeDtypeStruct(info.shape, info.dtype, sharding=self._where(v, seg.device),
                                                        weak_type=getattr(info, "weak_type", False))
@@ -387,6 +398,28 @@ class Executable:
         def move(*x: Any) -> tuple[Any, ...]:
             got = cross_process.copy(x[0] if x else None, src, dst, spec)
             return (got,) if gives else ()
+
+        return move, _gather(takes), gives, takes
+
+    def _mesh_move(self, m: Move, args: tuple[int, ...], outs: tuple[int, ...]
+                   ) -> tuple[Callable[..., Sequence[Any]], Gather, tuple[int, ...], tuple[int, ...]] | None:
+        """Copy `m` between the meshes of two replica-0 devices, shard by shard (replica r's device
+        to replica r's): JAX moves a global array only between meshes of the same devices."""
+        src, dst = self._where(m.value, m.src), self._where(m.value, m.dst)
+        pairs = list(zip(src.mesh.devices.flat, dst.mesh.devices.flat))  # type: ignore[attr-defined]
+        if not (self._runs_here(m.src) or self._runs_here(m.dst)):
+            return None
+        spec = self._regs.specs[outs[0]]
+        assert spec is not None
+        shard = jax.ShapeDtypeStruct(dst.shard_shape(spec.shape), spec.dtype)
+        takes = args if self._runs_here(m.src) else ()
+        gives = outs if self._runs_here(m.dst) else ()
+
+        def move(*x: Any) -> tuple[Any, ...]:
+            held = {s.device: s.data for s in x[0].addressable_shards} if x else {}
+            got = [cross_process.copy(held.get(a), a, b, shard) for a, b in pairs]
+            mine = [g for g in got if g is not None]
+            return (jax.make_array_from_single_device_arrays(spec.shape, dst, mine),) if gives else ()
 
         return move, _gather(takes), gives, takes
 
@@ -435,7 +468,7 @@ class Executable:
         """The inputs, each on its home device (converted like jax.jit converts arguments)."""
         if len(inputs) != self.num_inputs:
             raise BackendError(f"@{self.schedule.graph.name} takes {self.num_inputs} input(s), got {len(inputs)}")
-        if self._here is not None:
+        if self._here is not None and self.replicas is None:
             return self._placed_here(inputs)
         # arrays this executable made carry its very sharding objects: the list test is then by identity
         if self.replicas is None and [getattr(x, "sharding", None) for x in inputs] == self._input_shardings:
@@ -443,12 +476,12 @@ class Executable:
         out = []
         for (_, sharding, dtype, axis), x, v in zip(self._inputs, inputs, self.schedule.graph.inputs):
             if axis is not None:  # a batch input of replicas: the caller's whole batch, as the replicas' rows
-                x = jax.device_put(self.replicas.stack(_converted(x, dtype, v), axis), sharding)  # type: ignore[union-attr]
+                x = self._put(self.replicas.stack(_converted(x, dtype, v), axis), sharding)  # type: ignore[union-attr]
                 out.append(x)
                 continue
             placed = getattr(x, "sharding", None)
             if placed is not sharding and placed != sharding:
-                x = jax.device_put(_converted(x, dtype, v), sharding)
+                x = self._put(_converted(x, dtype, v), sharding)
             out.append(x)
         return out
 

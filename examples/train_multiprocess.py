@@ -74,6 +74,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model", choices=("mlp", "gpt"), default="mlp")
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--algo", default="expert", help="placement algorithm (process 0 plans)")
+    ap.add_argument("--data-parallel", type=lambda t: [int(x) for x in t.split(",")], default=[1],
+                    help="replicas; a list like 1,2 trains once per value (2: one replica per process, each in "
+                         "stages over its own devices)")
     opts = ap.parse_args(argv)
 
     import pesto_ir.distributed
@@ -81,7 +84,6 @@ def main(argv: list[str] | None = None) -> int:
     pesto_ir.distributed.initialize()  # before anything else touches JAX's devices
 
     import jax
-    import numpy as np
     import optax
 
     import pesto_ir
@@ -94,18 +96,31 @@ def main(argv: list[str] | None = None) -> int:
         updates, opt_state = optimizer.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state, loss
 
-    me, devices = jax.process_index(), jax.devices()
-    print(f"process {me} of {jax.process_count()}: {len(jax.local_devices())} of {len(devices)} devices are mine",
-          flush=True)
-    step = pesto_ir.parallelize(train_step, devices=devices, algo=opts.algo, param_argnums=(0, 1), quiet=True)
-    local = jax.local_devices()[0]
-    reference = jax.jit(train_step)
+    me = jax.process_index()
+    print(f"process {me} of {jax.process_count()}: {len(jax.local_devices())} of {len(jax.devices())} devices "
+          "are mine", flush=True)
+    ok = True
+    for d in opts.data_parallel:
+        step = pesto_ir.parallelize(train_step, devices=jax.devices(), algo=opts.algo, param_argnums=(0, 1),
+                                    quiet=True, data_parallel=d, microbatches=1)
+        ok &= train(step, jax.jit(train_step), init, optimizer, batch, opts.steps, f"{opts.model}, data-parallel {d}")
+    return 0 if ok else 1
 
+
+def train(step: Any, reference: Any, init: Any, optimizer: Any, batch: Any, steps: int, label: str) -> bool:
+    """`steps` steps of `step` (parallelized) and of `reference` (jax.jit on one device of this
+    process) from the same start; whether they agree. Process 0 prints the plan and the losses."""
+    import jax
+    import numpy as np
+
+    import pesto_ir.distributed
+
+    me, local = jax.process_index(), jax.local_devices()[0]
     params = init(jax.random.PRNGKey(0))
     state = optimizer.init(params)
     ref_params, ref_state = jax.device_put((params, state), local)
     losses, ref_losses, seconds = [], [], []
-    for i in range(opts.steps):
+    for i in range(steps):
         x, y = batch(i)
         started = time.perf_counter()
         params, state, loss = step(params, state, x, y)
@@ -114,23 +129,33 @@ def main(argv: list[str] | None = None) -> int:
         ref_params, ref_state, ref_loss = reference(ref_params, ref_state, jax.device_put(x, local),
                                                     jax.device_put(y, local))
         ref_losses.append(float(ref_loss))
-    plan = step.plan
-    placed_on = step.executable.devices
-    used = sorted({slot.device for slot in plan.ops.values()})
-    hosts = sorted({placed_on[name].process_index for name in used})
-    crossing = [m for m in step.executable.transfers if placed_on[m.src].process_index != placed_on[m.dst].process_index]
     fetched = pesto_ir.distributed.fetch(params)
     diff = max(float(np.max(np.abs(a - np.asarray(b))))
                for a, b in zip(jax.tree_util.tree_leaves(fetched), jax.tree_util.tree_leaves(ref_params)))
     if me == 0:
-        print(f"plan: {plan.algorithm} over {len(used)} devices of processes {hosts}, "
-              f"simulated step {plan.makespan * 1e3:.3f} ms; {len(crossing)} copies between processes per step")
+        print(f"{label}: {describe(step)}")
         for i, (a, b, t) in enumerate(zip(losses, ref_losses, seconds)):
-            print(f"step {i}: loss {a:.6f} (jax.jit {b:.6f}), {t * 1e3:.1f} ms")
-        print(f"largest parameter difference from jax.jit: {diff:.3g}")
+            print(f"  step {i}: loss {a:.6f} (jax.jit {b:.6f}), {t * 1e3:.1f} ms" + (" (plans and compiles)" if i == 0
+                                                                                  else ""))
+        print(f"  largest parameter difference from jax.jit: {diff:.3g}")
     ok = diff <= 1e-4 and all(abs(a - b) <= 1e-4 * max(1.0, abs(b)) for a, b in zip(losses, ref_losses))
-    print(f"process {me}: {'same as jax.jit' if ok else 'DIFFERS from jax.jit'}", flush=True)
-    return 0 if ok else 1
+    print(f"process {me}, {label}: {'same as jax.jit' if ok else 'DIFFERS from jax.jit'}", flush=True)
+    return ok
+
+
+def describe(step: Any) -> str:
+    """The plan in a line: replicas, the devices and processes it uses, what crosses between them."""
+    plan, placed_on = step.plan, step.executable.devices
+    used = sorted({slot.device for slot in plan.ops.values()})
+    replicas = 1
+    if plan.parallelism is not None:  # replica 0's devices stand for their mirrors in the other replicas
+        used = sorted({n for name in used for n in plan.parallelism.group(name)})
+        replicas = plan.parallelism.data_parallel
+    hosts = sorted({placed_on[name].process_index for name in used})
+    crossing = [m for m in step.executable.transfers if placed_on[m.src].process_index != placed_on[m.dst].process_index]
+    return (f"{plan.algorithm}, {replicas} replica(s) over {len(used)} devices of processes {hosts}, simulated step "
+            f"{plan.makespan * 1e3:.3f} ms; {len(crossing)} copies between processes per step"
+            + (f", {len(plan.collectives)} all-reduces across the replicas" if replicas > 1 else ""))
 
 
 if __name__ == "__main__":

@@ -62,6 +62,9 @@ def initialize(coordinator_address: str | None = None, num_processes: int | None
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise DistributedError(f"{name} must be a whole number of seconds >= 1, got {value!r}")
     address = transfer_address or os.environ.get(ENV_TRANSFER_ADDRESS) or _free_address(_local_host(coordinator_address))
+    if coordinator_address and process_id not in (None, 0):
+        # JAX aborts the process (a native stack trace) when the coordinator never answers: look first
+        _wait_for_coordinator(coordinator_address, process_id, initialization_timeout)
     jax.config.update("jax_cross_host_transfer_socket_address", address)
     jax.config.update("jax_cross_host_transfer_timeout_seconds", transfer_timeout_seconds)
     try:
@@ -156,6 +159,26 @@ def _local_host(coordinator: str | None) -> str:
             return str(s.getsockname()[0])
     except OSError:
         return socket.gethostbyname(socket.gethostname())
+
+
+def _wait_for_coordinator(address: str, process_id: int, seconds: int) -> None:
+    """Return once `address` accepts a connection; DistributedError if it does not within `seconds`."""
+    import socket
+    import time
+
+    host, _, port = address.rpartition(":")
+    if not port.isdigit():
+        raise DistributedError(f"the coordinator address {address!r} is not host:port")
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            with socket.create_connection((host.strip("[]"), int(port)), timeout=1.0):
+                return
+        except OSError as e:
+            if time.monotonic() >= deadline:
+                raise DistributedError(f"process {process_id} could not reach the coordinator (process 0) at "
+                                       f"{address} within {seconds} s: {e.strerror or e}") from None
+        time.sleep(0.2)
 
 
 def _free_address(host: str) -> str:

@@ -161,3 +161,57 @@ def test_a_cluster_too_big_to_plan_is_refused_at_once() -> None:
     doc = {"format": "pesto-cluster/1", "devices": [{"name": f"d{i}", "kind": "h100"} for i in range(MAX_DEVICES + 1)]}
     with pytest.raises(ClusterError, match="more than Pesto plans"):
         Cluster.from_json(doc)
+
+
+# ---------------------------------------------------------------- hosts (processes, machines)
+
+def two_hosts(**host_link: float) -> Cluster:
+    devices = [{"name": f"gpu{i}", "kind": "h100", "host": i // 2} for i in range(4)]
+    return Cluster.from_json(doc(devices=devices, host_link=host_link or {"latency": 5e-5, "bandwidth": 1.25e10}))
+
+
+def test_links_across_hosts_take_the_host_link_and_round_trip() -> None:
+    c = two_hosts()
+    assert [d.host for d in c.devices] == [0, 0, 1, 1] and c.hosts == [0, 1]
+    assert c.transfer_time("gpu0", "gpu1", 4.5e11) == pytest.approx(1e-5 + 1.0)  # within host 0: "link"
+    assert c.transfer_time("gpu1", "gpu2", 1.25e10) == pytest.approx(5e-5 + 1.0)  # across: "host_link"
+    again = Cluster.from_json(c.to_json())
+    assert again.to_json() == c.to_json() and [d.host for d in again.devices] == [0, 0, 1, 1]
+    one_host = Cluster.from_json(doc())
+    assert "host" not in json.dumps(one_host.to_json())  # files of one host read and write as before
+
+
+@pytest.mark.parametrize("host", [-1, 1.5, "a", True, None])
+def test_a_host_is_a_whole_number(host: object) -> None:
+    devices = [{"name": "gpu0", "kind": "h100", "host": host}, {"name": "gpu1", "kind": "h100"}]
+    with pytest.raises(ClusterError, match=r"devices\[0\] \(gpu0\): \"host\" must be a whole number >= 0"):
+        Cluster.from_json(doc(devices=devices))
+
+
+def test_a_bad_host_link_is_refused() -> None:
+    with pytest.raises(ClusterError, match="host_link: bandwidth must be positive"):
+        two_hosts(latency=1e-5, bandwidth=0.0)
+
+
+def test_the_planner_keeps_chatty_work_on_one_host_when_the_network_is_slow() -> None:
+    """Two independent chains joined at the end by a large tensor, on hosts of one device each: over
+    a fast host link the MILP runs the chains side by side on both hosts; over a slow one it keeps
+    everything on one."""
+    from pesto_ir import parse
+    from pesto_ir.passmanager import PassContext, PassManager
+    from pesto_ir.plan import read_plan_attrs
+
+    text = "graph @g() {\n" + "".join(
+        f"  %{b}{i} = opaque({f'%{b}{i - 1}' if i else ''}) {{cost = 1ms}} : f32[4096, 4096]\n"
+        for b in "ab" for i in range(4)) + "  %j = opaque(%a3, %b3) {cost = 1ms} : f32[4]\n}\n"
+    def cluster(latency: float, bandwidth: float) -> Cluster:
+        devices = [{"name": f"gpu{i}", "kind": "h100", "host": i} for i in range(2)]
+        return Cluster.from_json(doc(devices=devices, host_link={"latency": latency, "bandwidth": bandwidth}))
+
+    hosts_used = []
+    for c in (cluster(1e-5, 4.5e11), cluster(1e-2, 1e8)):
+        placed = PassManager("place{algo=ilp time-limit=10}").run(parse(text), PassContext(cluster=c, quiet=True))
+        plan = read_plan_attrs(placed)
+        assert plan is not None
+        hosts_used.append({c.device(s.device).host for s in plan.ops.values()})
+    assert hosts_used == [{0, 1}, {0}]
