@@ -403,14 +403,16 @@ def measure_host_link(devices: Sequence[Any], sizes: Sequence[int] = LINK_PROBE_
                       repeats: int = 5) -> tuple[float, float]:
     """(latency s, bandwidth B/s) of copies between devices of two processes, fitted to round
     trips between the first device of the first two processes (half a round trip is one copy).
-    A collective: every process calls it; each fits its own timings (process 0's plan is the one
-    every process runs)."""
+    A collective: every process calls it, and every process gets process 0's fit (its timings
+    are of whole round trips; the others' include waiting for process 0's sends)."""
+    import json
     import time
 
     import jax
     import numpy as np
 
     from pesto_ir.backends.cross_process import copy, is_local
+    from pesto_ir.distributed import shared_text
 
     first: dict[int, Any] = {}
     for d in devices:
@@ -431,7 +433,8 @@ def measure_host_link(devices: Sequence[Any], sizes: Sequence[int] = LINK_PROBE_
                 back.block_until_ready()
             times.append((time.perf_counter() - started) / 2)
         points.append((float(n), float(np.median(times[1:]))))
-    return fit_link(points)
+    latency, bandwidth = json.loads(shared_text("host-link", lambda: json.dumps(fit_link(points))))
+    return float(latency), float(bandwidth)
 
 
 def measure_links(devices: Sequence[Any], sizes: Sequence[int] = LINK_PROBE_SIZES, repeats: int = 5,
@@ -446,7 +449,10 @@ def measure_links(devices: Sequence[Any], sizes: Sequence[int] = LINK_PROBE_SIZE
 
     if len(devices) < 2:
         raise ClusterError("measuring links needs at least two devices")
-    a, b = devices[0], devices[1]
+    import jax
+
+    own = [d for d in devices if getattr(d, "process_index", 0) == jax.process_index()]  # devices of other
+    a, b = own[:2] if len(own) >= 2 else devices[:2]  # processes are not this process's to time
     key = f"links-v2/{a.platform}/{a.device_kind}/{len(devices)}/{tuple(sizes)}"
     hit = cache_get("links", key) if cache else None
     if hit is not None:

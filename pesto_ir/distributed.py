@@ -30,6 +30,8 @@ ENV_PROCESS_ID = "PESTO_PROCESS_ID"
 ENV_TRANSFER_ADDRESS = "PESTO_TRANSFER_ADDRESS"  # host:port this process serves copies on
 HEARTBEAT_SECONDS = 20  # a silent process is declared dead after this long (JAX's default: 100 s)
 TRANSFER_SECONDS = 30  # a copy between processes fails after waiting this long for its peer
+SHUTDOWN_SECONDS = 10  # at exit, how long a process waits for the others (JAX's default: 300 s, so a
+# process that failed with an exception hung that long before its launcher could stop the rest)
 KEY_SECONDS = 600  # how long a process waits for process 0's plan (planning can take minutes)
 
 
@@ -40,7 +42,8 @@ class DistributedError(PestoError):
 def initialize(coordinator_address: str | None = None, num_processes: int | None = None,
                process_id: int | None = None, *, transfer_address: str | None = None,
                heartbeat_timeout_seconds: int = HEARTBEAT_SECONDS,
-               transfer_timeout_seconds: int = TRANSFER_SECONDS, initialization_timeout: int = 120) -> None:
+               transfer_timeout_seconds: int = TRANSFER_SECONDS, shutdown_timeout_seconds: int = SHUTDOWN_SECONDS,
+               initialization_timeout: int = 120) -> None:
     """Join the processes of one job (call it once per process, before any other use of JAX).
 
     Arguments left out come from the launcher's environment variables, then from JAX's own
@@ -58,6 +61,7 @@ def initialize(coordinator_address: str | None = None, num_processes: int | None
         raise DistributedError(f"process_id {process_id} is not below num_processes {num_processes}")
     for name, value in (("heartbeat_timeout_seconds", heartbeat_timeout_seconds),
                         ("transfer_timeout_seconds", transfer_timeout_seconds),
+                        ("shutdown_timeout_seconds", shutdown_timeout_seconds),
                         ("initialization_timeout", initialization_timeout)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise DistributedError(f"{name} must be a whole number of seconds >= 1, got {value!r}")
@@ -70,7 +74,8 @@ def initialize(coordinator_address: str | None = None, num_processes: int | None
     try:
         jax.distributed.initialize(coordinator_address, num_processes, process_id,
                                    initialization_timeout=initialization_timeout,
-                                   heartbeat_timeout_seconds=heartbeat_timeout_seconds)
+                                   heartbeat_timeout_seconds=heartbeat_timeout_seconds,
+                                   shutdown_timeout_seconds=shutdown_timeout_seconds)
     except Exception as e:  # JAX raises RuntimeError/ValueError/XlaRuntimeError with long texts
         where = coordinator_address or "the address JAX detected"
         raise DistributedError(f"process {process_id if process_id is not None else '?'} could not join the "
