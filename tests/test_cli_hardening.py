@@ -320,10 +320,11 @@ def _interrupted_after(seconds: float, place: Callable[[], object]) -> Interrupt
 
 @pytest.mark.skipif(not MSR_OPS.exists(), reason="needs the MSR graphs in ../shared")
 def test_ctrl_c_during_auto_keeps_its_best_plan() -> None:
-    """`auto` on one batch, interrupted in its CP-SAT stage: the best of its stages so far, valid, no
-    slower than the heuristics' plan it started from, with the portfolio and the status."""
+    """`auto` on one batch of 150 coarse groups (more than its whole CP-SAT model takes: it runs LNS
+    to the time limit), interrupted: the best of its stages so far, valid, no slower than the
+    heuristics' plan it started from, with the status and a note."""
     graph, cluster = pesto_ir.load(MSR_OPS), Cluster.homogeneous(4, "v100")
-    coarse = PassManager("coarsen{target=60}").run(graph, PassContext(cluster=cluster, quiet=True))
+    coarse = PassManager("coarsen{target=150}").run(graph, PassContext(cluster=cluster, quiet=True))
     quotient, _ = quotient_graph(coarse, cluster)
     e = _interrupted_after(2.5, lambda: place_auto(quotient, cluster, PlaceOptions(time_limit=60, quiet=True)))
     assert e.graph is quotient and e.plan is not None
