@@ -42,6 +42,7 @@ from pesto_ir.backends.replica_runtime import (
     split_rows,
 )
 from pesto_ir.backends.schedule import Move, Schedule, ScheduleError, Segment, schedule, segment_graph
+from pesto_ir.distributed import is_multiprocess
 from pesto_ir.errors import PestoError
 from pesto_ir.interpreter import as_function, one_replica
 from pesto_ir.ir import Graph, Value
@@ -235,7 +236,7 @@ class Executable:
         # With replicas, a device of the schedule stands for its mesh: the process runs its segments
         # when the mesh has a device of its own (SPMD: every such process calls them).
         self._here: set[str] | None = None
-        if len({d.process_index for d in self.devices.values()}) > 1:
+        if is_multiprocess(self.devices.values()):
             self._here = {n for n, d in self.devices.items() if cross_process.is_local(d)} if self.replicas is None \
                 else {n for n, s in self.replicas.replicated.items() if any(map(cross_process.is_local, s.device_set))}
         self._regs = _Registers()

@@ -98,14 +98,8 @@ def worker(steps: int) -> int:
             step = pesto_ir.parallelize(train_step, devices=devices, cluster=cluster, algo="expert",
                                         param_argnums=(0, 1), quiet=True, data_parallel=d, microbatches=1)
             measured = _timed(step, init, optimizer, batch, steps)
-            plan, placed_on = step.plan, step.executable.devices
-            crossing = sum(1 for m in step.executable.transfers
-                           if placed_on[m.src].process_index != placed_on[m.dst].process_index)
-            used = sorted({s.device for s in plan.ops.values()})
-            if plan.parallelism is not None:
-                used = sorted({n for name in used for n in plan.parallelism.group(name)})
-            hosts = sorted({placed_on[n].process_index for n in used})
-            simulated = plan.makespan * 1e3
+            _, used, hosts, crossing = train_multiprocess.span(step)
+            simulated = step.plan.makespan * 1e3
             say(f"| {model} | {d} | {len(used)} ({', '.join(map(str, hosts))}) | {crossing} | {simulated:.3f} ms | "
                 f"{measured:.3f} ms | {measured / simulated:.2f} | {jit_ms:.3f} ms |")
     return 0

@@ -143,8 +143,8 @@ def train(step: Any, reference: Any, init: Any, optimizer: Any, batch: Any, step
     return ok
 
 
-def describe(step: Any) -> str:
-    """The plan in a line: replicas, the devices and processes it uses, what crosses between them."""
+def span(step: Any) -> tuple[int, list[str], list[int], int]:
+    """(replicas, the devices the plan uses, their processes, copies between processes per step)."""
     plan, placed_on = step.plan, step.executable.devices
     used = sorted({slot.device for slot in plan.ops.values()})
     replicas = 1
@@ -152,9 +152,17 @@ def describe(step: Any) -> str:
         used = sorted({n for name in used for n in plan.parallelism.group(name)})
         replicas = plan.parallelism.data_parallel
     hosts = sorted({placed_on[name].process_index for name in used})
-    crossing = [m for m in step.executable.transfers if placed_on[m.src].process_index != placed_on[m.dst].process_index]
+    crossing = sum(1 for m in step.executable.transfers
+                   if placed_on[m.src].process_index != placed_on[m.dst].process_index)
+    return replicas, used, hosts, crossing
+
+
+def describe(step: Any) -> str:
+    """The plan in a line: replicas, the devices and processes it uses, what crosses between them."""
+    plan = step.plan
+    replicas, used, hosts, crossing = span(step)
     return (f"{plan.algorithm}, {replicas} replica(s) over {len(used)} devices of processes {hosts}, simulated step "
-            f"{plan.makespan * 1e3:.3f} ms; {len(crossing)} copies between processes per step"
+            f"{plan.makespan * 1e3:.3f} ms; {crossing} copies between processes per step"
             + (f", {len(plan.collectives)} all-reduces across the replicas" if replicas > 1 else ""))
 
 

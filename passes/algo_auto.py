@@ -30,7 +30,7 @@ from pesto_ir.passes.cpsat_worker import shared_solver
 from pesto_ir.passes.lns import MAX_OPS as LNS_MAX_OPS
 from pesto_ir.passes.lns import improve_with_lns
 from pesto_ir.passes.local_search import improve_by_moves
-from pesto_ir.placement import Interrupted, PlaceOptions
+from pesto_ir.placement import Interrupted, PlaceOptions, carried_plan
 from pesto_ir.plan import Plan
 from pesto_ir.validate import check_plan, validate_plan
 
@@ -90,7 +90,7 @@ class _Portfolio:
 
     def interrupted(self, caught: KeyboardInterrupt) -> Interrupted:
         """Ctrl-C: the faster of the plan the interrupted stage carries and the best before it."""
-        carried = caught.plan if isinstance(caught, Interrupted) and caught.graph is self.graph else None
+        carried = carried_plan(caught, self.graph)
         if carried is not None:
             self.offer(carried.algorithm or "interrupted stage", carried)
         given = self.options.warm_start

@@ -26,7 +26,7 @@ from pesto_ir.ir import Graph
 from pesto_ir.passes.collective_buckets import bucket_all_reduces
 from pesto_ir.passes.microbatch import MAX_MICROBATCHES, MicrobatchError, rebatch
 from pesto_ir.passes.pipeline_model import MODEL_MICROBATCHES
-from pesto_ir.placement import Interrupted, PlaceOptions
+from pesto_ir.placement import Interrupted, PlaceOptions, carried_plan
 from pesto_ir.plan import Parallelism, Plan, write_plan_attrs
 from pesto_ir.units import human_time
 from pesto_ir.validate import check_plan, collectives_for
@@ -347,7 +347,7 @@ def _refined_so_far(caught: KeyboardInterrupt, cluster: Cluster, best: Candidate
     """Ctrl-C while refining `best`: the plan the engine had so far, as a plan of the whole step, if
     it beats the screening plan (else that plan)."""
     assert best.graph is not None
-    carried = caught.plan if isinstance(caught, Interrupted) and caught.graph is best.graph else None
+    carried = carried_plan(caught, best.graph)
     if carried is None:
         return screened
     if best.strategy != ONE_BATCH:
@@ -599,7 +599,7 @@ def place_rewritten(graph: Graph, cluster: Cluster, options: PlaceOptions, place
     try:
         plan = as_hybrid(graph, cluster, place(graph, sub, options), strategy)
     except KeyboardInterrupt as e:
-        carried = e.plan if isinstance(e, Interrupted) and e.graph is graph else None
+        carried = carried_plan(e, graph)
         raise Interrupted(None if carried is None else as_hybrid(graph, cluster, carried, strategy), graph) from None
     write_plan_attrs(graph, plan)
     return plan

@@ -34,7 +34,7 @@ from pesto_ir.passes.algo_baechi import m_etf, m_sct, m_topo
 from pesto_ir.passes.algo_simple import place_expert, place_random, place_single
 from pesto_ir.passes.coarsen import quotient_graph
 from pesto_ir.passmanager import Pass, PassContext
-from pesto_ir.placement import Algorithm, Interrupted, PlaceOptions, interrupted
+from pesto_ir.placement import Algorithm, Interrupted, PlaceOptions, carried_plan, interrupted
 from pesto_ir.plan import OpSlot, Plan, write_plan_attrs
 from pesto_ir.units import human_time
 from pesto_ir.validate import check_plan
@@ -249,7 +249,7 @@ def _coarse_interrupted(caught: KeyboardInterrupt, graph: Graph, cluster: Cluste
                         members: dict[str, list[str]], floor: Plan | None, options: PlaceOptions) -> Interrupted:
     """Ctrl-C during the coarse solve: its best plan on the fine ops, unless the fine heuristics'
     plan (`floor`) beats it once expanded."""
-    carried = caught.plan if isinstance(caught, Interrupted) and caught.graph is coarse else None
+    carried = carried_plan(caught, coarse)
     if carried is None:
         return interrupted(caught, graph, floor)
     carried.lower_bound = lower_bound(graph, cluster)
@@ -335,7 +335,7 @@ def refined_on_fine_graph(graph: Graph, cluster: Cluster, plan: Plan, options: P
                                      engine="cpsat", start=best)
             best = _faster_retimed(graph, cluster, found, best)
     except KeyboardInterrupt as e:  # the interrupted stage's plan, re-timed, or the best before it
-        carried = e.plan if isinstance(e, Interrupted) and e.graph is graph else None
+        carried = carried_plan(e, graph)
         if carried is not None:
             best = _faster_retimed(graph, cluster, carried, best)
         raise Interrupted(_refinement(start, best, options, seconds, len(graph.ops)), graph) from None

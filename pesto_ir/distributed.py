@@ -65,7 +65,7 @@ def initialize(coordinator_address: str | None = None, num_processes: int | None
                         ("initialization_timeout", initialization_timeout)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise DistributedError(f"{name} must be a whole number of seconds >= 1, got {value!r}")
-    address = transfer_address or os.environ.get(ENV_TRANSFER_ADDRESS) or _free_address(_local_host(coordinator_address))
+    address = transfer_address or os.environ.get(ENV_TRANSFER_ADDRESS) or _address(_local_host(coordinator_address))
     if coordinator_address and process_id not in (None, 0):
         # JAX aborts the process (a native stack trace) when the coordinator never answers: look first
         _wait_for_coordinator(coordinator_address, process_id, initialization_timeout)
@@ -186,14 +186,19 @@ def _wait_for_coordinator(address: str, process_id: int, seconds: int) -> None:
         time.sleep(0.2)
 
 
-def _free_address(host: str) -> str:
-    """host:port with a port free now. Port 0 will not do: the transfer server announces the
-    address it was given, and peers cannot reach port 0 (copies then wait for ever)."""
+def _address(host: str) -> str:
+    return f"{host}:{free_port(host)}"
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port of `host` free now (the coordinator's, or a transfer server's: port 0 will not
+    do for the latter, as the server announces the address it was given, and peers cannot reach
+    port 0, so copies wait for ever)."""
     import socket
 
     with socket.socket() as s:
         s.bind((host, 0))
-        return f"{host}:{s.getsockname()[1]}"
+        return int(s.getsockname()[1])
 
 
 def _first_line(e: BaseException) -> str:

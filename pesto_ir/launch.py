@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -24,7 +23,7 @@ import time
 from collections.abc import Sequence
 from typing import IO
 
-from pesto_ir.distributed import ENV_COORDINATOR, ENV_PROCESS_ID, ENV_PROCESSES
+from pesto_ir.distributed import ENV_COORDINATOR, ENV_PROCESS_ID, ENV_PROCESSES, free_port
 
 STOP_GRACE_SECONDS = 5.0  # after SIGTERM, before SIGKILL
 MAX_PROCESSES = 64
@@ -32,7 +31,7 @@ MAX_PROCESSES = 64
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    port = args.port or _free_port()
+    port = args.port or free_port()
     procs = [_start(args, i, port) for i in range(args.processes)]
     forwarders = [threading.Thread(target=_forward, args=(p.stdout, i), daemon=True) for i, p in enumerate(procs)]
     for t in forwarders:
@@ -69,12 +68,6 @@ def _count(flag: str, most: int) -> object:
 
     parse.__name__ = flag
     return parse
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _start(args: argparse.Namespace, i: int, port: int) -> subprocess.Popen[bytes]:

@@ -50,9 +50,13 @@ class Interrupted(KeyboardInterrupt):
         self.graph = graph
 
 
+def carried_plan(caught: BaseException, graph: Graph) -> Plan | None:
+    """The plan the interrupt `caught` carries, when it is a plan of `graph`; else None."""
+    return caught.plan if isinstance(caught, Interrupted) and caught.graph is graph else None
+
+
 def interrupted(caught: BaseException, graph: Graph, *plans: Plan | None) -> Interrupted:
     """What a layer placing `graph` raises on Ctrl-C: the fastest of its `plans` (valid plans of
     `graph`) and the plan `caught` carries, when that is a plan of `graph` too."""
-    carried = caught.plan if isinstance(caught, Interrupted) and caught.graph is graph else None
-    found = [p for p in (carried, *plans) if p is not None]
+    found = [p for p in (carried_plan(caught, graph), *plans) if p is not None]
     return Interrupted(min(found, key=lambda p: p.makespan) if found else None, graph)

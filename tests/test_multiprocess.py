@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 import pesto_ir.distributed
+from pesto_ir.distributed import free_port
 from pesto_ir.launch import main as launch
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -50,7 +51,7 @@ def test_a_dead_process_ends_the_others_within_a_minute() -> None:
     heartbeat timeout (5 s here), with a message that names task 1."""
     env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=4", "PESTO_NUM_PROCESSES": "2",
            "PYTHONUNBUFFERED": "1",
-           "PESTO_COORDINATOR": f"127.0.0.1:{_free_port()}"}
+           "PESTO_COORDINATOR": f"127.0.0.1:{free_port()}"}
     procs = [subprocess.Popen([sys.executable, str(DIES)], env={**env, "PESTO_PROCESS_ID": str(i)}, cwd=ROOT,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in (0, 1)]
     started = time.monotonic()
@@ -83,7 +84,7 @@ def test_the_launcher_refuses_bad_arguments(argv: list[str], capsys: pytest.Capt
 
 
 def test_an_unreachable_coordinator_is_a_clear_error_not_an_abort() -> None:
-    port = _free_port()
+    port = free_port()
     with pytest.raises(pesto_ir.distributed.DistributedError,
                        match=rf"process 1 could not reach the coordinator \(process 0\) at 127.0.0.1:{port} within 1 s"):
         pesto_ir.distributed.initialize(f"127.0.0.1:{port}", 2, 1, initialization_timeout=1)
@@ -95,13 +96,5 @@ def test_an_unreachable_coordinator_is_a_clear_error_not_an_abort() -> None:
 def test_initialize_checks_its_numbers(kwargs: dict[str, int], message: str) -> None:
     with pytest.raises(pesto_ir.distributed.DistributedError, match=message):
         pesto_ir.distributed.initialize("127.0.0.1:1", **kwargs)
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
