@@ -25,8 +25,10 @@ from typing import Any
 from pesto_ir.bounds import lower_bound
 from pesto_ir.cluster import Cluster
 from pesto_ir.ir import Graph
-from pesto_ir.passes.algo_cpsat import as_algorithm, fmt, gap, place_cpsat, starting_plan
+from pesto_ir.passes.algo_common import colocation_units
+from pesto_ir.passes.algo_cpsat import place_cpsat, starting_plan
 from pesto_ir.passes.cpsat_worker import shared_solver
+from pesto_ir.passes.exact_common import REL_GAP, as_algorithm, fmt, gap
 from pesto_ir.passes.lns import MAX_OPS as LNS_MAX_OPS
 from pesto_ir.passes.lns import improve_with_lns
 from pesto_ir.passes.local_search import improve_by_moves
@@ -43,7 +45,6 @@ PROVE_UNITS = 12  # up to this many units the whole model gets all the time: it 
 # and send to the solver, for a 1.7 s solve), so past it LNS's sub-models alone
 EXACT_MAX_OP_DEVICES = 2_000
 MIN_EXACT_SECONDS = 0.5  # below this much time left after the heuristics, the heuristic plan stands
-REL_GAP = 1e-6
 MARGIN = 0.03  # of the time left, kept for timing and checking the solver's plan
 
 
@@ -123,8 +124,7 @@ class _Portfolio:
             self.plan = dataclasses.replace(heuristic, solver={"name": name,
                                                                "status": "optimal" if at_bound else "heuristic"})
             return self.summary(f"kept the heuristic plan ({why})")
-        units = len({str(op.get("colocate")) if op.get("colocate") is not None else "\0" + op.name
-                     for op in graph.ops})
+        units = len(colocation_units(graph.ops))
         if units <= EXACT_UNITS and len(graph.ops) * len(cluster) <= EXACT_MAX_OP_DEVICES:
             share = left * (EXACT_SHARE if units > PROVE_UNITS else 1.0) * (1 - MARGIN)
             exact = place_cpsat(graph, cluster, dataclasses.replace(options, time_limit=share, warm_start=self.plan))

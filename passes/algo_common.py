@@ -11,6 +11,7 @@ simulator times the placement and per-device order, and `check_plan` re-checks t
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import math
 import os
 import sys
@@ -22,7 +23,7 @@ from pesto_ir.bounds import memory_shortfall
 from pesto_ir.cluster import Cluster
 from pesto_ir.costs import op_cost, op_memory, value_bytes
 from pesto_ir.errors import PestoError
-from pesto_ir.ir import Graph
+from pesto_ir.ir import Graph, Op
 from pesto_ir.memory import footprints, output_bytes, peak_memory, workspace_bytes
 from pesto_ir.plan import Plan
 from pesto_ir.simulate import simulate
@@ -78,7 +79,7 @@ class PlaceGraph:
         for i, r in enumerate(reads):
             for p in r:
                 succs[p].append(i)
-        unit, unit_ops = _units(graph)
+        unit, unit_ops = unit_indices(graph.ops)
         unit_mem = [sum(mem[i] for i in ops) for ops in unit_ops]
         unit_resident = [sum(resident[i] for i in ops) for ops in unit_ops]
         names = cluster.names
@@ -109,22 +110,32 @@ class PlaceGraph:
         return total / (k * (k - 1))
 
 
-def _units(graph: Graph) -> tuple[list[int], list[list[int]]]:
-    """Colocation unit of every op (ops of one `colocate` group share one), units in first-op order."""
-    unit: list[int] = []
-    unit_ops: list[list[int]] = []
-    by_group: dict[str, int] = {}
-    for i, op in enumerate(graph.ops):
+def colocation_units(ops: Sequence[Op]) -> list[list[Op]]:
+    """Ops grouped by `colocate` attribute (an op without one alone), each group's ops in the order
+    of `ops`, the groups in the order of their first op: the units every algorithm places whole."""
+    units: list[list[Op]] = []
+    where: dict[str, int] = {}
+    for op in ops:
         g = op.get("colocate")
         if g is None:
-            u = len(unit_ops)
-            unit_ops.append([])
-        else:
-            u = by_group.setdefault(str(g), len(unit_ops))
-            if u == len(unit_ops):
-                unit_ops.append([])
-        unit.append(u)
-        unit_ops[u].append(i)
+            units.append([op])
+            continue
+        key = str(g)
+        if key not in where:
+            where[key] = len(units)
+            units.append([])
+        units[where[key]].append(op)
+    return units
+
+
+def unit_indices(ops: Sequence[Op]) -> tuple[list[int], list[list[int]]]:
+    """`colocation_units(ops)` by position in `ops`: (the unit of each op, the ops of each unit)."""
+    index = {op.name: i for i, op in enumerate(ops)}
+    unit_ops = [[index[op.name] for op in members] for members in colocation_units(ops)]
+    unit = [0] * len(ops)
+    for u, members in enumerate(unit_ops):
+        for i in members:
+            unit[i] = u
     return unit, unit_ops
 
 
@@ -307,20 +318,31 @@ def topological_orders(pg: PlaceGraph, device_of: Sequence[int]) -> list[list[in
 
 @contextlib.contextmanager
 def native_stdout_silenced() -> Iterator[None]:
-    """Send file descriptor 1 to /dev/null: CBC's simplex prints there even at log level 0."""
+    """File descriptor 1 goes to /dev/null for the duration: what native solvers print there (CBC's
+    simplex even at log level 0, HiGHS's banner) stays out of the command's output."""
     sys.stdout.flush()
     try:
         saved = os.dup(1)
+        null = os.open(os.devnull, os.O_WRONLY)
     except OSError:  # no usable descriptor 1 (embedded interpreters): nothing to silence
         yield
         return
-    with open(os.devnull, "wb") as null:
-        os.dup2(null.fileno(), 1)
+    os.dup2(null, 1)
+    os.close(null)
     try:
         yield
     finally:
+        flush_c_stdio()
         os.dup2(saved, 1)
         os.close(saved)
+
+
+def flush_c_stdio() -> None:
+    """Flush the C library's stdout buffer, so nothing a native solver printed lands after fd 1 is restored."""
+    try:
+        ctypes.CDLL(None).fflush(None)
+    except (OSError, AttributeError):  # no C runtime to reach: nothing was buffered through it
+        pass
 
 
 def longest_paths(preds: dict[Any, list[Any]], length: dict[Any, float]) -> dict[Any, float] | None:

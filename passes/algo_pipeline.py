@@ -49,6 +49,7 @@ from pesto_ir.cluster import Cluster
 from pesto_ir.costs import op_cost
 from pesto_ir.errors import PestoError
 from pesto_ir.ir import Graph, Op
+from pesto_ir.passes.algo_common import colocation_units
 from pesto_ir.placement import PlaceOptions
 from pesto_ir.plan import Plan
 from pesto_ir.simulate import order_from_priority, simulate
@@ -168,17 +169,13 @@ def placement_units(graph: Graph, op_kind: dict[str, str]) -> list[list[Op]]:
     ops (else of their ops) that reads another op. Ops that read none (weights, in cost graphs
     whose topological order puts every source first) say nothing about where a unit computes."""
     index = {op.name: i for i, op in enumerate(graph.ops)}
-    units: dict[str, list[Op]] = {}
-    for op in graph.ops:
-        group = op.get("colocate")
-        units.setdefault(f"g:{group}" if group is not None else f"o:{op.name}", []).append(op)
 
     def position(ops: list[Op]) -> tuple[int, int]:
         forward = [op for op in ops if op_kind[op.name] == FORWARD] or ops
         reading = [op for op in forward if op.producers()]
         return (index[(reading or forward)[0].name], index[ops[0].name])
 
-    return sorted(units.values(), key=position)
+    return sorted(colocation_units(graph.ops), key=position)
 
 
 def split_stages(graph: Graph, cluster: Cluster) -> Stages:

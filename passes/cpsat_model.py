@@ -1,4 +1,4 @@
-"""The CP-SAT model of a `Problem` (see `algo_cpsat` for the formulation), built and solved in the
+"""The CP-SAT model of a `Problem` (see `cpsat_problem` for the formulation), built and solved in the
 solver process only: OR-tools and python-mip's CBC ship clashing builds of the same COIN-OR
 libraries (`libOsi.so.0`), so this module must never be imported where CBC may run.
 """
@@ -11,7 +11,7 @@ from typing import Any
 
 from ortools.sat.python import cp_model
 
-from pesto_ir.passes.algo_cpsat import Hint, Problem, Request, Result, Solution, device_classes
+from pesto_ir.passes.cpsat_problem import Hint, Problem, Request, Result, Solution, device_classes
 
 STATUS = {cp_model.OPTIMAL: "optimal", cp_model.FEASIBLE: "feasible", cp_model.INFEASIBLE: "infeasible",
           cp_model.MODEL_INVALID: "model-invalid"}

@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable
 from typing import IO, Any
 
-from pesto_ir.passes.algo_cpsat import CpSatError, Request, Result, Solution, SolveInterrupted
+from pesto_ir.passes.cpsat_problem import CpSatError, Request, Result, Solution, SolveInterrupted
 
 HEADER = struct.Struct("<Q")
 GRACE_SECONDS = 30.0  # beyond the request's own limit before a silent worker is given up on

@@ -11,7 +11,7 @@ step frees a neighbourhood of the incumbent, chosen in turn among
 
 and re-solves it exactly with CP-SAT (`engine="cpsat"`: the model of `algo_cpsat` with the other
 units' devices fixed and their per-device order kept by precedence constraints, built afresh for
-each step in the solver process) or python-mip (`engine="ilp"`: the MILP of `algo_ilp`, built once,
+each step in the solver process) or python-mip (`engine="ilp"`: the MILP of `ilp_model`, built once,
 with every integer choice outside the neighbourhood fixed to the incumbent's by its `fix_outside`).
 The solution is timed exactly (`simulate`, and the solver's link order) and kept only when its
 makespan is smaller, so the result is never worse than the start. Each kind's neighbourhoods grow
@@ -29,25 +29,17 @@ import random
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from pesto_ir.bounds import lower_bound
 from pesto_ir.cluster import Cluster
 from pesto_ir.errors import PestoError
 from pesto_ir.ir import Graph
-from pesto_ir.passes.algo_cpsat import (
-    SEARCH_PARAMS,
-    Hint,
-    Problem,
-    Result,
-    as_algorithm,
-    fmt,
-    gap,
-    schedules,
-    solve,
-    starting_plan,
-)
+from pesto_ir.passes.algo_cpsat import SEARCH_PARAMS, schedules, solve, starting_plan
+from pesto_ir.passes.cpsat_problem import Hint, Problem, Result
 from pesto_ir.passes.cpsat_worker import SolverProcess, shared_solver
+from pesto_ir.passes.exact_common import as_algorithm, fmt, gap
+from pesto_ir.passes.ilp_instance import Instance
+from pesto_ir.passes.ilp_model import Milp, solver_name
 from pesto_ir.placement import PlaceOptions, interrupted
 from pesto_ir.plan import Plan
 from pesto_ir.validate import check_plan, validate_plan
@@ -76,10 +68,8 @@ class LnsError(PestoError):
 
 
 def ilp_engine_available() -> bool:
-    """Whether `algo_ilp`'s MILP offers what engine="ilp" drives: fixing all but a neighbourhood."""
-    from pesto_ir.passes.algo_ilp import _Milp
-
-    return all(hasattr(_Milp, name) for name in ("start_values", "fix_outside", "unfix", "realize", "drop_symmetry"))
+    """Whether the MILP (`ilp_model.Milp`) offers what engine="ilp" drives: fixing all but a neighbourhood."""
+    return all(hasattr(Milp, name) for name in ("start_values", "fix_outside", "unfix", "realize", "drop_symmetry"))
 
 
 def improve_with_lns(graph: Graph, cluster: Cluster, options: PlaceOptions, engine: str = "cpsat",
@@ -138,7 +128,7 @@ class _Search:
         self.size = dict.fromkeys(KINDS, float(min(FIRST_SIZE, len(graph.ops))))  # ops to free, per kind
         self.steps: list[_Step] = []
         self.prob = Problem.build(graph, cluster, start.makespan, self.lb) if graph.ops else None
-        self.ilp: Any = None  # engine "ilp": the MILP of the whole graph, built on the first step
+        self.ilp: Milp | None = None  # engine "ilp": the MILP of the whole graph, built on the first step
 
     def left(self) -> float:
         return self.options.time_limit - (time.perf_counter() - self.started)
@@ -315,7 +305,7 @@ class _Search:
                      params=dict(SEARCH_PARAMS))
 
     def _ilp_step(self, free: Mapping[int, list[int]], options: PlaceOptions) -> tuple[Result, list[Plan]]:
-        """The MILP of `algo_ilp`, built once per run, with every integer choice that involves no
+        """The MILP of `ilp_model`, built once per run, with every integer choice that involves no
         free unit fixed to the incumbent's (its `fix_outside`), and the free units kept off the
         devices their neighbourhood does not offer."""
         milp = self._milp()
@@ -338,16 +328,9 @@ class _Search:
                 var.ub = 1.0
         return Result(solved.status, solved.objective, solved.bound, solved.seconds), timed
 
-    def _milp(self) -> Any:
+    def _milp(self) -> Milp:
         if self.ilp is None:
-            from pesto_ir.passes import algo_ilp
-
-            if not ilp_engine_available():
-                raise LnsError("engine=ilp needs the MILP's neighbourhood interface (start_values, fix_outside, "
-                               "unfix, realize, drop_symmetry in passes/algo_ilp.py), which this checkout lacks; "
-                               "use engine=cpsat")
-
-            inst = algo_ilp._Instance.build(self.graph, self.cluster, self.best.makespan, self.lb)
-            self.ilp = algo_ilp._Milp(inst, algo_ilp._solver_name(self.options.solver), self.quiet)
+            inst = Instance.build(self.graph, self.cluster, self.best.makespan, self.lb)
+            self.ilp = Milp(inst, solver_name(self.options.solver), self.quiet)
             self.ilp.drop_symmetry()
         return self.ilp

@@ -18,12 +18,12 @@ many moves are made. It stops early at a plan no single move improves.
 from __future__ import annotations
 
 import time
-from collections import defaultdict
 from collections.abc import Iterator
 
 from pesto_ir.cluster import Cluster
 from pesto_ir.ir import Graph
 from pesto_ir.memory import peak_memory
+from pesto_ir.passes.algo_common import colocation_units
 from pesto_ir.placement import interrupted
 from pesto_ir.plan import Plan
 from pesto_ir.simulate import order_from_priority, simulate
@@ -101,13 +101,11 @@ def _fits(graph: Graph, plan: Plan, capacity: dict[str, float]) -> bool:
 
 def _units(graph: Graph) -> dict[str, list[str]]:
     """The ops that move with each op: its `colocate` group, or itself."""
-    groups: dict[str, list[str]] = defaultdict(list)
-    for op in graph.ops:
-        g = op.get("colocate")
-        if g is not None:
-            groups[str(g)].append(op.name)
-    return {op.name: groups[str(op.get("colocate"))] if op.get("colocate") is not None else [op.name]
-            for op in graph.ops}
+    out: dict[str, list[str]] = {}
+    for unit in colocation_units(graph.ops):
+        names = [op.name for op in unit]
+        out.update(dict.fromkeys(names, names))
+    return out
 
 
 def _candidates(graph: Graph, cluster: Cluster, plan: Plan,

@@ -30,9 +30,9 @@ from pesto_ir.bounds import lower_bound, memory_shortfall
 from pesto_ir.cluster import Cluster
 from pesto_ir.errors import PestoError
 from pesto_ir.ir import Graph
-from pesto_ir.passes.algo_baechi import m_etf, m_sct, m_topo
-from pesto_ir.passes.algo_simple import place_expert, place_random, place_single
 from pesto_ir.passes.coarsen import quotient_graph
+from pesto_ir.passes.heuristic_portfolio import ALGORITHMS, best_heuristic_plan
+from pesto_ir.passes.heuristic_portfolio import WARM_START_ALGOS as WARM_START_ALGOS  # importable here too
 from pesto_ir.passmanager import Pass, PassContext
 from pesto_ir.placement import Algorithm, Interrupted, PlaceOptions, carried_plan, interrupted
 from pesto_ir.plan import OpSlot, Plan, write_plan_attrs
@@ -75,14 +75,7 @@ def _place_lns(engine: str) -> Algorithm:
     return place
 
 
-ALGORITHMS: dict[str, Algorithm] = {
-    "m-etf": m_etf,
-    "m-sct": m_sct,
-    "m-topo": m_topo,
-    "expert": place_expert,
-    "single": place_single,
-    "random": place_random,
-}
+# The heuristics are in ALGORITHMS already (passes/heuristic_portfolio.py); the exact engines join them.
 if importlib.util.find_spec("pesto_ir.passes.algo_ilp") is not None:
     ALGORITHMS["ilp"] = _place_ilp
     ALGORITHMS["ilp-lns"] = _place_lns("ilp")
@@ -90,9 +83,6 @@ if importlib.util.find_spec("ortools") is not None:
     ALGORITHMS.update({"cpsat": _place_cpsat, "cpsat-lns": _place_lns("cpsat"), "auto": _place_auto})
 
 DEFAULT_ALGO = "ilp" if "ilp" in ALGORITHMS else "m-etf"
-# Tried for an exact solver's start, and against its expanded plan; `single` because on graphs with
-# little parallelism one device beats every split (bert_l-6_training_op: 192.9 ms against ilp's 193.1).
-WARM_START_ALGOS = ("m-etf", "m-sct", "m-topo", "expert", "single")
 EXACT_ALGOS = ("ilp", "ilp-lns", "cpsat", "cpsat-lns", "auto")  # their coarse plans meet the fine heuristics
 REFINE_MAX_OPS = 20000  # auto refines its expanded plan on fine graphs up to this size ...
 REFINE_SHARE = 0.5  # ... with this share of its time limit
@@ -396,24 +386,6 @@ def solve(graph: Graph, cluster: Cluster, algo: str, algorithm: Algorithm, optio
     if not plan.algorithm:
         plan.algorithm = algo
     return check_plan(graph, cluster, plan)
-
-
-def best_heuristic_plan(graph: Graph, cluster: Cluster, options: PlaceOptions) -> Plan | None:
-    """The valid plan with the smallest makespan among the heuristics that succeed (None if none do)."""
-    best: Plan | None = None
-    for name in WARM_START_ALGOS:
-        try:
-            plan = check_plan(graph, cluster, ALGORITHMS[name](graph, cluster, options))
-        except PestoError as e:
-            options.progress(f"place: {name} gives no plan to start from: {str(e).splitlines()[0]}")
-            continue
-        except KeyboardInterrupt as e:
-            raise interrupted(e, graph, best) from None
-        if best is None or plan.makespan < best.makespan:
-            best = plan
-    if best is not None:
-        options.progress(f"place: warm start from {best.algorithm} (makespan {human_time(best.makespan, 4)})")
-    return best
 
 
 def project_coarse_plan(graph: Graph, plan: Plan, members: dict[str, list[str]]) -> Plan:
