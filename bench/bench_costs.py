@@ -1,17 +1,24 @@
-"""Profiled costs against reality: simulated single-device makespan vs a measured `jax.jit` step.
+"""Costs against reality: simulated single-device step vs a measured `jax.jit` step, and our
+FLOPs and bytes vs XLA's own `cost_analysis()` of the compiled step.
 
 For each model (JAX functions lowered with `pesto_ir.frontends.jax.lower`), on one CPU device:
 
 * `jit step`: the time of the whole function under `jax.jit` (one executable);
-* `per op`: `annotate-costs{model=profile},simulate` on a one-device cluster: each op timed alone
-  (dispatch overhead subtracted), the makespan is their sum;
-* `per segment`: the graph cut into segments XLA would fuse (each dot/conv/control-flow op alone,
-  the runs of cheap ops between them together), each segment timed as one executable;
-* `roofline`: `annotate-costs{model=roofline}` with the built-in `cpu` kind's datasheet figures.
+* `per op`: `annotate-costs{model=profile fusion=none},simulate` on a one-device cluster: each op
+  timed alone (dispatch overhead subtracted), the makespan is their sum;
+* `per kernel`: `annotate-costs{model=profile fusion=xla}`: the kernels XLA would fuse the graph
+  into (`pesto_ir.fusion`), each timed as one executable;
+* `roof none`, `roof xla`: `annotate-costs{model=roofline}` with the built-in `cpu` kind's
+  datasheet figures, every op its own kernel, and fused kernels;
+* `roof cal` (with `--cluster FILE`, e.g. the file `python -m bench.calibrate` writes): fused
+  kernels on the calibrated figures (launch overhead, efficiency per op family).
 
-Goal: the simulated makespan within 20% of the jit step. Run:
+Then, per model, our FLOPs and bytes (fused and unfused) next to XLA's `cost_analysis()`.
 
-    python3 bench/bench_costs.py [--runs 21] [--stat median|min] [--clock cpu|wall] [--models mlp,cnn,transformer]
+Goal: the simulated step within 20% of the jit step. Run:
+
+    python3 bench/bench_costs.py [--runs 21] [--stat median|min] [--clock cpu|wall] [--models mlp,cnn,...]
+                                 [--cluster calibrated-cpu.json]
 
 By default runs are timed by process CPU time with XLA held to one thread (`--clock cpu`): on a
 machine other processes share, wall times of the same executable vary by 2x, CPU times by a few %.
@@ -24,20 +31,19 @@ import os
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # `bench.zoo_jax` when run as a script
+
 from pesto_ir.cluster import Cluster
-from pesto_ir.ir import Graph, Op
+from pesto_ir.ir import Graph
 from pesto_ir.passmanager import PassContext, PassManager
 from pesto_ir.plan import read_plan_attrs
-from pesto_ir.profile import Profiler, call_time
+from pesto_ir.profile import call_time
 
 # One XLA thread when timing by CPU clock: then CPU time is the step's time on a quiet machine.
 SINGLE_THREAD_XLA = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
-
-# Ops XLA (on the CPU) runs as their own kernels; everything between them fuses into loops.
-SEGMENT_BREAKERS = frozenset({"dot_general", "conv_general_dilated", "scan", "while", "cond",
-                              "reduce_window_max", "reduce_window_sum", "select_and_scatter_add"})
 
 
 # ---------------------------------------------------------------- models
@@ -128,8 +134,41 @@ def transformer_model() -> tuple[Callable[..., Any], tuple[Any, ...]]:
     return block, (params, x)
 
 
+def _concrete(spec: Any, key: Any) -> Any:
+    """Random floats (integers zero: valid labels and indices) of an abstract argument tree."""
+    import jax
+    import jax.numpy as jnp
+
+    leaves, tree = jax.tree_util.tree_flatten(spec)
+    keys = jax.random.split(key, max(len(leaves), 1))
+    arrays = [jax.random.normal(k, s.shape, s.dtype) * 0.05 if jnp.issubdtype(s.dtype, jnp.floating)
+              else jnp.zeros(s.shape, s.dtype) for k, s in zip(keys, leaves)]
+    return jax.tree_util.tree_unflatten(tree, arrays)
+
+
+def zoo_model(name: str, config: Any) -> Callable[[], tuple[Callable[..., Any], tuple[Any, ...]]]:
+    """A zoo training step (`bench/zoo_jax.py`) at a reduced size that runs in ms on a CPU."""
+
+    def build() -> tuple[Callable[..., Any], tuple[Any, ...]]:
+        import jax
+
+        from bench.zoo_jax import step_at
+
+        step, spec = step_at(name, config, f"{name}_reduced")
+        return step, _concrete(spec, jax.random.PRNGKey(3))
+
+    return build
+
+
+def _zoo_configs() -> dict[str, Callable[[], tuple[Callable[..., Any], tuple[Any, ...]]]]:
+    from bench.zoo_jax import GptConfig, ResNetConfig
+
+    return {"zoo_gpt": zoo_model("gpt", GptConfig(2, 256, 4, 128, 4, 2048)),
+            "zoo_resnet": zoo_model("resnet", ResNetConfig(((16, 1, 1), (32, 1, 2)), 16, 32, 8, 10))}
+
+
 MODELS: dict[str, Callable[[], tuple[Callable[..., Any], tuple[Any, ...]]]] = {
-    "mlp": mlp_model, "cnn": cnn_model, "transformer": transformer_model,
+    "mlp": mlp_model, "cnn": cnn_model, "transformer": transformer_model, **_zoo_configs(),
 }
 
 
@@ -141,43 +180,35 @@ def jit_step_time(fn: Callable[..., Any], args: tuple[Any, ...], runs: int, stat
     return call_time(jax.jit(fn), args, runs, warmup=3, stat=stat, clock=clock)
 
 
-def segments(graph: Graph) -> list[list[Op]]:
-    """Graph-order runs of ops: each breaker op alone, the ops between breakers together."""
-    out: list[list[Op]] = []
-    current: list[Op] = []
-    for op in graph.ops:
-        if op.opcode in SEGMENT_BREAKERS:
-            if current:
-                out.append(current)
-            out.append([op])
-            current = []
-        else:
-            current.append(op)
-    if current:
-        out.append(current)
-    return out
-
-
-def per_op_makespan(graph: Graph, cluster: Cluster, runs: int, stat: str, clock: str) -> float:
-    ctx = PassContext(cluster=cluster, quiet=True)
-    pipeline = f"annotate-costs{{model=profile runs={runs} stat={stat} clock={clock} cache=false}},simulate"
-    placed = PassManager(pipeline).run(graph, ctx)
+def makespan(graph: Graph, cluster: Cluster, pipeline: str) -> float:
+    placed = PassManager(f"{pipeline},simulate").run(graph, PassContext(cluster=cluster, quiet=True))
     plan = read_plan_attrs(placed)
     assert plan is not None
     return plan.makespan
 
 
-def roofline_makespan(graph: Graph, cluster: Cluster) -> float:
-    placed = PassManager("annotate-costs{model=roofline},simulate").run(graph, PassContext(cluster=cluster, quiet=True))
-    plan = read_plan_attrs(placed)
-    assert plan is not None
-    return plan.makespan
+def profiled(fusion: str, runs: int, stat: str, clock: str) -> str:
+    return f"annotate-costs{{model=profile fusion={fusion} runs={runs} stat={stat} clock={clock} cache=false}}"
 
 
-def per_segment_makespan(graph: Graph, device: Any, runs: int, stat: str, clock: str) -> tuple[float, int]:
-    profiler = Profiler(runs=runs, cache=False, stat=stat, clock=clock)
-    segs = segments(graph)
-    return sum(profiler.time_ops(s, device) for s in segs), len(segs)
+def xla_cost(fn: Callable[..., Any], args: tuple[Any, ...]) -> tuple[float, float]:
+    """FLOPs and bytes accessed of the compiled `jax.jit` program, as XLA counts them."""
+    import jax
+
+    analysis = jax.jit(fn).lower(*args).compile().cost_analysis()
+    if isinstance(analysis, list):
+        analysis = analysis[0]
+    return float(analysis.get("flops", 0.0)), float(analysis.get("bytes accessed", 0.0))
+
+
+def our_cost(graph: Graph) -> tuple[int, int, int]:
+    """FLOPs, fused bytes and unfused bytes of the graph by the roofline rules."""
+    from pesto_ir.fusion import fusion_groups, group_work
+    from pesto_ir.roofline import op_work
+
+    groups = fusion_groups(graph)
+    return (sum(group_work(g).flops for g in groups), sum(group_work(g).bytes for g in groups),
+            sum(op_work(op).bytes for op in graph.ops))
 
 
 def main() -> int:
@@ -189,7 +220,13 @@ def main() -> int:
                     help="cpu: process CPU time with XLA on one thread (steady on a shared machine); "
                          "wall: wall time with XLA's default threads")
     ap.add_argument("--models", default=",".join(MODELS), help="comma-separated: " + ", ".join(MODELS))
+    ap.add_argument("--cluster", help="a pesto-cluster/1 file with calibrated figures (bench.calibrate) for `roof cal`")
     args = ap.parse_args()
+    names = args.models.split(",")
+    unknown = [n for n in names if n not in MODELS]
+    if unknown or args.runs < 1:
+        ap.error(f"unknown model(s) {', '.join(unknown)} (models: {', '.join(MODELS)})" if unknown
+                 else "--runs must be at least 1")
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
     if args.clock == "cpu":
         os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + SINGLE_THREAD_XLA).strip()
@@ -199,27 +236,49 @@ def main() -> int:
 
     device = jax.devices()[0]
     cluster = Cluster.from_jax_devices([device])
+    calibrated = _calibrated(args.cluster, cluster) if args.cluster else None
     print(f"device: {device.device_kind} ({device.platform}), jax {jax.__version__}, "
           f"{os.cpu_count()} cores, {args.stat} of {args.runs} runs by {args.clock} clock, "
-          f"load average {os.getloadavg()[0]:.2f}")
-    header = f"{'model':<12} {'ops':>5} {'segs':>5} {'jit step':>10} {'per op':>10} {'ratio':>6} " \
-             f"{'per seg':>10} {'ratio':>6} {'roofline':>10} {'ratio':>6}"
+          f"load average {os.getloadavg()[0]:.2f}" + (f", calibrated figures from {args.cluster}" if calibrated else ""))
+    columns = ["jit step", "per op", "per kernel", "roof none", "roof xla"] + (["roof cal"] if calibrated else [])
+    header = f"{'model':<12} {'ops':>5} {'kernels':>7} " + " ".join(f"{c:>15}" for c in columns)
     print(header)
     print("-" * len(header))
-    for name in args.models.split(","):
+    costs = []
+    for name in names:
         fn, example = MODELS[name]()
         t0 = time.perf_counter()
         graph = lower(fn, *example)
         step = jit_step_time(fn, example, args.runs, args.stat, args.clock)
-        op_span = per_op_makespan(graph, cluster, args.runs, args.stat, args.clock)
-        seg_span, n_segs = per_segment_makespan(lower(fn, *example), device, args.runs, args.stat, args.clock)
-        roof = roofline_makespan(lower(fn, *example), cluster)
-        print(f"{name:<12} {len(graph.ops):>5} {n_segs:>5} {step * 1e3:>8.3f}ms {op_span * 1e3:>8.3f}ms "
-              f"{op_span / step:>6.2f} {seg_span * 1e3:>8.3f}ms {seg_span / step:>6.2f} "
-              f"{roof * 1e3:>8.3f}ms {roof / step:>6.2f}"
-              f"   ({time.perf_counter() - t0:.0f} s)", flush=True)
-    print("ratio = simulated makespan / measured jit step (goal: 0.8 to 1.2)")
+        spans = [makespan(lower(fn, *example), cluster, profiled(f, args.runs, args.stat, args.clock))
+                 for f in ("none", "xla")]
+        spans += [makespan(lower(fn, *example), cluster, f"annotate-costs{{model=roofline fusion={f}}}")
+                  for f in ("none", "xla")]
+        if calibrated:
+            spans.append(makespan(lower(fn, *example), calibrated, "annotate-costs{model=roofline fusion=xla}"))
+        from pesto_ir.fusion import fusion_groups
+
+        cells = [f"{step * 1e3:>9.3f}ms     "] + [f"{s * 1e3:>9.3f}ms {s / step:>4.2f}" for s in spans]
+        print(f"{name:<12} {len(graph.ops):>5} {len(fusion_groups(graph)):>7} " + " ".join(cells)
+              + f"   ({time.perf_counter() - t0:.0f} s)", flush=True)
+        costs.append((name, xla_cost(fn, example), our_cost(graph)))
+    print("ratio = simulated step / measured jit step (goal: 0.8 to 1.2)\n")
+    print(f"{'model':<12} {'XLA GFLOP':>10} {'ours':>8} {'ratio':>6} {'XLA MB':>9} {'fused MB':>9} {'ratio':>6} "
+          f"{'unfused MB':>10} {'ratio':>6}")
+    for name, (xf, xb), (f, fb, ub) in costs:
+        print(f"{name:<12} {xf / 1e9:>10.3f} {f / 1e9:>8.3f} {f / xf if xf else 0:>6.2f} {xb / 1e6:>9.1f} "
+              f"{fb / 1e6:>9.1f} {fb / xb if xb else 0:>6.2f} {ub / 1e6:>10.1f} {ub / xb if xb else 0:>6.2f}")
+    print("XLA: compiled.cost_analysis() of the whole jax.jit step; ours: the roofline rules, bytes of the "
+          "fused kernels (what enters and leaves each) and of every op alone")
     return 0
+
+
+def _calibrated(path: str, local: Cluster) -> Cluster:
+    """A one-device cluster with the first device of the calibrated file, named like the local one."""
+    import dataclasses
+
+    device = Cluster.load(path).devices[0]
+    return Cluster([dataclasses.replace(device, name=local.devices[0].name)])
 
 
 if __name__ == "__main__":

@@ -590,8 +590,20 @@ def lower_model(name: str, size: str = "full") -> Graph:
     Inputs: the parameters, the optimizer state (one copy of the parameter tree per slot), both
     marked `param`, then the batch. Outputs: new parameters, new state, the loss.
     """
-    entry = _entry(name, size)
-    model = entry.build(entry.configs[size])
+    return lower_config(name, _entry(name, size).configs[size], f"{name}_{size}")
+
+
+def lower_config(name: str, config: Any, graph_name: str | None = None) -> Graph:
+    """`lower_model` at a configuration of one's own (the model's config class, e.g. `MlpConfig`):
+    sizes between `quick` and `full`, such as `bench/calibrate.py` times on a CPU."""
+    step, args = step_at(name, config, graph_name)
+    return lower(step, *args, param_argnums=(0, 1))
+
+
+def step_at(name: str, config: Any, step_name: str | None = None) -> tuple[Callable[..., Any], tuple[Any, ...]]:
+    """The training step of `name` at `config` and its abstract arguments (parameters, optimizer
+    state, batch as `jax.ShapeDtypeStruct`s), for timing the step itself under `jax.jit`."""
+    entry = _entry(name, SIZES[0])
+    model = entry.build(config)
     state = tuple(model.params for _ in range(entry.optimizer.slots))
-    step = _train_step(f"{name}_{size}", model.loss, entry.optimizer)
-    return lower(step, model.params, state, *model.batch, param_argnums=(0, 1))
+    return _train_step(step_name or f"{name}_custom", model.loss, entry.optimizer), (model.params, state, *model.batch)

@@ -31,14 +31,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar
 
-from pesto_ir.attributes import Attr, BytesAttr, DictAttr, DurationAttr, IntAttr
+from pesto_ir.attributes import Attr, BytesAttr, DictAttr, DurationAttr, IntAttr, StringAttr
 from pesto_ir.cluster import Cluster, Device
 from pesto_ir.costs import CostError, op_cost
+from pesto_ir.fusion import FusionGroup, fusion_groups, group_time, shared_out
 from pesto_ir.ir import Graph, Op
 from pesto_ir.passmanager import Pass, PassContext
 from pesto_ir.roofline import COLLECTIVES, NO_KERNEL, WORK_RULES, op_time, op_work
 
 MAX_LISTED = 10
+FUSION_MODES = ("xla", "none")
 
 
 def _listed(problems: list[str]) -> str:
@@ -144,9 +146,41 @@ def _roofline(p: AnnotateCostsPass, graph: Graph, cluster: Cluster | None, ctx: 
     for opcode in guessed_opcodes(graph):
         ctx.progress(f"warning: annotate-costs: '{opcode}' is not a JAX primitive and has no roofline rule: its ops "
                      "are costed as elementwise over their results; give their cost (model=given) if that is wrong")
-    annotate_times(graph, cluster, _roofline_figures, op_time)
+    if p.fusion == "xla":
+        annotate_times(graph, cluster, _roofline_figures, _FusedTimes(graph, group_time))
+    else:
+        annotate_times(graph, cluster, _roofline_figures, op_time)
     annotate_work(graph)
-    ctx.progress(f"annotate-costs: roofline costs for {len(graph.ops)} ops on {_kinds(cluster)}{_collective_note(graph)}")
+    ctx.progress(f"annotate-costs: roofline costs for {len(graph.ops)} ops{_fusion_note(graph, p.fusion)} on "
+                 f"{_kinds(cluster)}{_collective_note(graph)}")
+
+
+class _FusedTimes:
+    """`time_of(op, device)` for `annotate_times`: each op's share of its fused kernel's time,
+    computed once per device; every op gets a `fusion` label naming its kernel."""
+
+    def __init__(self, graph: Graph, seconds: Callable[[FusionGroup, Device], float]) -> None:
+        self.graph, self.seconds = graph, seconds
+        self.groups = fusion_groups(graph)
+        self.per_device: dict[str, dict[str, float]] = {}
+        for i, group in enumerate(self.groups):
+            for op in group.ops:
+                op.attrs["fusion"] = StringAttr(f"f{i}")
+
+    def __call__(self, op: Op, device: Device) -> float:
+        if device.name not in self.per_device:
+            times: dict[str, float] = {}
+            for group in self.groups:
+                times.update(shared_out(group, self.seconds(group, device), device))
+            self.per_device[device.name] = times
+        return self.per_device[device.name][op.name]
+
+
+def _fusion_note(graph: Graph, fusion: str) -> str:
+    if fusion != "xla":
+        return " (each op its own kernel)"
+    kernels = len({op.attrs["fusion"] for op in graph.ops if "fusion" in op.attrs})
+    return f" fused into {kernels} kernels as XLA would"
 
 
 def _warn_replaced(graph: Graph, model: str, ctx: PassContext) -> None:
@@ -190,10 +224,14 @@ def _profile(p: AnnotateCostsPass, graph: Graph, cluster: Cluster | None, ctx: P
     _warn_replaced(graph, "profiled", ctx)
     profiler = Profiler(runs=p.runs, warmup=p.warmup, cache=p.cache, progress=ctx.progress, stat=p.stat,
                         clock=p.clock)
-    annotate_times(graph, cluster, _kind_only, profiler.time_on_kind)
+    if p.fusion == "xla":
+        annotate_times(graph, cluster, _kind_only, _FusedTimes(graph, profiler.time_group_on_kind))
+    else:
+        annotate_times(graph, cluster, _kind_only, profiler.time_on_kind)
     annotate_work(graph)
-    ctx.progress(f"annotate-costs: profiled {len(graph.ops)} ops ({profiler.measured} measured, "
-                 f"{profiler.cached} from cache) on {_kinds(cluster)}{_collective_note(graph)}")
+    ctx.progress(f"annotate-costs: profiled {len(graph.ops)} ops{_fusion_note(graph, p.fusion)} "
+                 f"({profiler.measured} measured, {profiler.cached} from cache) on {_kinds(cluster)}"
+                 f"{_collective_note(graph)}")
 
 
 def _collective_note(graph: Graph) -> str:
@@ -233,12 +271,15 @@ class AnnotateCostsPass(Pass):
     cache: bool = True  # profile: reuse and store measurements on disk
     stat: str = "median"  # profile: median of the runs, or min (steadier on a shared machine)
     clock: str = "wall"  # profile: wall time, or cpu (process CPU time; single-threaded CPU backends only)
+    fusion: str = "xla"  # roofline, profile: cost the kernels XLA fuses ops into ("xla"), or every op alone ("none")
 
     def __post_init__(self) -> None:
         if self.model not in MODELS:
             raise ValueError(f"model must be one of {', '.join(MODELS)}, not '{self.model}'")
         if self.stat not in ("median", "min") or self.clock not in ("wall", "cpu"):
             raise ValueError(f"stat must be median or min and clock wall or cpu, not '{self.stat}', '{self.clock}'")
+        if self.fusion not in FUSION_MODES:
+            raise ValueError(f"fusion must be one of {', '.join(FUSION_MODES)}, not '{self.fusion}'")
         if self.runs < 1 or self.warmup < 0:
             raise ValueError("runs must be at least 1 and warmup not negative")
 

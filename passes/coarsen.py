@@ -22,6 +22,11 @@ Exact placement does not scale to thousands of ops, so ops are merged into coars
    whole batch safe together (two merges u1 -> v1, u2 -> v2 with u1 -> v2 and u2 -> v1 would
    otherwise close a cycle).
 
+Before step 2, ops of one fused kernel (the `fusion` label `annotate-costs{fusion=xla}` writes)
+are merged the same way, only along edges inside a kernel: XLA runs them as one kernel, so splitting
+them across devices would write out and send what never leaves registers. The memory and class
+caps apply; the node cost cap does not (a kernel is one unit of work).
+
 Node cost and memory are summed; a node's cost may not pass a cap (relaxed when it blocks every
 merge) and its memory stays under half the smallest device and small enough to pack into the
 memory the graph leaves spare. Merging parts of two different split groups makes them one
@@ -35,6 +40,7 @@ every op. `quotient_graph` builds the coarse graph placement algorithms solve.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from pesto_ir.attributes import Attr, BytesAttr, DictAttr, DurationAttr, StringAttr
@@ -214,8 +220,25 @@ def coarsen_groups(graph: Graph, target: int, cluster: Cluster | None = None,
     node_class = _node_classes(dag, class_of_op)
     devices = len(cluster) if cluster is not None else DEVICES_WITHOUT_CLUSTER
     caps = _Caps.initial(dag, target, sum(cost), cluster, devices)
+    fused = _fused_edges(graph)
+    if fused is not None:
+        _contract_rounds(dag, target, caps, node_class, classes, fused)
     _contract_rounds(dag, target, caps, node_class, classes)
     return _name_groups(dag, n)
+
+
+def _fused_edges(graph: Graph) -> Callable[[_Contraction, int, int], bool] | None:
+    """Whether an edge joins parts of one fused kernel (the `fusion` labels annotate-costs writes);
+    None when no op has a label."""
+    labels = [op.get("fusion") for op in graph.ops]
+    if all(label is None for label in labels):
+        return None
+
+    def fused(dag: _Contraction, u: int, v: int) -> bool:
+        mine = {labels[m] for m in dag.members[u]} - {None}
+        return any(labels[m] in mine for m in dag.members[v])
+
+    return fused
 
 
 def _fine_edges(graph: Graph, index: dict[str, int]) -> dict[tuple[int, int], int]:
@@ -425,13 +448,14 @@ def _memory_cap(dag: _Contraction, cluster: Cluster | None) -> float:
 
 
 def _contract_rounds(dag: _Contraction, target: int, caps: _Caps, node_class: dict[int, int],
-                     classes: _Classes) -> None:
-    """Merge edges in safe batches, heaviest first, until `target` nodes remain or none can merge."""
+                     classes: _Classes, only: Callable[[_Contraction, int, int], bool] | None = None) -> None:
+    """Merge edges in safe batches, heaviest first, until `target` nodes remain or none can merge.
+    With `only`, merge only the edges it accepts (the node cost cap does not apply to them)."""
     while len(dag.alive) > target:
         level = dag.levels()
-        batch, capped = _choose_batch(dag, level, len(dag.alive) - target, caps, node_class, classes)
+        batch, capped = _choose_batch(dag, level, len(dag.alive) - target, caps, node_class, classes, only)
         if not batch:
-            if not capped:
+            if not capped or only is not None:
                 return
             caps.cost *= CAP_RELAX
             continue
@@ -460,12 +484,17 @@ def _join_classes(dag: _Contraction, u: int, v: int, node_class: dict[int, int],
 
 
 def _choose_batch(dag: _Contraction, level: dict[int, int], budget: int, caps: _Caps,
-                  node_class: dict[int, int], classes: _Classes) -> tuple[list[tuple[int, int, int | None]], bool]:
-    """Edges to contract this round (no shared endpoints, safe together); and whether the cost cap blocked any."""
+                  node_class: dict[int, int], classes: _Classes,
+                  only: Callable[[_Contraction, int, int], bool] | None = None,
+                  ) -> tuple[list[tuple[int, int, int | None]], bool]:
+    """Edges to contract this round (no shared endpoints, safe together, accepted by `only`); and
+    whether the cost cap blocked any."""
     cands = []
     for u in dag.alive:
         cu = node_class.get(u)
         for v, nbytes in dag.succ[u].items():
+            if only is not None and not only(dag, u, v):
+                continue
             cv = node_class.get(v)
             same = cu is not None and cv is not None and classes.find(cu) == classes.find(cv)
             cands.append((not same, -nbytes, level[u], u, v))
@@ -479,6 +508,8 @@ def _choose_batch(dag: _Contraction, level: dict[int, int], budget: int, caps: _
         if not dag.safe(u, v, level):
             continue
         blocked = _blocked_by(dag, u, v, caps, node_class, classes)
+        if blocked == "cost" and only is not None:
+            blocked = ""  # a fused kernel is one unit of work: the node cost cap does not split it
         if blocked:
             capped = capped or blocked == "cost"
             continue

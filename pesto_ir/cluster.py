@@ -4,6 +4,10 @@ A transfer of `n` bytes from device a to device b takes `latency + n / bandwidth
 transfers on one directed link run one at a time. Heterogeneous clusters are the normal case:
 every device carries its own speed and memory. An all-reduce over a group of devices
 (data-parallel gradients) is timed as a ring (`ring_all_reduce_time`).
+
+Calibrated figures are optional: per device a kernel launch overhead and the fraction of the
+datasheet roofline each op family reaches (`bench/calibrate.py` measures them), per cluster a
+fitted per-step cost of the runtime's own all-reduce (`AllReduceFit`).
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ import math
 import numbers
 import os
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,6 +50,11 @@ KINDS: dict[str, DeviceKind] = {
 }
 
 
+# Op families the roofline model tells apart; a device may reach a different fraction of its
+# datasheet roofline in each (`Device.efficiency`).
+OP_FAMILIES: tuple[str, ...] = ("matmul", "conv", "elementwise", "reduction", "movement", "other")
+
+
 @dataclass(frozen=True)
 class Device:
     name: str
@@ -54,8 +63,16 @@ class Device:
     mem_bandwidth: float | None
     memory: float
     host: int = 0  # the process (machine) the device belongs to; links across hosts are slower
+    launch_overhead: float | None = None  # measured seconds per kernel launch; None: the kind's default
+    # (op family, fraction of the roofline it reaches), sorted by family; a mapping is accepted too.
+    efficiency: tuple[tuple[str, float], ...] = ()
 
     def __post_init__(self) -> None:
+        if isinstance(self.efficiency, Mapping):
+            object.__setattr__(self, "efficiency", tuple(self.efficiency.items()))
+        _check_calibration(f"device {self.name}", self.launch_overhead, self.efficiency)
+        # sorted pairs: hashable, and equal devices compare equal whatever order the families came in
+        object.__setattr__(self, "efficiency", tuple(sorted(self.efficiency)))
         if isinstance(self.host, bool) or not isinstance(self.host, int) or self.host < 0:
             raise ClusterError(f"device {self.name}: host must be a whole number >= 0 (a process index), "
                                f"got {brief(repr(self.host))}")
@@ -70,6 +87,51 @@ class Device:
     def of_kind(name: str, kind: str, memory: float | None = None, host: int = 0) -> Device:
         k = kind_named(kind)
         return Device(name, k.name, k.peak_flops, k.mem_bandwidth, k.memory if memory is None else memory, host)
+
+    def efficiency_for(self, family: str) -> float:
+        """The fraction of the roofline ops of `family` reach here (roofline time is divided by
+        it); 1.0 when not calibrated."""
+        if family not in OP_FAMILIES:
+            raise ClusterError(f"unknown op family '{family}' (op families: {', '.join(OP_FAMILIES)})")
+        return dict(self.efficiency).get(family, 1.0)
+
+
+def _check_calibration(who: str, launch: Any, efficiency: Any) -> None:
+    """Refuse a launch overhead that is not a finite number >= 0, and efficiencies that are not
+    (known op family, positive finite factor) pairs."""
+    if launch is not None and (not _real(launch) or not 0 <= launch < math.inf):
+        raise ClusterError(f"{who}: launch_overhead must be a finite number of seconds >= 0, "
+                           f"got {brief(repr(launch))}")
+    if not isinstance(efficiency, tuple):
+        raise ClusterError(f"{who}: efficiency must map op families to factors, got {brief(repr(efficiency))}")
+    seen: set[str] = set()
+    for pair in efficiency:
+        family, factor = pair if isinstance(pair, tuple) and len(pair) == 2 else (pair, None)
+        if family not in OP_FAMILIES:
+            raise ClusterError(f"{who}: efficiency: unknown op family {brief(repr(family))} "
+                               f"(op families: {', '.join(OP_FAMILIES)})")
+        if family in seen:
+            raise ClusterError(f"{who}: efficiency: op family '{family}' is given twice")
+        seen.add(family)
+        if not _real(factor) or not 0 < factor < math.inf:
+            raise ClusterError(f"{who}: efficiency of '{family}' must be a positive finite factor (the fraction "
+                               f"of the roofline reached), got {brief(repr(factor))}")
+
+
+@dataclass(frozen=True)
+class AllReduceFit:
+    """Measured per-ring-step cost of the runtime's own all-reduce: each of the 2 (n - 1) steps
+    of a ring over n devices of one host takes `latency + (bytes / n) / bandwidth`."""
+
+    latency: float  # seconds per step
+    bandwidth: float  # bytes/s per step
+
+    def __post_init__(self) -> None:
+        for key in ("latency", "bandwidth"):
+            v = getattr(self, key)
+            if not _real(v) or not 0 <= v < math.inf or (key == "bandwidth" and v == 0):
+                want = "a finite number of seconds >= 0" if key == "latency" else "positive and finite (bytes per second)"
+                raise ClusterError(f"all_reduce: {key} must be {want}, got {brief(repr(v))}")
 
 
 @dataclass(frozen=True)
@@ -128,8 +190,11 @@ class Cluster:
 
     devices: list[Device]
     links: dict[tuple[str, str], Link] = field(default_factory=dict)
+    all_reduce: AllReduceFit | None = None  # measured all-reduce within one host (`ring_all_reduce_time`)
 
     def __post_init__(self) -> None:
+        if self.all_reduce is not None and not isinstance(self.all_reduce, AllReduceFit):
+            raise ClusterError(f"a cluster's all_reduce is an AllReduceFit or None, got {brief(repr(self.all_reduce))}")
         names = [d.name for d in self.devices]
         if not names:
             raise ClusterError("a cluster needs at least one device")
@@ -167,8 +232,11 @@ class Cluster:
 
     def is_homogeneous(self) -> bool:
         first = self.devices[0]
-        same_dev = all((d.kind, d.peak_flops, d.mem_bandwidth, d.memory) ==
-                       (first.kind, first.peak_flops, first.mem_bandwidth, first.memory) for d in self.devices)
+
+        def figures(d: Device) -> tuple[Any, ...]:
+            return d.kind, d.peak_flops, d.mem_bandwidth, d.memory, d.launch_overhead, d.efficiency
+
+        same_dev = all(figures(d) == figures(first) for d in self.devices)
         ls = {(lk.latency, lk.bandwidth) for lk in self.links.values()}
         return same_dev and len(ls) <= 1
 
@@ -208,15 +276,22 @@ class Cluster:
 
     # ---------------------------------------------------------------- pesto-cluster/1
     def to_json(self) -> dict[str, Any]:
-        return {
+        """The cluster as pesto-cluster/1; calibrated figures only when set, so that files without
+        them write back as they were."""
+        out: dict[str, Any] = {
             "format": "pesto-cluster/1",
             "devices": [{"name": d.name, "kind": d.kind, "memory": d.memory,
                          **{k: getattr(d, k) for k in ("peak_flops", "mem_bandwidth") if getattr(d, k) is not None},
-                         **({"host": d.host} if d.host else {})}
+                         **({"host": d.host} if d.host else {}),
+                         **({"launch_overhead": d.launch_overhead} if d.launch_overhead is not None else {}),
+                         **({"efficiency": dict(d.efficiency)} if d.efficiency else {})}
                         for d in self.devices],
             "links": [{"src": lk.src, "dst": lk.dst, "latency": lk.latency, "bandwidth": lk.bandwidth}
                       for lk in self.links.values()],
         }
+        if self.all_reduce is not None:
+            out["all_reduce"] = {"latency": self.all_reduce.latency, "bandwidth": self.all_reduce.bandwidth}
+        return out
 
     @staticmethod
     def from_json(data: dict[str, Any], source: str = "<cluster>") -> Cluster:
@@ -266,7 +341,7 @@ class Cluster:
                 raise bad(f"{where}: src and dst are both '{src}'; a link joins two different devices")
             links[(src, dst)] = Link(src, dst, _link_figure(lk, "latency", lat0, bad, where),
                                      _link_figure(lk, "bandwidth", bw0, bad, where))
-        return Cluster(devices, links)
+        return Cluster(devices, links, _all_reduce_from_json(data.get("all_reduce"), bad))
 
     @staticmethod
     def load(path: str | Path) -> Cluster:
@@ -291,18 +366,20 @@ class Cluster:
         if not _real(memory) or not memory > 0:
             raise ClusterError(f"memory must be a positive number of bytes, got {brief(repr(memory))}")
         devices = [dataclasses.replace(d, memory=memory) for d in self.devices]
-        return Cluster(devices, dict(self.links))
+        return Cluster(devices, dict(self.links), self.all_reduce)
 
     # ---------------------------------------------------------------- real JAX devices
     @staticmethod
     def from_jax_devices(devices: Sequence[Any] | None = None, kind: str | None = None,
-                         measure: bool = False) -> Cluster:
+                         measure: bool = False, cache: bool = True) -> Cluster:
         """The cluster of real JAX devices (default `jax.devices()`), in their order.
 
         Each device is named by platform and id (`cpu0`, `gpu3`); its figures come from the
         built-in kind (`kind`, or read off the device), its memory from the device when JAX
         reports a limit. Links get the kind's datasheet figures, or with `measure=True` figures
-        fitted to timed `jax.device_put` copies (see `measure_links`).
+        fitted to timed `jax.device_put` copies (see `measure_links`), and the cluster an
+        all-reduce fit of timed `psum`s (`measure_collectives.measure_all_reduce`); both fits are
+        kept in the disk cache unless `cache=False`.
         """
         if devices is None:
             import jax
@@ -316,11 +393,16 @@ class Cluster:
                               int(getattr(d, "process_index", 0))) for d in devices]
         latency, bandwidth = k.link_latency, k.link_bandwidth
         across = HOST_LINK if len({d.host for d in out}) > 1 else None
+        all_reduce = None
         if measure and len(devices) > 1:
-            latency, bandwidth = measure_links(devices)
+            from pesto_ir.measure_collectives import measure_all_reduce, measure_host_link, measure_links
+
+            latency, bandwidth = measure_links(devices, cache=cache)
             if across is not None:
                 across = measure_host_link(devices)
-        return Cluster.fully_connected(out, latency, bandwidth, across)
+            all_reduce = measure_all_reduce(devices, cache=cache)
+        cluster = Cluster.fully_connected(out, latency, bandwidth, across)
+        return dataclasses.replace(cluster, all_reduce=all_reduce)
 
 
 def ring_all_reduce_time(cluster: Cluster, group: Sequence[str], nbytes: int) -> float:
@@ -334,6 +416,11 @@ def ring_all_reduce_time(cluster: Cluster, group: Sequence[str], nbytes: int) ->
 
     It is bandwidth-optimal (each device sends 2 (n - 1) / n of the data, independent of n for
     large n), at a latency of 2 (n - 1) link latencies. One device needs no communication: 0.
+
+    With a measured fit (`cluster.all_reduce`) and every device of the group on one host, a step
+    costs `fit.latency + (nbytes / n) / fit.bandwidth` instead: the all-reduce then runs through
+    the runtime's own collective (XLA's, NCCL's), whose per-step cost is not that of a
+    point-to-point copy (`jax.device_put`) the links are fitted to.
     """
     if isinstance(group, str) or not isinstance(group, Sequence):
         raise ClusterError(f"an all-reduce group is a list of device names, got {brief(repr(group))}")
@@ -353,6 +440,9 @@ def ring_all_reduce_time(cluster: Cluster, group: Sequence[str], nbytes: int) ->
     if n == 1:
         return 0.0
     chunk = nbytes / n
+    fit = cluster.all_reduce
+    if fit is not None and len({cluster.device(name).host for name in names}) == 1:
+        return 2 * (n - 1) * (fit.latency + chunk / fit.bandwidth)
     step = max(cluster.transfer_time(names[i], names[(i + 1) % n], chunk) for i in range(n))
     return 2 * (n - 1) * step
 
@@ -392,114 +482,9 @@ def _jax_memory_limit(device: Any) -> float | None:
     return float(limit) if limit else None
 
 
-# Transfer sizes `measure_links` times: 4 KiB to 16 MiB, enough to separate latency from bandwidth.
-LINK_PROBE_SIZES: tuple[int, ...] = tuple(4096 * 4**i for i in range(7))
 # (latency s, bandwidth B/s) between devices of different hosts when not measured: a 100 Gb/s
 # network (Ethernet or InfiniBand HDR class), slower than any link within a host.
 HOST_LINK: tuple[float, float] = (2e-5, 12.5e9)
-
-
-def measure_host_link(devices: Sequence[Any], sizes: Sequence[int] = LINK_PROBE_SIZES,
-                      repeats: int = 5) -> tuple[float, float]:
-    """(latency s, bandwidth B/s) of copies between devices of two processes, fitted to round
-    trips between the first device of the first two processes (half a round trip is one copy).
-    A collective: every process calls it, and every process gets process 0's fit (its timings
-    are of whole round trips; the others' include waiting for process 0's sends)."""
-    import json
-    import time
-
-    import jax
-    import numpy as np
-
-    from pesto_ir.backends.cross_process import copy, is_local
-    from pesto_ir.distributed import shared_text
-
-    first: dict[int, Any] = {}
-    for d in devices:
-        first.setdefault(d.process_index, d)
-    if len(first) < 2:
-        raise ClusterError("measuring links between hosts needs devices of two processes")
-    a, b = (first[p] for p in sorted(first)[:2])
-    points = []
-    for n in sizes:
-        spec = jax.ShapeDtypeStruct((n // 4,), np.float32)
-        x = jax.device_put(np.ones(n // 4, np.float32), a) if is_local(a) else None
-        times = []
-        for _ in range(repeats + 1):  # the first round trip sets up the transfer: not counted
-            started = time.perf_counter()
-            there = copy(x, a, b, spec)
-            back = copy(there, b, a, spec)
-            if back is not None:
-                back.block_until_ready()
-            times.append((time.perf_counter() - started) / 2)
-        points.append((float(n), float(np.median(times[1:]))))
-    latency, bandwidth = json.loads(shared_text("host-link", lambda: json.dumps(fit_link(points))))
-    return float(latency), float(bandwidth)
-
-
-def measure_links(devices: Sequence[Any], sizes: Sequence[int] = LINK_PROBE_SIZES, repeats: int = 5,
-                  cache: bool = True) -> tuple[float, float]:
-    """(latency seconds, bandwidth bytes/s) fitted to `jax.device_put` copies between devices.
-
-    Copies of each size go both ways between the first two devices; the median time of each is
-    fitted by least squares to `latency + bytes / bandwidth`. The fit is cached on disk per
-    platform, device kind and device count, since it only changes with the machine.
-    """
-    from pesto_ir.diskcache import cache_get, cache_put
-
-    if len(devices) < 2:
-        raise ClusterError("measuring links needs at least two devices")
-    import jax
-
-    own = [d for d in devices if getattr(d, "process_index", 0) == jax.process_index()]  # devices of other
-    a, b = own[:2] if len(own) >= 2 else devices[:2]  # processes are not this process's to time
-    key = f"links-v2/{a.platform}/{a.device_kind}/{len(devices)}/{tuple(sizes)}"
-    hit = cache_get("links", key) if cache else None
-    if hit is not None:
-        return float(hit[0]), float(hit[1])
-    points = [(n, _time_device_put(src, dst, n, repeats)) for n in sizes for src, dst in ((a, b), (b, a))]
-    latency, bandwidth = fit_link(points)
-    if cache:
-        cache_put("links", key, [latency, bandwidth])
-    return latency, bandwidth
-
-
-def fit_link(points: Sequence[tuple[float, float]]) -> tuple[float, float]:
-    """Least-squares `t = latency + n / bandwidth` over (bytes, seconds) points.
-
-    Errors are relative (each row is divided by its time): with absolute errors the largest copies
-    would decide everything and the latency of small copies would be lost.
-    """
-    import numpy as np
-
-    n = np.array([p[0] for p in points], dtype=float)
-    t = np.array([p[1] for p in points], dtype=float)
-    w = 1.0 / np.maximum(t, 1e-12)
-    a = np.stack([n, np.ones_like(n)], axis=1) * w[:, None]
-    (slope, intercept), *_ = np.linalg.lstsq(a, t * w, rcond=None)
-    if not slope > 0:
-        raise ClusterError(f"link measurement gave no usable bandwidth (time per byte {slope:.3g} s); "
-                           "describe the links in a pesto-cluster/1 file instead")
-    return max(float(intercept), 0.0), float(1.0 / slope)
-
-
-def _time_device_put(src: Any, dst: Any, nbytes: int, repeats: int) -> float:
-    """Median seconds to copy an `nbytes` array already on `src` to `dst` (after one warm-up)."""
-    import statistics
-    import time
-
-    import jax
-    import numpy as np
-
-    x = jax.device_put(np.ones(nbytes // 4, dtype=np.float32), src)
-    x.block_until_ready()
-    jax.device_put(x, dst).block_until_ready()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        jax.device_put(x, dst).block_until_ready()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 MAX_DEVICES = 512  # 1024 devices already take 6 s just to build their million links
@@ -536,8 +521,32 @@ def _device_from_json(i: int, d: Any, source: str) -> Device:
     if isinstance(host, bool) or not isinstance(host, int) or host < 0:
         raise ClusterError(f"{source}: devices[{i}] ({d['name']}): \"host\" must be a whole number >= 0 "
                            f"(the process the device belongs to), got {brief(repr(host))}")
+    launch = d.get("launch_overhead")
+    efficiency = d.get("efficiency") or {}  # null (or {}): none given
+    who = f"{source}: devices[{i}] ({d['name']})"
+    if not isinstance(efficiency, dict):
+        raise ClusterError(f"{who}: \"efficiency\" must be an object {{op family: factor}} "
+                           f"(op families: {', '.join(OP_FAMILIES)}), got {brief(repr(efficiency))}")
+    # read with float() as the other figures are ("1e-6" too); what float() cannot read stays as is, refused
+    as_number = {k: v if math.isnan(_float(v)) else _float(v) for k, v in efficiency.items()}
+    launch = launch if launch is None or math.isnan(_float(launch)) else _float(launch)
+    _check_calibration(who, launch, tuple(as_number.items()))
     return Device(d["name"], kind, num("peak_flops", required=False), num("mem_bandwidth", required=False),
-                  num("memory"), host)
+                  num("memory"), host, launch, tuple(as_number.items()))
+
+
+def _all_reduce_from_json(raw: Any, bad: Any) -> AllReduceFit | None:
+    """The top-level `all_reduce` object, both figures required; absent or null: none."""
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise bad("\"all_reduce\" must be an object {\"latency\": seconds, \"bandwidth\": bytes per second}, "
+                  f"got {brief(repr(raw))}")
+    for key in ("latency", "bandwidth"):
+        if key not in raw:
+            raise bad(f"all_reduce: \"{key}\" is required (the measured all-reduce fit has both figures)")
+    return AllReduceFit(_link_figure(raw, "latency", 0.0, bad, "all_reduce"),
+                        _link_figure(raw, "bandwidth", 1.0, bad, "all_reduce"))
 
 
 def _link_figure(obj: dict[str, Any], key: str, default: float, bad: Any, where: str) -> float:
@@ -548,3 +557,15 @@ def _link_figure(obj: dict[str, Any], key: str, default: float, bad: Any, where:
         want = "a finite number of seconds >= 0" if key == "latency" else "positive and finite (bytes per second)"
         raise bad(f"{where}: {key} must be {want}, got {brief(repr(raw))}")
     return v
+
+
+# Measuring moved to `pesto_ir.measure_collectives`; these names still import from here.
+_MOVED = frozenset({"LINK_PROBE_SIZES", "measure_host_link", "measure_links", "fit_link"})
+
+
+def __getattr__(name: str) -> Any:
+    if name in _MOVED:
+        from pesto_ir import measure_collectives
+
+        return getattr(measure_collectives, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

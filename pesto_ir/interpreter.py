@@ -34,7 +34,7 @@ from pesto_ir.types import TensorType
 ANNOTATION_KEYS: frozenset[str] = frozenset({
     "scope", "cost", "memory", "activation", "workspace", "bytes", "bytes_accessed", "flops", "trip_count",
     "label", "body_cost", "device", "start", "end", "group", "colocate", "backward", "stage", "priority",
-    "microbatch", "per_sample", "param_bytes",
+    "microbatch", "per_sample", "param_bytes", "fusion",
 })
 
 EvalRule = Callable[["Interpreter", Op, list[Any]], list[Any]]

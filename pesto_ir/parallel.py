@@ -543,7 +543,7 @@ def _renamed(cluster: Cluster, names: list[str]) -> Cluster:
     new = dict(zip(cluster.names, names))
     devices = [dataclasses.replace(d, name=new[d.name]) for d in cluster.devices]
     links = {(new[a], new[b]): Link(new[a], new[b], lk.latency, lk.bandwidth) for (a, b), lk in cluster.links.items()}
-    return Cluster(devices, links)
+    return Cluster(devices, links, cluster.all_reduce)
 
 
 def _flat_indices(args: tuple[Any, ...], argnums: Sequence[int]) -> list[int]:

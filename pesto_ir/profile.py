@@ -22,6 +22,7 @@ from typing import Any
 from pesto_ir.attributes import Attr
 from pesto_ir.cluster import ClusterError, Device, jax_device_kind
 from pesto_ir.errors import PestoError
+from pesto_ir.fusion import FusionGroup
 from pesto_ir.ir import Graph, Op, Value
 from pesto_ir.printer import print_attr_dict
 from pesto_ir.types import TensorType
@@ -55,6 +56,15 @@ def op_signature(op: Op) -> str:
     ins = ",".join(str(v.type) for v in op.operands)
     outs = ",".join(str(r.type) for r in op.results)
     return f"{op.opcode}({ins}) {params} -> {outs}"
+
+
+def group_signature(ops: Sequence[Op]) -> str:
+    """What the time of ops run as one executable depends on: each op's signature and where its
+    operands come from (an earlier op of the group and its result, or outside)."""
+    where = {id(r): f"{i}.{j}" for i, op in enumerate(ops) for j, r in enumerate(op.results)}
+    for v in (v for op in ops for v in op.operands):
+        where.setdefault(id(v), f"in{len(where)}")
+    return " ; ".join(f"{op_signature(op)} <- {','.join(where[id(v)] for v in op.operands)}" for op in ops)
 
 
 def example_arrays(values: Sequence[Value], device: Any, who: str) -> list[Any]:
@@ -188,9 +198,21 @@ class Profiler:
 
     def time_op(self, op: Op, device: Any) -> float:
         """Seconds of `op` on JAX `device`: measured once per signature, cached on disk."""
+        return self._cached(op_signature(op), device, lambda: self._measure(op, device))
+
+    def time_group_on_kind(self, group: FusionGroup, device: Device) -> float:
+        """Seconds of a fused kernel on a local JAX device of the cluster device's kind: its ops
+        run as one executable, measured once per signature (ops, types, parameters, wiring)."""
+        if group.free:
+            return 0.0
+        jax_device = self.jax_device_for(device.kind)
+        if len(group.ops) == 1:
+            return self.time_op(group.ops[0], jax_device)
+        return self._cached(group_signature(group.ops), jax_device, lambda: self.time_ops(group.ops, jax_device))
+
+    def _cached(self, signature: str, device: Any, measure: Callable[[], float]) -> float:
         from pesto_ir.diskcache import cache_get, cache_put
 
-        signature = op_signature(op)
         key = self._cache_key(signature, device)
         memo_key = (signature, key)
         if memo_key in self._memo:
@@ -200,7 +222,7 @@ class Profiler:
             seconds = float(hit)
             self.cached += 1
         else:
-            seconds = self._measure(op, device)
+            seconds = measure()
             self.measured += 1
             if self.cache:
                 cache_put("profile", key, seconds)

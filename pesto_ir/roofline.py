@@ -3,10 +3,14 @@
 One rule table keyed by opcode (JAX primitive names) gives each op's `Work`: floating-point
 operations and bytes moved to and from device memory. An op's time on a device is
 
-    max(flops / peak_flops, bytes / mem_bandwidth) + launch overhead of the device kind
+    max(flops / peak_flops, bytes / mem_bandwidth) / efficiency + launch overhead
 
-(`LAUNCH_OVERHEAD`; `DEFAULT_LAUNCH_OVERHEAD` for kinds not listed; ops in `NO_KERNEL` take no
-time). Ops that hold nested graphs
+The efficiency is the fraction of the datasheet roofline the op's family (`FAMILIES`: matmul,
+conv, elementwise, ...) reaches on the device, 1 unless calibrated (`bench.calibrate`); the launch
+overhead is the device's calibrated figure, else its kind's (`LAUNCH_OVERHEAD`;
+`DEFAULT_LAUNCH_OVERHEAD` for kinds not listed); ops in `NO_KERNEL` take no time. This is the cost
+of an op run as a kernel of its own; `pesto_ir.fusion` costs the kernels XLA fuses ops into with
+the same `work_time`. Ops that hold nested graphs
 (`scan`, `while`, `cond`, calls) are costed from their bodies (`NESTED_RULES`): each body op
 is timed on its own and the sum is multiplied by the trip count (`length` of `scan`; the
 `trip_count` attribute of `while` when a frontend or user sets it, else 1), and `cond` takes its
@@ -210,6 +214,33 @@ _ELEMENTWISE_EXTRA = ("select_n", "clamp", "integer_pow", "is_finite", "exp2", "
 _KEY_ELEMENTWISE = ("random_seed", "random_split", "random_fold_in", "random_bits")
 _KEY_MOVEMENT = ("random_wrap", "random_unwrap")
 
+# Reductions XLA fuses with their elementwise producers (scans, sorts and top-k run their own kernels).
+_FUSED_REDUCTIONS = ("reduce_sum", "reduce_max", "reduce_min", "reduce_prod", "reduce_and", "reduce_or",
+                     "reduce_xor", "argmax", "argmin")
+_INDEXED = ("gather", "dynamic_slice", "scatter", "scatter-add", "scatter_add", "dynamic_update_slice")
+
+ELEMENTWISE_OPS: frozenset[str] = frozenset((*UNARY, *BINARY, *COMPARE, *_ELEMENTWISE_EXTRA, *_KEY_ELEMENTWISE,
+                                             "select_n", "convert_element_type"))
+MOVEMENT_OPS: frozenset[str] = frozenset((*_MOVEMENT, *_KEY_MOVEMENT)) - {"convert_element_type"}
+REDUCTION_OPS: frozenset[str] = frozenset(_FUSED_REDUCTIONS)
+
+# Op families: kinds of kernel whose measured speed, as a fraction of the roofline, differs
+# (`bench.calibrate` fits one efficiency per family and device kind).
+FAMILIES: tuple[str, ...] = ("matmul", "conv", "elementwise", "reduction", "movement", "other")
+_FAMILY_OF: dict[str, str] = {
+    "dot_general": "matmul",
+    "conv_general_dilated": "conv",
+    **{name: "elementwise" for name in ELEMENTWISE_OPS},
+    **{name: "reduction" for name in (*_REDUCTIONS, *_REDUCE_WINDOWS, "select_and_scatter_add")},
+    **{name: "movement" for name in (*MOVEMENT_OPS, *_INDEXED, "iota", "constant", "sharding_constraint")},
+}
+
+
+def op_family(op: Op) -> str:
+    """The kind of kernel an op runs: `FAMILIES`; "other" for bodies, collectives and unknown ops."""
+    return "other" if op.subgraphs() else _FAMILY_OF.get(op.opcode, "other")
+
+
 WORK_RULES: dict[str, WorkRule] = {
     **{name: _elementwise for name in (*UNARY, *BINARY, *COMPARE, *_ELEMENTWISE_EXTRA, *_KEY_ELEMENTWISE)},
     **{name: _reduction for name in _REDUCTIONS},
@@ -309,29 +340,45 @@ def graph_work(graph: Graph) -> Work:
 
 
 def launch_overhead(device: Device) -> float:
+    """Seconds a kernel launch costs: the device's calibrated figure, else its kind's."""
+    if device.launch_overhead is not None:
+        return device.launch_overhead
     return LAUNCH_OVERHEAD.get(device.kind, DEFAULT_LAUNCH_OVERHEAD)
 
 
-def work_time(work: Work, device: Device) -> float:
-    """Roofline seconds of `work` on `device`: compute-bound or memory-bound, plus launch overhead."""
+def bound_time(work: Work, device: Device) -> float:
+    """Seconds of `work` at the device's datasheet peaks: compute-bound or memory-bound, no launch."""
     if device.peak_flops is None or device.mem_bandwidth is None:
         raise RooflineError(f"device {device.name} (kind {device.kind}) has no peak_flops or mem_bandwidth, which "
                             "the roofline model needs: give them in the cluster file, or give op costs per kind "
                             "(annotate-costs{model=given})")
-    return max(work.flops / device.peak_flops, work.bytes / device.mem_bandwidth) + launch_overhead(device)
+    return max(work.flops / device.peak_flops, work.bytes / device.mem_bandwidth)
+
+
+def work_time(work: Work, device: Device, family: str = "other") -> float:
+    """Roofline seconds of a kernel doing `work` on `device`: the bound time over the family's
+    efficiency, plus one launch."""
+    return bound_time(work, device) / device.efficiency_for(family) + launch_overhead(device)
+
+
+def nested_time(op: Op, body_time: Callable[[Graph], float], device: Device) -> float | None:
+    """Seconds of an op with bodies, each body timed by `body_time`; None for ops without bodies."""
+    nested = _nested(op)
+    if nested is None:
+        return None
+    parts = [body_time(g) for g in nested.graphs]
+    body = max(parts, default=0.0) if nested.one_of else nested.trips * sum(parts)
+    return body + launch_overhead(device)
 
 
 def op_time(op: Op, device: Device) -> float:
-    """Roofline seconds of `op` on `device`; bodies of nested graphs are timed op by op.
-    Collectives are 0: their time is the ring all-reduce time, set as their `cost` elsewhere."""
+    """Roofline seconds of `op` on `device` as a kernel of its own; bodies of nested graphs are
+    timed op by op. Collectives are 0: their time is the ring all-reduce time, set as their `cost`
+    elsewhere."""
     if op.opcode in NO_KERNEL or op.opcode in COLLECTIVES:
         return 0.0
-    nested = _nested(op)
-    if nested is None:
-        return work_time(op_work(op), device)
-    parts = [graph_time(g, device) for g in nested.graphs]
-    body = max(parts, default=0.0) if nested.one_of else nested.trips * sum(parts)
-    return body + launch_overhead(device)
+    nested = nested_time(op, lambda g: graph_time(g, device), device)
+    return nested if nested is not None else work_time(op_work(op), device, op_family(op))
 
 
 def graph_time(graph: Graph, device: Device) -> float:

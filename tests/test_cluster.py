@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from pesto_ir.cluster import Cluster, ClusterError, fit_link, jax_device_kind, measure_links
+from pesto_ir.cluster import (
+    OP_FAMILIES,
+    AllReduceFit,
+    Cluster,
+    ClusterError,
+    Device,
+    jax_device_kind,
+    ring_all_reduce_time,
+)
+from pesto_ir.measure_collectives import fit_all_reduce, fit_link, measure_links
 
 
 def doc(**extra: object) -> dict[str, object]:
@@ -215,3 +225,145 @@ def test_the_planner_keeps_chatty_work_on_one_host_when_the_network_is_slow() ->
         assert plan is not None
         hosts_used.append({c.device(s.device).host for s in plan.ops.values()})
     assert hosts_used == [{0, 1}, {0}]
+
+
+# ---------------------------------------------------------------- calibrated figures
+
+CALIBRATED = {"launch_overhead": 3e-6, "efficiency": {"matmul": 0.6, "elementwise": 0.25}}
+
+
+def calibrated_doc(**extra: object) -> dict[str, object]:
+    d = doc(**extra)
+    d["devices"] = [{**dev, **CALIBRATED} for dev in d["devices"]]  # type: ignore[attr-defined]
+    return d
+
+
+def test_calibrated_figures_read_and_round_trip(tmp_path: Path) -> None:
+    c = Cluster.from_json(calibrated_doc(all_reduce={"latency": 2e-6, "bandwidth": "5e9"}))
+    gpu0 = c.device("gpu0")
+    assert gpu0.launch_overhead == 3e-6 and c.all_reduce == AllReduceFit(2e-6, 5e9)
+    assert gpu0.efficiency_for("matmul") == 0.6 and gpu0.efficiency_for("conv") == 1.0
+    assert {gpu0: 1}[gpu0] == 1  # still hashable
+    p = tmp_path / "c.json"
+    p.write_text(json.dumps(c.to_json()))
+    back = Cluster.load(p)
+    assert back.devices == c.devices and back.links == c.links and back.all_reduce == c.all_reduce
+    assert back.to_json() == c.to_json()
+    assert back.with_memory(1e9).all_reduce == c.all_reduce
+
+
+def test_files_without_calibration_write_back_as_before() -> None:
+    c = Cluster.from_json(doc())
+    out = c.to_json()
+    assert "all_reduce" not in out and c.all_reduce is None
+    assert all(set(d) == {"name", "kind", "memory", "peak_flops", "mem_bandwidth"} for d in out["devices"])
+    assert c.device("gpu0").launch_overhead is None and c.device("gpu0").efficiency_for("matmul") == 1.0
+
+
+def test_efficiency_is_kept_sorted_whatever_order_it_came_in() -> None:
+    a = Device("x", "cpu", 1e11, 2e10, 1e9, efficiency={"matmul": 0.5, "conv": 0.4})
+    b = Device("x", "cpu", 1e11, 2e10, 1e9, efficiency=(("conv", 0.4), ("matmul", 0.5)))
+    assert a == b and hash(a) == hash(b) and a.efficiency == (("conv", 0.4), ("matmul", 0.5))
+
+
+@pytest.mark.parametrize(("device", "message"), [
+    ({"launch_overhead": -1e-6}, r"devices\[0\] \(gpu0\): launch_overhead must be a finite number of seconds >= 0, got -1e-06"),
+    ({"launch_overhead": float("nan")}, "launch_overhead must be .* got nan"),
+    ({"launch_overhead": "soon"}, "launch_overhead must be .* got 'soon'"),
+    ({"launch_overhead": True}, "launch_overhead must be .* got True"),
+    ({"efficiency": {"gemm": 0.5}}, "unknown op family 'gemm' \\(op families: matmul, conv, elementwise, reduction"),
+    ({"efficiency": {"matmul": 0}}, "efficiency of 'matmul' must be a positive finite factor .* got 0"),
+    ({"efficiency": {"matmul": float("inf")}}, "efficiency of 'matmul' must be .* got inf"),
+    ({"efficiency": {"matmul": "fast"}}, "efficiency of 'matmul' must be .* got 'fast'"),
+    ({"efficiency": [0.5]}, r"\"efficiency\" must be an object \{op family: factor\}"),
+])
+def test_bad_calibrated_device_figures_are_refused(device: dict[str, object], message: str) -> None:
+    data = doc()
+    data["devices"][0].update(device)  # type: ignore[index]
+    with pytest.raises(ClusterError, match=message):
+        Cluster.from_json(data, "c.json")
+
+
+@pytest.mark.parametrize(("all_reduce", "message"), [
+    ({"latency": -1, "bandwidth": 1e9}, "all_reduce: latency must be a finite number of seconds >= 0, got -1"),
+    ({"latency": 1e-6, "bandwidth": 0}, "all_reduce: bandwidth must be positive and finite .* got 0"),
+    ({"latency": 1e-6, "bandwidth": float("nan")}, "all_reduce: bandwidth must be .* got nan"),
+    ({"latency": "x", "bandwidth": 1e9}, "all_reduce: latency must be .* got 'x'"),
+    ({"latency": 1e-6}, "all_reduce: \"bandwidth\" is required"),
+    ([1e-6, 1e9], "\"all_reduce\" must be an object"),
+])
+def test_a_bad_all_reduce_fit_is_refused(all_reduce: object, message: str) -> None:
+    with pytest.raises(ClusterError, match=message):
+        Cluster.from_json(doc(all_reduce=all_reduce), "c.json")
+
+
+def test_calibrated_figures_through_the_api_are_checked() -> None:
+    with pytest.raises(ClusterError, match="device x: efficiency: unknown op family 'gemm'"):
+        Device("x", "cpu", 1e11, 2e10, 1e9, efficiency={"gemm": 1.0})
+    with pytest.raises(ClusterError, match="device x: launch_overhead must be"):
+        Device("x", "cpu", 1e11, 2e10, 1e9, launch_overhead=-1.0)
+    with pytest.raises(ClusterError, match="all_reduce: bandwidth must be positive"):
+        AllReduceFit(0.0, -1.0)
+    with pytest.raises(ClusterError, match="unknown op family 'gemm'"):
+        Device.of_kind("x", "cpu").efficiency_for("gemm")
+    assert OP_FAMILIES == ("matmul", "conv", "elementwise", "reduction", "movement", "other")
+
+
+def test_ring_all_reduce_uses_the_fit_within_one_host_only() -> None:
+    fit = AllReduceFit(1e-6, 1e9)
+    c = Cluster.from_json(doc(all_reduce={"latency": 1e-6, "bandwidth": 1e9}))
+    assert ring_all_reduce_time(c, ["gpu0", "gpu1"], 2_000_000) == pytest.approx(2 * (1e-6 + 1e6 / 1e9))
+    assert ring_all_reduce_time(Cluster.from_json(doc()), ["gpu0", "gpu1"], 2_000_000) == \
+        pytest.approx(2 * (1e-5 + 1e6 / 4.5e11))
+    across = dataclasses.replace(two_hosts(latency=1e-3, bandwidth=1e9), all_reduce=fit)
+    hosts = [d.name for d in across.devices]
+    assert ring_all_reduce_time(across, hosts, 1000) == pytest.approx(
+        2 * (len(hosts) - 1) * max(across.transfer_time(a, b, 1000 / len(hosts))
+                                   for a, b in zip(hosts, hosts[1:] + hosts[:1])))
+
+
+def test_fit_all_reduce_recovers_latency_and_bandwidth() -> None:
+    alpha, beta = 4e-6, 3e9
+    pts = [(n, b, 2 * (n - 1) * alpha + 2 * (n - 1) / n * b / beta) for n in (2, 4, 8) for b in (4096, 65536, 1 << 20)]
+    fit = fit_all_reduce(pts)
+    assert fit.latency == pytest.approx(alpha, rel=1e-6) and fit.bandwidth == pytest.approx(beta, rel=1e-6)
+    no_latency = fit_all_reduce([(n, b, 2 * (n - 1) / n * b / beta - 1e-7) for n in (2, 4) for b in (1e4, 1e6)])
+    assert no_latency.latency == 0.0 and no_latency.bandwidth > 0
+    with pytest.raises(ClusterError, match="no usable bandwidth"):
+        fit_all_reduce([(2, 1e3, 1e-3), (2, 1e6, 1e-6)])
+    with pytest.raises(ClusterError, match="fewer than two times"):
+        fit_all_reduce([(2, 1e3, 0.0), (2, 1e6, 1e-3)])
+
+
+def test_measured_all_reduce_on_cpu_devices(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import math
+    import time
+
+    import jax
+
+    monkeypatch.setenv("PESTO_CACHE", str(tmp_path))
+    t0 = time.perf_counter()
+    c = Cluster.from_jax_devices(jax.devices(), measure=True)
+    assert time.perf_counter() - t0 < 30
+    fit = c.all_reduce
+    assert fit is not None and math.isfinite(fit.latency) and fit.latency >= 0
+    assert math.isfinite(fit.bandwidth) and fit.bandwidth > 0
+    assert ring_all_reduce_time(c, c.names, 8 << 20) == pytest.approx(
+        2 * 7 * (fit.latency + (8 << 20) / 8 / fit.bandwidth))
+    assert Cluster.from_jax_devices(jax.devices(), measure=True).all_reduce == fit  # from the disk cache
+    assert Cluster.from_jax_devices(jax.devices()[:1], measure=True).all_reduce is None
+
+
+def test_a_data_parallel_plan_times_its_all_reduces_by_the_fit(tmp_path: Path) -> None:
+    from pesto_ir.cli import main
+
+    data = Cluster.homogeneous(4, "h100").to_json()
+    data["all_reduce"] = {"latency": 1e-4, "bandwidth": 1e9}  # far slower than the links: it must show
+    (tmp_path / "c.json").write_text(json.dumps(data))
+    assert main(["examples/mlp_train_step.pir", "--cluster", str(tmp_path / "c.json"), "--data-parallel", "2",
+                 "--microbatches", "1", "--algo", "m-etf", "--plan-json", str(tmp_path / "p.json"),
+                 "-o", str(tmp_path / "x.pir"), "-q"]) == 0
+    collectives = json.loads((tmp_path / "p.json").read_text())["collectives"]
+    assert collectives
+    for c in collectives:
+        assert c["end"] - c["start"] == pytest.approx(2 * (1e-4 + c["bytes"] / 2 / 1e9))

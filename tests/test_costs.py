@@ -147,7 +147,7 @@ def run_pass(text: str, pipeline: str, cluster: Cluster, quiet: bool = True) -> 
 
 
 def test_roofline_homogeneous_writes_one_duration() -> None:
-    g = run_pass(MLP, "annotate-costs{model=roofline}", Cluster.homogeneous(2, "h100"))
+    g = run_pass(MLP, "annotate-costs{model=roofline fusion=none}", Cluster.homogeneous(2, "h100"))
     dot = g.op("y")
     assert isinstance(dot.attrs["cost"], DurationAttr)
     k = Device.of_kind("x", "h100")

@@ -1,0 +1,67 @@
+"""`python -m bench.calibrate`: a measured pesto-cluster/1 file that Pesto reads back and plans with."""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench.calibrate import MAX_EFFICIENCY, Sample, fit_efficiency, fit_launch_overhead, parse_args
+from pesto_ir.cli import main as pesto_compile
+from pesto_ir.cluster import OP_FAMILIES, Cluster
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_calibrate(*args: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=3", "JAX_PLATFORMS": "cpu",
+           "PESTO_CACHE": str(tmp_path / "cache")}
+    return subprocess.run([sys.executable, "-m", "bench.calibrate", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_quick_calibration_writes_a_cluster_pesto_compile_reads(tmp_path: Path) -> None:
+    out = tmp_path / "c.json"
+    done = run_calibrate("--quick", "--runs", "3", "--out", str(out), tmp_path=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "measured/roofline" in done.stdout and "matmul" in done.stdout and "all-reduce:" in done.stdout
+    cluster = Cluster.load(out)
+    assert cluster.names == ["cpu0", "cpu1", "cpu2"]
+    for d in cluster.devices:
+        assert d.launch_overhead is not None and 0 <= d.launch_overhead < 1e-2
+        assert d.efficiency and dict(d.efficiency).keys() <= set(OP_FAMILIES)
+        assert "matmul" in dict(d.efficiency)
+        assert all(0 < e <= MAX_EFFICIENCY for _, e in d.efficiency)
+    fit = cluster.all_reduce
+    assert fit is not None and math.isfinite(fit.latency) and fit.bandwidth > 0
+    assert not (tmp_path / "cache").exists(), "calibration measures; it neither reads nor fills the disk cache"
+    assert pesto_compile(["examples/mlp_train_step.pir", "--cluster", str(out), "-o", str(tmp_path / "x.pir"),
+                          "-q"]) == 0
+
+
+def test_bad_options_are_clear_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    for argv, message in ((["--runs", "0"], "must be a whole number >= 1, got 0"),
+                          (["--runs", "two"], "must be a whole number >= 1, got 'two'"),
+                          (["--warmup", "-1"], "must be a whole number >= 0, got -1"),
+                          (["--stat", "mean"], "invalid choice")):
+        with pytest.raises(SystemExit):
+            parse_args(argv)
+        assert message in capsys.readouterr().err
+    done = run_calibrate("--quick", "--kind", "z80", "--out", str(tmp_path / "c.json"), tmp_path=tmp_path)
+    assert done.returncode == 1 and "unknown device kind 'z80'" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_fits_on_made_up_kernels() -> None:
+    launch, speed = 5e-6, {"matmul": 0.5, "elementwise": 0.1}
+    samples = [Sample(f, r, launch + r / speed[f]) for f in speed for r in (1e-7, 1e-6, 1e-4, 1e-3)]
+    samples += [Sample("movement", 1e-8, launch)] * 3 + [Sample("other", 0.0, launch)] * 3
+    samples += [Sample("reduction", 1e-3, 1.0)]  # one odd kernel makes no figure for its family
+    assert fit_launch_overhead(samples) == pytest.approx(launch, rel=0.05)
+    efficiency, why = fit_efficiency(samples, launch)
+    assert efficiency == pytest.approx(speed)
+    assert why == {"conv": "no kernels", "reduction": "only 1 kernel", "movement": "launch-bound",
+                   "other": "no roofline work"}
