@@ -25,13 +25,14 @@ import io
 import re
 from pathlib import Path
 
+from pesto_ir.backends.figures import FORMATS, image_metadata, mirrored_devices, time_unit
+from pesto_ir.backends.memory_plot import draw_live_bytes
 from pesto_ir.cluster import Cluster
 from pesto_ir.errors import PestoError
 from pesto_ir.ir import Graph
 from pesto_ir.plan import Collective, Plan, all_reduce_bytes
 from pesto_ir.units import human_bytes, human_time
 
-FORMATS = ("png", "svg", "pdf")
 MAX_LEGEND = 12  # more categories than this and a legend hides the chart
 TRANSFER_COLOUR = "#555555"
 MEMORY_LANE_HEIGHT = 2.5  # inches of the live-bytes lane under the device rows
@@ -71,15 +72,6 @@ def _prefix(text: str) -> str:
 
 # ---------------------------------------------------------------- hybrid plans (also used by trace.py)
 
-def mirrored_devices(plan: Plan) -> set[str]:
-    """Devices of replicas 1.. that hold no op: they run replica 0's schedule, so a row (or trace
-    thread) for them would only repeat replica 0's, or look idle when it is not."""
-    par = plan.parallelism
-    if par is None:
-        return set()
-    return {d for g in par.replicas[1:] for d in g} - {s.device for s in plan.ops.values()}
-
-
 def _named(groups: list[str], sep: str) -> str:
     """`groups` joined by `sep`, the middle ones elided when there are too many to read."""
     if len(groups) > MAX_GROUPS_NAMED:
@@ -118,19 +110,6 @@ def microbatch_of(graph: Graph | None, name: str) -> int | None:
         return None
     mb = graph.op(name).get("microbatch")
     return mb if isinstance(mb, int) and not isinstance(mb, bool) else None
-
-
-def time_unit(span: float) -> tuple[str, float]:
-    """(unit, seconds -> unit factor) that keeps the axis of a `span`-long step readable."""
-    for unit, scale in (("s", 1.0), ("ms", 1e3), ("us", 1e6)):
-        if span * scale >= 1:
-            return unit, scale
-    return "ns", 1e9
-
-
-def image_metadata(fmt: str) -> dict[str, None]:
-    """No dates or versions in the file, so the same plan draws the same bytes."""
-    return {"svg": {"Date": None}, "pdf": {"CreationDate": None}, "png": {"Software": None}}[fmt]
 
 
 def gantt_image(plan: Plan, graph: Graph | None = None, fmt: str = "png", *, memory: bool = False,
@@ -341,8 +320,6 @@ def gantt_figure(plan: Plan, graph: Graph | None = None, *, memory: bool = False
         ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize="small",
                   title=f"colour = {basis}", title_fontsize="small")
     if mem_ax is not None:
-        from pesto_ir.backends.memory_plot import draw_live_bytes
-
         draw_live_bytes(mem_ax, graph, plan, scale, cluster)
     fig.tight_layout()
     _label_bars(fig, ax, shared, row_of, colour, collectives, graph, scale, span)

@@ -16,7 +16,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from pesto_ir.backends.gantt import FORMATS, image_metadata, mirrored_devices, time_unit
+from pesto_ir.backends.figures import FORMATS, image_metadata, mirrored_devices, time_unit
 from pesto_ir.cluster import Cluster
 from pesto_ir.errors import PestoError
 from pesto_ir.ir import Graph

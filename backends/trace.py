@@ -17,7 +17,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from pesto_ir.backends.gantt import collectives_of, microbatch_of, mirrored_devices, parallelism_line
+from pesto_ir.backends.figures import mirrored_devices
+from pesto_ir.backends.gantt import collectives_of, microbatch_of, parallelism_line
 from pesto_ir.ir import Graph
 from pesto_ir.plan import Collective, OpSlot, Plan
 from pesto_ir.units import human_bytes

@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-SINGLE_THREAD_XLA = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
+from pesto_ir.timing import SINGLE_THREAD_XLA
 
 
 def _setup(k: int, clock: str) -> None:

@@ -40,11 +40,7 @@ from pesto_ir.cluster import Cluster
 from pesto_ir.ir import Graph
 from pesto_ir.passmanager import PassContext, PassManager
 from pesto_ir.plan import read_plan_attrs
-from pesto_ir.profile import call_time
-
-# One XLA thread when timing by CPU clock: then CPU time is the step's time on a quiet machine.
-SINGLE_THREAD_XLA = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
-
+from pesto_ir.timing import SINGLE_THREAD_XLA, call_time
 
 # ---------------------------------------------------------------- models
 
@@ -134,28 +130,14 @@ def transformer_model() -> tuple[Callable[..., Any], tuple[Any, ...]]:
     return block, (params, x)
 
 
-def _concrete(spec: Any, key: Any) -> Any:
-    """Random floats (integers zero: valid labels and indices) of an abstract argument tree."""
-    import jax
-    import jax.numpy as jnp
-
-    leaves, tree = jax.tree_util.tree_flatten(spec)
-    keys = jax.random.split(key, max(len(leaves), 1))
-    arrays = [jax.random.normal(k, s.shape, s.dtype) * 0.05 if jnp.issubdtype(s.dtype, jnp.floating)
-              else jnp.zeros(s.shape, s.dtype) for k, s in zip(keys, leaves)]
-    return jax.tree_util.tree_unflatten(tree, arrays)
-
-
 def zoo_model(name: str, config: Any) -> Callable[[], tuple[Callable[..., Any], tuple[Any, ...]]]:
     """A zoo training step (`bench/zoo_jax.py`) at a reduced size that runs in ms on a CPU."""
 
     def build() -> tuple[Callable[..., Any], tuple[Any, ...]]:
-        import jax
-
-        from bench.zoo_jax import step_at
+        from bench.zoo_jax import concrete_arguments, step_at
 
         step, spec = step_at(name, config, f"{name}_reduced")
-        return step, _concrete(spec, jax.random.PRNGKey(3))
+        return step, concrete_arguments(spec)
 
     return build
 

@@ -31,6 +31,7 @@ import argparse
 import dataclasses
 import json
 import math
+import os
 import statistics
 import sys
 import time
@@ -41,6 +42,7 @@ from typing import Any
 from pesto_ir.cluster import OP_FAMILIES, Cluster, ClusterError, Device
 from pesto_ir.errors import PestoError
 from pesto_ir.ir import Graph, Op
+from pesto_ir.timing import SINGLE_THREAD_XLA
 
 # A family is calibrated only when its kernels spend at least this share of their measured time,
 # and this many seconds, beyond the launches: kernels that are all launch (or timer noise) say
@@ -51,8 +53,28 @@ MIN_BEYOND_LAUNCH_S = 2e-5
 MIN_KERNELS = 3
 # At most this fraction of the datasheet roofline (a sanity bound: datasheets are peaks).
 MAX_EFFICIENCY = 10.0
+# Families holding at least this share of the calibration steps' roofline time get an efficiency
+# fitted to whole steps; and the steps must outnumber the figures fitted by this many.
+STEP_FIT_SHARE = 0.02
+MIN_SPARE_STEPS = 2
 # The share of kernels, smallest roofline time first, whose median time is the launch overhead.
 LAUNCH_QUANTILE = 0.25
+
+
+def _step_models(quick: bool) -> dict[str, tuple[str, Any]]:
+    """Whole steps to fit the figures to: the kernel models and more sizes and models, so that the
+    steps outnumber the figures fitted (name -> (zoo model, config))."""
+    from bench.zoo_jax import GptConfig, MlpConfig, MultiTowerConfig, ResNetConfig, Seq2SeqConfig
+
+    steps = {name: (name, config) for name, config in _models(quick).items()}
+    if not quick:
+        steps.update({"mlp_wide": ("mlp", MlpConfig(2, 2048, 128, 10)),
+                      "gpt_short": ("gpt", GptConfig(2, 256, 4, 64, 8, 1024)),
+                      "resnet_small": ("resnet", ResNetConfig(((8, 1, 1), (16, 1, 2)), 8, 32, 16, 10)),
+                      "resnet_deep": ("resnet", ResNetConfig(((16, 2, 1), (32, 2, 2), (64, 1, 2)), 16, 32, 8, 10)),
+                      "lstm_wide": ("lstm_seq2seq", Seq2SeqConfig(1, 256, 2, 64, 256)),
+                      "multitower": ("multitower", MultiTowerConfig(3, 64, 256, 2, 256, 64))})
+    return steps
 
 
 def _models(quick: bool) -> dict[str, Any]:
@@ -156,6 +178,99 @@ def fit_efficiency(samples: Sequence[Sample], launch: float) -> tuple[dict[str, 
     return out, why
 
 
+# ---------------------------------------------------------------- whole steps
+
+@dataclass(frozen=True)
+class Step:
+    """One model's whole jitted step: its kernels, their datasheet roofline seconds per family
+    (no launch), and the measured seconds of the step."""
+
+    model: str
+    kernels: int
+    roofline: dict[str, float]
+    measured: float
+
+    def predicted(self, launch: float, efficiency: dict[str, float]) -> float:
+        return sum(t / efficiency.get(f, 1.0) for f, t in self.roofline.items()) + launch * self.kernels
+
+
+def step_sample(name: str, model: str, config: Any, graph: Graph, device: Device, profiler: Any) -> Step:
+    """`graph`'s step (zoo `model` at `config`) timed whole under `jax.jit` on the profiler's device."""
+    import jax
+
+    from bench.zoo_jax import concrete_arguments, step_at
+    from pesto_ir.fusion import fusion_groups, group_work
+    from pesto_ir.roofline import NO_KERNEL
+    from pesto_ir.timing import call_time
+
+    step, spec = step_at(model, config)
+    jax_device = profiler.jax_device_for(device.kind)
+    args = jax.device_put(concrete_arguments(spec), jax_device)
+    measured = call_time(jax.jit(step), args, profiler.runs, profiler.warmup, profiler.stat, profiler.clock)
+    roofline: dict[str, float] = {}
+    kernels = 0
+    for g in fusion_groups(graph):
+        if g.free or all(op.opcode in NO_KERNEL for op in g.ops):
+            continue
+        kernels += 1
+        roofline[g.family] = roofline.get(g.family, 0.0) + datasheet_time(group_work(g), device)
+    return Step(name, kernels, roofline, max(measured - profiler.baseline(jax_device), 0.0))
+
+
+def fit_to_steps(steps: Sequence[Step], kernel_efficiency: dict[str, float]) -> tuple[float, dict[str, float], str]:
+    """Launch overhead and efficiencies that make the calibrated roofline of whole steps match
+    their measured times: non-negative least squares on relative error, over the families that
+    hold at least `STEP_FIT_SHARE` of the steps' roofline time (the others keep the efficiency of
+    their kernels timed alone). With too few steps to fit them, only the launch is fitted.
+    Returns the launch, the efficiencies and how they were fitted."""
+    import numpy as np
+    from scipy.optimize import nnls
+
+    totals = {f: sum(st.roofline.get(f, 0.0) for st in steps) for f in OP_FAMILIES}
+    grand = sum(totals.values())
+    fitted = [f for f in OP_FAMILIES if grand > 0 and totals[f] >= STEP_FIT_SHARE * grand]
+    if len(steps) < len(fitted) + 1 + MIN_SPARE_STEPS:
+        return (fit_step_launch(steps, kernel_efficiency), dict(kernel_efficiency),
+                f"launch fitted to {len(steps)} step(s); efficiencies of the kernels timed alone")
+    kept = {f: e for f, e in kernel_efficiency.items() if f not in fitted}
+    a = np.array([[st.roofline.get(f, 0.0) / st.measured for f in fitted] + [st.kernels / st.measured]
+                  for st in steps])
+    b = np.array([1.0 - sum(t / kept.get(f, 1.0) for f, t in st.roofline.items() if f not in fitted) / st.measured
+                  for st in steps])
+    x, _ = nnls(a, b)
+    efficiency = dict(kept)
+    for f, inverse in zip(fitted, x[:-1]):
+        efficiency[f] = min(1.0 / inverse, MAX_EFFICIENCY) if inverse > 0 else MAX_EFFICIENCY
+    return (float(x[-1]), efficiency,
+            f"{', '.join(fitted)} and the launch fitted to {len(steps)} whole steps; the other families "
+            "from their kernels timed alone")
+
+
+def fit_step_launch(steps: Sequence[Step], efficiency: dict[str, float]) -> float:
+    """The launch overhead inside a step: per model, what the step measured beyond its kernels'
+    calibrated roofline time, per kernel; the median over models (at least 0).
+
+    Kernels timed alone pay a dispatch each (an executable call, its arguments), which kernels of
+    one executable do not: on a CPU, 10 us alone against about 1 us inside a step. The efficiency
+    per family comes from the large kernels timed alone; the per-kernel overhead from whole steps.
+    """
+    if not steps:
+        raise PestoError("no steps were timed: nothing to calibrate the launch overhead with")
+    per_kernel = [(st.measured - st.predicted(0.0, efficiency)) / max(st.kernels, 1) for st in steps]
+    return max(float(statistics.median(per_kernel)), 0.0)
+
+
+def step_table(steps: Sequence[Step], launch: float, efficiency: dict[str, float], datasheet_launch: float) -> str:
+    lines = [f"{'step':<14} {'kernels':>7} {'measured ms':>11} {'calibrated ms':>13} {'ratio':>6} "
+             f"{'datasheet ms':>12} {'ratio':>6}"]
+    for st in steps:
+        cal, raw = st.predicted(launch, efficiency), st.predicted(datasheet_launch, {})
+        lines.append(f"{st.model:<14} {st.kernels:>7} {_ms(st.measured):>11} {_ms(cal):>13} "
+                     f"{cal / st.measured if st.measured else 0:>6.2f} {_ms(raw):>12} "
+                     f"{raw / st.measured if st.measured else 0:>6.2f}")
+    return "\n".join(lines)
+
+
 # ---------------------------------------------------------------- the cluster
 
 def calibrated_cluster(devices: Sequence[Any], kind: str | None, launch: float,
@@ -174,23 +289,30 @@ def _ms(seconds: float) -> str:
     return f"{seconds * 1e3:.3f}"
 
 
-def family_table(samples: Sequence[Sample], efficiency: dict[str, float], why: dict[str, str],
-                 datasheet_launch: float) -> str:
-    """Per family: kernels, roofline and measured milliseconds, their ratio, the efficiency, and
-    what the uncalibrated model (roofline plus the kind's built-in launch overhead) says."""
-    head = ("family", "kernels", "roofline ms", "measured ms", "measured/roofline", "efficiency", "uncalibrated ms")
+def family_table(samples: Sequence[Sample], alone: dict[str, float], why: dict[str, str],
+                 efficiency: dict[str, float], datasheet_launch: float) -> str:
+    """Per family: kernels, roofline and measured milliseconds of its kernels timed alone, their
+    ratio, the efficiency they give, the efficiency written (fitted to whole steps where there
+    were enough), and what the uncalibrated model (roofline plus the kind's launch) says."""
+    head = ("family", "kernels", "roofline ms", "measured ms", "measured/roofline", "alone", "efficiency",
+            "uncalibrated ms")
     rows = [head]
     for family in OP_FAMILIES:
         mine = [s for s in samples if s.family == family]
         roofline, measured = sum(s.roofline for s in mine), sum(s.measured for s in mine)
         ratio = f"{measured / roofline:.3g}" if roofline > 0 else "-"
-        eff = efficiency.get(family)
-        shown = f"none ({why[family]})" if eff is None else f"{eff:.3g}" + (" (capped)" if eff >= MAX_EFFICIENCY else "")
-        rows.append((family, str(len(mine)), _ms(roofline), _ms(measured), ratio, shown,
+        rows.append((family, str(len(mine)), _ms(roofline), _ms(measured), ratio,
+                     _efficiency(alone.get(family), why.get(family, "")), _efficiency(efficiency.get(family), "1"),
                      _ms(roofline + datasheet_launch * len(mine))))
     widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
     return "\n".join("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
                      for r in rows)
+
+
+def _efficiency(value: float | None, why: str) -> str:
+    if value is None:
+        return f"none ({why})" if why != "1" else "1"
+    return f"{value:.3g}" + (" (capped)" if value >= MAX_EFFICIENCY else "")
 
 
 def summary(cluster: Cluster) -> str:
@@ -236,6 +358,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--warmup", type=_non_negative_int, default=2, help="untimed runs first (default 2)")
     p.add_argument("--stat", choices=("min", "median"), default="min",
                    help="how the runs become one time (default min: other work on the machine only adds time)")
+    p.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                   help="wall time (default), or process CPU time with XLA's CPU backend on one thread "
+                        "(steady on a shared machine; CPU devices only), as bench/bench_costs.py times")
     p.add_argument("--kind", help="built-in device kind whose datasheet is the roofline (default: read off the device)")
     p.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors")
     return p.parse_args(argv)
@@ -260,15 +385,23 @@ def run(args: argparse.Namespace) -> int:
     (kind,) = kinds
     device = Device.of_kind("calibrating", kind)
     say(f"calibrating {len(devices)} {devices[0].platform} device(s) as kind '{kind}'")
-    profiler = Profiler(runs=args.runs, warmup=args.warmup, cache=False, devices=devices[:1], stat=args.stat)
+    profiler = Profiler(runs=args.runs, warmup=args.warmup, cache=False, devices=devices[:1], stat=args.stat,
+                        clock=args.clock)
 
     from bench.zoo_jax import lower_config
 
     samples: list[Sample] = []
-    for name, config in _models(args.quick).items():
-        samples += kernel_samples(lower_config(name, config, f"{name}_calibrate"), device, devices[0], profiler, say)
-    launch = fit_launch_overhead(samples)
-    efficiency, why = fit_efficiency(samples, launch)
+    graphs = {name: lower_config(name, config, f"{name}_calibrate") for name, config in _models(args.quick).items()}
+    for graph in graphs.values():
+        samples += kernel_samples(graph, device, devices[0], profiler, say)
+    alone = fit_launch_overhead(samples)
+    kernel_efficiency, why = fit_efficiency(samples, alone)
+    steps = []
+    for name, (model, config) in _step_models(args.quick).items():
+        graph = graphs.get(name) or lower_config(model, config, f"{name}_calibrate")
+        steps.append(step_sample(name, model, config, graph, device, profiler))
+    launch, efficiency, how = fit_to_steps(steps, kernel_efficiency)
+    say(f"launch overhead: {alone * 1e6:.2f} us per kernel timed alone, {launch * 1e6:.2f} us inside a step; {how}")
     started = time.perf_counter()
     cluster = calibrated_cluster(devices, kind, launch, efficiency)
     say(f"links and all-reduce measured in {time.perf_counter() - started:.1f} s")
@@ -276,7 +409,8 @@ def run(args: argparse.Namespace) -> int:
     write_atomic(out, json.dumps(cluster.to_json(), indent=1) + "\n")
     Cluster.load(out)  # what was written reads back
     if not args.quiet:
-        print(family_table(samples, efficiency, why, launch_overhead(device)))
+        print(family_table(samples, kernel_efficiency, why, efficiency, launch_overhead(device)))
+        print(step_table(steps, launch, efficiency, launch_overhead(device)))
         print(summary(cluster))
         print(f"wrote {out}")
     return 0
@@ -284,6 +418,8 @@ def run(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.clock == "cpu":  # read when JAX's CPU backend starts, so before the first jax.devices()
+        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + SINGLE_THREAD_XLA).strip()
     try:
         return run(args)
     except PestoError as e:

@@ -607,3 +607,13 @@ def step_at(name: str, config: Any, step_name: str | None = None) -> tuple[Calla
     model = entry.build(config)
     state = tuple(model.params for _ in range(entry.optimizer.slots))
     return _train_step(step_name or f"{name}_custom", model.loss, entry.optimizer), (model.params, state, *model.batch)
+
+
+def concrete_arguments(spec: Any, seed: int = 3) -> Any:
+    """Arrays for an abstract argument tree (`step_at`'s): small random floats, integers zero
+    (valid labels and indices), to run a step for real."""
+    leaves, tree = jax.tree_util.tree_flatten(spec)
+    keys = jax.random.split(jax.random.PRNGKey(seed), max(len(leaves), 1))
+    arrays = [jax.random.normal(k, s.shape, s.dtype) * 0.05 if jnp.issubdtype(s.dtype, jnp.floating)
+              else jnp.zeros(s.shape, s.dtype) for k, s in zip(keys, leaves)]
+    return jax.tree_util.tree_unflatten(tree, arrays)

@@ -1,1 +1,37 @@
-"""Frontends: `.pir` text (`text`), cost-graph JSON (`json_graph`), JAX functions (`jax`)."""
+"""Frontends: `.pir` text (`text`), cost-graph JSON (`json_graph`), JAX functions (`jax`); and
+`parse`/`load`, which read a model whatever its format (`pesto_ir.parse`, `pesto_ir.load`)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from pesto_ir.ir import Graph
+from pesto_ir.loader import ArgumentError
+
+
+def parse(text: str, filename: str = "<string>", engine: str = "fast") -> Graph:
+    """Parse `.pir` text into a Graph (call `verify` to check it).
+
+    `engine="lark"` runs only the reference Lark parser; the default fast path gives the same graph.
+    """
+    from pesto_ir.frontends.text import parse as parse_text
+
+    return parse_text(text, filename, engine)
+
+
+def load(path: str | os.PathLike[str]) -> Graph:
+    """Load a `.pir` file or a `pesto-graph/1` JSON file, chosen by extension."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise ArgumentError(f"load() takes a file path (a str or a pathlib.Path), got {type(path).__name__}")
+    p = Path(path)
+    if p.suffix == ".json":
+        from pesto_ir.frontends.json_graph import load_json_graph
+
+        return load_json_graph(p)
+    from pesto_ir.frontends.text import parse_file
+
+    return parse_file(p)
+
+
+__all__ = ["load", "parse"]

@@ -1,4 +1,5 @@
-"""One file per pass. `PASSES` maps each pipeline name to its pass class."""
+"""One file per pass. Importing this package registers the built-in passes with the pass manager;
+`PASSES` (the pass manager's registry) maps each pipeline name to its pass class."""
 
 from pesto_ir.passes.annotate_costs import AnnotateCostsPass
 from pesto_ir.passes.coarsen import CoarsenPass
@@ -8,11 +9,14 @@ from pesto_ir.passes.microbatch import MicrobatchPass
 from pesto_ir.passes.place import PlacePass
 from pesto_ir.passes.simulate import SimulatePass
 from pesto_ir.passes.verify import VerifyPass
-from pesto_ir.passmanager import Pass
+from pesto_ir.passmanager import PASS_REGISTRY, Pass, register_pass
 
-PASSES: dict[str, type[Pass]] = {
-    p.name: p for p in (VerifyPass, DcePass, AnnotateCostsPass, SimulatePass, CoarsenPass, MicrobatchPass,
-                        PlacePass, ExpandPass)
-}
+for _cls in (VerifyPass, DcePass, AnnotateCostsPass, SimulatePass, CoarsenPass, MicrobatchPass, PlacePass,
+             ExpandPass):
+    register_pass(_cls)
+del _cls
+
+# The pass manager's registry itself (one dict: adding a pass here makes pipelines able to name it).
+PASSES: dict[str, type[Pass]] = PASS_REGISTRY
 
 __all__ = ["PASSES"]

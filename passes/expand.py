@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 from pesto_ir.cluster import Cluster
 from pesto_ir.ir import Graph
-from pesto_ir.passes.place import COARSE_NOTE, PlaceError, require_cluster
 from pesto_ir.passmanager import Pass, PassContext
+from pesto_ir.placement import COARSE_NOTE, PlaceError, require_cluster
 from pesto_ir.plan import Plan, read_plan_attrs, write_plan_attrs
 from pesto_ir.simulate import order_from_priority, simulate
 from pesto_ir.units import human_time

@@ -34,12 +34,19 @@ from pesto_ir.passes.coarsen import quotient_graph
 from pesto_ir.passes.heuristic_portfolio import ALGORITHMS, best_heuristic_plan
 from pesto_ir.passes.heuristic_portfolio import WARM_START_ALGOS as WARM_START_ALGOS  # importable here too
 from pesto_ir.passmanager import Pass, PassContext
-from pesto_ir.placement import Algorithm, Interrupted, PlaceOptions, carried_plan, interrupted
+from pesto_ir.placement import (  # COARSE_NOTE, PlaceError, require_cluster: shared with expand, importable here too
+    COARSE_NOTE,
+    Algorithm,
+    Interrupted,
+    PlaceError,
+    PlaceOptions,
+    carried_plan,
+    interrupted,
+    require_cluster,
+)
 from pesto_ir.plan import OpSlot, Plan, write_plan_attrs
 from pesto_ir.units import human_time
 from pesto_ir.validate import check_plan
-
-COARSE_NOTE = "coarse plan"  # first words of the note a coarse plan carries until `expand`
 
 
 def _place_ilp(graph: Graph, cluster: Cluster, options: PlaceOptions) -> Plan:
@@ -88,10 +95,6 @@ REFINE_MAX_OPS = 20000  # auto refines its expanded plan on fine graphs up to th
 REFINE_SHARE = 0.5  # ... with this share of its time limit
 REFINE_MIN_SECONDS = 0.3  # below this much time left, no refinement
 MIN_SOLVE_SECONDS = 0.05  # what the coarse solve gets when the fine heuristics used the whole limit
-
-
-class PlaceError(PestoError):
-    pass
 
 
 SCREEN_BOTH_MAX_OPS = 5000  # the hybrid search screens with m-SCT too up to this many ops
@@ -189,13 +192,6 @@ def _kept_on_interrupt(graph: Graph, cluster: Cluster, plan: Plan, algo: str, se
         plan.lower_bound = lower_bound(graph, cluster)
     write_plan_attrs(graph, plan)
     return plan
-
-
-def require_cluster(ctx: PassContext, pass_name: str) -> Cluster:
-    if ctx.cluster is None:
-        raise PlaceError(f"{pass_name} needs a cluster to place on: give --devices N (with --device-kind) "
-                         "or --cluster FILE")
-    return ctx.cluster
 
 
 def place_graph(graph: Graph, cluster: Cluster, algo: str, options: PlaceOptions, floor: Plan | None = None) -> Plan:

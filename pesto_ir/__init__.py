@@ -7,6 +7,9 @@ jit-like wrapper that runs a JAX function across devices as planned).
 
 from importlib import metadata as _metadata
 
+# The built-in passes register with the pass manager on import, so that `PassManager("annotate-costs,place")`
+# knows them whichever module the user imported it from (the pass manager does not import them).
+from pesto_ir import passes as _passes  # noqa: F401
 from pesto_ir.attributes import (
     Attr,
     BoolAttr,
@@ -25,8 +28,8 @@ from pesto_ir.attributes import (
     to_attr,
 )
 from pesto_ir.errors import Diagnostic, ParseError, PassError, PestoError, VerifyError
+from pesto_ir.frontends import load, parse
 from pesto_ir.ir import Graph, Location, Op, Value
-from pesto_ir.loader import load, parse
 from pesto_ir.parallel import parallelize
 from pesto_ir.printer import print_graph
 from pesto_ir.types import BlobType, TensorType, Type

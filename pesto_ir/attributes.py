@@ -218,9 +218,7 @@ class GraphAttr(Attr):
         return hash(self.graph.name)
 
     def __str__(self) -> str:
-        from pesto_ir.printer import print_graph
-
-        return print_graph(self.graph)
+        return str(self.graph)  # the graph's `.pir` text
 
 
 # ---------------------------------------------------------------- conversion

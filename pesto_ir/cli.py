@@ -20,8 +20,9 @@ from pesto_ir import __version__
 from pesto_ir.attributes import parse_size
 from pesto_ir.cluster import KINDS, Cluster, ClusterError
 from pesto_ir.errors import PestoError
+from pesto_ir.frontends import load
 from pesto_ir.ir import Graph
-from pesto_ir.loader import load, write_atomic
+from pesto_ir.loader import write_atomic
 from pesto_ir.passmanager import PassContext, PassManager, Pipeline
 from pesto_ir.verifier import verify
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pesto_ir.errors import PestoError
+from pesto_ir.cluster_figures import AllReduceFit, ClusterError, is_real
 from pesto_ir.loader import brief
 
 
@@ -80,7 +80,7 @@ class Device:
             v = getattr(self, key)
             if v is None and key != "memory":
                 continue  # only the roofline model needs the figures; it says so when they are missing
-            if not _real(v) or not v > 0:  # NaN fails `> 0`; infinite memory means no limit
+            if not is_real(v) or not v > 0:  # NaN fails `> 0`; infinite memory means no limit
                 raise ClusterError(f"device {self.name}: {key} must be a positive number, got {brief(repr(v))}")
 
     @staticmethod
@@ -99,7 +99,7 @@ class Device:
 def _check_calibration(who: str, launch: Any, efficiency: Any) -> None:
     """Refuse a launch overhead that is not a finite number >= 0, and efficiencies that are not
     (known op family, positive finite factor) pairs."""
-    if launch is not None and (not _real(launch) or not 0 <= launch < math.inf):
+    if launch is not None and (not is_real(launch) or not 0 <= launch < math.inf):
         raise ClusterError(f"{who}: launch_overhead must be a finite number of seconds >= 0, "
                            f"got {brief(repr(launch))}")
     if not isinstance(efficiency, tuple):
@@ -113,25 +113,9 @@ def _check_calibration(who: str, launch: Any, efficiency: Any) -> None:
         if family in seen:
             raise ClusterError(f"{who}: efficiency: op family '{family}' is given twice")
         seen.add(family)
-        if not _real(factor) or not 0 < factor < math.inf:
+        if not is_real(factor) or not 0 < factor < math.inf:
             raise ClusterError(f"{who}: efficiency of '{family}' must be a positive finite factor (the fraction "
                                f"of the roofline reached), got {brief(repr(factor))}")
-
-
-@dataclass(frozen=True)
-class AllReduceFit:
-    """Measured per-ring-step cost of the runtime's own all-reduce: each of the 2 (n - 1) steps
-    of a ring over n devices of one host takes `latency + (bytes / n) / bandwidth`."""
-
-    latency: float  # seconds per step
-    bandwidth: float  # bytes/s per step
-
-    def __post_init__(self) -> None:
-        for key in ("latency", "bandwidth"):
-            v = getattr(self, key)
-            if not _real(v) or not 0 <= v < math.inf or (key == "bandwidth" and v == 0):
-                want = "a finite number of seconds >= 0" if key == "latency" else "positive and finite (bytes per second)"
-                raise ClusterError(f"all_reduce: {key} must be {want}, got {brief(repr(v))}")
 
 
 @dataclass(frozen=True)
@@ -142,10 +126,10 @@ class Link:
     bandwidth: float  # bytes/s
 
     def __post_init__(self) -> None:
-        if not _real(self.latency) or not 0 <= _float(self.latency) < math.inf:
+        if not is_real(self.latency) or not 0 <= _float(self.latency) < math.inf:
             raise ClusterError(f"link {self.src}->{self.dst}: latency must be a finite number of seconds >= 0, "
                                f"got {brief(repr(self.latency))}")
-        if not _real(self.bandwidth) or not self.bandwidth > 0:
+        if not is_real(self.bandwidth) or not self.bandwidth > 0:
             raise ClusterError(f"link {self.src}->{self.dst}: bandwidth must be positive (bytes per second), "
                                f"got {brief(repr(self.bandwidth))}")
 
@@ -153,12 +137,6 @@ class Link:
         return self.latency + nbytes / self.bandwidth
 
 
-class ClusterError(PestoError):
-    pass
-
-
-def _real(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
 def _float(v: Any) -> float:
@@ -363,7 +341,7 @@ class Cluster:
 
     def with_memory(self, memory: float) -> Cluster:
         """The same cluster with every device's capacity set to `memory` bytes (`inf`: no limit)."""
-        if not _real(memory) or not memory > 0:
+        if not is_real(memory) or not memory > 0:
             raise ClusterError(f"memory must be a positive number of bytes, got {brief(repr(memory))}")
         devices = [dataclasses.replace(d, memory=memory) for d in self.devices]
         return Cluster(devices, dict(self.links), self.all_reduce)

@@ -27,7 +27,7 @@ import numpy as np
 from pesto_ir.attributes import Attr
 from pesto_ir.errors import PestoError
 from pesto_ir.ir import Graph, Op, Value
-from pesto_ir.jax_params import decode_params, decode_plain, jax_dtype, lookup_primitive
+from pesto_ir.jax_params import decode_params, decode_plain, jax_dtype, lookup_primitive, set_graph_decoder
 from pesto_ir.types import TensorType
 
 # Attributes that passes add to ops; they are not primitive parameters and are never bound.
@@ -176,6 +176,9 @@ def graph_to_closed_jaxpr(graph: Graph, interpreter: type[Interpreter] = Interpr
             raise PestoError(f"input %{v.name} of body @{graph.name} is {v.type}, not a tensor")
         specs.append(jax.ShapeDtypeStruct(v.type.shape, jax_dtype(v.type.dtype)))
     return jax.make_jaxpr(lambda *xs: interpreter(graph).run(*xs))(*specs)
+
+
+set_graph_decoder(graph_to_closed_jaxpr)  # how jax_params decodes nested graphs (bodies of scan, pjit, ...)
 
 
 class ReplicaInterpreter(Interpreter):

@@ -7,12 +7,23 @@ in a list that the verifier requires to be a topological order.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from pesto_ir.attributes import Attr, DictAttr, GraphAttr, ListAttr, to_attr
 from pesto_ir.types import Type
+
+# What `str(graph)` returns: `.pir` text, from `printer.print_graph`, which the printer sets when it
+# is imported (`import pesto_ir` imports it, so it is always set); the printer builds on this module,
+# not the reverse.
+_graph_printer: Callable[[Graph], str] | None = None
+
+
+def set_graph_printer(printer: Callable[[Graph], str]) -> None:
+    """Make `str(graph)` print with `printer` (`pesto_ir.printer` sets `print_graph`)."""
+    global _graph_printer
+    _graph_printer = printer
 
 
 @dataclass(frozen=True, slots=True)
@@ -326,9 +337,8 @@ class Graph:
         return self.structural_key() == other.structural_key()
 
     def __str__(self) -> str:
-        from pesto_ir.printer import print_graph
-
-        return print_graph(self)
+        """The graph as `.pir` text (`printer.print_graph`)."""
+        return _graph_printer(self) if _graph_printer is not None else repr(self)
 
     def __repr__(self) -> str:
         return f"<Graph {self.name}: {len(self.inputs)} inputs, {len(self.ops)} ops>"

@@ -36,6 +36,7 @@ from pesto_ir.attributes import (
     StringAttr,
 )
 from pesto_ir.errors import PestoError
+from pesto_ir.ir import Graph
 from pesto_ir.types import DTYPES, dtype_short_name, key_dtype, key_impl_of, register_key_impl
 
 
@@ -190,10 +191,23 @@ def _decode_list(a: ListAttr) -> tuple[Any, ...]:
     return tuple(decode_plain(x) for x in a.items)
 
 
-def _decode_graph(a: GraphAttr) -> Any:
-    from pesto_ir.interpreter import graph_to_closed_jaxpr
+# How a nested graph (a GraphAttr: a scan's body, a pjit's jaxpr) becomes a ClosedJaxpr: by tracing
+# the interpreter over it. The interpreter, which decodes params with this module, sets it when it
+# is imported (it is the module that evaluates graphs), so that this module does not import it back.
+_graph_decoder: Callable[[Graph], Any] | None = None
 
-    return graph_to_closed_jaxpr(a.graph)
+
+def set_graph_decoder(decoder: Callable[[Graph], Any]) -> None:
+    """Make `decoder` turn nested graphs into ClosedJaxprs (`pesto_ir.interpreter` sets it)."""
+    global _graph_decoder
+    _graph_decoder = decoder
+
+
+def _decode_graph(a: GraphAttr) -> Any:
+    if _graph_decoder is None:
+        raise PestoError(f"cannot decode the nested graph '{a.graph.name}': import pesto_ir.interpreter, "
+                         "which traces nested graphs to jaxprs")
+    return _graph_decoder(a.graph)
 
 
 _PLAIN_DECODERS: dict[type, Callable[[Any], Any]] = {
@@ -559,7 +573,7 @@ def lookup_primitive(name: str) -> jex.Primitive:
 __all__ = [
     "ParamCodec", "ParamEncodeError", "DEFAULT_CODEC", "PARAM_CODECS", "PRIMITIVE_PARAM_CODECS",
     "DERIVED_PARAMS", "PARAM_DEFAULTS", "codec_for", "encode_param", "encode_params", "decode_params",
-    "encode_plain", "decode_plain", "enum_codec", "namedtuple_codec", "register_param_codec",
+    "encode_plain", "decode_plain", "enum_codec", "namedtuple_codec", "register_param_codec", "set_graph_decoder",
     "lookup_primitive", "remember_primitive", "jax_dtype", "is_key_dtype", "key_type_name", "prng_impl",
     "PRNG_IMPL_CODEC",
 ]

@@ -1,4 +1,6 @@
-"""Read a model from disk whatever its format, and write outputs whole or not at all."""
+"""What the readers of model files share (source text, nesting limits, error spans, argument errors),
+and writing outputs whole or not at all. `parse` and `load` live in `pesto_ir.frontends`, which
+builds on this module."""
 
 from __future__ import annotations
 
@@ -10,36 +12,11 @@ from pathlib import Path
 from typing import Any
 
 from pesto_ir.errors import ParseError, PestoError, SourceSpan
-from pesto_ir.ir import Graph
 
 
 class ArgumentError(PestoError, TypeError, ValueError):
     """A function of the API was called with an argument it cannot take (a wrong type or an
     unknown name); also a TypeError and a ValueError, as Python's own would be."""
-
-
-def parse(text: str, filename: str = "<string>", engine: str = "fast") -> Graph:
-    """Parse `.pir` text into a Graph (call `verify` to check it).
-
-    `engine="lark"` runs only the reference Lark parser; the default fast path gives the same graph.
-    """
-    from pesto_ir.frontends.text import parse as parse_text
-
-    return parse_text(text, filename, engine)
-
-
-def load(path: str | os.PathLike[str]) -> Graph:
-    """Load a `.pir` file or a `pesto-graph/1` JSON file, chosen by extension."""
-    if not isinstance(path, (str, os.PathLike)):
-        raise ArgumentError(f"load() takes a file path (a str or a pathlib.Path), got {type(path).__name__}")
-    p = Path(path)
-    if p.suffix == ".json":
-        from pesto_ir.frontends.json_graph import load_json_graph
-
-        return load_json_graph(p)
-    from pesto_ir.frontends.text import parse_file
-
-    return parse_file(p)
 
 
 def read_source_text(path: str | os.PathLike[str]) -> str:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from pesto_ir.cluster import AllReduceFit, ClusterError
+from pesto_ir.cluster_figures import AllReduceFit, ClusterError
 
 # Transfer sizes `measure_links` times: 4 KiB to 16 MiB, enough to separate latency from bandwidth.
 LINK_PROBE_SIZES: tuple[int, ...] = tuple(4096 * 4**i for i in range(7))
@@ -210,7 +210,7 @@ def _time_psum(devices: Sequence[Any], nbytes: int, repeats: int, reduce: bool =
     import numpy as np
     from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-    from pesto_ir.profile import call_time
+    from pesto_ir.timing import call_time
 
     mesh = Mesh(np.array(list(devices)), ("replicas",))
     spec = PartitionSpec("replicas")

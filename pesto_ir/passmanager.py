@@ -21,6 +21,7 @@ from typing import Any, ClassVar, TextIO
 
 from pesto_ir.errors import ParseError, PassError, PestoError, SourceSpan
 from pesto_ir.ir import Graph
+from pesto_ir.loader import ArgumentError
 from pesto_ir.verifier import verify
 
 
@@ -53,10 +54,18 @@ class Pass(ABC):
         return {f.name.replace("_", "-"): f for f in dataclasses.fields(cls)}
 
 
-def _registry() -> dict[str, type[Pass]]:
-    from pesto_ir.passes import PASSES
+# The passes a pipeline string can name, by name: `pesto_ir.passes` fills it with the built-in passes
+# (`import pesto_ir` imports that package, so they are always there); `register_pass` adds one. The
+# passes build on this module, so it does not import them.
+PASS_REGISTRY: dict[str, type[Pass]] = {}
 
-    return PASSES
+
+def register_pass(cls: type[Pass]) -> type[Pass]:
+    """Make pipelines able to name `cls` (by `cls.name`); returns `cls`, so it works as a decorator."""
+    if not cls.name:
+        raise ArgumentError(f"register_pass() takes a Pass subclass with a `name`, got {cls.__name__}")
+    PASS_REGISTRY[cls.name] = cls
+    return cls
 
 
 def changed_options(p: Pass) -> tuple[str, ...]:
@@ -106,8 +115,6 @@ class Pipeline:
 
     @staticmethod
     def parse(text: str, source: str = "<pipeline>") -> Pipeline:
-        from pesto_ir.loader import ArgumentError
-
         if not isinstance(text, str):
             raise ArgumentError(f"Pipeline.parse() takes the pipeline as a str such as "
                                 f"'annotate-costs,place', got {type(text).__name__}")
@@ -151,7 +158,7 @@ class _PipelineParser:
         return self.text[start:self.i], start
 
     def parse(self) -> Pipeline:
-        registry = _registry()
+        registry = PASS_REGISTRY
         passes: list[Pass] = []
         explicit: list[tuple[str, ...]] = []
         self.skip_ws()

@@ -1,4 +1,5 @@
-"""What every placement algorithm shares: its options and its signature.
+"""What every placement algorithm shares: its options and its signature; and what `place` and
+`expand` share (the coarse-plan note, PlaceError, require_cluster).
 
 An algorithm takes a graph without groups (the `place` pass hands it the coarse quotient graph
 when the graph was coarsened), a cluster and options, and returns a `Plan` with times for every
@@ -13,8 +14,24 @@ from dataclasses import dataclass, field
 from typing import TextIO
 
 from pesto_ir.cluster import Cluster
+from pesto_ir.errors import PestoError
 from pesto_ir.ir import Graph
+from pesto_ir.passmanager import PassContext
 from pesto_ir.plan import Plan
+
+COARSE_NOTE = "coarse plan"  # first words of the note a coarse plan carries until `expand`
+
+
+class PlaceError(PestoError):
+    pass
+
+
+def require_cluster(ctx: PassContext, pass_name: str) -> Cluster:
+    """The cluster `place` and `expand` place on; a PlaceError naming the pass when none was given."""
+    if ctx.cluster is None:
+        raise PlaceError(f"{pass_name} needs a cluster to place on: give --devices N (with --device-kind) "
+                         "or --cluster FILE")
+    return ctx.cluster
 
 
 @dataclass(frozen=True)

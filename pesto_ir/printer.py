@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from pesto_ir.attributes import Attr, DictAttr, GraphAttr, ListAttr, format_key, format_name
-from pesto_ir.ir import Graph, Location, Op
+from pesto_ir.ir import Graph, Location, Op, set_graph_printer
 
 INDENT = "  "
 
@@ -24,6 +24,9 @@ def print_graph(graph: Graph, indent: str = "") -> str:
     lines: list[str] = []
     _print_graph(graph, indent, lines)
     return "\n".join(lines) + ("\n" if not indent else "")
+
+
+set_graph_printer(print_graph)  # str(graph) prints with this (ir.py does not import the printer)
 
 
 def _print_graph(graph: Graph, indent: str, out: list[str]) -> None:

@@ -14,7 +14,6 @@ graph are measured once.
 
 from __future__ import annotations
 
-import statistics
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -25,6 +24,7 @@ from pesto_ir.errors import PestoError
 from pesto_ir.fusion import FusionGroup
 from pesto_ir.ir import Graph, Op, Value
 from pesto_ir.printer import print_attr_dict
+from pesto_ir.timing import CLOCKS, STATS, call_time
 from pesto_ir.types import TensorType
 
 # Attributes cost passes write that are not primitive parameters (besides the interpreter's own list).
@@ -114,32 +114,6 @@ def subgraph(ops: Sequence[Op]) -> Graph:
     g.set_outputs([mapped[id(r)] for op in ops for r in op.results
                    if id(r) in graph_outputs or any(id(u) not in inside for u, _ in r.uses)])
     return g
-
-
-# How the timed runs of one measurement become one number. The median is the default; the
-# minimum is steadier when other processes share the machine (they only ever add time).
-STATS: dict[str, Callable[[list[float]], float]] = {"median": statistics.median, "min": min}
-
-# What a run is timed with. `wall` is the time a step takes, the default. `cpu` is the process's
-# CPU time: with XLA's CPU backend held to one thread it equals the wall time of a quiet machine,
-# and other processes sharing the cores do not change it (benchmarks use it; never for GPUs).
-CLOCKS: dict[str, Callable[[], float]] = {"wall": time.perf_counter, "cpu": time.process_time}
-
-
-def call_time(fn: Callable[..., Any], args: Sequence[Any], runs: int, warmup: int,
-              stat: str = "median", clock: str = "wall") -> float:
-    """Median (or `stat`) seconds of `fn(*args)` until its results are ready, after `warmup` calls."""
-    import jax
-
-    now = CLOCKS[clock]
-    for _ in range(warmup):
-        jax.block_until_ready(fn(*args))
-    times = []
-    for _ in range(runs):
-        t0 = now()
-        jax.block_until_ready(fn(*args))
-        times.append(now() - t0)
-    return STATS[stat](times)
 
 
 class Profiler:
