@@ -19,6 +19,7 @@ Goal: the simulated step within 20% of the jit step. Run:
 
     python3 bench/bench_costs.py [--runs 21] [--stat median|min] [--clock cpu|wall] [--models mlp,cnn,...]
                                  [--cluster calibrated-cpu.json]
+    python3 bench/bench_costs.py --zoo    # the zoo's full-size steps on one H100, fusion=none vs xla
 
 By default runs are timed by process CPU time with XLA held to one thread (`--clock cpu`): on a
 machine other processes share, wall times of the same executable vary by 2x, CPU times by a few %.
@@ -203,7 +204,13 @@ def main() -> int:
                          "wall: wall time with XLA's default threads")
     ap.add_argument("--models", default=",".join(MODELS), help="comma-separated: " + ", ".join(MODELS))
     ap.add_argument("--cluster", help="a pesto-cluster/1 file with calibrated figures (bench.calibrate) for `roof cal`")
+    ap.add_argument("--zoo", action="store_true",
+                    help="only the zoo's full-size steps on one datasheet H100: roofline with fusion=none and xla")
     args = ap.parse_args()
+    if args.zoo:
+        os.environ.setdefault("JAX_PLATFORMS", "cpu")
+        print(zoo_table())
+        return 0
     names = args.models.split(",")
     unknown = [n for n in names if n not in MODELS]
     if unknown or args.runs < 1:
@@ -253,6 +260,25 @@ def main() -> int:
     print("XLA: compiled.cost_analysis() of the whole jax.jit step; ours: the roofline rules, bytes of the "
           "fused kernels (what enters and leaves each) and of every op alone")
     return 0
+
+
+def zoo_table() -> str:
+    """The benchmark zoo's JAX steps at full size on one datasheet H100 (as `python -m bench` costs
+    them), memory not counted: the roofline step with every op its own kernel and with fused kernels."""
+    from bench.zoo import jax_cluster
+    from bench.zoo_jax import MODELS as ZOO_MODELS
+    from bench.zoo_jax import lower_model
+    from pesto_ir.fusion import fusion_groups
+
+    lines = ["| model | ops | kernels | fusion=none ms | fusion=xla ms | xla / none |", "|---|---:|---:|---:|---:|---:|"]
+    for name in ZOO_MODELS:
+        one = jax_cluster(1).with_memory(float("inf"))  # gpt24 does not fit one device: time only
+        spans = [makespan(lower_model(name), one, f"annotate-costs{{model=roofline fusion={f}}}")
+                 for f in ("none", "xla")]
+        graph = lower_model(name)
+        lines.append(f"| jax_{name} | {len(graph.ops)} | {len(fusion_groups(graph))} | {spans[0] * 1e3:.2f} | "
+                     f"{spans[1] * 1e3:.2f} | {spans[1] / spans[0]:.2f} |")
+    return "\n".join(lines)
 
 
 def _calibrated(path: str, local: Cluster) -> Cluster:

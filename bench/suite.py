@@ -3,7 +3,7 @@
 For every model of the zoo (`bench/zoo.py`) and k devices, the suite places the graph with
 
 - the baselines on the fine graph, as Baechi runs them: `single`, `expert`, `m-topo`, `m-etf`,
-  `m-sct`;
+  `m-sct`, and the classic list schedulers `etf` and `heft` (`passes/algo_list.py`);
 - what users run beyond one batch: `dp` (every device a replica, gradients all-reduced in buckets,
   as `jax.jit` over a batch-sharded mesh), `gpipe` and `1f1b` (k contiguous stages balanced by
   cost, the fixed schedule, the best micro-batch count up to 32);
@@ -58,7 +58,7 @@ from pesto_ir.placement import PlaceOptions
 from pesto_ir.plan import Plan, read_plan_attrs
 
 FORMAT = "pesto-bench/1"
-BASELINES = ("single", "expert", "m-topo", "m-etf", "m-sct")
+BASELINES = ("single", "expert", "m-topo", "m-etf", "m-sct", "etf", "heft")
 HYBRID_BASELINES = ("dp", "gpipe", "1f1b")  # pure data parallelism; pipelines with the best m <= 32
 EXACT = ("ilp", "auto-1b", "auto")
 ONE_BATCH = "auto-1b"  # Pesto's one-batch plan: place{algo=auto data-parallel=1 microbatches=1}

@@ -25,6 +25,7 @@ import heapq
 from pesto_ir.cluster import Cluster
 from pesto_ir.ir import Graph
 from pesto_ir.passes.algo_common import (
+    LinkQueues,
     Memory,
     PlaceGraph,
     PlacementError,
@@ -101,9 +102,8 @@ class _ListScheduler:
         self.mem = Memory(pg, ends=self.end, reserve=reserve)
         self.fastest = [min(c) for c in pg.cost]
         self.device_free = [0.0] * k
-        self.link_free = [[0.0] * k for _ in range(k)]
         self.device_of = [-1] * n
-        self.arrival: dict[tuple[int, int], float] = {}  # (producer, device) -> when its data is there
+        self.links = LinkQueues(pg, self.device_of, self.end)
         self.missing = [len(p) for p in pg.preds]  # unscheduled producers per op
         self.blocked: list[tuple[float, int, int]] = []  # pairs that wait for memory to free
         self.heap: list[tuple[float, int, int]] = []
@@ -115,35 +115,15 @@ class _ListScheduler:
     # -- timing
     def data_ready(self, v: int, d: int, commit: bool = False) -> float:
         """When every input of op v can be on device d (transfers queued on their links)."""
-        pg = self.pg
-        t = 0.0
-        pending: dict[int, list[tuple[float, int, int]]] = {}
-        for p, nbytes in pg.preds[v]:
-            dp = self.device_of[p]
-            if dp == d:
-                t = max(t, self.end[p])
-                continue
-            at = self.arrival.get((p, d))
-            if at is not None:
-                t = max(t, at)
-            else:
-                pending.setdefault(dp, []).append((self.end[p], p, nbytes))
-        for dp, sends in pending.items():
-            free = self.link_free[dp][d]
-            for ready, p, nbytes in sorted(sends):
-                free = max(ready, free) + pg.transfer_time(dp, d, nbytes)
-                if commit:
-                    self.arrival[(p, d)] = free
-                t = max(t, free)
-            if commit:
-                self.link_free[dp][d] = free
-        return t
+        return self.links.data_ready(v, d, commit)
 
     def start(self, v: int, d: int) -> float:
         return max(self.device_free[d], self.data_ready(v, d))
 
     def key(self, v: int, d: int) -> float:
-        return self.start(v, d) + self.pg.cost[v][d] - self.fastest[v]
+        # the extra time first: it is exactly 0 on v's fastest devices, so equal starts stay equal
+        # keys (start + cost - fastest rounds by the cost's last bit, and ties went by that noise)
+        return self.start(v, d) + (self.pg.cost[v][d] - self.fastest[v])
 
     # -- the main loop
     def run(self) -> Plan:

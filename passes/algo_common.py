@@ -260,6 +260,46 @@ class Memory:
                               f"(bytes: {short}); try another algorithm or more devices")
 
 
+class LinkQueues:
+    """When tensors reach devices as a list scheduler commits ops: each tensor is sent once per
+    destination, the sends of one link queued first come, first served (FIFO), in the order their
+    producers end. `device_of[p]` and `end[p]` are the scheduler's own lists, read as it fills them."""
+
+    def __init__(self, pg: PlaceGraph, device_of: list[int], end: list[float]) -> None:
+        self.pg = pg
+        self.device_of = device_of
+        self.end = end
+        self.link_free = [[0.0] * pg.k for _ in range(pg.k)]
+        self.arrival: dict[tuple[int, int], float] = {}  # (producer, device) -> when its data is there
+
+    def data_ready(self, v: int, d: int, commit: bool = False) -> float:
+        """When every input of op v can be on device d (transfers queued on their links); `commit`
+        books the transfers this needs."""
+        pg = self.pg
+        t = 0.0
+        pending: dict[int, list[tuple[float, int, int]]] = {}
+        for p, nbytes in pg.preds[v]:
+            dp = self.device_of[p]
+            if dp == d:
+                t = max(t, self.end[p])
+                continue
+            at = self.arrival.get((p, d))
+            if at is not None:
+                t = max(t, at)
+            else:
+                pending.setdefault(dp, []).append((self.end[p], p, nbytes))
+        for dp, sends in pending.items():
+            free = self.link_free[dp][d]
+            for ready, p, nbytes in sorted(sends):
+                free = max(ready, free) + pg.transfer_time(dp, d, nbytes)
+                if commit:
+                    self.arrival[(p, d)] = free
+                t = max(t, free)
+            if commit:
+                self.link_free[dp][d] = free
+        return t
+
+
 def simulated_plan(pg: PlaceGraph, device_of: Sequence[int], order: Sequence[Sequence[int]], algorithm: str) -> Plan:
     """The simulator's times for ops placed by `device_of`, run on each device in `order`."""
     names = pg.cluster.names

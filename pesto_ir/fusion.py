@@ -202,6 +202,22 @@ def group_work(group: FusionGroup) -> Work:
     return Work(flops, moved)
 
 
+def kernel_bytes(group: FusionGroup) -> dict[str, int]:
+    """Bytes each op of the kernel moves to or from memory: each input of the kernel charged to its
+    first reader in the group, each output to the op that makes it. They add up to `group_work`'s."""
+    if group.free:
+        return {op.name: 0 for op in group.ops}
+    out = {op.name: 0 for op in group.ops}
+    inputs = {id(v): v for v in group.inputs}
+    outputs = {id(v) for v in group.outputs}
+    for op in group.ops:
+        for v in op.operands:
+            if id(v) in inputs:
+                out[op.name] += _read(inputs.pop(id(v)), group)
+        out[op.name] += sum(_nbytes(r) for r in op.results if id(r) in outputs)
+    return out
+
+
 def _read(v: Value, group: FusionGroup) -> int:
     """A duplicated op outside the group feeds several kernels, each recomputing it from its operands."""
     owner = v.owner

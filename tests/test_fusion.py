@@ -111,7 +111,14 @@ def test_annotate_costs_fused_op_costs_add_up_to_the_kernels_and_label_them() ->
     PassManager("annotate-costs{model=roofline}").run(fused, PassContext(cluster=cluster, quiet=True))
     expected = sum(group_time(grp, device) for grp in fusion_groups(parse(text)))
     assert math.isclose(sum(float(op.attrs["cost"].value) for op in fused.ops), expected, rel_tol=1e-9)
-    assert len({str(op.attrs["fusion"]) for op in fused.ops}) == 2  # matmul + epilogue, reduction + exp
+    assert len({str(op.attrs["fusion"]) for op in fused.ops}) == 2
+    kernel_total = sum(group_work(grp).bytes for grp in fusion_groups(parse(text)))
+    assert sum(int(op.attrs["bytes_accessed"].value) for op in fused.ops) == kernel_total
+    # kernels: the matmul (reads x, w; writes mm), and the reduction with its producers: h reads mm
+    # and the bias, exp works in registers only, the sum writes s
+    assert int(fused.op("mm").attrs["bytes_accessed"].value) == F32 * (64 * 16 + 16 * 32 + 64 * 32)
+    assert int(fused.op("h").attrs["bytes_accessed"].value) == F32 * 64 * 32
+    assert int(fused.op("e").attrs["bytes_accessed"].value) == 0
     alone = parse(text)
     PassManager("annotate-costs{model=roofline fusion=none}").run(alone, PassContext(cluster=cluster, quiet=True))
     for op in alone.ops:
