@@ -19,6 +19,9 @@ this module turns it into JAX calls:
   a copy made in the step, or an input the caller listed in `donate`), it is not a result of the
   step, and the segment has a result of the same shape and dtype to reuse it for (the caller's
   donated inputs are matched first).
+
+A plan with d > 1 data-parallel replicas runs each segment over the mesh of the devices that
+mirror its device: `backends/jax_replicas.py` lays the replicas out.
 """
 
 from __future__ import annotations
@@ -33,30 +36,20 @@ import numpy as np
 from jax.sharding import NamedSharding, Sharding, SingleDeviceSharding
 
 from pesto_ir.backends import cross_process
-from pesto_ir.backends.replica_runtime import (
-    REPLICA_AXIS,
-    join_rows,
-    over_replicas,
-    replica_mesh,
-    replica_sharding,
-    split_rows,
-)
+from pesto_ir.backends.jax_replicas import BackendError, ReplicaLayout, Replicas  # noqa: F401 (ReplicaLayout: re-exported)
+from pesto_ir.backends.replica_runtime import REPLICA_AXIS
 from pesto_ir.backends.schedule import Move, Schedule, ScheduleError, Segment, schedule, segment_graph
 from pesto_ir.distributed import is_multiprocess
 from pesto_ir.errors import PestoError
 from pesto_ir.interpreter import as_function, one_replica
 from pesto_ir.ir import Graph, Value
 from pesto_ir.jax_params import jax_dtype
-from pesto_ir.plan import Parallelism, read_plan_attrs
+from pesto_ir.plan import read_plan_attrs
 from pesto_ir.types import TensorType
 
 DeviceSpec = Sequence[Any] | Mapping[str, Any]
 Gather = Callable[[Mapping[int, Any]], tuple[Any, ...]]
 Instr = tuple[Callable[..., Sequence[Any]], Gather, tuple[int, ...]]  # (function, its arguments, results)
-
-
-class BackendError(PestoError):
-    """The placed graph cannot run on the given JAX devices."""
 
 
 def build(placed_graph: Graph, devices: DeviceSpec, *, constants: Sequence[Any] = (),
@@ -99,92 +92,6 @@ def resolve_devices(names: Sequence[str], devices: DeviceSpec) -> dict[str, Any]
     if len({id(d) for d in devices}) != len(devices):
         raise BackendError(f"the same JAX device is given twice in {devices}")
     return dict(zip(names, devices))
-
-
-class ReplicaLayout:
-    """What differs per replica when a plan has d > 1 data-parallel replicas, from the graph alone
-    (no devices): the JAX backend and the Python emitter lay replicas out by it. A value every
-    replica has the same of (parameters, constants, what an all-reduce returns and what is computed
-    from such values alone) is replicated; a value that differs per replica (the batch inputs' rows
-    and what is computed from them) is `varying`. `input_axes` and `output_axes` give the batch axis
-    of inputs and outputs by position (`batch_inputs`, `batch_outputs`), along which the caller's
-    whole batch is split into the replicas' rows and per-sample outputs are put back together."""
-
-    def __init__(self, graph: Graph, replicas: int) -> None:
-        self.d = replicas
-        self.varying = _varying(graph)
-        self.input_axes = _axes(graph, "batch_inputs", {v.name: i for i, v in enumerate(graph.inputs)})
-        self.output_axes = _axes(graph, "batch_outputs", {str(k): k for k in range(len(graph.outputs))})
-        for i, v in enumerate(graph.inputs):
-            if id(v) in self.varying and i not in self.input_axes:
-                raise BackendError(f"input %{v.name} differs per replica but has no batch axis")
-        for k, v in enumerate(graph.outputs):
-            if id(v) in self.varying and k not in self.output_axes:
-                raise BackendError(f"output {k} (%{v.name}) differs per replica but the graph gives no batch axis "
-                                   "to put the replicas' rows together along (batch_outputs)")
-
-    def stacked_flags(self, values: Iterable[Value]) -> tuple[bool, ...]:
-        """For each value: does it differ per replica (one replica's array per device)?"""
-        return tuple(id(v) in self.varying for v in values)
-
-
-class Replicas(ReplicaLayout):
-    """Where arrays live when a plan has d > 1 data-parallel replicas. The schedule is replica 0's;
-    each of its devices stands for the mesh of the d devices that mirror it (one axis, `replica`).
-    Replicated values (see `ReplicaLayout`) are replicated over that mesh; varying ones are
-    stacked: one more leading axis of d, one replica's array per device. Segments run as
-    `jax.shard_map` over the mesh, so XLA runs every replica's copy at once and the all-reduces
-    are its collectives. The arrays are laid out by `backends/replica_runtime.py`, which emitted
-    modules run too."""
-
-    def __init__(self, graph: Graph, par: Parallelism, devices: Mapping[str, Any]) -> None:
-        super().__init__(graph, par.data_parallel)
-        self.replicated: dict[str, Sharding] = {}
-        self.stacked: dict[str, Sharding] = {}
-        for name in par.replicas[0]:
-            mesh = replica_mesh([devices[n] for n in par.group(name)])
-            self.replicated[name] = replica_sharding(mesh, False)
-            self.stacked[name] = replica_sharding(mesh, True)
-
-    def sharding(self, v: Value, device: str) -> Sharding:
-        return (self.stacked if id(v) in self.varying else self.replicated)[device]
-
-    def per_replica(self, fn: Callable[..., list[Any]], seg: Segment) -> Callable[..., list[Any]]:
-        """`fn` (one replica's segment) over the replicas of `seg`'s device (`over_replicas`)."""
-        mesh = self.replicated[seg.device].mesh  # type: ignore[attr-defined]
-        return over_replicas(fn, mesh, self.stacked_flags(seg.inputs), self.stacked_flags(seg.outputs))
-
-    def stack(self, x: Any, axis: int) -> Any:
-        """A global batch input as d replicas' rows (replica r: the r-th block of rows along `axis`)."""
-        try:
-            return split_rows(x, axis, self.d)
-        except ValueError as e:
-            raise BackendError(str(e)) from None
-
-    @staticmethod
-    def unstack(x: Any, axis: int) -> Any:
-        """The replicas' rows of a stacked output, put together along `axis`."""
-        return join_rows(x, axis)
-
-
-def _varying(graph: Graph) -> set[int]:
-    """Values that differ per replica: the batch inputs, and what is computed from them without an
-    all-reduce in between."""
-    axes = graph.attrs.get("batch_inputs")
-    names = set(axes.value) if axes is not None and isinstance(axes.value, dict) else set()
-    out = {id(v) for v in graph.inputs if v.name in names}
-    for op in graph.ops:
-        if op.opcode != "all_reduce" and any(id(v) in out for v in op.operands):
-            out.update(id(r) for r in op.results)
-    return out
-
-
-def _axes(graph: Graph, attr: str, index: Mapping[str, int]) -> dict[int, int]:
-    """A graph attribute mapping names to batch axes, as position -> axis."""
-    raw = graph.attrs.get(attr)
-    if raw is None or not isinstance(raw.value, dict):
-        return {}
-    return {index[k]: int(a) for k, a in raw.value.items() if k in index}
 
 
 @dataclass(frozen=True)

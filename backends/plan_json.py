@@ -1,4 +1,4 @@
-"""`--plan-json`: the plan as a `pesto-plan/1` document (the contract in DESIGN.md)."""
+"""`--plan-json`: the plan as a `pesto-plan/1` document (the contract in docs/contracts.md)."""
 
 from __future__ import annotations
 

@@ -16,26 +16,31 @@ the replicas' rows and puts per-sample outputs back together. The code that lays
 `backends/replica_runtime.py`'s, copied into the module, so both run the same.
 
 Parameter values are written as Python source by a rule table over their types (numbers, tuples,
-dtypes, lax enums and named tuples, primitives); a value no rule covers is an error naming the op
-and the parameter, never a silently wrong program.
+dtypes, lax enums and named tuples, primitives: `backends/python_source.py`); a value no rule
+covers is an error naming the op and the parameter, never a silently wrong program.
 """
 
 from __future__ import annotations
 
-import enum
 import inspect
-import keyword
-import math
 import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import jax.extend.core as jex
 import numpy as np
-from jax import lax
 
 from pesto_ir.attributes import Attr, GraphAttr, ListAttr
-from pesto_ir.backends.jax import BackendError, ReplicaLayout
+from pesto_ir.backends.jax_replicas import BackendError, ReplicaLayout
+from pesto_ir.backends.python_source import (
+    DERIVED_SOURCE,
+    REPLICA_RESERVED,
+    RESERVED,
+    EmitError,
+    Namespace,
+    dtype_name,
+    dtype_source,
+    source,
+)
 from pesto_ir.backends.replica_runtime import REPLICA_AXIS, RUNTIME
 from pesto_ir.backends.schedule import Move, Schedule, Segment, schedule
 from pesto_ir.errors import PestoError
@@ -49,14 +54,9 @@ from pesto_ir.jax_params import (
     decode_plain,
     jax_dtype,
     lookup_primitive,
-    prng_impl,
 )
 from pesto_ir.plan import Parallelism, read_plan_attrs
 from pesto_ir.types import TensorType
-
-
-class EmitError(PestoError):
-    """The placed graph has something the emitter cannot write as Python."""
 
 
 def emit_python(placed_graph: Graph, state_map: Mapping[int, int] | None = None) -> str:
@@ -106,139 +106,6 @@ def _check_all_reduces(graph: Graph, par: Parallelism | None) -> None:
                     raise EmitError(f"{op.where()}: op '{op.name}' all-reduces across replicas inside the nested "
                                     f"graph @{g.name}; only the placed graph's own ops can reduce across replicas")
             stack.extend((sub, True) for sub in op.subgraphs())
-
-
-# ---------------------------------------------------------------- names
-
-_RESERVED = frozenset({
-    "jax", "jnp", "np", "lax", "os", "sys", "run", "main", "dev", "inputs", "devices", "float", "complex",
-    "DEVICES", "INPUTS", "INPUT_HOMES", "SEGMENTS", "GRAPH",
-})
-# and in a module running replicas: the shared runtime's names, and what run() calls the meshes
-_REPLICA_RESERVED = _RESERVED | {"Callable", "REPLICAS", "REPLICA_AXIS", "mesh", *(f.__name__ for f in RUNTIME)}
-
-
-class _Namespace:
-    """Unique Python identifiers for IR names (`p.l1.w` -> `p_l1_w`)."""
-
-    def __init__(self, reserved: frozenset[str] | set[str] = _RESERVED) -> None:
-        self.used: set[str] = set(reserved)
-        self.of: dict[Any, str] = {}
-
-    def name(self, key: Any, hint: str) -> str:
-        found = self.of.get(key)
-        if found is not None:
-            return found
-        base = re.sub(r"\W", "_", hint).lstrip("_") or "v"
-        if base[0].isdigit():
-            base = f"v{base}"
-        if keyword.iskeyword(base):
-            base += "_"
-        name, i = base, 1
-        while name in self.used:
-            name, i = f"{base}_{i}", i + 1
-        self.used.add(name)
-        self.of[key] = name
-        return name
-
-
-# ---------------------------------------------------------------- parameter values as source
-
-Source = Callable[[Any], str]
-
-
-def _float_source(x: float) -> str:
-    return repr(x) if math.isfinite(x) else f"float('{x}')"
-
-
-def _tuple_source(x: tuple[Any, ...]) -> str:
-    items = [source(i) for i in x]
-    return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
-
-
-def _lax_class(cls: type) -> str:
-    if getattr(lax, cls.__name__, None) is not cls:
-        raise EmitError(f"no public jax.lax name for {cls.__module__}.{cls.__name__}")
-    return f"lax.{cls.__name__}"
-
-
-def _namedtuple_source(x: Any) -> str:
-    fields = ", ".join(f"{f}={source(getattr(x, f))}" for f in type(x)._fields)
-    return f"{_lax_class(type(x))}({fields})"
-
-
-def _tolerance_source(x: Any) -> str:
-    return f"lax.Tolerance(atol={source(x.atol)}, rtol={source(x.rtol)}, ulps={source(x.ulps)})"
-
-
-_SOURCE_BY_TYPE: dict[type, Source] = {
-    type(None): repr,
-    bool: repr,
-    int: repr,
-    str: repr,
-    float: _float_source,
-    tuple: _tuple_source,
-    list: _tuple_source,
-    dict: lambda x: "{" + ", ".join(f"{k!r}: {source(v)}" for k, v in x.items()) + "}",
-}
-if hasattr(lax, "Tolerance"):
-    _SOURCE_BY_TYPE[lax.Tolerance] = _tolerance_source
-
-# Tried in order when the exact type is not above (enums before ints: IntEnum members are ints).
-_SOURCE_BY_BASE: tuple[tuple[Callable[[Any], bool], Source], ...] = (
-    (lambda x: isinstance(x, enum.Enum), lambda x: f"{_lax_class(type(x))}.{x.name}"),
-    (lambda x: isinstance(x, tuple) and hasattr(x, "key_shape") and hasattr(x, "random_bits"),
-     lambda x: _prng_impl_source(x)),  # a PRNGImpl is a named tuple of functions: by name
-    (lambda x: isinstance(x, tuple) and hasattr(type(x), "_fields"), _namedtuple_source),
-    (lambda x: isinstance(x, np.dtype), lambda x: f"jnp.dtype({x.name!r})"),
-    (lambda x: isinstance(x, type) and issubclass(x, np.generic), lambda x: f"jnp.dtype({np.dtype(x).name!r})"),
-    (lambda x: isinstance(x, np.generic), lambda x: source(x.item())),
-    (lambda x: isinstance(x, jex.Primitive), lambda x: f"_primitive({x.name!r})"),
-)
-
-
-def _prng_impl_source(impl: Any) -> str:
-    """A PRNG implementation (`random_seed`'s `impl`) by name; JAX must know it by that name."""
-    try:
-        known = prng_impl(impl.name) == impl
-    except PestoError:
-        known = False
-    if not known or impl.name not in _jax_prng_names():
-        raise EmitError(f"PRNG implementation {impl.name!r} is not registered with JAX by name, so a module "
-                        f"run on its own could not find it")
-    return f"_prng_impl({impl.name!r})"
-
-
-def _jax_prng_names() -> set[str]:
-    from jax._src.random import prng  # JAX's registry of PRNG implementations; no public name
-
-    return set(prng.prngs)
-
-
-def _dtype_name(t: TensorType) -> str:
-    """The name `_dtype` reads back in the module: numpy's (`float32`), or the key type (`key<rbg>`)."""
-    return t.dtype if t.key_impl is not None else np.dtype(jax_dtype(t.dtype)).name
-
-
-def _dtype_source(t: TensorType) -> str:
-    return f"_dtype({t.dtype!r})" if t.key_impl is not None else f"jnp.dtype({_dtype_name(t)!r})"
-
-
-def source(x: Any) -> str:
-    """Python source that evaluates to `x` in the emitted module."""
-    rule = _SOURCE_BY_TYPE.get(type(x))
-    if rule is not None:
-        return rule(x)
-    for test, rule in _SOURCE_BY_BASE:
-        if test(x):
-            return rule(x)
-    raise EmitError(f"no Python source for a {type(x).__name__}: {x!r:.80}")
-
-
-# Parameters JAX derives from others (see jax_params.DERIVED_PARAMS), as source over their sources.
-DERIVED_SOURCE: dict[str, dict[str, Callable[[Mapping[str, str]], str]]] = {
-    "reduce": {"computation": lambda src: f"_as_fun({src['jaxpr']})"},
-}
 
 
 # ---------------------------------------------------------------- the emitter
@@ -357,8 +224,8 @@ class _Emitter:
         self.sched = sched
         self.graph = sched.graph
         self.par, self.layout = par, layout  # the plan's replicas (None: the module runs one)
-        self.reserved = _RESERVED if layout is None else _REPLICA_RESERVED
-        self.module_names = _Namespace(self.reserved)
+        self.reserved = RESERVED if layout is None else REPLICA_RESERVED
+        self.module_names = Namespace(self.reserved)
         self.prims: dict[str, str] = {}  # primitive name -> module-level variable
         self.bodies: list[str] = []  # source of nested-graph functions, innermost first
         self.seg_names = [self.module_names.name(("segment", s.index), s.name) for s in sched.segments]
@@ -377,7 +244,7 @@ class _Emitter:
         plan = read_plan_attrs(g)
         algo = plan.algorithm if plan is not None else "?"
         makespan = f"{plan.makespan * 1e6:.1f} us" if plan is not None else "?"
-        specs = "".join(f"\n    ({v.name!r}, {self.input_shape(i)!r}, {_dtype_name(_tensor(v))!r}),"
+        specs = "".join(f"\n    ({v.name!r}, {self.input_shape(i)!r}, {dtype_name(_tensor(v))!r}),"
                         for i, v in enumerate(g.inputs))
         homes = "".join(f"\n    {sched.input_home[v]!r},  # {v.name}" for v in g.inputs)
         lines = [
@@ -446,7 +313,7 @@ class _Emitter:
         return shape[:axis] + (shape[axis] * layout.d,) + shape[axis + 1:]
 
     # -- one graph's ops as straight-line code
-    def body_lines(self, ops: tuple[Op, ...] | list[Op], names: _Namespace, indent: str = "    ") -> list[str]:
+    def body_lines(self, ops: tuple[Op, ...] | list[Op], names: Namespace, indent: str = "    ") -> list[str]:
         lines: list[str] = []
         for op in ops:
             lines.append(f"{indent}# {self.describe(op)}")
@@ -468,7 +335,7 @@ class _Emitter:
         return text
 
     def segment(self, seg: Any, fname: str) -> str:
-        names = _Namespace(self.reserved | self.module_names.used)
+        names = Namespace(self.reserved | self.module_names.used)
         params = ", ".join(names.name(id(v), v.name) for v in seg.inputs)
         planned = seg.planned_ops
         copied = f", after {seg.recomputed} recomputed constant(s)" if seg.recomputed else ""
@@ -485,7 +352,7 @@ class _Emitter:
         fname = self.module_level(("body", id(graph)), f"_body_{hint}")
         if any(b.startswith(f"def {fname}(") for b in self.bodies):
             return fname
-        names = _Namespace(self.reserved | self.module_names.used)
+        names = Namespace(self.reserved | self.module_names.used)
         params = ", ".join(names.name(id(v), v.name) for v in graph.inputs)
         lines = [f"def {fname}({params}):", f'    """Nested graph @{graph.name}."""']
         lines += self.body_lines(graph.ops, names)
@@ -537,14 +404,14 @@ class _Emitter:
             return source(decode_plain(attr))
         g = attr.graph
         fname = self.nested(g, f"{op.name}_{key}")
-        specs = ", ".join(f"({tuple(_tensor(v).shape)!r}, {_dtype_source(_tensor(v))})" for v in g.inputs)
+        specs = ", ".join(f"({tuple(_tensor(v).shape)!r}, {dtype_source(_tensor(v))})" for v in g.inputs)
         closed = f"_closed_jaxpr({fname}{', ' if specs else ''}{specs})"
         return f"{closed}.jaxpr" if codec_for(op.opcode, key) is OPEN_JAXPR_CODEC else closed
 
     # -- the dispatch program
     def run_function(self) -> str:
         sched, g, layout = self.sched, self.graph, self.layout
-        names = _Namespace(self.reserved | self.module_names.used)
+        names = Namespace(self.reserved | self.module_names.used)
 
         def at(v: Value, device: str) -> str:
             base = names.name(id(v), v.name)
@@ -581,7 +448,7 @@ class _Emitter:
     def placed_input(self, i: int, name: str) -> str:
         """Input i on its home device; with replicas, on its mesh (a batch input split into rows)."""
         v = self.graph.inputs[i]
-        home, dtype = self.sched.input_home[v], _dtype_source(_tensor(v))
+        home, dtype = self.sched.input_home[v], dtype_source(_tensor(v))
         if self.layout is None:
             return f"_to({name}, dev[{home!r}], {dtype})"
         axis = self.layout.input_axes.get(i)
@@ -619,17 +486,17 @@ class _Emitter:
 
 # ---------------------------------------------------------------- op rules
 
-EmitRule = Callable[[_Emitter, Op, _Namespace], str]
+EmitRule = Callable[[_Emitter, Op, Namespace], str]
 
 
-def _results(op: Op, names: _Namespace, multiple: bool) -> str:
+def _results(op: Op, names: Namespace, multiple: bool) -> str:
     outs = [names.name(id(r), r.name) for r in op.results]
     if len(outs) == 1 and not multiple:
         return outs[0]
     return ", ".join(outs) + ("," if len(outs) == 1 else "")
 
 
-def _emit_bind(e: _Emitter, op: Op, names: _Namespace) -> str:
+def _emit_bind(e: _Emitter, op: Op, names: Namespace) -> str:
     """The default: bind the JAX primitive named by the opcode, as the interpreter does."""
     try:
         prim = lookup_primitive(op.opcode)
@@ -642,7 +509,7 @@ def _emit_bind(e: _Emitter, op: Op, names: _Namespace) -> str:
     return f"{_results(op, names, prim.multiple_results)} = {call}"
 
 
-def _emit_constant(e: _Emitter, op: Op, names: _Namespace) -> str:
+def _emit_constant(e: _Emitter, op: Op, names: Namespace) -> str:
     """`constant {value}`: a scalar broadcast to the result shape, or nested lists (as the interpreter)."""
     t = _tensor(op.result)
     dtype = f"jnp.dtype({np.dtype(jax_dtype(t.dtype)).name!r})"
@@ -656,7 +523,7 @@ def _emit_constant(e: _Emitter, op: Op, names: _Namespace) -> str:
     return f"{names.name(id(op.result), op.result.name)} = {expr}"
 
 
-def _emit_all_reduce(e: _Emitter, op: Op, names: _Namespace) -> str:
+def _emit_all_reduce(e: _Emitter, op: Op, names: Namespace) -> str:
     """`all_reduce` over one replica: the identity (as the interpreter); over the plan's replicas,
     the collective of the mesh axis the segment runs over (as `ReplicaInterpreter`)."""
     args = [names.name(id(v), v.name) for v in op.operands]

@@ -31,11 +31,13 @@ axis 0; the graph attribute `batch_inputs` (`{x = 0, y = 0}`: input name -> batc
 them for micro-batching and data parallelism. `lower` returns the Graph; `lower_function` also
 returns the pytree structures and constant arrays a caller needs to run it
 (`LoweredFunction.__call__`).
+
+The tables of inlined and refused primitives are `frontends/jax_primitives.py`; op names and
+locations, `frontends/jax_names.py`.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -44,13 +46,18 @@ import jax
 import jax.extend.core as jex
 import numpy as np
 
-try:  # public in jax.extend since 0.4.3x; without it ops simply carry no location
-    from jax.extend.source_info_util import summarize as _summarize
-except ImportError:  # pragma: no cover
-    _summarize = None
-
 from pesto_ir.attributes import Attr, DictAttr, FloatAttr, GraphAttr, IntAttr, ListAttr, StringAttr, to_attr
 from pesto_ir.errors import PestoError
+from pesto_ir.frontends.jax_names import FreshNames, arg_names, function_name, sanitize_name, source_location
+from pesto_ir.frontends.jax_primitives import (
+    COLLECTIVE_ADVICE,
+    COLLECTIVES,
+    INLINE_RULES,
+    REFUSED_PRIMITIVES,
+    Atom,
+    InlineRule,
+    LoweringError,
+)
 from pesto_ir.gc_pause import gc_paused
 from pesto_ir.ir import Graph, Location, Op, Value
 from pesto_ir.jax_params import (
@@ -63,7 +70,6 @@ from pesto_ir.jax_params import (
 )
 from pesto_ir.types import TensorType, dtype_short_name
 
-Atom = Any  # a jaxpr Var or Literal
 Env = dict[Any, Value]
 
 
@@ -75,11 +81,7 @@ class _Ctx(NamedTuple):
     loc: Location | None = None
 
     def location(self, eqn: Any) -> Location | None:
-        return _location(eqn.source_info) or self.loc
-
-
-class LoweringError(PestoError):
-    """The JAX program uses something Pesto IR cannot represent; says what and where."""
+        return source_location(eqn.source_info) or self.loc
 
 
 # ---------------------------------------------------------------- public API
@@ -145,10 +147,10 @@ def lower_function(fn: Callable[..., Any], *example_args: Any, param_argnums: in
     except NameError as e:  # JAX's error for a collective (psum, axis_index, ...) outside shard_map/pmap
         if "unbound axis name" not in str(e):
             raise
-        raise LoweringError(f"tracing {_function_name(fn)}: {e} ({_COLLECTIVE_ADVICE})") from None
+        raise LoweringError(f"tracing {function_name(fn)}: {e} ({COLLECTIVE_ADVICE})") from None
     in_tree = jax.tree_util.tree_structure((example_args, example_kwargs))
     flags = _param_flags(example_args, example_kwargs, param_argnums)
-    graph, consts = lower_jaxpr(closed, name=_function_name(fn), param_flags=flags)
+    graph, consts = lower_jaxpr(closed, name=function_name(fn), param_flags=flags)
     batch = _batch_inputs(graph, example_args, batch_set, explicit=batch_argnums is not None)
     if batch or batch_argnums is not None:  # `batch_argnums=()` says: no batch (written as {})
         graph.attrs["batch_inputs"] = DictAttr(tuple((name, IntAttr(0)) for name in batch))
@@ -168,9 +170,9 @@ def lower_jaxpr(closed: Any, name: str = "main", param_flags: Sequence[bool] | N
 
 def _lower_closed(closed: Any, name: str, param_flags: Sequence[bool] | None,
                   input_names: Sequence[str] | None) -> tuple[Graph, list[Any]]:
-    graph = Graph(_sanitize(name, "main"))
+    graph = Graph(sanitize_name(name, "main"))
     b = _Builder(graph)
-    names = input_names or _arg_names(closed.jaxpr, len(closed.jaxpr.invars))
+    names = input_names or arg_names(closed.jaxpr, len(closed.jaxpr.invars))
     closed = plain_arrays(closed)
     jaxpr = without_dead_code(closed.jaxpr)
     refuse_unsupported(jaxpr)
@@ -221,7 +223,7 @@ def refuse_unsupported(jaxpr: Any, loc: Location | None = None) -> None:
     error says what the step does (a `precv` makes a token) rather than what it cannot type.
     `loc`: where the enclosing call is, for equations of library code that carry no user frame."""
     for eqn in jaxpr.eqns:
-        where = _location(eqn.source_info) or loc
+        where = source_location(eqn.source_info) or loc
         refusal = REFUSED_PRIMITIVES.get(eqn.primitive.name)
         if refusal is not None:
             raise LoweringError(f"{where or '<unknown location>'}: {refusal(eqn)}")
@@ -247,51 +249,6 @@ def _read_vars(jaxpr: Any) -> set[Any]:
         out.update(v for v in eqn.invars if not hasattr(v, "val"))
     out.update(v for v in jaxpr.outvars if not hasattr(v, "val"))
     return out
-
-
-# ---------------------------------------------------------------- names
-
-_BAD_NAME_CHARS = re.compile(r"[^A-Za-z0-9_.$\-]+")
-
-
-def _sanitize(text: str, default: str) -> str:
-    """A readable bare name from a pytree path (`p['w'][0]` -> `p.w.0`) or a function name."""
-    text = _BAD_NAME_CHARS.sub(".", text.replace("'", "").replace('"', ""))
-    text = re.sub(r"\.{2,}", ".", text).strip(".")
-    return text or default
-
-
-class _Names:
-    """Fresh names per graph: the hint itself, then `hint.1`, `hint.2`, ... (linear, not quadratic)."""
-
-    def __init__(self) -> None:
-        self.used: set[str] = set()
-        self.next: dict[str, int] = {}
-
-    def fresh(self, hint: str) -> str:
-        if hint not in self.used:
-            self.used.add(hint)
-            return hint
-        i = self.next.get(hint, 1)
-        while f"{hint}.{i}" in self.used:
-            i += 1
-        self.next[hint] = i + 1
-        name = f"{hint}.{i}"
-        self.used.add(name)
-        return name
-
-
-def _arg_names(jaxpr: Any, n: int) -> list[str]:
-    info = getattr(jaxpr, "debug_info", None)
-    names = getattr(info, "arg_names", None) if info is not None else None
-    if not names or len(names) != n:
-        return ["arg"] * n
-    return [_sanitize(a or "", "arg") for a in names]
-
-
-def _function_name(fn: Callable[..., Any]) -> str:
-    name = getattr(fn, "__name__", None) or type(fn).__name__
-    return _sanitize(name.replace("<lambda>", "lambda"), "main")
 
 
 def _param_flags(args: tuple[Any, ...], kwargs: dict[str, Any], argnums: int | Sequence[int]) -> list[bool]:
@@ -364,22 +321,6 @@ def _batch_inputs(graph: Graph, args: tuple[Any, ...], argnums: Sequence[int], e
     return names
 
 
-# ---------------------------------------------------------------- locations
-
-_SUMMARY = re.compile(r"^(?P<file>.*?):(?P<line>\d+)(?::(?P<col>\d+))? \([^()]*\)$")
-
-
-def _location(source_info: Any) -> Location | None:
-    """The user's frame of an equation, from JAX's public one-line summary `file:line:col (fn)`."""
-    if _summarize is None:
-        return None
-    m = _SUMMARY.match(_summarize(source_info))
-    if m is None:
-        return None
-    col = m.group("col")
-    return Location(m.group("file"), int(m.group("line")), int(col) + 1 if col is not None else 0)
-
-
 def _scope_of(ctx: _Ctx, source_info: Any) -> str:
     stack = str(source_info.name_stack)
     return "/".join((*ctx.scope, stack) if stack else ctx.scope)
@@ -392,7 +333,7 @@ class _Builder:
 
     def __init__(self, graph: Graph, types: dict[tuple[Any, ...], TensorType] | None = None) -> None:
         self.graph = graph
-        self.names = _Names()
+        self.names = FreshNames()
         self.captured: dict[int, tuple[Any, Value]] = {}  # id(array) -> (array, input it is read from)
         self.literals: dict[tuple[str, bytes], Value] = {}
         self._types = types if types is not None else {}  # (shape, dtype) -> TensorType, shared with bodies
@@ -472,7 +413,7 @@ class _Builder:
         scope_text = _scope_of(ctx, eqn.source_info)
         if scope_text:
             attrs["scope"] = StringAttr(scope_text)
-        base = self.names.fresh(_sanitize(name, "op"))
+        base = self.names.fresh(sanitize_name(name, "op"))
         results = [base] if len(types) == 1 else [self.names.fresh(f"{base}_{i}") for i in range(len(types))]
         op = Op(base, name, operands, types, attrs, results, loc)
         self.graph.append(op)
@@ -500,7 +441,7 @@ class _Builder:
         jaxpr, consts = (body.jaxpr, body.consts) if isinstance(body, jex.ClosedJaxpr) else (body, ())
         child = _Builder(Graph(name), self._types)
         env: Env = {}
-        for var, hint in zip(jaxpr.invars, _arg_names(jaxpr, len(jaxpr.invars))):
+        for var, hint in zip(jaxpr.invars, arg_names(jaxpr, len(jaxpr.invars))):
             env[var] = child.graph.add_input(child.names.fresh(hint), child.tensor_type(var.aval, None, "input"))
         for var, c in zip(jaxpr.constvars, consts):
             env[var] = child.const_value(c)
@@ -567,79 +508,6 @@ def _lower_plain(b: _Builder, eqn: Any, env: Env, ctx: _Ctx) -> list[Value]:
     return b.emit(eqn, operands, b.encode(eqn, loc), ctx, loc)
 
 
-# ---------------------------------------------------------------- inlined calls
-
-InlineRule = Callable[[Any], tuple[Any, list[Atom], str]]
-
-
-def _func_name(body: Any, default: str) -> str:
-    jaxpr = body.jaxpr if isinstance(body, jex.ClosedJaxpr) else body
-    info = getattr(jaxpr, "debug_info", None)
-    name = getattr(info, "func_name", None) if info is not None else None
-    return _sanitize(name.replace("<lambda>", "lambda"), default) if name else default
-
-
-def _call(param: str, kind: str) -> InlineRule:
-    """A call whose body is `eqn.params[param]`, applied to the equation's operands."""
-
-    def rule(eqn: Any) -> tuple[Any, list[Atom], str]:
-        body = eqn.params[param]
-        name = eqn.params.get("name") or _func_name(body, kind)
-        return body, list(eqn.invars), f"{kind}({name})"
-
-    return rule
-
-
-def _linear_solve(eqn: Any) -> tuple[Any, list[Atom], str]:
-    """custom_linear_solve computes `solve(b)`; its other jaxprs only define derivatives."""
-    lengths, jaxprs = eqn.params["const_lengths"], eqn.params["jaxprs"]
-    start = lengths.matvec + lengths.vecmat
-    consts = eqn.invars[start:start + lengths.solve]
-    rhs = eqn.invars[sum(lengths):]
-    return jaxprs.solve, [*consts, *rhs], "linear_solve"
-
-
-def _compute_on(eqn: Any) -> tuple[Any, list[Atom], str]:
-    """`compute_on2` asks for a kind of device; placement is pesto_ir's to decide, the body is the value."""
-    return eqn.params["jaxpr"], list(eqn.invars), f"compute_on({eqn.params['compute_type']})"
-
-
-def _run_state(eqn: Any) -> tuple[Any, list[Atom], str]:
-    """`run_state` runs a body on references holding its operands and returns their final values: the
-    body with its references discharged (what JAX itself evaluates) computes exactly that."""
-    from jax._src.state.discharge import discharge_state
-
-    if not all(eqn.params["is_initialized"]):
-        raise LoweringError("primitive 'run_state' with references it does not initialize: their first values "
-                            "are unspecified; initialize every reference")
-    return discharge_state(jex.ClosedJaxpr(eqn.params["jaxpr"], ())), list(eqn.invars), "run_state"
-
-
-INLINE_RULES: dict[str, InlineRule] = {
-    "jit": _call("jaxpr", "jit"),
-    "pjit": _call("jaxpr", "jit"),
-    "closed_call": _call("call_jaxpr", "call"),
-    "call": _call("call_jaxpr", "call"),
-    "core_call": _call("call_jaxpr", "call"),
-    "custom_jvp_call": _call("call_jaxpr", "custom_jvp"),
-    "custom_vjp_call": _call("call_jaxpr", "custom_vjp"),
-    "custom_vjp_call_jaxpr": _call("fun_jaxpr", "custom_vjp"),
-    # the forward pass of a custom_vjp with optimize_remat=True: residuals and outputs
-    "remat_opt": _call("fwd_jaxpr", "custom_vjp_fwd"),
-    # jax.custom_batching.custom_vmap: the rule only matters under vmap, which tracing has done
-    "custom_vmap_call": _call("call", "custom_vmap"),
-    # jax.custom_derivatives.linear_call: the callee computes; its transpose only defines derivatives
-    "linear_call": _call("callee", "linear_call"),
-    # lax.composite: its decomposition is what it computes
-    "composite": _call("jaxpr", "composite"),
-    "compute_on": _compute_on,
-    "run_state": _run_state,
-    "remat2": _call("jaxpr", "checkpoint"),
-    "checkpoint": _call("jaxpr", "checkpoint"),
-    "custom_linear_solve": _linear_solve,
-}
-
-
 # ---------------------------------------------------------------- ops with nested graphs
 
 StructuredRule = Callable[[_Builder, Any, Env, _Ctx], list[Value]]
@@ -703,109 +571,6 @@ STRUCTURED_RULES: dict[str, StructuredRule] = {
     **{name: _lower_with_computations for name in (
         "scatter", "scatter-add", "scatter-sub", "scatter-mul", "scatter-min", "scatter-max",
         "scatter_add", "scatter_sub", "scatter_mul", "scatter_min", "scatter_max")},
-}
-
-
-# ---------------------------------------------------------------- primitives refused with a reason
-
-_PMAP_AXIS = "_internal_pmap_axis_name"  # the mesh axis jax.pmap (run as shard_map) names when given none
-
-
-def _refuse_parallel_map(eqn: Any) -> str:
-    """shard_map and pmap split a computation across devices themselves; pesto_ir does that."""
-    name = eqn.primitive.name
-    mesh = eqn.params.get("mesh")
-    axes = tuple(getattr(mesh, "axis_names", ()) or ())
-    if name == "xla_pmap" or _PMAP_AXIS in axes:
-        source = "from jax.pmap"
-    else:  # pmap with an axis name looks like shard_map over that axis
-        source = "from jax.shard_map or jax.pmap" + (f", mesh axes {', '.join(map(repr, axes))}" if axes else "")
-    return (f"primitive '{name}' ({source}) inside the step: pesto_ir places the step itself across "
-            f"devices, so the step cannot also split itself; call the function without shard_map/pmap (on the "
-            f"whole batch) and let pesto_ir place it, or jit it outside parallelize")
-
-
-_COLLECTIVE_ADVICE = ("collectives run inside shard_map or pmap, which split the step across devices; pesto_ir "
-                      "places the step itself, so call the function on the whole batch without collectives "
-                      "(a sum over the batch is a plain sum)")
-
-# Collectives over named mesh axes (jax.lax.psum, all_gather, axis_index, ... and the forms shard_map's
-# type system and asynchronous collectives bind).
-COLLECTIVES: tuple[str, ...] = (
-    "psum", "pmax", "pmin", "ppermute", "pbroadcast", "all_gather", "all_to_all", "ragged_all_to_all",
-    "reduce_scatter", "axis_index", "psend", "precv", "pvary", "preduced", "psum_invariant", "all_gather_invariant",
-    "all_gather_reduced", "unreduced_psum", "unreduced_reduce_scatter", "vary_unreduced_cast_p", "reduced_vary_cast_p",
-    "psum_start", "psum_invariant_start", "unreduced_psum_start", "all_gather_start", "all_gather_reduced_start",
-    "reduce_scatter_start", "unreduced_reduce_scatter_start", "all_to_all_start", "pbroadcast_start",
-    "ppermute_start", "psum_done", "all_gather_done", "reduce_scatter_done", "all_to_all_done", "pbroadcast_done",
-    "ppermute_done",
-)
-
-
-def _refuse_collective(eqn: Any) -> str:
-    """A collective names mesh axes that only exist inside shard_map or pmap."""
-    axes = eqn.params.get("axes", eqn.params.get("axis_name"))
-    axes = axes if isinstance(axes, tuple) else (axes,) if axes is not None else ()
-    over = f" over mesh axis {', '.join(map(repr, axes))}" if axes else ""
-    return f"collective '{eqn.primitive.name}'{over} inside the step: {_COLLECTIVE_ADVICE}"
-
-
-_CALLBACK_KINDS = {"pure_callback": "jax.pure_callback", "io_callback": "jax.experimental.io_callback",
-                   "debug_callback": "jax.debug.callback", "inspect_sharding": "jax.debug.inspect_array_sharding",
-                   "buffer_callback": "jax.experimental.buffer_callback"}
-
-
-def _refuse_callback(eqn: Any) -> str:
-    """A callback runs a Python function, which a `.pir` graph cannot hold."""
-    name = eqn.primitive.name
-    instead = {"debug_callback": "print with jax.debug.print, which lowers",
-               "inspect_sharding": "leave it out: pesto_ir places whole arrays, there is no sharding to inspect",
-               }.get(name, "compute the value with jax.numpy/lax, or call the Python function outside the step")
-    return (f"primitive '{name}' ({_CALLBACK_KINDS[name]}) calls back into Python: a .pir graph holds array "
-            f"operations, not Python functions; {instead}")
-
-
-_KERNELS = {"ffi_call": "jax.ffi.ffi_call", "pallas_call": "a Pallas kernel",
-            "custom_partitioning": "jax.experimental.custom_partitioning",
-            "call_exported": "a jax.export.Exported function", "tpu_custom_call": "a Mosaic TPU kernel"}
-
-
-def _refuse_kernel(eqn: Any) -> str:
-    """Custom calls and kernels are opaque: nothing to cost, place or print."""
-    name = eqn.primitive.name
-    target = eqn.params.get("target_name") or eqn.params.get("name")
-    what = _KERNELS[name] + (f" {target!r}" if isinstance(target, str) and target else "")
-    return (f"primitive '{name}' ({what}) runs code pesto_ir cannot see into, cost or print as .pir; write "
-            f"that part of the step with jax.numpy/lax, or jit it outside parallelize")
-
-
-def _refuse_token(eqn: Any) -> str:
-    return (f"primitive '{eqn.primitive.name}' makes an ordering token: Pesto IR has no token type (tokens "
-            f"order side effects such as infeed/outfeed, which JAX no longer has); leave tokens out of the step")
-
-
-def _refuse_custom_lin(eqn: Any) -> str:
-    return ("primitive 'custom_lin' is forward-mode autodiff (jax.jvp, jax.linearize) of a jax.custom_vjp "
-            "function, which JAX cannot run either (custom_vjp defines reverse mode only): take gradients "
-            "with jax.grad/jax.vjp, or give the function a custom_jvp")
-
-
-def _refuse_check(eqn: Any) -> str:
-    return ("primitive 'check' (jax.experimental.checkify.check) outside checkify.checkify, which JAX cannot "
-            "run under jit either: wrap the step in checkify.checkify, which turns its checks into array ops")
-
-
-# Primitives the frontend refuses, by name, with the sentence that says why and what to do instead.
-REFUSED_PRIMITIVES: dict[str, Callable[[Any], str]] = {
-    "shard_map": _refuse_parallel_map,
-    "xla_pmap": _refuse_parallel_map,
-    **{name: _refuse_collective for name in COLLECTIVES},
-    **{name: _refuse_callback for name in _CALLBACK_KINDS},
-    **{name: _refuse_kernel for name in _KERNELS},
-    "create_token": _refuse_token,
-    "after_all": _refuse_token,
-    "custom_lin": _refuse_custom_lin,
-    "check": _refuse_check,
 }
 
 

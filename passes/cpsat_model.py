@@ -112,7 +112,7 @@ class CpModel:
             u = prob.unit_of[i]
             for d in prob.allowed[u]:
                 c = prob.cost[i][d]
-                if not prob.idle[i][d]:  # an op that takes no time at all may sit anywhere (DESIGN.md)
+                if not prob.idle[i][d]:  # an op that takes no time at all may sit anywhere (docs/contracts.md, "Validity")
                     per_device[d].append(m.new_optional_fixed_size_interval_var(self.S[i], c, self.x[(u, d)],
                                                                                 f"I_{i}_{d}"))
                 if c > 0:

@@ -14,7 +14,7 @@ speeds and links), stated with CP-SAT's scheduling constraints instead of big-M 
   optional interval on link (s, d), present iff p is on s and the transfer is needed, lasting
   latency + the bytes of the needed results over the bandwidth; `AddNoOverlap` per directed link.
   A consumer on d starts after the transfer ends; every consumer starts after its producer ends.
-  Ops and transfers that take no time at all occupy no device or link (DESIGN.md's overlap rule
+  Ops and transfers that take no time at all occupy no device or link (the overlap rule of docs/contracts.md, "Validity"
   only concerns spans of positive length).
 - Memory per device, the makespan `T` above every op's end plus its tail (longest path after it)
   and above each device's load, and symmetry breaking between interchangeable devices (a unit may

@@ -1,11 +1,8 @@
 """Hybrid plans: data-parallel replicas x micro-batches x placement, in one search.
 
-A strategy (d, m) splits the k devices into d replicas of k/d devices (contiguous in the
-cluster's order; mirrored devices must be alike), rewrites the step into one replica's graph of m
-micro-batches of batch/(d·m) (`passes/microbatch.py`, with an `all_reduce` per batch reduction,
-costed by the ring over the mirrored devices) and places that graph on replica 0's devices with
-the same engines as a one-batch plan. Every replica runs the same schedule, so the plan of
-replica 0 is the plan of the step, and its makespan is one whole step.
+Each strategy (d, m) is d replicas of m micro-batches, placed as one replica's graph on replica
+0's devices with the same engines as a one-batch plan (`passes/replicas.py`: the replica graph,
+rewritten by `passes/rebatch.py`, and its plan as the plan of the whole step).
 
 `place{algo=auto}` searches (d, m): it screens every strategy that divides the devices and the
 batch with the fast heuristics and the fixed pipeline schedules (GPipe, 1F1B), then spends the
@@ -20,16 +17,28 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from pesto_ir.cluster import Cluster, ring_all_reduce_time
+from pesto_ir.cluster import Cluster
 from pesto_ir.errors import PestoError
 from pesto_ir.ir import Graph
-from pesto_ir.passes.collective_buckets import bucket_all_reduces
-from pesto_ir.passes.microbatch import MAX_MICROBATCHES, MicrobatchError, rebatch
+from pesto_ir.passes.batch_axes import MicrobatchError, batch_spec
 from pesto_ir.passes.pipeline_model import MODEL_MICROBATCHES
+from pesto_ir.passes.rebatch import MAX_MICROBATCHES
+from pesto_ir.passes.replicas import (  # noqa: F401 (all_reduce_cost, place_rewritten: re-exported)
+    ONE_BATCH,
+    Solve,
+    Strategy,
+    all_reduce_cost,
+    as_hybrid,
+    bucketed,
+    on_replica,
+    place_rewritten,
+    replica_graph,
+    replica_groups,
+    sub_cluster,
+)
 from pesto_ir.placement import Interrupted, PlaceOptions, carried_plan
-from pesto_ir.plan import Parallelism, Plan, write_plan_attrs
+from pesto_ir.plan import Plan, write_plan_attrs
 from pesto_ir.units import human_time
-from pesto_ir.validate import check_plan, collectives_for
 
 AUTO_MICROBATCHES = (1, 2, 4, 8, 16, 32)  # what `microbatches=auto` tries
 MAX_SCREEN_OPS = 150_000  # a rewritten graph larger than this is not built (memory)
@@ -44,18 +53,6 @@ OTHERS_SLACK = 0.25  # nor one predicted this much slower than a plan of another
 # make micro-batches wait for each other, which the model leaves out)
 
 
-@dataclass(frozen=True, order=True)
-class Strategy:
-    data_parallel: int
-    microbatches: int
-
-    def __str__(self) -> str:
-        return f"d={self.data_parallel} m={self.microbatches}"
-
-
-ONE_BATCH = Strategy(1, 1)
-
-
 @dataclass
 class Candidate:
     """A strategy, its replica graph and its best plan so far (or why it has none)."""
@@ -66,69 +63,6 @@ class Candidate:
     plan: Plan | None = None
     why_not: str = ""
     engine: str = ""
-
-
-# ---------------------------------------------------------------- replicas
-
-def replica_groups(cluster: Cluster, d: int) -> tuple[tuple[str, ...], ...]:
-    """d groups of k/d devices, contiguous in the cluster's order; mirrored devices must be alike."""
-    k = len(cluster)
-    if d < 1 or k % d:
-        raise PestoError(f"data-parallel {d} does not divide the {k} devices into equal replicas")
-    per = k // d
-    names = cluster.names
-    groups = tuple(tuple(names[r * per:(r + 1) * per]) for r in range(d))
-    for group in groups[1:]:
-        for a, b in zip(groups[0], group):
-            da, db = cluster.device(a), cluster.device(b)
-            if (da.kind, da.memory, da.peak_flops) != (db.kind, db.memory, db.peak_flops):
-                raise PestoError(f"data-parallel {d}: device {b} would mirror {a}, but they differ "
-                                 f"({db.kind} vs {da.kind}); replicas need alike devices")
-    return groups
-
-
-def sub_cluster(cluster: Cluster, names: Sequence[str]) -> Cluster:
-    """The devices `names` of `cluster` and the links between them."""
-    keep = set(names)
-    return Cluster([cluster.device(n) for n in names],
-                   {pair: link for pair, link in cluster.links.items() if pair[0] in keep and pair[1] in keep})
-
-
-def all_reduce_cost(cluster: Cluster, groups: tuple[tuple[str, ...], ...]) -> Callable[[int], float]:
-    """An all-reduce's duration before placement: the slowest ring over mirrored devices (the
-    validator checks the ring of the device it lands on)."""
-    rings = [[g[i] for g in groups] for i in range(len(groups[0]))]
-
-    def cost(nbytes: int) -> float:
-        return max(ring_all_reduce_time(cluster, ring, nbytes) for ring in rings)
-
-    return cost
-
-
-def replica_graph(graph: Graph, cluster: Cluster, strategy: Strategy) -> Graph:
-    """One replica's graph for `strategy`, costed: copies re-costed by roofline where the graph
-    was costed that way, else their costs scale with the batch."""
-    groups = replica_groups(cluster, strategy.data_parallel)
-    out = rebatch(graph, strategy.microbatches, strategy.data_parallel, all_reduce_cost(cluster, groups))
-    if out is not graph and any("flops" in op.attrs for op in graph.ops):
-        from pesto_ir.passes.annotate_costs import AnnotateCostsPass
-        from pesto_ir.passmanager import PassContext
-
-        AnnotateCostsPass(model="roofline").run(out, PassContext(cluster=sub_cluster(cluster, groups[0]), quiet=True))
-    return out
-
-
-def as_hybrid(graph: Graph, cluster: Cluster, plan: Plan, strategy: Strategy) -> Plan:
-    """`plan` (replica 0's, on its devices) as the plan of the whole step on `cluster`, validated.
-
-    With one replica on all of `cluster` the plan is the same plan, and one that has passed the
-    validator (it has its peaks) is not checked again: on a 25,000-op pipeline a check is 0.7 s."""
-    groups = replica_groups(cluster, strategy.data_parallel)
-    same = strategy.data_parallel == 1 and list(plan.devices) == list(cluster.names) and plan.peak_memory is not None
-    plan = dataclasses.replace(plan, devices=list(cluster.names),
-                               parallelism=Parallelism(strategy.data_parallel, strategy.microbatches, groups))
-    plan.collectives = collectives_for(graph, plan)
-    return plan if same else check_plan(graph, cluster, plan)
 
 
 # ---------------------------------------------------------------- strategies
@@ -158,8 +92,6 @@ def _cost_only(graph: Graph) -> bool:
 
 
 def _batch_size(graph: Graph) -> int | None:
-    from pesto_ir.passes.microbatch import batch_spec
-
     if _cost_only(graph):
         return None
     try:
@@ -182,9 +114,6 @@ def parse_degree(text: str | None, what: str) -> int | None:
 
 
 # ---------------------------------------------------------------- the search
-
-Solve = Callable[[Graph, Cluster, PlaceOptions], Plan]
-
 
 @dataclass
 class Rates:
@@ -262,22 +191,6 @@ def screen(graph: Graph, cluster: Cluster, found: Candidate, options: PlaceOptio
     return found
 
 
-def bucketed(graph: Graph, cluster: Cluster, plan: Plan, strategy: Strategy) -> tuple[Graph, Plan]:
-    """`plan` of replica 0 as a hybrid plan, its gradient all-reduces merged into buckets
-    (`passes/collective_buckets.py`, on a copy of `graph`) where that makes the step faster; the
-    graph the plan is of, and the plan."""
-    plain = as_hybrid(graph, cluster, plan, strategy)
-    if strategy.data_parallel == 1:
-        return graph, plain
-    groups = replica_groups(cluster, strategy.data_parallel)
-    sub = sub_cluster(cluster, groups[0])
-    merged = bucket_all_reduces(graph.clone(), sub, _on_replica(plan, sub), all_reduce_cost(cluster, groups))
-    if merged is None:
-        return graph, plain
-    hybrid = as_hybrid(merged[0], cluster, merged[1], strategy)
-    return (merged[0], hybrid) if hybrid.makespan <= plain.makespan else (graph, plain)
-
-
 Refine = Callable[[Graph, Cluster, PlaceOptions, Plan | None], Plan]  # the full engine; a heuristic plan it must beat
 
 
@@ -316,7 +229,7 @@ def search(graph: Graph, cluster: Cluster, options: PlaceOptions, data_parallel:
             refined = refine(best.graph, cluster, dataclasses.replace(options, time_limit=left), best.plan)
         else:
             sub = sub_cluster(cluster, replica_groups(cluster, best.strategy.data_parallel)[0])
-            warm = _on_replica(best.plan, sub) if best.plan is not None else None
+            warm = on_replica(best.plan, sub) if best.plan is not None else None
             # the screening plan is the floor to beat: the heuristics need not run again (on a
             # 32-micro-batch pipeline they take seconds the time limit does not have)
             refined = refine(best.graph, sub, dataclasses.replace(options, time_limit=left, warm_start=warm), warm)
@@ -571,11 +484,6 @@ def _logged(c: Candidate, log: PlaceOptions, rates: Rates) -> Candidate:
     return c
 
 
-def _on_replica(plan: Plan, sub: Cluster) -> Plan:
-    """A hybrid plan as a plain plan of replica 0 on its devices (a warm start for the engines)."""
-    return dataclasses.replace(plan, devices=list(sub.names), parallelism=None, collectives=[], peak_memory=None)
-
-
 def _summary(tried: list[Candidate], chosen: Strategy, plan: Plan) -> str:
     if len(tried) == 1:
         return (f"data-parallel {chosen.data_parallel} x {chosen.microbatches} micro-batches (as asked): "
@@ -588,18 +496,3 @@ def _summary(tried: list[Candidate], chosen: Strategy, plan: Plan) -> str:
             parts.append(f"{c.strategy} none ({c.why_not})" if c.why_not else f"{c.strategy} not screened")
     return (f"hybrid search: chose {chosen} (data-parallel {chosen.data_parallel} x {chosen.microbatches} "
             f"micro-batches) at {human_time(plan.makespan, 4)}; tried " + "; ".join(parts))
-
-
-def place_rewritten(graph: Graph, cluster: Cluster, options: PlaceOptions, place: Solve) -> Plan:
-    """Place a graph the `microbatch` pass already rewrote (its `microbatched` attribute gives d and
-    m) on replica 0's devices, as the plan of the whole step."""
-    degrees = graph.attrs["microbatched"].value
-    strategy = Strategy(int(degrees["data_parallel"]), int(degrees["microbatches"]))
-    sub = sub_cluster(cluster, replica_groups(cluster, strategy.data_parallel)[0])
-    try:
-        plan = as_hybrid(graph, cluster, place(graph, sub, options), strategy)
-    except KeyboardInterrupt as e:
-        carried = carried_plan(e, graph)
-        raise Interrupted(None if carried is None else as_hybrid(graph, cluster, carried, strategy), graph) from None
-    write_plan_attrs(graph, plan)
-    return plan

@@ -30,7 +30,7 @@ from pesto_ir.bounds import lower_bound, memory_shortfall
 from pesto_ir.cluster import Cluster
 from pesto_ir.errors import PestoError
 from pesto_ir.ir import Graph
-from pesto_ir.passes.coarsen import quotient_graph
+from pesto_ir.passes.coarse_graph import quotient_graph
 from pesto_ir.passes.heuristic_portfolio import ALGORITHMS, best_heuristic_plan
 from pesto_ir.passes.heuristic_portfolio import WARM_START_ALGOS as WARM_START_ALGOS  # importable here too
 from pesto_ir.passmanager import Pass, PassContext
@@ -162,7 +162,7 @@ class PlacePass(Pass):
         rewritten = graph.attrs.get("microbatched")
         d, m = self.degrees()
         if rewritten is not None:  # the microbatch pass ran: place its replica graph as it is
-            from pesto_ir.passes.hybrid import place_rewritten
+            from pesto_ir.passes.replicas import place_rewritten
 
             if self.data_parallel not in (None, "1") or self.microbatches not in (None, "1"):
                 raise PlaceError(f"the graph is already one replica's micro-batched step ({rewritten}): "

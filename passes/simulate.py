@@ -62,7 +62,7 @@ def resimulate(graph: Graph, cluster: Cluster) -> Plan:
         plan.solver, plan.notes = previous.solver, list(previous.notes)
     bounded = cluster
     if previous is not None and previous.parallelism is not None:  # replica 0's schedule, run by every replica
-        from pesto_ir.passes.hybrid import sub_cluster
+        from pesto_ir.passes.replicas import sub_cluster
 
         plan.devices, plan.parallelism = list(previous.devices), previous.parallelism
         plan.collectives = collectives_for(graph, plan)

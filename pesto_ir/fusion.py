@@ -52,7 +52,6 @@ from pesto_ir.roofline import (
     op_work,
     work_time,
 )
-from pesto_ir.types import TensorType
 
 # Ops XLA fuses into a consumer's loop. Indexed reads and writes (gather, dynamic slices,
 # scatter) stay kernels of their own here: their cost rules count only the part they touch.
@@ -73,7 +72,7 @@ class FusionGroup:
     ops: tuple[Op, ...]
     family: str  # an op family of `pesto_ir.roofline.FAMILIES`: the hero's, else loop or movement
     inputs: tuple[Value, ...]  # distinct values read from outside the group
-    outputs: tuple[Value, ...]  # values made inside and read outside (or returned by the graph)
+    outputs: tuple[Value, ...]  # values made inside and read outside (or returned, or read by no op)
     free: bool = False  # a duplicated op feeding several kernels: recomputed in each, costs nothing
 
     @property
@@ -163,8 +162,8 @@ def _group(ops: list[Op], graph_outputs: set[int]) -> FusionGroup:
     inside = {id(op) for op in ops}
     made = {id(r) for op in ops for r in op.results}
     inputs = _distinct(v for op in ops for v in op.operands if id(v) not in made)
-    outs = [r for op in ops for r in op.results
-            if id(r) in graph_outputs or any(id(u) not in inside for u, _ in r.uses)]
+    outs = [r for op in ops for r in op.results  # a result no op reads is written out too (as op by op)
+            if id(r) in graph_outputs or not r.uses or any(id(u) not in inside for u, _ in r.uses)]
     free = len(ops) == 1 and ops[0].opcode in DUPLICATED and not outs_to_graph(ops[0], graph_outputs)
     return FusionGroup(tuple(ops), _family(ops), tuple(inputs), tuple(outs), free)
 
@@ -190,7 +189,7 @@ def _family(ops: list[Op]) -> str:
 
 
 def _nbytes(v: Value) -> int:
-    return v.type.nbytes if isinstance(v.type, TensorType) else 0
+    return v.type.nbytes
 
 
 def group_work(group: FusionGroup) -> Work:

@@ -1,6 +1,6 @@
 """The one plan validator: every plan any algorithm returns goes through `check_plan`.
 
-It checks the rules of `pesto-plan/1` (DESIGN.md) and returns every violation as a sentence:
+It checks the rules of `pesto-plan/1` (docs/contracts.md, "Validity") and returns every violation as a sentence:
 each op runs once on a known device for at least its cost; ops on a device do not overlap; an op
 starts after its producers (same device) or the transfer of their results (other device); a
 transfer starts after its producer, carries the bytes that are read there and lasts at least

@@ -65,3 +65,26 @@ def test_fits_on_made_up_kernels() -> None:
     assert efficiency == pytest.approx(speed)
     assert why == {"conv": "no kernels", "reduction": "only 1 kernel", "movement": "launch-bound",
                    "other": "no roofline work"}
+
+
+def test_fits_whole_steps_to_their_launch_and_family_efficiencies() -> None:
+    from bench.calibrate import Step, fit_to_steps
+
+    launch, speed = 3e-6, {"matmul": 0.6, "elementwise": 0.25, "reduction": 0.2}
+    mixes = [(8e-3, 1e-3, 2e-4, 50), (2e-3, 4e-3, 1e-3, 300), (5e-3, 5e-4, 3e-3, 120), (1e-2, 2e-3, 5e-4, 80),
+             (1e-3, 1e-3, 1e-3, 400), (6e-3, 3e-3, 2e-3, 200)]
+    steps = [Step(f"s{i}", kernels, {"matmul": m, "elementwise": e, "reduction": r, "movement": 1e-6},
+                  m / 0.6 + e / 0.25 + r / 0.2 + 1e-6 / 0.5 + kernels * launch)
+             for i, (m, e, r, kernels) in enumerate(mixes)]
+    fitted_launch, efficiency, how = fit_to_steps(steps, {"movement": 0.5, "matmul": 0.9})
+    assert fitted_launch == pytest.approx(launch, rel=1e-6)
+    assert {f: efficiency[f] for f in speed} == pytest.approx(speed, rel=1e-6)
+    assert efficiency["movement"] == 0.5  # too small a share of the steps to fit: its kernels' figure
+    assert "fitted to 6 whole steps" in how
+    for st in steps:
+        assert st.predicted(fitted_launch, efficiency) == pytest.approx(st.measured, rel=1e-6)
+    # one step cannot fit four figures: only the launch is fitted, the kernels' efficiencies kept
+    only_launch, kept, how = fit_to_steps(steps[:1], {"matmul": 0.6, "elementwise": 0.25, "reduction": 0.2,
+                                                      "movement": 0.5})
+    assert only_launch == pytest.approx(launch, rel=1e-6) and kept["matmul"] == 0.6
+    assert "launch fitted to 1 step" in how

@@ -142,7 +142,7 @@ def test_durations_round_down_so_the_bound_is_a_true_lower_bound() -> None:
 
 
 def test_ops_that_take_no_time_wait_for_their_inputs_only() -> None:
-    """A zero-cost op may sit inside another op's run (DESIGN.md allows it); the exact timing of
+    """A zero-cost op may sit inside another op's run (docs/contracts.md allows it); the exact timing of
     a solution must not hold it behind the device's previous op, as `simulate` does."""
     nodes = [{"id": "src", "cost": 0.1, "colocate": "x"}, {"id": "long", "cost": 1.0, "colocate": "y"},
              {"id": "zero", "cost": 0.0, "colocate": "y"}, {"id": "sink", "cost": 0.1, "colocate": "x"}]

@@ -7,7 +7,7 @@ Two brute forces over graphs of at most 6 ops on 2 devices:
 - `brute_exact`: every placement x every per-device order x every per-link transfer order, each
   evaluated as its earliest schedule by an evaluator written here (not the one under test). Any
   valid plan keeps some such orders and can only get earlier when left-shifted, so this is the
-  true optimum of the plan rules in DESIGN.md, which the MILP models. It can beat
+  true optimum of the plan rules in docs/contracts.md, which the MILP models. It can beat
   `brute_simulated` when holding a link for a later, more urgent tensor pays.
 """
 
