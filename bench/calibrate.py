@@ -330,32 +330,27 @@ def summary(cluster: Cluster) -> str:
 
 # ---------------------------------------------------------------- command line
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got '{text}'") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {value}")
-    return value
+def _whole_at_least(least: int) -> Callable[[str], int]:
+    """An argparse type: a whole number >= `least`, else a clear error naming what was given."""
 
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be a whole number >= {least}, got '{text}'") from None
+        if value < least:
+            raise argparse.ArgumentTypeError(f"must be a whole number >= {least}, got {value}")
+        return value
 
-def _non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a whole number >= 0, got '{text}'") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be a whole number >= 0, got {value}")
-    return value
+    return parse
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench.calibrate", description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="one small MLP (under a minute on a 2-core CPU)")
     p.add_argument("--out", help="the pesto-cluster/1 file to write (default: calibrated-<kind>.json)")
-    p.add_argument("--runs", type=_positive_int, default=5, help="timed runs per kernel (default 5)")
-    p.add_argument("--warmup", type=_non_negative_int, default=2, help="untimed runs first (default 2)")
+    p.add_argument("--runs", type=_whole_at_least(1), default=5, help="timed runs per kernel (default 5)")
+    p.add_argument("--warmup", type=_whole_at_least(0), default=2, help="untimed runs first (default 2)")
     p.add_argument("--stat", choices=("min", "median"), default="min",
                    help="how the runs become one time (default min: other work on the machine only adds time)")
     p.add_argument("--clock", choices=("wall", "cpu"), default="wall",

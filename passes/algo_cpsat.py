@@ -45,11 +45,11 @@ from pesto_ir.passes.exact_common import (  # noqa: F401  (earliest_schedule: al
     fmt,
     gap,
     given_warm_start,
+    timed_both_ways,
 )
 from pesto_ir.passes.heuristic_portfolio import best_heuristic_plan
 from pesto_ir.placement import Interrupted, PlaceOptions, interrupted
 from pesto_ir.plan import Plan
-from pesto_ir.simulate import PlanError, simulate
 from pesto_ir.validate import check_plan
 
 ALGORITHM = "cpsat"
@@ -192,15 +192,7 @@ def schedules(graph: Graph, cluster: Cluster, prob: Problem, sol: Solution, algo
     for (p, d), r in sol.sends.items():
         links.setdefault((placement[prob.names[p]], names[d]), []).append((r, p))
     link_order = {k: [prob.names[p] for _, p in sorted(v)] for k, v in links.items()}
-    out: list[tuple[Plan, str]] = []
-    try:
-        out.append((simulate(graph, cluster, placement, order, algorithm), "simulated"))
-    except PlanError:
-        pass
-    replayed = earliest_schedule(graph, cluster, placement, order, link_order, algorithm)
-    if replayed is not None:
-        out.append((replayed, "replayed"))
-    return out
+    return timed_both_ways(graph, cluster, placement, order, link_order, algorithm, ("simulated", "replayed"))
 
 
 def realise(graph: Graph, cluster: Cluster, prob: Problem, result: Result, warm: Plan | None,

@@ -27,7 +27,7 @@ from pesto_ir.memory import footprints
 from pesto_ir.passes.algo_common import colocation_units, interchangeable_devices, longest_paths, unplaceable_reason
 from pesto_ir.placement import PlaceOptions
 from pesto_ir.plan import OpSlot, Plan, Transfer
-from pesto_ir.simulate import simulate, transfer_bytes
+from pesto_ir.simulate import PlanError, simulate, transfer_bytes
 from pesto_ir.validate import validate_plan
 
 REL_GAP = 1e-6  # a plan within this fraction of the bound is optimal (no solve needed)
@@ -213,3 +213,19 @@ def earliest_schedule(graph: Graph, cluster: Cluster, placement: Mapping[str, st
     transfers = [Transfer(src, placement[src], dst, finish[(src, dst)] - length[(src, dst)], finish[(src, dst)], nbytes)
                  for (src, dst), nbytes in sends.items()]
     return Plan(graph.name, algorithm, list(cluster.names), slots, transfers)
+
+
+def timed_both_ways(graph: Graph, cluster: Cluster, placement: Mapping[str, str], order: Mapping[str, list[str]],
+                    link_order: Mapping[tuple[str, str], list[str]], algorithm: str,
+                    names: tuple[str, str]) -> list[tuple[Plan, str]]:
+    """An exact engine's solution as real schedules, each named by `names`: simulated (links first
+    come, first served) and replayed in the solver's own link order; those that do not deadlock."""
+    out: list[tuple[Plan, str]] = []
+    try:
+        out.append((simulate(graph, cluster, placement, order, algorithm), names[0]))
+    except PlanError:
+        pass
+    replayed = earliest_schedule(graph, cluster, placement, order, link_order, algorithm)
+    if replayed is not None:
+        out.append((replayed, names[1]))
+    return out

@@ -33,11 +33,11 @@ from typing import Any
 
 from pesto_ir.passes.algo_common import native_stdout_silenced
 from pesto_ir.passes.cbc_log import CbcLog, status_name
-from pesto_ir.passes.exact_common import REL_GAP, earliest_schedule
+from pesto_ir.passes.exact_common import REL_GAP, timed_both_ways
 from pesto_ir.passes.ilp_instance import EPS, IlpError, Instance, Xfer, relabel_for_symmetry
 from pesto_ir.placement import PlaceOptions
 from pesto_ir.plan import Plan
-from pesto_ir.simulate import PlanError, order_from_priority, simulate, transfer_bytes
+from pesto_ir.simulate import order_from_priority, transfer_bytes
 
 ALGORITHM = "ilp"
 SOLVERS = ("cbc", "highs")
@@ -386,12 +386,4 @@ class Milp:
         replayed with the solver's own link order."""
         graph, cluster = self.inst.graph, self.inst.cluster
         placement, order, link_order, _ = self.solution()
-        out: list[tuple[Plan, str]] = []
-        try:
-            out.append((simulate(graph, cluster, placement, order, ALGORITHM), "milp"))
-        except PlanError:
-            pass
-        replayed = earliest_schedule(graph, cluster, placement, order, link_order, ALGORITHM)
-        if replayed is not None:
-            out.append((replayed, "replay"))
-        return out
+        return timed_both_ways(graph, cluster, placement, order, link_order, ALGORITHM, ("milp", "replay"))

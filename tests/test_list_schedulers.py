@@ -9,7 +9,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from strategies import placement_problems
 
-from pesto_ir import PestoError
 from pesto_ir.cluster import Cluster
 from pesto_ir.frontends.json_graph import graph_from_json
 from pesto_ir.ir import Graph
@@ -42,19 +41,6 @@ def test_plans_are_valid_and_deterministic(algo: str, problem: tuple[Graph, Clus
         group = op.get("colocate")
         if group is not None:
             assert len({plan.ops[o.name].device for o in graph.ops if o.get("colocate") == group}) == 1
-
-
-@pytest.mark.parametrize("algo", LIST)
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(problem=placement_problems(max_ops=10, tight=True))
-def test_tight_memory_gives_a_valid_plan_or_a_clean_error(algo: str, problem: tuple[Graph, Cluster]) -> None:
-    graph, cluster = problem
-    try:
-        plan = ALGORITHMS[algo](graph, cluster, QUIET)
-    except PestoError as e:
-        assert "bytes" in str(e)
-        return
-    check_plan(graph, cluster, plan)
 
 
 def _cluster(k: int, memory: float = 1e12) -> Cluster:

@@ -48,7 +48,7 @@ def test_every_plan_is_valid_when_memory_is_roomy(algo: str, problem: tuple[Grap
     assert plan.algorithm == algo
 
 
-@pytest.mark.parametrize("algo", HEURISTICS)
+@pytest.mark.parametrize("algo", [*HEURISTICS, "etf", "heft"])  # list schedulers: tests/test_list_schedulers.py
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(problem=placement_problems(max_ops=10, tight=True))
 def test_tight_memory_gives_a_valid_plan_or_a_clean_error(algo: str, problem: tuple[Graph, Cluster]) -> None:
