@@ -89,7 +89,8 @@ def copy_to_every_process(x: jax.Array) -> Any:
     """This process's full copy of `x`, an array not (fully) held here: a one-device array is
     copied from its device to a device of each other process; an array over several devices is
     first gathered onto all of them. A collective: every process calls it."""
-    devices = list(x.sharding.device_set)
+    # annotated: JAX's own annotation of `device_set` names a Device class mypy cannot resolve
+    devices: list[jax.Device] = list(x.sharding.device_set)
     if len(devices) > 1:
         mesh = Mesh(np.array(devices), ("all",))
         replicated = jax.jit(lambda a: a, out_shardings=NamedSharding(mesh, PartitionSpec()))(x)

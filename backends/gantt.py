@@ -24,6 +24,7 @@ from __future__ import annotations
 import io
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING, TypeAlias
 
 from pesto_ir.backends.figures import FORMATS, image_metadata, mirrored_devices, time_unit
 from pesto_ir.backends.memory_plot import draw_live_bytes
@@ -32,6 +33,15 @@ from pesto_ir.errors import PestoError
 from pesto_ir.ir import Graph
 from pesto_ir.plan import Collective, Plan, all_reduce_bytes
 from pesto_ir.units import human_bytes, human_time
+
+if TYPE_CHECKING:  # matplotlib is imported lazily, when a chart is drawn
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+    from matplotlib.patches import Patch
+    from matplotlib.typing import ColorType
+
+    # a row's bars: (gid, (start, width) per bar, colour per bar)
+    _Bars: TypeAlias = tuple[str, list[tuple[float, float]], list[ColorType]]
 
 MAX_LEGEND = 12  # more categories than this and a legend hides the chart
 TRANSFER_COLOUR = "#555555"
@@ -137,8 +147,10 @@ def bar_label(graph: Graph | None, names: list[str]) -> str:
         return names[0]
     groups = {str(graph.op(n).get("group")) if graph is not None and graph.has_op(n)
               and "group" in graph.op(n).attrs else None for n in names}
-    if len(groups) == 1 and None not in groups:
-        return groups.pop()
+    if len(groups) == 1:
+        (group,) = groups
+        if group is not None:
+            return group
     return f"{names[0]} +{len(names) - 1}"
 
 
@@ -157,14 +169,14 @@ def colour_basis(graph: Graph | None, names: list[str]) -> str:
     return " / ".join(dict.fromkeys(kinds)) or "op"
 
 
-def _text_colour(colour: object) -> str:
+def _text_colour(colour: ColorType) -> str:
     from matplotlib.colors import to_rgba
 
     r, g, b = to_rgba(colour)[:3]
     return "black" if 0.299 * r + 0.587 * g + 0.114 * b > 0.5 else "white"
 
 
-def _key_colouring(graph: Graph | None, names: list[str]) -> tuple[dict[str, object], list, str]:
+def _key_colouring(graph: Graph | None, names: list[str]) -> tuple[dict[str, ColorType], list[Patch], str]:
     """(colour per op, legend handles, what colours mean): by group, opcode or label prefix."""
     import matplotlib
     from matplotlib.patches import Patch
@@ -178,7 +190,7 @@ def _key_colouring(graph: Graph | None, names: list[str]) -> tuple[dict[str, obj
     return {n: by_key[keys[n]] for n in names}, handles, colour_basis(graph, names)
 
 
-def _microbatch_colouring(graph: Graph | None, names: list[str]) -> tuple[dict[str, object], list, str]:
+def _microbatch_colouring(graph: Graph | None, names: list[str]) -> tuple[dict[str, ColorType], list[Patch], str]:
     """(colour per op, legend handles, "micro-batch"): one qualitative colour per micro-batch
     (cycling), grey for ops that run once per step, so interleaving is visible at a glance."""
     import matplotlib
@@ -186,7 +198,7 @@ def _microbatch_colouring(graph: Graph | None, names: list[str]) -> tuple[dict[s
 
     cmap = matplotlib.colormaps[MICROBATCH_COLOURS]
     mbs = {n: microbatch_of(graph, n) for n in names}
-    colours: dict[str, object] = {n: ONCE_COLOUR if mb is None else cmap(mb % cmap.N) for n, mb in mbs.items()}
+    colours: dict[str, ColorType] = {n: ONCE_COLOUR if mb is None else cmap(mb % cmap.N) for n, mb in mbs.items()}
     seen = sorted({mb for mb in mbs.values() if mb is not None})
     handles = [Patch(color=cmap(mb % cmap.N), label=f"micro-batch {mb}") for mb in seen[:MAX_MICROBATCH_LEGEND]]
     if len(seen) > MAX_MICROBATCH_LEGEND:
@@ -198,7 +210,7 @@ def _microbatch_colouring(graph: Graph | None, names: list[str]) -> tuple[dict[s
     return colours, handles, "micro-batch"
 
 
-def _colouring(graph: Graph | None, names: list[str]) -> tuple[dict[str, object], list, str]:
+def _colouring(graph: Graph | None, names: list[str]) -> tuple[dict[str, ColorType], list[Patch], str]:
     """Micro-batch colours when the graph was split into micro-batches, else the usual keys."""
     if any(microbatch_of(graph, n) is not None for n in names):
         return _microbatch_colouring(graph, names)
@@ -232,11 +244,12 @@ def _subtitle(plan: Plan, collectives: dict[str, Collective], hidden: set[str]) 
 
 
 def _bars(shared: dict[tuple[str, float, float], list[str]], row_of: dict[str, int],
-          colour: dict[str, object], collectives: dict[str, Collective], scale: float):
+          colour: dict[str, ColorType], collectives: dict[str, Collective], scale: float
+          ) -> tuple[dict[int, _Bars], dict[int, _Bars]]:
     """Op bars per row, gid `device:<d>`, and collective bars, gid `collective:<d>` (hatched, so an
     all-reduce reads as communication, not compute, whatever the colours mean)."""
-    ops: dict[int, tuple[str, list, list]] = {}
-    comms: dict[int, tuple[str, list, list]] = {}
+    ops: dict[int, _Bars] = {}
+    comms: dict[int, _Bars] = {}
     for (device, start, end), names in shared.items():
         is_comm = all(n in collectives for n in names)
         gid = f"collective:{device}" if is_comm else f"device:{device}"
@@ -252,7 +265,7 @@ def _coloured(names: list[str], collectives: dict[str, Collective]) -> str:
 
 
 def gantt_figure(plan: Plan, graph: Graph | None = None, *, memory: bool = False,
-                 cluster: Cluster | None = None):  # -> matplotlib.figure.Figure (imported lazily)
+                 cluster: Cluster | None = None) -> Figure:
     """The chart as a matplotlib Figure (Agg canvas), as `gantt_image` saves it. The op bars of a
     device are one collection with gid `device:<name>`, its all-reduces `collective:<name>`, the
     transfers of a link `link:<a> -> <b>`; bar labels ("label", "collective-label") and "idle" marks
@@ -320,6 +333,7 @@ def gantt_figure(plan: Plan, graph: Graph | None = None, *, memory: bool = False
         ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize="small",
                   title=f"colour = {basis}", title_fontsize="small")
     if mem_ax is not None:
+        assert graph is not None  # a memory lane needs the graph: checked above
         draw_live_bytes(mem_ax, graph, plan, scale, cluster)
     fig.tight_layout()
     _label_bars(fig, ax, shared, row_of, colour, collectives, graph, scale, span)
@@ -330,8 +344,8 @@ def gantt_figure(plan: Plan, graph: Graph | None = None, *, memory: bool = False
     return fig
 
 
-def _label_bars(fig, ax, shared: dict[tuple[str, float, float], list[str]], row_of: dict[str, int],
-                colour: dict[str, object], collectives: dict[str, Collective], graph: Graph | None,
+def _label_bars(fig: Figure, ax: Axes, shared: dict[tuple[str, float, float], list[str]], row_of: dict[str, int],
+                colour: dict[str, ColorType], collectives: dict[str, Collective], graph: Graph | None,
                 scale: float, span: float) -> None:
     """Label each bar its text fits in; called once the layout is settled, since the axes' width
     in inches turns time into inches. A collective's bar says "all-reduce <bytes>" on a white

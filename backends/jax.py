@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from operator import itemgetter
-from typing import Any
+from typing import Any, Protocol
 
 import jax
 import numpy as np
@@ -48,7 +48,15 @@ from pesto_ir.plan import read_plan_attrs
 from pesto_ir.types import TensorType
 
 DeviceSpec = Sequence[Any] | Mapping[str, Any]
-Gather = Callable[[Mapping[int, Any]], tuple[Any, ...]]
+
+
+class Indexed(Protocol):
+    """What a gather reads registers from: a step's arrays by register, or one segment's results."""
+
+    def __getitem__(self, key: int, /) -> Any: ...
+
+
+Gather = Callable[[Indexed], tuple[Any, ...]]
 Instr = tuple[Callable[..., Sequence[Any]], Gather, tuple[int, ...]]  # (function, its arguments, results)
 
 
@@ -120,6 +128,12 @@ class _Registers:
             self.specs.append(None)
         return r
 
+    def spec(self, r: int) -> jax.ShapeDtypeStruct:
+        """The abstract array of register `r` (set once what fills it is built)."""
+        spec = self.specs[r]
+        assert spec is not None, f"register {self.names[r]} has no array spec yet"
+        return spec
+
 
 class Executable:
     """A placed graph compiled into per-device segments. Call it with the graph's (non-constant)
@@ -152,7 +166,7 @@ class Executable:
             self._regs.specs[r] = self._spec(v, sched.input_home[v])
         axes = self.replicas.input_axes if self.replicas is not None else {}
         self._inputs = [(self._regs(v, sched.input_home[v]), self._where(v, sched.input_home[v]),
-                         jax_dtype(v.type.dtype), axes.get(i)) for i, v in enumerate(graph.inputs[:self.num_inputs])]
+                         jax_dtype(_tensor(v).dtype), axes.get(i)) for i, v in enumerate(graph.inputs[:self.num_inputs])]
         self._resident = self._place_constants(graph.inputs[self.num_inputs:], constants)
         self.outputs = [self._regs(v, d) for v, d in sched.outputs]
         steps = self._steps()
@@ -217,7 +231,7 @@ class Executable:
         value_of: dict[int, Any] = {}
         for v, x in zip(values, constants):
             home = sched.input_home[v]
-            value_of[id(v)] = x = _converted(x, jax_dtype(v.type.dtype), v)
+            value_of[id(v)] = x = _converted(x, jax_dtype(_tensor(v).dtype), v)
             if self._runs_here(home):
                 resident[self._regs(v, home)] = self._put(x, self._where(v, home))
         for m in sched.input_moves:
@@ -334,10 +348,10 @@ class Executable:
     def _resident_outputs(self, outputs: Gather) -> Gather:
         """`outputs` as resident arrays (`backends/cross_process.py`): every process gets one per
         output, with its data in the process of the output's device."""
-        where = [(self.devices[self._regs.names[r][1]], self._regs.specs[r]) for r in self.outputs]
+        where = [(self.devices[self._regs.names[r][1]], self._regs.spec(r)) for r in self.outputs]
         here = [self._runs_here(self._regs.names[r][1]) for r in self.outputs]
 
-        def gather(regs: Mapping[int, Any]) -> tuple[Any, ...]:
+        def gather(regs: Indexed) -> tuple[Any, ...]:
             return tuple(cross_process.resident(regs[r] if mine else None, device, spec)
                          for r, mine, (device, spec) in zip(self.outputs, here, where))
 
@@ -496,17 +510,22 @@ def _device(x: Any) -> Any:
 
 def _spec(v: Value, sharding: Sharding, stacked: int | None = None) -> jax.ShapeDtypeStruct:
     """The abstract array of `v` (with a leading replica axis of `stacked` when it differs per replica)."""
+    t = _tensor(v)
+    shape = t.shape if stacked is None else (stacked, *t.shape)
+    return jax.ShapeDtypeStruct(shape, jax_dtype(t.dtype), sharding=sharding)
+
+
+def _tensor(v: Value) -> TensorType:
     if not isinstance(v.type, TensorType):
         raise BackendError(f"%{v.name} is {v.type}: a cost-only value has no array to compute with")
-    shape = v.type.shape if stacked is None else (stacked, *v.type.shape)
-    return jax.ShapeDtypeStruct(shape, jax_dtype(v.type.dtype), sharding=sharding)
+    return v.type
 
 
 def _unstacked(outputs: Gather, replicas: Replicas) -> Gather:
     """`outputs`, with the replicas' rows of each stacked output put together."""
     axes = replicas.output_axes
 
-    def gather(regs: Mapping[int, Any]) -> tuple[Any, ...]:
+    def gather(regs: Indexed) -> tuple[Any, ...]:
         return tuple(replicas.unstack(x, axes[k]) if k in axes else x for k, x in enumerate(outputs(regs)))
 
     return gather

@@ -18,7 +18,7 @@ import numpy as np
 REPLICA_AXIS = "replica"  # the mesh axis of data-parallel replicas
 
 
-def replica_mesh(devices: list) -> jax.sharding.Mesh:
+def replica_mesh(devices: list[jax.Device]) -> jax.sharding.Mesh:
     """The mesh of one device of replica 0 and its mirrors, one per replica in replica order."""
     return jax.sharding.Mesh(np.array(devices, dtype=object), (REPLICA_AXIS,))
 
@@ -33,13 +33,14 @@ def replica_sharding(mesh: jax.sharding.Mesh, stacked: bool) -> jax.sharding.Nam
 def split_rows(x: jax.Array | np.ndarray, axis: int, replicas: int) -> jax.Array | np.ndarray:
     """A global batch input as the replicas' rows, stacked: replica r's is the r-th block of rows
     along `axis` (what jax.jit over a batch-sharded mesh gives each device)."""
-    xp = jnp if isinstance(x, jax.Array) else np
     shape = tuple(x.shape)
     if shape[axis] % replicas:
         raise ValueError(f"the batch axis {axis} of an input of shape {shape} does not split into {replicas} "
                          "replicas")
-    blocks = xp.reshape(x, shape[:axis] + (replicas, shape[axis] // replicas) + shape[axis + 1:])
-    return xp.moveaxis(blocks, axis, 0)
+    blocked = shape[:axis] + (replicas, shape[axis] // replicas) + shape[axis + 1:]
+    if isinstance(x, jax.Array):
+        return jnp.moveaxis(jnp.reshape(x, blocked), axis, 0)
+    return np.moveaxis(np.reshape(x, blocked), axis, 0)
 
 
 def join_rows(x: jax.Array, axis: int) -> jax.Array:
@@ -49,12 +50,12 @@ def join_rows(x: jax.Array, axis: int) -> jax.Array:
     return jnp.reshape(rows, shape[:axis] + (shape[axis] * shape[axis + 1],) + shape[axis + 2:])
 
 
-def over_replicas(fn: Callable[..., list], mesh: jax.sharding.Mesh, ins: tuple[bool, ...],
-                  outs: tuple[bool, ...]) -> Callable[..., list]:
+def over_replicas(fn: Callable[..., list[jax.Array]], mesh: jax.sharding.Mesh, ins: tuple[bool, ...],
+                  outs: tuple[bool, ...]) -> Callable[..., list[jax.Array]]:
     """`fn` (one replica's segment) as a shard_map over `mesh`: stacked arguments (`ins[i]` true)
     lose their replica axis inside, stacked results (`outs[j]`) get it back."""
 
-    def body(*args: jax.Array) -> list:
+    def body(*args: jax.Array) -> list[jax.Array]:
         results = fn(*(a[0] if stacked else a for a, stacked in zip(args, ins)))
         return [r[None] if stacked else r for r, stacked in zip(results, outs)]
 

@@ -296,14 +296,14 @@ def _batch_inputs(graph: Graph, args: tuple[Any, ...], argnums: Sequence[int], e
     for i, a in enumerate(args):
         n = len(jax.tree_util.tree_leaves(a))
         if i in argnums:
-            found = [v for v in graph.inputs[start:start + n]
+            found = [(v.name, v.type.shape[0]) for v in graph.inputs[start:start + n]
                      if isinstance(v.type, TensorType) and v.type.rank >= 1]
             if explicit and not found:
                 raise LoweringError(f"batch_argnums names argument {i}, but it has no array of rank >= 1 to split "
                                     f"along axis 0 (its leaves are scalars, or it has none)")
-            for v in found:
-                names.append(v.name)
-                sizes.setdefault(v.type.shape[0], []).append(v.name)
+            for name, size in found:
+                names.append(name)
+                sizes.setdefault(size, []).append(name)
         start += n
     if len(sizes) > 1:
         if not explicit:

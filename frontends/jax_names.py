@@ -12,6 +12,7 @@ from typing import Any
 
 from pesto_ir.ir import Location
 
+_summarize: Callable[..., str] | None
 try:  # public in jax.extend since 0.4.3x; without it ops simply carry no location
     from jax.extend.source_info_util import summarize as _summarize
 except ImportError:  # pragma: no cover

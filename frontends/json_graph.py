@@ -74,8 +74,8 @@ def _locate(text: str, path: tuple[str | int, ...]) -> int | None:
     """Where in `text` the innermost object or list along `path` starts (at its first key or item).
     Walks the text again, skipping the values off the path with the C decoder."""
     decoder = json.JSONDecoder()
-    skip = json.decoder.WHITESPACE.match  # type: ignore[attr-defined]
-    pos = skip(text, 0).end()
+    skip = json.decoder.WHITESPACE.match  # type: ignore[attr-defined]  # the C decoder's own; not in typeshed
+    pos: int = skip(text, 0).end()
     try:
         for key in path:
             opener = text[pos]
@@ -96,7 +96,7 @@ def _locate(text: str, path: tuple[str | int, ...]) -> int | None:
                 return None
     except (ValueError, IndexError, RecursionError):
         return None
-    first = skip(text, pos + 1).end()
+    first: int = skip(text, pos + 1).end()
     return first if text[pos] in "[{" and first < len(text) and text[first] not in "]}" else pos
 
 
@@ -243,9 +243,9 @@ def graph_from_json(data: Any, filename: str = "<json>") -> Graph:
             result_of[(nid, b)] = r
     for src in order:
         for dst, b in readers[src]:
-            v = result_of[(src, b)]
-            if v not in operand_lists[dst]:
-                operand_lists[dst].append(v)
+            result = result_of[(src, b)]
+            if result not in operand_lists[dst]:
+                operand_lists[dst].append(result)
     for nid, op in ops.items():
         op.set_operands(operand_lists[nid])
     return graph
@@ -342,7 +342,7 @@ def graph_to_json(graph: Graph) -> dict[str, Any]:
             if key in op.attrs:
                 node[key] = op.get(key)
         nodes.append(node)
-    edges = []
+    edges: list[dict[str, Any]] = []
     for op in graph.ops:
         per_src: dict[str, int] = {}
         for v in dict.fromkeys(op.operands):

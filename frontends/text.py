@@ -15,6 +15,8 @@ reports a use before definition, with both places named.
 
 from __future__ import annotations
 
+import builtins
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -50,14 +52,14 @@ _TERMINAL_WORDS: dict[str, str] = {
 
 # ====================================================================== reference parser (Lark)
 
-class _LarkBuilder(Transformer):  # type: ignore[type-arg]
+class _LarkBuilder(Transformer[Token, Graph]):
     """Adapts Lark's parse tree to `Semantics`, rule by rule."""
 
     def __init__(self, sem: Semantics) -> None:
         super().__init__(visit_tokens=False)
         self.sem = sem
 
-    def start(self, children: list[Any]) -> Graph:
+    def start(self, children: list[Graph]) -> Graph:
         return children[0]
 
     def input(self, children: list[Token]) -> tuple[bool, Token, Type]:
@@ -118,7 +120,7 @@ class _LarkBuilder(Transformer):  # type: ignore[type-arg]
             return GraphAttr(c)
         return self.sem.scalar(c)
 
-    def graph(self, children: list[Any]) -> Graph:
+    def graph(self, children: builtins.list[Any]) -> Graph:  # builtins: `list` is the rule above
         inputs = [c for c in children[1:] if isinstance(c, tuple)]
         attrs = next((c for c in children[1:] if isinstance(c, dict)), None)
         body = [c for c in children[1:] if isinstance(c, (OpRecord, ReturnRecord))]
@@ -179,6 +181,7 @@ def parse_file(path: str | Path) -> Graph:
 def _syntax_error(e: UnexpectedInput, filename: str, text: str) -> ParseError:
     line, col = e.line if e.line and e.line > 0 else 1, e.column if e.column and e.column > 0 else 1
     width = 1
+    expected: Collection[str] | None
     if isinstance(e, UnexpectedCharacters):
         ch = text[e.pos_in_stream] if e.pos_in_stream is not None and e.pos_in_stream < len(text) else "?"
         message = f"unexpected character {ch!r}"

@@ -108,7 +108,9 @@ class FastParser:
             kinds.append(kind)
             spans.append(span)
             end = span[1]
-        if _TRAILING.match(text, end).end() != len(text):
+        trailing = _TRAILING.match(text, end)
+        assert trailing is not None  # the pattern matches the empty string
+        if trailing.end() != len(text):
             raise FastPathRefusal()
         kinds.append("$END")
         spans.append((len(text), len(text)))  # so the end can be read as a token like any other

@@ -153,13 +153,13 @@ class Semantics:
                 raise self.fail(opcode, f"{where}: {what} must be a non-negative number of seconds, "
                                         f"got {brief(shown)}")
         for key in _BYTE_ATTRS:
-            a = attrs.get(key)
-            if a is None:
+            b = attrs.get(key)
+            if b is None:
                 continue
-            v = finite(a.value) if isinstance(a, (IntAttr, FloatAttr, BytesAttr)) else None
+            v = finite(b.value) if isinstance(b, (IntAttr, FloatAttr, BytesAttr)) else None
             if v is None or v < 0 or v != int(v):
                 raise self.fail(opcode, f"{where}: {key} must be a whole non-negative number of bytes, "
-                                        f"got {brief(str(a))}")
+                                        f"got {brief(str(b))}")
 
     def add_entry(self, out: dict[str, Attr], key_tok: Any, value: Attr) -> None:
         key = unquote(str(key_tok))

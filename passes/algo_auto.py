@@ -102,6 +102,7 @@ class _Portfolio:
         seconds = time.perf_counter() - self.started
         self.options.progress(f"auto: interrupted after {seconds:.1f}s; keeping the best plan found so far")
         plan = self.summary(f"interrupted (Ctrl-C) after {seconds:.1f}s")
+        assert plan.solver is not None  # _summary sets it
         plan.solver["status"] = "interrupted"
         return Interrupted(plan, self.graph)
 
@@ -128,12 +129,14 @@ class _Portfolio:
         if units <= EXACT_UNITS and len(graph.ops) * len(cluster) <= EXACT_MAX_OP_DEVICES:
             share = left * (EXACT_SHARE if units > PROVE_UNITS else 1.0) * (1 - MARGIN)
             exact = place_cpsat(graph, cluster, dataclasses.replace(options, time_limit=share, warm_start=self.plan))
+            assert exact.solver is not None  # place_cpsat reports its solve
             self.bound = max(self.bound, exact.solver.get("bound") or 0.0)
             optimal = exact.solver["status"] == "optimal"
             self.offer("cpsat", exact, always=optimal)
             if optimal:
                 return self.summary(f"CP-SAT solved all {units} placement units to optimality")
         left = self.left()
+        assert self.plan is not None  # the heuristic plan was offered
         if left >= MIN_EXACT_SECONDS and len(graph.ops) > LNS_MAX_OPS:
             self.offer("moves", check_plan(graph, cluster, improve_by_moves(graph, cluster, self.plan,
                                                                             left * (1 - MARGIN))))

@@ -77,8 +77,8 @@ class PlaceGraph:
         preds = [list(r.items()) for r in reads]
         succs: list[list[int]] = [[] for _ in graph.ops]
         for i, r in enumerate(reads):
-            for p in r:
-                succs[p].append(i)
+            for q in r:
+                succs[q].append(i)
         unit, unit_ops = unit_indices(graph.ops)
         unit_mem = [sum(mem[i] for i in ops) for ops in unit_ops]
         unit_resident = [sum(resident[i] for i in ops) for ops in unit_ops]

@@ -199,7 +199,7 @@ class _Search:
             milp.unfix()
             self.rounds += 1
             improved = False
-            if result.has_solution:
+            if result.has_solution and result.objective is not None:  # it has one with a solution
                 if self.objective is None or result.objective < self.objective:
                     self.objective = result.objective
                 for plan, _ in milp.realize():

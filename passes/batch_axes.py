@@ -62,7 +62,7 @@ def batch_spec(graph: Graph) -> BatchSpec:
         if not axes:
             raise MicrobatchError(f"graph '{graph.name}' has no batch input (no input that is not a param and has "
                                   "an axis): declare them with the graph attribute batch_inputs = {x = 0}")
-    sizes = {name: inputs[name].type.shape[a] for name, a in axes.items()}  # type: ignore[union-attr]
+    sizes = {name: _shape(inputs[name])[a] for name, a in axes.items()}  # every batch input is a tensor
     if len(set(sizes.values())) != 1:
         listed = ", ".join(f"%{n}: {s}" for n, s in sizes.items())
         raise MicrobatchError(f"graph '{graph.name}': the batch inputs disagree on the batch size ({listed}); "
@@ -121,6 +121,13 @@ def _one_axis(op: Op, axes: list[Batch | None]) -> Batch:
     return next(b for b in axes if b is not None)
 
 
+def _first(axes: list[Batch | None]) -> Batch:
+    """The batch of operand 0: a one-operand op's rule runs only when that operand carries it."""
+    b = axes[0]
+    assert b is not None, "a batch rule called on an op whose operand 0 carries no batch"
+    return b
+
+
 ELEMENTWISE = (*UNARY, *BINARY, *COMPARE, "select_n", "clamp", "convert_element_type", "is_finite", "exp2",
                "sinh", "cosh", "asin", "acos", "atan", "asinh", "acosh", "atanh", "lgamma", "digamma", "imag",
                "real", "conj", "population_count", "clz")
@@ -143,12 +150,12 @@ def _elementwise(op: Op, axes: list[Batch | None]) -> Batched:
 
 @rule("broadcast_in_dim")
 def _broadcast(op: Op, axes: list[Batch | None]) -> Batched:
-    return Batched([list(op.get("broadcast_dimensions"))[axes[0][0]]], fix=_fix_result_shape(op, "shape"))
+    return Batched([list(op.get("broadcast_dimensions"))[_first(axes)[0]]], fix=_fix_result_shape(op, "shape"))
 
 
 @rule("reshape")
 def _reshape(op: Op, axes: list[Batch | None]) -> Batched:
-    (a, rows), src, out = axes[0], _shape(op.operands[0]), _shape(op.results[0])
+    (a, rows), src, out = _first(axes), _shape(op.operands[0]), _shape(op.results[0])
     order = op.get("dimensions")
     if order is not None and list(order) != list(range(len(src))):
         raise refuse(op, "it transposes before it reshapes (dimensions), which can make the batch a minor part")
@@ -163,12 +170,12 @@ def _reshape(op: Op, axes: list[Batch | None]) -> Batched:
 
 @rule("transpose")
 def _transpose(op: Op, axes: list[Batch | None]) -> Batched:
-    return Batched([list(op.get("permutation")).index(axes[0][0])])
+    return Batched([list(op.get("permutation")).index(_first(axes)[0])])
 
 
 @rule("squeeze")
 def _squeeze(op: Op, axes: list[Batch | None]) -> Batched:
-    a, dims = axes[0][0], list(op.get("dimensions"))
+    a, dims = _first(axes)[0], list(op.get("dimensions"))
     if a in dims:
         raise refuse(op, "it squeezes the batch axis")
     return Batched([a - sum(d < a for d in dims)])
@@ -176,14 +183,14 @@ def _squeeze(op: Op, axes: list[Batch | None]) -> Batched:
 
 @rule("expand_dims")
 def _expand_dims(op: Op, axes: list[Batch | None]) -> Batched:
-    a, out_rank = axes[0][0], len(_shape(op.results[0]))
+    a, out_rank = _first(axes)[0], len(_shape(op.results[0]))
     kept = [i for i in range(out_rank) if i not in {d % out_rank for d in op.get("dimensions")}]
     return Batched([kept[a]])
 
 
 @rule("reduce_sum", "reduce_max", "reduce_min", "argmax", "argmin")
 def _reduce(op: Op, axes: list[Batch | None]) -> Batched | Cut:
-    a, reduced = axes[0][0], list(op.get("axes"))
+    a, reduced = _first(axes)[0], list(op.get("axes"))
     if a in reduced:
         combine = {"reduce_sum": "sum", "reduce_max": "max", "reduce_min": "min"}.get(op.opcode)
         if combine is None:
@@ -194,7 +201,7 @@ def _reduce(op: Op, axes: list[Batch | None]) -> Batched | Cut:
 
 @rule("cumsum", "cumprod", "cummax", "cummin", "cumlogsumexp")
 def _scan_axis(op: Op, axes: list[Batch | None]) -> Batched:
-    a = axes[0][0]
+    a = _first(axes)[0]
     if op.get("axis") == a:
         raise refuse(op, "it scans along the batch axis")
     return Batched([a])
@@ -202,16 +209,16 @@ def _scan_axis(op: Op, axes: list[Batch | None]) -> Batched:
 
 @rule("rev")
 def _rev(op: Op, axes: list[Batch | None]) -> Batched:
-    if axes[0][0] in list(op.get("dimensions")):
+    if _first(axes)[0] in list(op.get("dimensions")):
         raise refuse(op, "it reverses the batch axis")
-    return Batched([axes[0][0]])
+    return Batched([_first(axes)[0]])
 
 
 @rule("pad")
 def _pad(op: Op, axes: list[Batch | None]) -> Batched:
     if axes[1] is not None:
         raise refuse(op, "its padding value is per sample")
-    a = axes[0][0]
+    a = _first(axes)[0]
     if tuple(op.get("padding_config")[a]) != (0, 0, 0):
         raise refuse(op, "it pads the batch axis")
     return Batched([a])
@@ -233,7 +240,7 @@ def _stack(op: Op, axes: list[Batch | None]) -> Batched:
 
 @rule("unstack")
 def _unstack(op: Op, axes: list[Batch | None]) -> Batched:
-    a, gone = axes[0][0], op.get("axis")
+    a, gone = _first(axes)[0], op.get("axis")
     if a == gone:
         raise refuse(op, "it unstacks along the batch axis")
     return Batched([a if a < gone else a - 1] * len(op.results))
@@ -241,7 +248,7 @@ def _unstack(op: Op, axes: list[Batch | None]) -> Batched:
 
 @rule("split")
 def _split(op: Op, axes: list[Batch | None]) -> Batched:
-    a = axes[0][0]
+    a = _first(axes)[0]
     if op.get("axis") == a:
         raise refuse(op, "it splits along the batch axis")
     return Batched([a] * len(op.results))
@@ -249,7 +256,7 @@ def _split(op: Op, axes: list[Batch | None]) -> Batched:
 
 @rule("slice")
 def _slice(op: Op, axes: list[Batch | None]) -> Batched:
-    a, n = axes[0][0], _shape(op.operands[0])[axes[0][0]]
+    a, n = _first(axes)[0], _shape(op.operands[0])[_first(axes)[0]]
     start, limit = list(op.get("start_indices")), list(op.get("limit_indices"))
     strides = op.get("strides")
     if start[a] != 0 or limit[a] != n or (strides is not None and list(strides)[a] != 1):
@@ -459,7 +466,7 @@ def constant_along(v: Value, axis: int) -> bool:
             return True
         return constant_along(op.operands[0], dims.index(axis))
     if op.opcode == "iota":
-        return op.get("dimension") != axis
+        return bool(op.get("dimension") != axis)
     if op.opcode == "constant":
         return False
     if op.opcode in ELEMENTWISE:

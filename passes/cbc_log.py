@@ -62,7 +62,7 @@ class CbcLog:
     def see(self, incumbent: float | None, bound: float | None) -> None:
         now = time.perf_counter() - self.started
         improved = incumbent is not None and incumbent < self.best - 1e-9
-        if improved:
+        if incumbent is not None and improved:
             self.best = incumbent
         if bound is not None and bound > self.bound:
             self.bound = bound
@@ -100,4 +100,5 @@ def parse_cbc_line(line: str) -> tuple[float | None, float | None]:
 def status_name(status: Any) -> str:
     names = {"OPTIMAL": "optimal", "FEASIBLE": "feasible", "NO_SOLUTION_FOUND": "no-solution",
              "INFEASIBLE": "infeasible", "INT_INFEASIBLE": "infeasible", "UNBOUNDED": "unbounded"}
-    return names.get(status.name, status.name.lower().replace("_", "-"))
+    name: str = status.name  # a python-mip OptimizationStatus (mip ships no types)
+    return names.get(name, name.lower().replace("_", "-"))

@@ -40,7 +40,7 @@ class CpModel:
         self.m = cp_model.CpModel()
         self.x: dict[tuple[int, int], Any] = {}
         self.S: list[Any] = []
-        self.T: Any = None
+        self.T: cp_model.IntVar  # the makespan, made by _ops
         self.y: dict[tuple[int, int, int], Any] = {}
         self.readers: dict[tuple[int, int, int], list[int]] = {}  # (p, d, k) -> ops on d reading result k
         self.read_bytes: dict[tuple[int, int, int], int] = {}  # (p, d, k) -> bytes of that result
@@ -308,8 +308,8 @@ class CpModel:
         callback = None
         if report is not None or incumbent is not None:
             callback = _Callback(report, (lambda found: incumbent(self._solution(found))) if incumbent else None)
-        if report is not None:
-            solver.best_bound_callback = callback.bound
+            if report is not None:
+                solver.best_bound_callback = callback.bound
         started = time.perf_counter()
         status = solver.solve(self.m, callback)
         elapsed = time.perf_counter() - started

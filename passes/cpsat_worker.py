@@ -97,11 +97,11 @@ class SolverProcess:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def start(self) -> None:
+    def start(self) -> subprocess.Popen[bytes]:
         """Spawn the worker now, so that importing OR-tools overlaps the caller's own work
-        (again if the last one has died since)."""
+        (again if the last one has died since); the worker process."""
         if self.proc is not None and self.proc.poll() is None:
-            return
+            return self.proc
         self.close()
         self.errors = tempfile.TemporaryFile()
         env = dict(os.environ)
@@ -112,12 +112,13 @@ class SolverProcess:
         self.proc = subprocess.Popen([sys.executable, "-m", "pesto_ir.passes.cpsat_worker"], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=self.errors, env=env, bufsize=0,
                                      start_new_session=True)
+        return self.proc
 
     def close(self) -> None:
         proc, self.proc = self.proc, None
         if proc is not None:
             try:
-                proc.stdin.close()
+                _pipe(proc.stdin).close()
                 proc.wait(timeout=5)
             except (OSError, subprocess.TimeoutExpired):
                 proc.kill()
@@ -151,10 +152,9 @@ class SolverProcess:
             return self._solve(request, report)
 
     def _solve(self, request: Request, report: Callable[[float, float], None] | None) -> Result:
-        self.start()
-        proc = self.proc
+        proc = self.start()
         try:
-            write_message(proc.stdin, ("solve", request, report is not None))
+            write_message(_pipe(proc.stdin), ("solve", request, report is not None))
         except OSError:
             tail = self._stderr_tail()
             self.close()
@@ -172,12 +172,12 @@ class SolverProcess:
                 report: Callable[[float, float], None] | None) -> Result:
         deadline = time.monotonic() + request.seconds + GRACE_SECONDS
         while True:
-            if not self._wait_readable(deadline):
+            if not self._wait_readable(_pipe(proc.stdout), deadline):
                 self.kill()
                 waited = request.seconds + GRACE_SECONDS
                 return Result("no-solution", None, None, request.seconds, None,
                               note=f"the CP-SAT worker gave no answer within {waited:.0f}s; stopped it")
-            message = read_message(proc.stdout)
+            message = read_message(_pipe(proc.stdout))
             if message is None:
                 tail = self._stderr_tail()
                 self.close()
@@ -188,15 +188,16 @@ class SolverProcess:
             elif kind == "incumbent":
                 self.incumbent = message[1]
             elif kind == "result":
-                return message[1]
+                result: Result = message[1]
+                return result
             elif kind == "error":
                 raise CpSatError(f"CP-SAT failed: {message[1]}")
 
-    def _wait_readable(self, deadline: float) -> bool:
+    def _wait_readable(self, stream: IO[bytes], deadline: float) -> bool:
         left = deadline - time.monotonic()
         if left <= 0:
             return False
-        ready, _, _ = select.select([self.proc.stdout], [], [], left)
+        ready, _, _ = select.select([stream], [], [], left)
         return bool(ready)
 
     def _stderr_tail(self) -> str:
@@ -208,6 +209,12 @@ class SolverProcess:
 
 
 # ---------------------------------------------------------------------------- the worker's side
+
+def _pipe(stream: IO[bytes] | None) -> IO[bytes]:
+    """A pipe of the worker process (started with stdin and stdout pipes: never None)."""
+    assert stream is not None, "the CP-SAT worker has no pipe"
+    return stream
+
 
 def serve(requests: IO[bytes], answers: IO[bytes]) -> None:
     """Answer `solve` messages until the input closes."""
@@ -235,12 +242,14 @@ def _solve(model_class: Any, request: Request, answers: IO[bytes] | None, sink: 
     request.seconds = max(0.05, request.deadline - time.monotonic())
 
     def report(objective: float, bound: float) -> None:
+        assert answers is not None  # passed on only with a stream for progress
         write_message(answers, ("progress", objective, bound))
 
     def incumbent(solution: Solution) -> None:
+        assert sink is not None  # passed on only with a stream for incumbents
         write_message(sink, ("incumbent", solution))
 
-    result = model.solve(request, report if answers is not None else None,
+    result: Result = model.solve(request, report if answers is not None else None,
                          incumbent if request.incumbents and sink is not None else None)
     result.size = model.size()
     result.seconds += built

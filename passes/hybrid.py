@@ -13,6 +13,7 @@ screening plan. A strategy that does not fit in memory is dropped with the reaso
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -211,11 +212,11 @@ def search(graph: Graph, cluster: Cluster, options: PlaceOptions, data_parallel:
                             deadline, options, rates) if len(todo) > 1 else [Candidate(todo[0])]
     except KeyboardInterrupt:
         options.progress("place: hybrid search interrupted while screening; keeping the fastest plan screened")
-        screened, fastest = rates.fastest or (graph, None)
-        raise Interrupted(fastest, screened) from None
+        fastest_graph, fastest = rates.fastest or (graph, None)
+        raise Interrupted(fastest, fastest_graph) from None
     screened = [c for c in tried if c.plan is not None]
     if screened:
-        best = min(screened, key=lambda c: c.plan.makespan)  # type: ignore[union-attr]
+        best = min(screened, key=lambda c: c.plan.makespan if c.plan is not None else math.inf)
     else:  # no quick plan: the full engine on the one-batch step (it can search from scratch)
         best = next((c for c in tried if c.strategy == ONE_BATCH), tried[0])
     if best.graph is None:
@@ -363,10 +364,10 @@ def _screen_pipelines(graph: Graph, cluster: Cluster, todo: list[Strategy], opti
     pipelined = [s for s in todo if s.microbatches > 1]
     if not pipelined:
         return tried
-    expected = rates.rewrite(MODEL_MICROBATCHES * len(graph.ops))
-    if expected is not None and any(c.plan is not None for c in [*before, *tried]) \
-            and time.perf_counter() + expected > hard:  # the model's rewrite would not end in time
-        return tried + [Candidate(s, why_not=_no_time(expected, "for the pipeline model")) for s in pipelined]
+    rewrite = rates.rewrite(MODEL_MICROBATCHES * len(graph.ops))
+    if rewrite is not None and any(c.plan is not None for c in [*before, *tried]) \
+            and time.perf_counter() + rewrite > hard:  # the model's rewrite would not end in time
+        return tried + [Candidate(s, why_not=_no_time(rewrite, "for the pipeline model")) for s in pipelined]
     ranked, candidates, cost = _ranked_pipelines(graph, cluster, pipelined, log, rates)
     best: tuple[float, float | None] | None = None  # (makespan, its prediction) of the fastest built
     slower = 0
@@ -388,11 +389,11 @@ def _screen_pipelines(graph: Graph, cluster: Cluster, todo: list[Strategy], opti
         if time.perf_counter() + estimate > (deadline if best is None or c.source is not None else stop):
             c.why_not = c.why_not or f"{schedule} not built: it would take about {estimate:.2g} s, past the time limit"
             continue
-        before = c.plan.makespan if c.plan is not None else None
+        previous = c.plan.makespan if c.plan is not None else None
         started, built = time.perf_counter(), c.graph is not None
         _logged(screen(graph, cluster, c, options, heuristic, (schedule,)), log, rates)
         cost.learn(c, time.perf_counter() - started, built)
-        if c.plan is None or c.plan.makespan == before:
+        if c.plan is None or c.plan.makespan == previous:
             continue
         slower = slower + 1 if best is not None and c.plan.makespan >= best[0] else 0
         if best is None or c.plan.makespan < best[0]:
@@ -450,7 +451,8 @@ def _ranked_pipelines(graph: Graph, cluster: Cluster, todo: list[Strategy], log:
         two.graph = replica_graph(graph, cluster, two.strategy)
     except PestoError as e:
         two.why_not = str(e).splitlines()[0]
-        fallback = [(None, s, schedule) for s in sorted(todo, key=lambda s: -s.microbatches) for schedule in SCHEDULES]
+        fallback: list[tuple[float | None, Strategy, str]] = [
+            (None, s, schedule) for s in sorted(todo, key=lambda s: -s.microbatches) for schedule in SCHEDULES]
         return fallback, candidates, BuildCost(rewrite=1e-4)
     seconds = time.perf_counter() - started
     rates.rewrote(seconds, len(two.graph.ops))

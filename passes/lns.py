@@ -130,6 +130,12 @@ class _Search:
         self.prob = Problem.build(graph, cluster, start.makespan, self.lb) if graph.ops else None
         self.ilp: Milp | None = None  # engine "ilp": the MILP of the whole graph, built on the first step
 
+    @property
+    def problem(self) -> Problem:
+        """The scheduling problem; there is one whenever a step runs (`_worth_searching`)."""
+        assert self.prob is not None, "LNS step on an empty graph"
+        return self.prob
+
     def left(self) -> float:
         return self.options.time_limit - (time.perf_counter() - self.started)
 
@@ -146,9 +152,9 @@ class _Search:
             result, plan = self._solve(free)
             overhead = max(overhead, time.perf_counter() - began - (result.seconds - result.setup_seconds))
             improved = plan is not None and plan.makespan < self.best.makespan * (1 - IMPROVEMENT)
-            if improved:
+            if plan is not None and improved:
                 self.best = plan
-            self.steps.append(_Step(kind, sum(len(self.prob.units[u]) for u in free), result.status, improved))
+            self.steps.append(_Step(kind, sum(len(self.problem.units[u]) for u in free), result.status, improved))
             self._adapt(kind, result.status)
             self._report(improved)
         return self._finish("optimal" if self.best.makespan <= self.lb * (1 + 1e-9) else "feasible")
@@ -192,11 +198,11 @@ class _Search:
     # ------------------------------------------------------------------ neighbourhoods
     def _devices(self) -> list[int]:
         names = self.cluster.names
-        return [names.index(self.best.ops[n].device) for n in self.prob.names]
+        return [names.index(self.best.ops[n].device) for n in self.problem.names]
 
     def _neighbourhood(self, kind: str) -> dict[int, list[int]]:
         """Free units -> the devices each may use."""
-        prob, rng = self.prob, self.rng
+        prob, rng = self.problem, self.rng
         want = max(MIN_SIZE, int(self.size[kind]))
         dev = self._devices()
         everywhere = {u: list(prob.allowed[u]) for u in range(len(prob.units))}
@@ -219,7 +225,7 @@ class _Search:
 
     def _grow(self, seed: int, want: int) -> list[int]:
         """Up to `want` ops reached from `seed` through producers and consumers, nearest first."""
-        prob = self.prob
+        prob = self.problem
         consumers: list[list[int]] = [[] for _ in range(prob.n)]
         for i, ps in enumerate(prob.producers):
             for p in ps:
@@ -240,28 +246,29 @@ class _Search:
     def _critical_ops(self) -> list[int]:
         """Ops of the incumbent that end exactly when something after them on their path starts:
         walking back from the last op through whatever it waited for (device or input)."""
-        prob, plan = self.prob, self.best
+        prob, plan = self.problem, self.best
         slot = {i: plan.ops[n] for i, n in enumerate(prob.names)}
         arrive = {(t.src, t.to): t for t in plan.transfers}
         by_device: dict[str, list[int]] = {}
-        for i in sorted(slot, key=lambda i: (slot[i].start, slot[i].end)):
-            by_device.setdefault(slot[i].device, []).append(i)
-        before = {i: (seq[k - 1] if k else None) for seq in by_device.values() for k, i in enumerate(seq)}
-        i: int | None = max(slot, key=lambda i: slot[i].end)
+        for j in sorted(slot, key=lambda j: (slot[j].start, slot[j].end)):
+            by_device.setdefault(slot[j].device, []).append(j)
+        before = {j: (seq[k - 1] if k else None) for seq in by_device.values() for k, j in enumerate(seq)}
+        i: int | None = max(slot, key=lambda j: slot[j].end)
         out: list[int] = []
         tol = 1e-12 + 1e-9 * plan.makespan
         while i is not None and len(out) < prob.n:
             out.append(i)
             s = slot[i].start
-            nxt = None
+            nxt: int | None = None
             for p in prob.producers[i]:
                 t = arrive.get((prob.names[p], slot[i].device))
                 ready = t.end if t is not None and slot[p].device != slot[i].device else slot[p].end
                 if abs(ready - s) <= tol:
                     nxt = p
                     break
-            if nxt is None and before[i] is not None and abs(slot[before[i]].end - s) <= tol:
-                nxt = before[i]
+            prev = before[i]
+            if nxt is None and prev is not None and abs(slot[prev].end - s) <= tol:
+                nxt = prev
             i = nxt
         return out
 
@@ -273,7 +280,7 @@ class _Search:
         options = dataclasses.replace(self.quiet, seed=seed, time_limit=seconds)
         if self.engine == "cpsat":
             result = self._cpsat_step(free, options)
-            timed = [p for p, _ in schedules(self.graph, self.cluster, self.prob, result.solution,
+            timed = [p for p, _ in schedules(self.graph, self.cluster, self.problem, result.solution,
                                              self.algorithm)] if result.solution else []
         else:
             result, timed = self._ilp_step(free, options)
@@ -287,7 +294,7 @@ class _Search:
     def _fixed(self, free: Mapping[int, list[int]]) -> tuple[Problem, list[tuple[int, int]]]:
         """The sub-problem with every unit outside `free` on its device, and the order of those
         units' ops on each device as (before, after) pairs of ops that take time."""
-        prob = self.prob
+        prob = self.problem
         dev = self._devices()
         held = {u: [dev[members[0]]] for u, members in enumerate(prob.units) if u not in free}
         sub = prob.restricted({**held, **free}, self.best.makespan)
@@ -310,7 +317,7 @@ class _Search:
         devices their neighbourhood does not offer."""
         milp = self._milp()
         names = [op.name for op in milp.inst.ops]
-        ilp_unit = {self.prob.unit_of[self.prob.index[names[members[0]]]]: u
+        ilp_unit = {self.problem.unit_of[self.problem.index[names[members[0]]]]: u
                     for u, members in enumerate(milp.inst.units)}
         values = milp.start_values(self.best)
         milp.fix_outside(values, {ilp_unit[u] for u in free})

@@ -138,7 +138,7 @@ def _critical_chain(graph: Graph, plan: Plan) -> list[tuple[str, str, str]]:
         order = plan.device_order(d)
         previous.update(zip(order[1:], order))
     tol = 1e-12 + 1e-9 * plan.makespan
-    name = max(slots, key=lambda n: (slots[n].end, n))
+    name: str | None = max(slots, key=lambda n: (slots[n].end, n))
     chain: list[tuple[str, str, str]] = []
     seen: set[str] = set()
     while name is not None and name not in seen:

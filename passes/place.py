@@ -31,8 +31,9 @@ from pesto_ir.cluster import Cluster
 from pesto_ir.errors import PestoError
 from pesto_ir.ir import Graph
 from pesto_ir.passes.coarse_graph import quotient_graph
-from pesto_ir.passes.heuristic_portfolio import ALGORITHMS, best_heuristic_plan
+from pesto_ir.passes.heuristic_portfolio import ALGORITHMS as ALGORITHMS  # re-exported, with the exact engines
 from pesto_ir.passes.heuristic_portfolio import WARM_START_ALGOS as WARM_START_ALGOS  # importable here too
+from pesto_ir.passes.heuristic_portfolio import best_heuristic_plan
 from pesto_ir.passmanager import Pass, PassContext
 from pesto_ir.placement import (  # COARSE_NOTE, PlaceError, require_cluster: shared with expand, importable here too
     COARSE_NOTE,

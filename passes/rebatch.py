@@ -114,9 +114,10 @@ class Rewriter:
             if axis is None:
                 self.one[id(v)] = self.out.add_input(v.name, v.type, v.param)
                 continue
-            shard = list(v.type.shape)  # type: ignore[union-attr]
+            t = _as_tensor(v.type)
+            shard = list(t.shape)
             shard[axis] //= self.d
-            new = self.out.add_input(v.name, TensorType(v.type.dtype, tuple(shard)), v.param)  # type: ignore[union-attr]
+            new = self.out.add_input(v.name, TensorType(t.dtype, tuple(shard)), v.param)
             self.one[id(v)] = new
             if self.m == 1:
                 self.per[id(v)] = _PerSample([new], (axis, spec.size))
@@ -153,9 +154,9 @@ class Rewriter:
         if op is not None and len(op.results) == 1 and not any(id(x) in self.per for x in op.operands):
             if op.opcode == "broadcast_in_dim" and axis not in list(op.get("broadcast_dimensions")) or \
                     op.opcode == "iota" and op.get("dimension") != axis:
-                t = self.small(v.type, axis)
+                t = _as_tensor(self.small(v.type, axis))
                 attrs = {k: a for k, a in op.attrs.items() if k not in PLAN_KEYS}
-                attrs["shape"] = to_attr(tuple(t.shape))  # type: ignore[union-attr]
+                attrs["shape"] = to_attr(tuple(t.shape))
                 attrs = _scaled_costs(attrs, self.factor)
                 small = self.emit(op, op.opcode, [self.value(x) for x in op.operands], [t], attrs,
                                   self.out.fresh_name(f"{op.name}.mb")).result
@@ -167,7 +168,7 @@ class Rewriter:
                                       f"along axis {axis} but is made from no batch input ({where}), so each replica "
                                       "would need its own rows of it; declare it a batch input (batch_inputs / "
                                       "batch_argnums) or use micro-batches without replicas")
-            copies = self._slices(op, whole, axis, self.small(v.type, axis).shape[axis])  # type: ignore[union-attr]
+            copies = self._slices(op, whole, axis, _as_tensor(self.small(v.type, axis)).shape[axis])
         else:
             copies = [small] * self.m
         self.sliced[key] = copies
@@ -294,14 +295,20 @@ class Rewriter:
                 outs.append(ps.copies[0])
             else:
                 a = ps.batch[0]
-                t = ps.copies[0].type
-                shape = list(t.shape)  # type: ignore[union-attr]
+                t = _as_tensor(ps.copies[0].type)
+                shape = list(t.shape)
                 shape[a] *= self.m
-                outs.append(self.emit(v.owner, "concatenate", ps.copies, [TensorType(t.dtype, tuple(shape))],  # type: ignore[union-attr,arg-type]
+                outs.append(self.emit(v.owner, "concatenate", ps.copies, [TensorType(t.dtype, tuple(shape))],
                                       {"dimension": IntAttr(a)}, self.out.fresh_name(f"{v.name}.whole")).result)
         self.out.set_outputs(outs)
         if rows:
             self.out.attrs["batch_outputs"] = DictAttr(tuple(rows))
+
+
+def _as_tensor(t: Type) -> TensorType:
+    """`t`, the type of a value that carries the batch on an axis: a tensor."""
+    assert isinstance(t, TensorType), f"a value with a batch axis has type {t}, not a tensor type"
+    return t
 
 
 def _is_zeros(v: Value) -> bool:
@@ -319,7 +326,7 @@ def _scaled_costs(attrs: dict[str, Attr], factor: int) -> dict[str, Attr]:
     if isinstance(cost, DurationAttr):
         out["cost"] = DurationAttr(cost.seconds / factor)
     elif cost is not None and isinstance(cost.value, dict):
-        out["cost"] = to_attr({k: DurationAttr(float(getattr(v, "value", v)) / factor)
+        out["cost"] = to_attr({k: DurationAttr(float(v.value if isinstance(v, Attr) else v) / factor)
                                for k, v in cost.value.items()})
     for key in ("flops", "bytes_accessed"):
         if key in out and isinstance(out[key].value, (int, float)):

@@ -169,7 +169,7 @@ def check_output_paths(args: argparse.Namespace) -> None:
             where = "stdout" if key == "-" else f"'{path}'"
             raise PestoError(f"{seen[key]} and {option} both write to {where}: give each output its own path")
         seen[key] = option
-        if key == "-":
+        if not isinstance(key, Path):  # "-": stdout
             continue
         if key in inputs:
             raise PestoError(f"{option} '{path}' would overwrite the input '{inputs[key]}'")

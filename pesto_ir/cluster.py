@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pesto_ir.cluster_figures import AllReduceFit, ClusterError, is_real
+from pesto_ir.cluster_figures import AllReduceFit, is_real
+from pesto_ir.cluster_figures import ClusterError as ClusterError  # re-exported: where callers import it from
 from pesto_ir.loader import brief
 
 
@@ -315,6 +316,7 @@ class Cluster:
             for end, name in (("src", src), ("dst", dst)):
                 if not isinstance(name, str) or name not in index:
                     raise bad(f"{where}: {end} {brief(repr(name))} is not a device name (devices: {', '.join(index)})")
+            assert isinstance(src, str) and isinstance(dst, str)  # checked just above
             if src == dst:
                 raise bad(f"{where}: src and dst are both '{src}'; a link joins two different devices")
             links[(src, dst)] = Link(src, dst, _link_figure(lk, "latency", lat0, bad, where),
@@ -447,7 +449,8 @@ def jax_device_kind(device: Any) -> str:
 
 
 def _platform_prefix(device: Any) -> str:
-    return {"cpu": "cpu", "gpu": "gpu", "cuda": "gpu", "rocm": "gpu"}.get(device.platform, device.platform)
+    platform: str = device.platform
+    return {"cpu": "cpu", "gpu": "gpu", "cuda": "gpu", "rocm": "gpu"}.get(platform, platform)
 
 
 def _jax_memory_limit(device: Any) -> float | None:
@@ -509,8 +512,9 @@ def _device_from_json(i: int, d: Any, source: str) -> Device:
     as_number = {k: v if math.isnan(_float(v)) else _float(v) for k, v in efficiency.items()}
     launch = launch if launch is None or math.isnan(_float(launch)) else _float(launch)
     _check_calibration(who, launch, tuple(as_number.items()))
-    return Device(d["name"], kind, num("peak_flops", required=False), num("mem_bandwidth", required=False),
-                  num("memory"), host, launch, tuple(as_number.items()))
+    peak, bandwidth, memory = num("peak_flops", required=False), num("mem_bandwidth", required=False), num("memory")
+    assert memory is not None  # required: num raises without it
+    return Device(d["name"], kind, peak, bandwidth, memory, host, launch, tuple(as_number.items()))
 
 
 def _all_reduce_from_json(raw: Any, bad: Any) -> AllReduceFit | None:

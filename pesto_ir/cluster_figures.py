@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 from pesto_ir.errors import PestoError
 from pesto_ir.loader import brief
@@ -18,7 +18,7 @@ class ClusterError(PestoError):
     pass
 
 
-def is_real(v: Any) -> bool:
+def is_real(v: Any) -> TypeGuard[int | float]:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 

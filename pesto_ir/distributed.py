@@ -134,7 +134,9 @@ def fetch(tree: Any) -> Any:
         # decided on what every process sees alike, so that all of them copy, or none
         if not isinstance(x, jax.Array) or (resident_device(x) is None and x.is_fully_addressable):
             return np.asarray(x)  # this process's own array (each has one)
-        if x.is_fully_replicated and {d.process_index for d in x.sharding.device_set} == everyone:
+        # annotated: JAX's own annotation of `device_set` names a Device class mypy cannot resolve
+        holders: set[jax.Device] = x.sharding.device_set
+        if x.is_fully_replicated and {d.process_index for d in holders} == everyone:
             return np.asarray(x.addressable_data(0))
         return np.asarray(copy_to_every_process(x))
 

@@ -89,7 +89,8 @@ def is_key_dtype(dtype: Any) -> bool:
     import jax
 
     try:
-        return bool(jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key))
+        # public (documented) in jax.dtypes, but imported there without an explicit re-export
+        return bool(jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key))  # type: ignore[attr-defined]
     except TypeError:
         return False
 
@@ -401,8 +402,12 @@ def _encode_devices(v: Any) -> Attr:
 
 def _list_codec(item: ParamCodec) -> ParamCodec:
     """A tuple whose items all use `item`."""
-    return ParamCodec(lambda v: ListAttr(tuple(item.encode(x) for x in v)),
-                      lambda a: tuple(item.decode(x) for x in a.items))
+    def decode(a: Attr) -> tuple[Any, ...]:
+        if not isinstance(a, ListAttr):
+            raise TypeError(f"expected a list attribute, got {a}")
+        return tuple(item.decode(x) for x in a.items)
+
+    return ParamCodec(lambda v: ListAttr(tuple(item.encode(x) for x in v)), decode)
 
 
 PRECISION_CODEC = ParamCodec(_encode_precision, _decode_precision)

@@ -20,7 +20,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import IO
 
 from pesto_ir.distributed import ENV_COORDINATOR, ENV_PROCESS_ID, ENV_PROCESSES, free_port
@@ -60,7 +60,7 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _count(flag: str, most: int) -> object:
+def _count(flag: str, most: int) -> Callable[[str], int]:
     def parse(text: str) -> int:
         if not text.isdigit() or not 1 <= int(text) <= most:
             raise argparse.ArgumentTypeError(f"{text!r} is not a whole number from 1 to {most}")

@@ -250,16 +250,16 @@ class Parallelized:
         t1 = time.perf_counter()
         pipeline = o.pipeline()
 
-        def plan() -> Graph:
+        def make_plan() -> Graph:
             return PassManager(pipeline).run(graph, PassContext(cluster=cluster, quiet=o.quiet, seed=o.seed))
 
         if is_multiprocess(devices.values() if isinstance(devices, Mapping) else devices):
             from pesto_ir.frontends.text import parse
 
             # process 0 plans, every process runs its plan: time-limited solvers differ run to run
-            graph = parse(shared_text("plan", plan), filename="<plan from process 0>")
+            graph = parse(shared_text("plan", make_plan), filename="<plan from process 0>")
         else:
-            graph = plan()
+            graph = make_plan()
         t2 = time.perf_counter()
         plan = read_plan_attrs(graph)
         assert plan is not None  # the pipeline ends with place, expand and simulate
@@ -553,7 +553,8 @@ def _flat_indices(args: tuple[Any, ...], argnums: Sequence[int]) -> list[int]:
     bad = [i for i in argnums if not 0 <= i < len(args)]
     if bad:
         raise PestoError(f"argnums {bad} out of range for {len(args)} positional argument(s)")
-    out, start = [], 0
+    out: list[int] = []
+    start = 0
     for i, a in enumerate(args):
         n = len(jax.tree_util.tree_leaves(a))
         if i in argnums:
@@ -578,9 +579,10 @@ def state_map(graph: Graph, out_tree: Any, args: tuple[Any, ...], param_argnums:
     claimed: set[int] = set()
     out: dict[int, int] = {}
     for i in param_argnums:
-        want = tu.tree_structure(args[i])
+        # annotated: JAX's annotation of tree_structure names a PyTreeDef class mypy cannot resolve
+        want: jax.tree_util.PyTreeDef = tu.tree_structure(args[i])
         for j, element in enumerate(elements):
-            if j in claimed or tu.tree_structure(element) != want:
+            if j in claimed or want != tu.tree_structure(element):
                 continue
             outs = tu.tree_leaves(element)
             ins = range(starts[i], starts[i] + len(outs))

@@ -17,19 +17,22 @@ import typing
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, TextIO
+from typing import TYPE_CHECKING, Any, ClassVar, TextIO
 
 from pesto_ir.errors import ParseError, PassError, PestoError, SourceSpan
 from pesto_ir.ir import Graph
 from pesto_ir.loader import ArgumentError
 from pesto_ir.verifier import verify
 
+if TYPE_CHECKING:
+    from pesto_ir.cluster import Cluster
+
 
 @dataclass
 class PassContext:
     """What passes share besides the graph: the target cluster and where progress goes."""
 
-    cluster: Any = None
+    cluster: Cluster | None = None
     quiet: bool = False
     log: TextIO = field(default_factory=lambda: sys.stderr)
     seed: int = 0

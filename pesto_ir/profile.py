@@ -40,7 +40,7 @@ class ProfileError(PestoError):
 def _interpreter_class() -> type[Any]:
     from pesto_ir.interpreter import ANNOTATION_KEYS, Interpreter
 
-    class OneOp(Interpreter):  # type: ignore[misc, valid-type]
+    class OneOp(Interpreter):
         """Binds one op; leaves out every annotation, including the cost model's own."""
 
         def param_attrs(self, op: Op) -> dict[str, Attr]:

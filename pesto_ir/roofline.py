@@ -28,6 +28,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from pesto_ir.attributes import Attr, GraphAttr, ListAttr
 from pesto_ir.cluster import Device
@@ -99,12 +100,13 @@ def _moved(op: Op) -> int:
 
 
 def _tensor(op: Op, i: int) -> TensorType:
-    if i >= len(op.operands) or not isinstance(op.operands[i].type, TensorType):
+    t = op.operands[i].type if i < len(op.operands) else None
+    if not isinstance(t, TensorType):
         raise RooflineError(f"op '{op.name}' ({op.where()}): {op.opcode} needs a tensor operand {i}")
-    return op.operands[i].type
+    return t
 
 
-def _attr(op: Op, key: str) -> object:
+def _attr(op: Op, key: str) -> Any:  # an attribute's plain value, as `Op.get`
     if key not in op.attrs:
         raise RooflineError(f"op '{op.name}' ({op.where()}): {op.opcode} needs attribute '{key}' to be costed")
     return op.attrs[key].value
@@ -140,21 +142,21 @@ def _reduction(op: Op) -> Work:
 
 def _reduce_window(op: Op) -> Work:
     """Each result element combines one window."""
-    window = math.prod(int(d) for d in _attr(op, "window_dimensions"))  # type: ignore[union-attr]
+    window = math.prod(int(d) for d in _attr(op, "window_dimensions"))
     return Work(out_elements(op) * window, _moved(op))
 
 
 def _select_and_scatter(op: Op) -> Work:
     """Max-pool gradient: every source element selects within one window of the operand."""
-    window = math.prod(int(d) for d in _attr(op, "window_dimensions"))  # type: ignore[union-attr]
+    window = math.prod(int(d) for d in _attr(op, "window_dimensions"))
     return Work(_elements(op.operands[0]) * window, _moved(op))
 
 
 def dot_general_flops(op: Op) -> int:
     """2 x (batch x free dims, i.e. result elements) x (product of contracted dims): one multiply-add each."""
     lhs = _tensor(op, 0)
-    (lc, _rc), _batch = _attr(op, "dimension_numbers")  # type: ignore[misc]
-    contracted = math.prod(lhs.shape[d] for d in lc)
+    (lc, _rc), _batch = _attr(op, "dimension_numbers")
+    contracted: int = math.prod(lhs.shape[d] for d in lc)
     return 2 * out_elements(op) * contracted
 
 
@@ -171,7 +173,7 @@ def conv_kernel_out_dim(op: Op) -> int:
     dn = op.get("dimension_numbers")
     if dn is None:
         return 0
-    rhs_spec = dn.get("rhs_spec") if isinstance(dn, dict) else dn[1]
+    rhs_spec: Any = dn.get("rhs_spec") if isinstance(dn, dict) else dn[1]
     return int(rhs_spec[0])
 
 

@@ -16,6 +16,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 # Short printed name -> numpy dtype name. The short names are what `.pir` files use.
 DTYPES: dict[str, str] = {
@@ -122,9 +123,9 @@ def element_bits(dtype: str) -> int:
     return math.prod(KEY_IMPLS[impl]) * _BITS[KEY_DATA_DTYPE]
 
 
-def dtype_short_name(dtype: object) -> str:
+def dtype_short_name(dtype: DTypeLike) -> str:
     """The `.pir` name of a numpy/JAX dtype (or of a name already short)."""
-    name = dtype if isinstance(dtype, str) else np.dtype(dtype).name  # type: ignore[arg-type]
+    name = dtype if isinstance(dtype, str) else np.dtype(dtype).name
     if name in DTYPES:
         return name
     if name in SHORT_DTYPE:

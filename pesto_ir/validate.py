@@ -208,9 +208,9 @@ def _check_transfers(graph: Graph, cluster: Cluster, plan: Plan,
             problems.append(f"transfer of '{t.src}' to {t.to} lasts {t.end - t.start:.6g}s, less than its link needs ({need:.6g}s)")
     for op in graph.ops:
         for dst, nbytes in transfer_bytes(op, placement).items():
-            t = by_key.get((op.name, dst))
-            if t is not None and t.nbytes < nbytes:
-                problems.append(f"transfer of '{op.name}' to {dst} carries {t.nbytes} bytes; ops there read {nbytes}")
+            sent = by_key.get((op.name, dst))
+            if sent is not None and sent.nbytes < nbytes:
+                problems.append(f"transfer of '{op.name}' to {dst} carries {sent.nbytes} bytes; ops there read {nbytes}")
     return by_key
 
 
@@ -274,8 +274,8 @@ def _check_memory(graph: Graph, cluster: Cluster, plan: Plan, problems: list[str
     par = plan.parallelism
     if par is not None:
         for group in par.replicas[1:]:
-            for d0, d in zip(par.replicas[0], group):
+            for d0, mirror in zip(par.replicas[0], group):
                 peak = peaks.get(d0)
-                peaks[d] = (dataclasses.replace(peak, device=d) if peak is not None
-                            else DevicePeak(d, 0, 0.0, ()))
+                peaks[mirror] = (dataclasses.replace(peak, device=mirror) if peak is not None
+                                 else DevicePeak(mirror, 0, 0.0, ()))
     return peaks
