@@ -100,12 +100,10 @@ class Sample:
 
 
 def datasheet_time(work: Any, device: Device) -> float:
-    """Roofline seconds of `work` by the datasheet alone: the device without calibrated figures,
-    less its launch overhead (what the efficiency divides)."""
-    from pesto_ir.roofline import launch_overhead, work_time
+    """Roofline seconds of `work` by the datasheet alone, no launch (what the efficiency divides)."""
+    from pesto_ir.roofline import bound_time
 
-    bare = dataclasses.replace(device, launch_overhead=None, efficiency=())
-    return max(work_time(work, bare) - launch_overhead(bare), 0.0)
+    return bound_time(work, device)
 
 
 def _timed_ops(group: Any, free: set[int], order: dict[int, int]) -> list[Op]:

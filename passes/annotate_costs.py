@@ -173,7 +173,7 @@ class _FusedTimes:
     computed once per device; every op gets a `fusion` label naming its kernel."""
 
     def __init__(self, graph: Graph, seconds: Callable[[FusionGroup, Device], float]) -> None:
-        self.graph, self.seconds = graph, seconds
+        self.seconds = seconds
         self.groups = fusion_groups(graph)
         self.per_device: dict[str, dict[str, float]] = {}
         for i, group in enumerate(self.groups):

@@ -34,7 +34,7 @@ roofline times, so the graph's total is the fused program's, and placement still
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from pesto_ir.cluster import Device
@@ -47,6 +47,7 @@ from pesto_ir.roofline import (
     REDUCTION_OPS,
     Work,
     bound_time,
+    distinct,
     nested_time,
     op_family,
     op_work,
@@ -161,19 +162,15 @@ def fusion_groups(graph: Graph) -> list[FusionGroup]:
 def _group(ops: list[Op], graph_outputs: set[int]) -> FusionGroup:
     inside = {id(op) for op in ops}
     made = {id(r) for op in ops for r in op.results}
-    inputs = _distinct(v for op in ops for v in op.operands if id(v) not in made)
+    inputs = distinct(v for op in ops for v in op.operands if id(v) not in made)
     outs = [r for op in ops for r in op.results  # a result no op reads is written out too (as op by op)
             if id(r) in graph_outputs or not r.uses or any(id(u) not in inside for u, _ in r.uses)]
-    free = len(ops) == 1 and ops[0].opcode in DUPLICATED and not outs_to_graph(ops[0], graph_outputs)
+    free = len(ops) == 1 and ops[0].opcode in DUPLICATED and not _is_returned(ops[0], graph_outputs)
     return FusionGroup(tuple(ops), _family(ops), tuple(inputs), tuple(outs), free)
 
 
-def outs_to_graph(op: Op, graph_outputs: set[int]) -> bool:
+def _is_returned(op: Op, graph_outputs: set[int]) -> bool:
     return any(id(r) in graph_outputs for r in op.results)
-
-
-def _distinct(values: Iterable[Value]) -> list[Value]:
-    return list({id(v): v for v in values}.values())
 
 
 def _family(ops: list[Op]) -> str:
@@ -221,7 +218,7 @@ def _read(v: Value, group: FusionGroup) -> int:
     """A duplicated op outside the group feeds several kernels, each recomputing it from its operands."""
     owner = v.owner
     if owner is not None and owner.opcode in DUPLICATED:
-        return sum(_nbytes(u) for u in _distinct(owner.operands))
+        return sum(_nbytes(u) for u in distinct(owner.operands))
     return _nbytes(v)
 
 

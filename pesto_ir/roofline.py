@@ -26,7 +26,7 @@ the data-parallel rewrite sets and `annotate-costs` keeps.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -78,13 +78,14 @@ def _elements(v: Value) -> int:
     return v.type.size if isinstance(v.type, TensorType) else 0
 
 
-def _distinct(values: tuple[Value, ...] | list[Value]) -> list[Value]:
+def distinct(values: Iterable[Value]) -> list[Value]:
+    """The values once each, in first-seen order (values hash by identity)."""
     return list({id(v): v for v in values}.values())
 
 
 def in_bytes(op: Op) -> int:
     """Bytes of the op's operands, each distinct value read once."""
-    return sum(v.type.nbytes for v in _distinct(op.operands))
+    return sum(v.type.nbytes for v in distinct(op.operands))
 
 
 def out_bytes(op: Op) -> int:
@@ -126,18 +127,18 @@ def _data_movement(op: Op) -> Work:
 
 def _indexed_read(op: Op) -> Work:
     """gather / dynamic_slice read only what they return (plus the indices), not the whole operand."""
-    return Work(0, 2 * out_bytes(op) + sum(v.type.nbytes for v in _distinct(op.operands[1:])))
+    return Work(0, 2 * out_bytes(op) + sum(v.type.nbytes for v in distinct(op.operands[1:])))
 
 
 def _indexed_update(op: Op) -> Work:
     """scatter / dynamic_update_slice touch only the updated part: read and write it once."""
-    rest = _distinct(op.operands[1:])
+    rest = distinct(op.operands[1:])
     return Work(max((_elements(v) for v in rest), default=0), 2 * sum(v.type.nbytes for v in rest))
 
 
 def _reduction(op: Op) -> Work:
     """One FLOP per input element."""
-    return Work(sum(_elements(v) for v in _distinct(op.operands)), _moved(op))
+    return Work(sum(_elements(v) for v in distinct(op.operands)), _moved(op))
 
 
 def _reduce_window(op: Op) -> Work:
