@@ -67,11 +67,6 @@ class LnsError(PestoError):
     pass
 
 
-def ilp_engine_available() -> bool:
-    """Whether the MILP (`ilp_model.Milp`) offers what engine="ilp" drives: fixing all but a neighbourhood."""
-    return all(hasattr(Milp, name) for name in ("start_values", "fix_outside", "unfix", "realize", "drop_symmetry"))
-
-
 def improve_with_lns(graph: Graph, cluster: Cluster, options: PlaceOptions, engine: str = "cpsat",
                      start: Plan | None = None) -> Plan:
     """The best plan found from `start` (default: `options.warm_start`, else a heuristic plan)

@@ -40,7 +40,7 @@ from pesto_ir.passes.algo_auto import place_auto
 from pesto_ir.passes.algo_cpsat import Problem, Request, earliest_schedule, place_cpsat, tick_for
 from pesto_ir.passes.algo_ilp import place_ilp
 from pesto_ir.passes.cpsat_worker import SolverProcess
-from pesto_ir.passes.lns import ilp_engine_available, improve_with_lns
+from pesto_ir.passes.lns import improve_with_lns
 from pesto_ir.placement import PlaceOptions
 from pesto_ir.validate import check_plan
 
@@ -239,8 +239,7 @@ def test_a_dead_worker_is_restarted_and_a_failed_solve_is_a_clean_error() -> Non
 
 # ---------------------------------------------------------------- large-neighbourhood search
 
-@pytest.mark.parametrize("engine", ["cpsat", pytest.param("ilp", marks=pytest.mark.skipif(
-    not ilp_engine_available(), reason="algo_ilp's MILP lacks fix_outside & co. in this checkout"))])
+@pytest.mark.parametrize("engine", ["cpsat", "ilp"])
 def test_lns_never_returns_a_worse_plan(engine: str) -> None:
     graph = layered_dag(40, seed=3)
     cluster = Cluster.homogeneous(4, "v100", latency=1e-5, bandwidth=50e9)
