@@ -23,7 +23,7 @@ from pesto_ir.ir import Graph
 from pesto_ir.passes.algo_common import NO_START_HINT
 from pesto_ir.passes.cbc_log import parse_cbc_line as _parse_cbc_line  # noqa: F401  (tests read it here)
 from pesto_ir.passes.exact_common import as_algorithm, early_answer, fallback_plan, fmt, gap, given_warm_start
-from pesto_ir.passes.ilp_instance import IlpError, Instance
+from pesto_ir.passes.ilp_instance import IlpError, Instance, relabel_for_symmetry
 from pesto_ir.passes.ilp_model import ALGORITHM, Milp, MilpResult, solver_name
 from pesto_ir.passes.ilp_model import highs_available as _highs_available  # noqa: F401  (tests read it here)
 from pesto_ir.placement import PlaceOptions
@@ -242,7 +242,9 @@ class _Search:
             raise IlpError(f"the MILP found no plan for '{graph.name}' within {self.options.time_limit:g}s "
                            f"(status {exact.status}) and no heuristic found a plan to start from: "
                            f"{NO_START_HINT}")
-        plan = self.best
+        # Interchangeable devices renamed in order of first use: the exact solve (with symmetry
+        # breaking) and the neighbourhood search (without) then name the same plan the same way.
+        plan = relabel_for_symmetry(inst, self.best)
         plan.notes = notes + [n for n in plan.notes if n not in notes] + self.outcome()
         bound = max(b for b in (exact.bound, inst.lb / inst.unit) if b is not None)
         bound = min(bound, plan.makespan)

@@ -16,7 +16,7 @@ form classes for symmetry breaking.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from pesto_ir.cluster import Cluster
 from pesto_ir.costs import op_cost
@@ -307,4 +307,4 @@ def relabel_for_symmetry(inst: Instance, plan: Plan) -> Plan:
     ops = {n: OpSlot(rename[s.device], s.start, s.end) for n, s in plan.ops.items()}
     transfers = [Transfer(t.src, rename[t.src_device], rename[t.to], t.start, t.end, t.nbytes)
                  for t in plan.transfers]
-    return Plan(plan.graph, plan.algorithm, list(plan.devices), ops, transfers)
+    return replace(plan, ops=ops, transfers=transfers)

@@ -29,7 +29,9 @@ from pesto_ir.frontends.json_graph import graph_from_json
 from pesto_ir.ir import Graph
 from pesto_ir.passes import algo_ilp
 from pesto_ir.passes.algo_ilp import place_ilp
+from pesto_ir.passes.ilp_instance import Instance, relabel_for_symmetry
 from pesto_ir.placement import PlaceOptions
+from pesto_ir.plan import OpSlot, Plan, Transfer
 from pesto_ir.simulate import simulate, transfer_bytes
 from pesto_ir.validate import check_plan
 
@@ -363,13 +365,33 @@ def test_warm_start_at_the_lower_bound_needs_no_solve() -> None:
 
 
 def test_deterministic() -> None:
-    graph = layered_dag(14, seed=7)
+    # Solved to optimality in ~1 s, far inside the exact solve's share of the limit, so no
+    # wall-clock cut decides the plan (a search stopped by its time limit depends on the machine).
+    graph = layered_dag(10, seed=7)
     cluster = Cluster.homogeneous(3, "v100", latency=1e-5, bandwidth=50e9)
     a = place_ilp(graph, cluster, PlaceOptions(time_limit=20, quiet=True, seed=1))
     b = place_ilp(graph, cluster, PlaceOptions(time_limit=20, quiet=True, seed=1))
     assert a.solver["status"] == "optimal"
     assert {n: s.device for n, s in a.ops.items()} == {n: s.device for n, s in b.ops.items()}
     assert a.makespan == b.makespan
+
+
+def test_interchangeable_devices_are_named_in_order_of_first_use() -> None:
+    # Two optimal plans that differ only by a permutation of identical devices (the exact solve
+    # and the neighbourhood search can each return either) come out named the same way.
+    graph = layered_dag(10, seed=7)
+    cluster = Cluster.homogeneous(3, "v100", latency=1e-5, bandwidth=50e9)
+    plan = place_ilp(graph, cluster, PlaceOptions(time_limit=20, quiet=True, seed=1))
+    inst = Instance.build(graph, cluster, plan.makespan, lower_bound(graph, cluster))
+    swap = {"gpu0": "gpu2", "gpu2": "gpu1", "gpu1": "gpu0"}
+    permuted = Plan(plan.graph, plan.algorithm, list(plan.devices),
+                    {n: OpSlot(swap[s.device], s.start, s.end) for n, s in plan.ops.items()},
+                    [Transfer(t.src, swap[t.src_device], swap[t.to], t.start, t.end, t.nbytes)
+                     for t in plan.transfers])
+    assert all(permuted.ops[n].device != s.device for n, s in plan.ops.items())
+    back = relabel_for_symmetry(inst, permuted)
+    assert {n: s.device for n, s in back.ops.items()} == {n: s.device for n, s in plan.ops.items()}
+    assert plan.ops[graph.topo_order()[0].name].device == "gpu0"
 
 
 def test_progress_reports_incumbent_and_bound_unless_quiet() -> None:
