@@ -19,16 +19,10 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import sys
 from typing import Any
 
-
-def _ask_for_cpu_devices(n: int) -> None:
-    flags = os.environ.get("XLA_FLAGS", "")
-    if "xla_force_host_platform_device_count" not in flags:
-        os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={n}".strip()
-
+from train_common import ask_for_cpu_devices, make_train_step, side_by_side
 
 VOCAB, SEQ, D, HEADS, LAYERS, BATCH = 32, 16, 64, 4, 2, 32
 
@@ -83,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--microbatches", type=int, default=4)
     ap.add_argument("--log-every", type=int, default=20)
     opts = ap.parse_args(argv)
-    _ask_for_cpu_devices(opts.devices)
+    ask_for_cpu_devices(opts.devices)
 
     import jax
     import jax.numpy as jnp
@@ -92,49 +86,30 @@ def main(argv: list[str] | None = None) -> int:
 
     import pesto_ir
 
-    if len(jax.devices()) < opts.devices:
-        print(f"JAX sees {len(jax.devices())} device(s), fewer than --devices {opts.devices} "
-              "(was JAX imported, or XLA_FLAGS set, before this script ran?)", file=sys.stderr)
-        return 2
     optimizer = optax.adamw(3e-3)
-
-    def train_step(params: Any, opt_state: Any, tokens: Any, targets: Any) -> Any:
-        loss, grads = jax.value_and_grad(loss_fn)(params, tokens, targets)
-        updates, opt_state = optimizer.update(grads, opt_state, params)
-        return optax.apply_updates(params, updates), opt_state, loss
-
+    train_step = make_train_step(loss_fn, optimizer)
     devices = jax.devices()[:opts.devices]
     pesto_step = pesto_ir.parallelize(train_step, devices=devices, param_argnums=(0, 1), algo="m-topo",
                                       data_parallel=opts.data_parallel, microbatches=opts.microbatches)
-    jit_step = jax.jit(train_step)
-
-    params = init(jax.random.key(0))
-    state = optimizer.init(params)
-    p_pesto, s_pesto, p_jit, s_jit = params, state, params, state
     rng = np.random.default_rng(1)
     stride = 5
-    print(f"{'step':>5}  {'pesto loss':>11}  {'jit loss':>11}")
-    first = last = None
-    worst = 0.0
-    for step in range(1, opts.steps + 1):
+
+    def batch() -> tuple[jax.Array, jax.Array]:
         start = rng.integers(0, VOCAB, (BATCH, 1))
         seq = (start + stride * np.arange(SEQ + 1)) % VOCAB
-        tokens, targets = jnp.asarray(seq[:, :-1], jnp.int32), jnp.asarray(seq[:, 1:], jnp.int32)
-        p_pesto, s_pesto, loss_pesto = pesto_step(p_pesto, s_pesto, tokens, targets)
-        p_jit, s_jit, loss_jit = jit_step(p_jit, s_jit, tokens, targets)
-        a, b = float(loss_pesto), float(loss_jit)
-        worst = max(worst, abs(a - b) / max(abs(b), 1e-12))
-        first = first if first is not None else a
-        last = a
-        if step == 1:
-            plan = pesto_step.plan
-            par = plan.parallelism
-            stages = len({slot.device for slot in plan.ops.values()})
-            print(f"       plan: {par.data_parallel} replicas x {par.microbatches} micro-batches, each replica on "
-                  f"{stages} device(s); simulated step {plan.makespan * 1e3:.2f} ms; "
-                  f"{pesto_step.executable.num_segments} segments per step; {len(pesto_step.graph.ops)} ops")
-        if step == 1 or step % opts.log_every == 0 or step == opts.steps:
-            print(f"{step:>5}  {a:>11.5f}  {b:>11.5f}")
+        return jnp.asarray(seq[:, :-1], jnp.int32), jnp.asarray(seq[:, 1:], jnp.int32)
+
+    def plan_line() -> str:
+        plan = pesto_step.plan
+        par = plan.parallelism
+        stages = len({slot.device for slot in plan.ops.values()})
+        return (f"{par.data_parallel} replicas x {par.microbatches} micro-batches, each replica on {stages} "
+                f"device(s); simulated step {plan.makespan * 1e3:.2f} ms; "
+                f"{pesto_step.executable.num_segments} segments per step; {len(pesto_step.graph.ops)} ops")
+
+    params = init(jax.random.key(0))
+    first, last, worst, p_pesto = side_by_side(pesto_step, jax.jit(train_step), params, optimizer.init(params),
+                                               batch, opts.steps, opts.log_every, plan_line)
     replicated = {len(leaf.sharding.device_set) for leaf in jax.tree_util.tree_leaves(p_pesto)}
     print(f"\nloss {first:.4f} -> {last:.4f}; largest relative difference pesto vs jit {worst:.1e}; "
           f"each parameter lives on {sorted(replicated)} devices (its replicas)")

@@ -14,15 +14,10 @@ JAX reads XLA_FLAGS when it is imported, so the script asks for CPU devices befo
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from typing import Any
 
-
-def _ask_for_cpu_devices(n: int) -> None:
-    flags = os.environ.get("XLA_FLAGS", "")
-    if "xla_force_host_platform_device_count" not in flags:
-        os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={n}".strip()
+from train_common import ask_for_cpu_devices, make_train_step, side_by_side
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -32,7 +27,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--devices", type=int, default=4)
     ap.add_argument("--log-every", type=int, default=25)
     opts = ap.parse_args(argv)
-    _ask_for_cpu_devices(opts.devices)
+    ask_for_cpu_devices(opts.devices)
 
     import jax
     import jax.numpy as jnp
@@ -40,11 +35,6 @@ def main(argv: list[str] | None = None) -> int:
     import optax
 
     import pesto_ir
-
-    if len(jax.devices()) < opts.devices:
-        print(f"JAX sees {len(jax.devices())} device(s), fewer than --devices {opts.devices} "
-              "(was JAX imported, or XLA_FLAGS set, before this script ran?)", file=sys.stderr)
-        return 2
 
     # ---- a seeded synthetic data set: labels from a random teacher network
     rng = np.random.default_rng(0)
@@ -67,40 +57,24 @@ def main(argv: list[str] | None = None) -> int:
         return optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()
 
     optimizer = optax.adam(3e-3)
-
-    def train_step(params: Any, opt_state: Any, x: jax.Array, y: jax.Array) -> Any:
-        loss, grads = jax.value_and_grad(loss_fn)(params, x, y)
-        updates, opt_state = optimizer.update(grads, opt_state, params)
-        return optax.apply_updates(params, updates), opt_state, loss
-
+    train_step = make_train_step(loss_fn, optimizer)
     devices = jax.devices()[:opts.devices]
     pesto_step = pesto_ir.parallelize(train_step, devices=devices, algo=opts.algo, param_argnums=(0, 1))
-    jit_step = jax.jit(train_step)
+    batches = np.random.default_rng(1)
+
+    def batch() -> tuple[jax.Array, jax.Array]:
+        idx = batches.integers(0, n, 128)
+        return jnp.asarray(x_all[idx]), jnp.asarray(y_all[idx])
+
+    def plan_line() -> str:
+        plan, exe = pesto_step.plan, pesto_step.executable
+        return (f"{plan.algorithm} on {', '.join(plan.devices)}, simulated makespan {plan.makespan * 1e6:.0f} us; "
+                f"{exe.num_segments} segments, {len(exe.transfers)} transfers per step; "
+                f"{len(pesto_step.graph.ops)} ops")
 
     params = init(jax.random.PRNGKey(0))
-    state = optimizer.init(params)
-    p_pesto, s_pesto, p_jit, s_jit = params, state, params, state
-    batches = np.random.default_rng(1)
-    print(f"{'step':>5}  {'pesto loss':>11}  {'jit loss':>11}")
-    first = last = None
-    worst = 0.0
-    for step in range(1, opts.steps + 1):
-        idx = batches.integers(0, n, 128)
-        x, y = jnp.asarray(x_all[idx]), jnp.asarray(y_all[idx])
-        p_pesto, s_pesto, loss_pesto = pesto_step(p_pesto, s_pesto, x, y)
-        p_jit, s_jit, loss_jit = jit_step(p_jit, s_jit, x, y)
-        a, b = float(loss_pesto), float(loss_jit)
-        worst = max(worst, abs(a - b) / max(abs(b), 1e-12))
-        first = first if first is not None else a
-        last = a
-        if step == 1:
-            exe = pesto_step.executable
-            plan = pesto_step.plan
-            print(f"       plan: {plan.algorithm} on {', '.join(plan.devices)}, simulated makespan "
-                  f"{plan.makespan * 1e6:.0f} us; {exe.num_segments} segments, {len(exe.transfers)} transfers "
-                  f"per step; {len(pesto_step.graph.ops)} ops")
-        if step == 1 or step % opts.log_every == 0 or step == opts.steps:
-            print(f"{step:>5}  {a:>11.5f}  {b:>11.5f}")
+    first, last, worst, p_pesto = side_by_side(pesto_step, jax.jit(train_step), params, optimizer.init(params), batch,
+                                               opts.steps, opts.log_every, plan_line)
 
     devices_of_params = sorted({d.id for leaf in jax.tree_util.tree_leaves(p_pesto) for d in leaf.devices()})
     gathered = jax.device_put(p_pesto, devices[0])  # the parameters live on several devices; evaluate on one

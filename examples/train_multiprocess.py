@@ -24,6 +24,8 @@ import sys
 import time
 from typing import Any
 
+from train_common import make_train_step
+
 
 def mlp(dim: int = 32, hidden: int = 128, classes: int = 10) -> tuple[Any, Any, Any]:
     """(init, loss, batch): a ReLU MLP on a seeded teacher-labelled data set."""
@@ -90,11 +92,7 @@ def main(argv: list[str] | None = None) -> int:
 
     init, loss_fn, batch = mlp() if opts.model == "mlp" else gpt()
     optimizer = optax.adam(1e-3)
-
-    def train_step(params: Any, opt_state: Any, x: Any, y: Any) -> Any:
-        loss, grads = jax.value_and_grad(loss_fn)(params, x, y)
-        updates, opt_state = optimizer.update(grads, opt_state, params)
-        return optax.apply_updates(params, updates), opt_state, loss
+    train_step = make_train_step(loss_fn, optimizer)
 
     me = jax.process_index()
     print(f"process {me} of {jax.process_count()}: {len(jax.local_devices())} of {len(jax.devices())} devices "

@@ -197,26 +197,14 @@ class FastParser:
 
     def statement(self) -> OpRecord | ReturnRecord:
         if self.word("return"):
-            values = []
-            if self.peek() == "VALUE":
-                values.append(self.take("VALUE"))
-                while self.skip("COMMA"):
-                    values.append(self.take("VALUE"))
-            return ReturnRecord(values)
+            return ReturnRecord(self.value_list())
         label = self.take("AT_NAME") if self.peek() == "AT_NAME" else None
-        results: list[FastToken] = []
-        if self.peek() == "VALUE":
-            results.append(self.take("VALUE"))
-            while self.skip("COMMA"):
-                results.append(self.take("VALUE"))
+        results = self.value_list()
+        if results:
             self.expect("EQUAL")
         opcode = self.take("WORD")
         self.expect("LPAR")
-        operands: list[FastToken] = []
-        if self.peek() == "VALUE":
-            operands.append(self.take("VALUE"))
-            while self.skip("COMMA"):
-                operands.append(self.take("VALUE"))
+        operands = self.value_list()
         self.expect("RPAR")
         attrs = self.attr_dict() if self.peek() == "LBRACE" else {}
         types: list[FastToken] = []
@@ -235,6 +223,15 @@ class FastParser:
             loc = self.sem.location(file, line, col)
         opcode.type = "OPCODE"
         return self.sem.op_record(label, results, opcode, operands, attrs, types, loc)
+
+    def value_list(self) -> list[FastToken]:
+        """A comma-separated list of values, `%a, %b`: empty when no value is next."""
+        values: list[FastToken] = []
+        if self.peek() == "VALUE":
+            values.append(self.take("VALUE"))
+            while self.skip("COMMA"):
+                values.append(self.take("VALUE"))
+        return values
 
     def attr_dict(self) -> dict[str, Attr]:
         self.expect("LBRACE")

@@ -17,6 +17,7 @@ from pesto_ir.errors import PestoError
 from pesto_ir.ir import Graph, Op, Value
 from pesto_ir.memory import first_read_inputs, output_bytes, workspace_bytes
 from pesto_ir.types import BlobType
+from pesto_ir.union_find import find_root
 
 
 class CoarsenError(PestoError):
@@ -166,26 +167,19 @@ def _colocate_labels(graph: Graph, members: dict[str, list[Op]], group_of: dict[
         if c is not None and group_of[op.name] not in spans[str(c)]:
             spans[str(c)].append(group_of[op.name])
     parent = {g: g for g in members}
-
-    def find(g: str) -> str:
-        while parent[g] != g:
-            parent[g] = parent[parent[g]]
-            g = parent[g]
-        return g
-
     name: dict[str, str] = {}
     for c in sorted(spans):
         gs = spans[c]
         if len(gs) < 2:
             continue
-        root = find(gs[0])
+        root = find_root(parent, gs[0])
         name.setdefault(root, c)
         for g in gs[1:]:
-            r = find(g)
+            r = find_root(parent, g)
             if r != root:
                 parent[r] = root
                 name[root] = min(name[root], name.get(r, c))
-    return {g: name[find(g)] for g in members if find(g) in name}
+    return {g: name[find_root(parent, g)] for g in members if find_root(parent, g) in name}
 
 
 def _summed_cost(ops: list[Op], cluster: Cluster | None) -> DurationAttr | DictAttr:

@@ -57,6 +57,7 @@ from pesto_ir.passes.coarse_graph import (  # noqa: F401 (group_members, quotien
     quotient_graph,
 )
 from pesto_ir.passmanager import Pass, PassContext
+from pesto_ir.union_find import find_root
 
 # Measured with bench/bench_place.py --targets on the 16 MSR graphs, k = 2 and 4: m-ETF's
 # geometric-mean makespan / lower bound is 1.10 / 1.14 at 200 nodes, against 1.14 / 1.16-1.17 at
@@ -167,10 +168,7 @@ class _Classes:
         self.memory = list(memory)
 
     def find(self, c: int) -> int:
-        while self.parent[c] != c:
-            self.parent[c] = self.parent[self.parent[c]]
-            c = self.parent[c]
-        return c
+        return find_root(self.parent, c)
 
     def union(self, a: int, b: int) -> int:
         a, b = self.find(a), self.find(b)
@@ -304,23 +302,16 @@ def _group_pieces(group_ops: dict[str, list[int]],
     """The connected pieces of every colocation group: its ops joined by edges inside the group."""
     group_of = {i: g for g, ops in group_ops.items() for i in ops}
     parent = {i: i for i in group_of}
-
-    def find(i: int) -> int:
-        while parent[i] != i:
-            parent[i] = parent[parent[i]]
-            i = parent[i]
-        return i
-
     for a, b in edges:
         ga = group_of.get(a)
         if ga is not None and ga == group_of.get(b):
-            ra, rb = find(a), find(b)
+            ra, rb = find_root(parent, a), find_root(parent, b)
             if ra != rb:
                 parent[max(ra, rb)] = min(ra, rb)
     pieces: dict[int, list[int]] = defaultdict(list)
     for ops in group_ops.values():
         for i in ops:
-            pieces[find(i)].append(i)
+            pieces[find_root(parent, i)].append(i)
     return [(group_of[root], ops) for root, ops in sorted(pieces.items())]
 
 

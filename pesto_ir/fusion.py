@@ -53,6 +53,7 @@ from pesto_ir.roofline import (
     op_work,
     work_time,
 )
+from pesto_ir.union_find import find_root
 
 # Ops XLA fuses into a consumer's loop. Indexed reads and writes (gather, dynamic slices,
 # scatter) stay kernels of their own here: their cost rules count only the part they touch.
@@ -91,10 +92,7 @@ class _Groups:
         self.open = [_fusible_at_all(op) or _is_hero(op) for op in ops]  # kernels that take producers in
 
     def find(self, i: int) -> int:
-        while self.parent[i] != i:
-            self.parent[i] = self.parent[self.parent[i]]
-            i = self.parent[i]
-        return i
+        return find_root(self.parent, i)
 
     def join(self, producer: int, group: int) -> None:
         p, g = self.find(producer), self.find(group)
