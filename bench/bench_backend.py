@@ -17,7 +17,7 @@ the median (or `--stat min`) per-step time of each is kept. Run:
     python3 bench/bench_backend.py [--reps 15] [--calls 20] [--k 4] [--clock cpu|wall] [--stat median|min]
                                    [--models mlp,cnn,transformer,lstm,mlp-tiny]
 
-By default time is process CPU time with XLA held to one thread (as bench/bench_costs.py does):
+By default time is process CPU time with XLA held to one core (as bench/bench_costs.py does):
 on a machine other processes share, wall times of one executable vary by 2x, CPU times by a few %.
 """
 
@@ -31,15 +31,14 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from pesto_ir.timing import SINGLE_THREAD_XLA
+from pesto_ir.timing import hold_xla_to_one_core
 
 
 def _setup(k: int, clock: str) -> None:
     """XLA flags must be set before JAX is imported."""
-    flags = f"--xla_force_host_platform_device_count={max(k, 1)}"
+    os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={max(k, 1)}"
     if clock == "cpu":
-        flags += " " + SINGLE_THREAD_XLA
-    os.environ["XLA_FLAGS"] = flags
+        hold_xla_to_one_core()
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 

@@ -21,7 +21,7 @@ Goal: the simulated step within 20% of the jit step. Run:
                                  [--cluster calibrated-cpu.json]
     python3 bench/bench_costs.py --zoo    # the zoo's full-size steps on one H100, fusion=none vs xla
 
-By default runs are timed by process CPU time with XLA held to one thread (`--clock cpu`): on a
+By default runs are timed by process CPU time with XLA held to one core (`--clock cpu`): on a
 machine other processes share, wall times of the same executable vary by 2x, CPU times by a few %.
 """
 
@@ -41,7 +41,7 @@ from pesto_ir.cluster import Cluster
 from pesto_ir.ir import Graph
 from pesto_ir.passmanager import PassContext, PassManager
 from pesto_ir.plan import read_plan_attrs
-from pesto_ir.timing import SINGLE_THREAD_XLA, call_time
+from pesto_ir.timing import call_time, hold_xla_to_one_core
 
 # ---------------------------------------------------------------- models
 
@@ -50,6 +50,17 @@ def _init(key: Any, shape: tuple[int, ...]) -> Any:
     import jax.numpy as jnp
 
     return jax.random.normal(key, shape, jnp.float32) * (1.0 / shape[0]) ** 0.5
+
+
+def _sgd_step(loss: Callable[..., Any]) -> Callable[..., Any]:
+    """A plain SGD step (learning rate 0.1) on `loss(params, x, y)`."""
+    import jax
+
+    def step(params: Any, x: Any, y: Any) -> Any:
+        grads = jax.grad(loss)(params, x, y)
+        return jax.tree_util.tree_map(lambda p, g: p - 0.1 * g, params, grads)
+
+    return step
 
 
 def mlp_model() -> tuple[Callable[..., Any], tuple[Any, ...]]:
@@ -70,11 +81,7 @@ def mlp_model() -> tuple[Callable[..., Any], tuple[Any, ...]]:
         w, b = params[-1]
         return -jnp.mean(jnp.sum(jax.nn.log_softmax(h @ w + b) * y, axis=-1))
 
-    def step(params: Any, x: Any, y: Any) -> Any:
-        grads = jax.grad(loss)(params, x, y)
-        return jax.tree_util.tree_map(lambda p, g: p - 0.1 * g, params, grads)
-
-    return step, (params, x, y)
+    return _sgd_step(loss), (params, x, y)
 
 
 def cnn_model() -> tuple[Callable[..., Any], tuple[Any, ...]]:
@@ -98,11 +105,7 @@ def cnn_model() -> tuple[Callable[..., Any], tuple[Any, ...]]:
         logits = h.reshape(h.shape[0], -1) @ w3
         return -jnp.mean(jnp.sum(jax.nn.log_softmax(logits) * y, axis=-1))
 
-    def step(params: Any, x: Any, y: Any) -> Any:
-        grads = jax.grad(loss)(params, x, y)
-        return jax.tree_util.tree_map(lambda p, g: p - 0.1 * g, params, grads)
-
-    return step, (params, x, y)
+    return _sgd_step(loss), (params, x, y)
 
 
 def transformer_model() -> tuple[Callable[..., Any], tuple[Any, ...]]:
@@ -200,7 +203,7 @@ def main() -> int:
     ap.add_argument("--stat", default="median", choices=("median", "min"),
                     help="how runs become one time (min is steadier on a shared machine)")
     ap.add_argument("--clock", default="cpu", choices=("cpu", "wall"),
-                    help="cpu: process CPU time with XLA on one thread (steady on a shared machine); "
+                    help="cpu: process CPU time with XLA on one core (steady on a shared machine); "
                          "wall: wall time with XLA's default threads")
     ap.add_argument("--models", default=",".join(MODELS), help="comma-separated: " + ", ".join(MODELS))
     ap.add_argument("--cluster", help="a pesto-cluster/1 file with calibrated figures (bench.calibrate) for `roof cal`")
@@ -217,8 +220,8 @@ def main() -> int:
         ap.error(f"unknown model(s) {', '.join(unknown)} (models: {', '.join(MODELS)})" if unknown
                  else "--runs must be at least 1")
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
-    if args.clock == "cpu":
-        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + SINGLE_THREAD_XLA).strip()
+    if args.clock == "cpu":  # before JAX's CPU backend starts (the first jax.devices())
+        hold_xla_to_one_core()
     import jax
 
     from pesto_ir.frontends.jax import lower

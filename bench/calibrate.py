@@ -42,7 +42,7 @@ from typing import Any
 from pesto_ir.cluster import OP_FAMILIES, Cluster, ClusterError, Device
 from pesto_ir.errors import PestoError
 from pesto_ir.ir import Graph, Op
-from pesto_ir.timing import SINGLE_THREAD_XLA
+from pesto_ir.timing import hold_xla_to_one_core
 
 # A family is calibrated only when its kernels spend at least this share of their measured time,
 # and this many seconds, beyond the launches: kernels that are all launch (or timer noise) say
@@ -53,9 +53,10 @@ MIN_BEYOND_LAUNCH_S = 2e-5
 MIN_KERNELS = 3
 # At most this fraction of the datasheet roofline (a sanity bound: datasheets are peaks).
 MAX_EFFICIENCY = 10.0
-# Families holding at least this share of the calibration steps' roofline time get an efficiency
-# fitted to whole steps; and the steps must outnumber the figures fitted by this many.
-STEP_FIT_SHARE = 0.02
+# Families holding at least this share of the roofline time of `MIN_FIT_STEPS` calibration steps get
+# an efficiency fitted to whole steps; and the steps must outnumber the figures fitted by this many.
+STEP_FIT_SHARE = 0.05
+MIN_FIT_STEPS = 2
 MIN_SPARE_STEPS = 2
 # The share of kernels, smallest roofline time first, whose median time is the launch overhead.
 LAUNCH_QUANTILE = 0.25
@@ -79,13 +80,16 @@ def _step_models(quick: bool) -> dict[str, tuple[str, Any]]:
 
 def _models(quick: bool) -> dict[str, Any]:
     """Zoo models at sizes a CPU runs quickly, yet big enough that large kernels are not all launch."""
-    from bench.zoo_jax import GptConfig, MlpConfig, ResNetConfig, Seq2SeqConfig
+    from bench.zoo_jax import GptConfig, InceptionConfig, MlpConfig, ResNetConfig, Seq2SeqConfig
 
     if quick:
         return {"mlp": MlpConfig(2, 1024, 256, 10)}
     return {"mlp": MlpConfig(3, 1024, 256, 100), "gpt": GptConfig(2, 256, 4, 256, 4, 2048),
             "resnet": ResNetConfig(((16, 1, 1), (32, 1, 2)), 16, 64, 8, 10),
-            "lstm_seq2seq": Seq2SeqConfig(1, 128, 4, 32, 512)}
+            "lstm_seq2seq": Seq2SeqConfig(1, 128, 4, 32, 512),
+            # max pools (their gradients: the scatter family) and filter gradients of many shapes
+            "inception": InceptionConfig(((3, 16, 2, True), (3, 32, 1, True)),
+                                         (((16, 12, 16, 16, 24, 8),), ((32, 24, 32, 24, 32, 32),)), 64, 8, 10)}
 
 
 # ---------------------------------------------------------------- kernels
@@ -218,30 +222,37 @@ def step_sample(name: str, model: str, config: Any, graph: Graph, device: Device
 def fit_to_steps(steps: Sequence[Step], kernel_efficiency: dict[str, float]) -> tuple[float, dict[str, float], str]:
     """Launch overhead and efficiencies that make the calibrated roofline of whole steps match
     their measured times: non-negative least squares on relative error, over the families that
-    hold at least `STEP_FIT_SHARE` of the steps' roofline time (the others keep the efficiency of
-    their kernels timed alone). With too few steps to fit them, only the launch is fitted.
+    hold at least `STEP_FIT_SHARE` of the roofline time of `MIN_FIT_STEPS` steps (the others keep
+    the efficiency of their kernels timed alone). With too few steps to fit them, only the launch
+    is fitted.
     Returns the launch, the efficiencies and how they were fitted."""
-    import numpy as np
-    from scipy.optimize import nnls
-
-    totals = {f: sum(st.roofline.get(f, 0.0) for st in steps) for f in OP_FAMILIES}
-    grand = sum(totals.values())
-    fitted = [f for f in OP_FAMILIES if grand > 0 and totals[f] >= STEP_FIT_SHARE * grand]
+    fitted = [f for f in OP_FAMILIES
+              if sum(1 for st in steps if st.roofline.get(f, 0.0) >= STEP_FIT_SHARE * sum(st.roofline.values()) > 0)
+              >= MIN_FIT_STEPS]
     if len(steps) < len(fitted) + 1 + MIN_SPARE_STEPS:
         return (fit_step_launch(steps, kernel_efficiency), dict(kernel_efficiency),
                 f"launch fitted to {len(steps)} step(s); efficiencies of the kernels timed alone")
-    kept = {f: e for f, e in kernel_efficiency.items() if f not in fitted}
+    launch, inverse = _nnls_fit(steps, fitted, kernel_efficiency)
+    efficiency = {f: e for f, e in kernel_efficiency.items() if f not in fitted}
+    efficiency.update({f: min(1.0 / inverse[f], MAX_EFFICIENCY) if inverse[f] > 0 else MAX_EFFICIENCY
+                       for f in fitted})
+    return (launch, efficiency,
+            f"{', '.join(fitted) or 'no family'} and the launch fitted to {len(steps)} whole steps; the other "
+            "families from their kernels timed alone")
+
+
+def _nnls_fit(steps: Sequence[Step], fitted: list[str], kept: dict[str, float]) -> tuple[float, dict[str, float]]:
+    """Launch and inverse efficiencies of `fitted` minimising the steps' relative errors (the other
+    families at their `kept` efficiency, else 1)."""
+    import numpy as np
+    from scipy.optimize import nnls
+
     a = np.array([[st.roofline.get(f, 0.0) / st.measured for f in fitted] + [st.kernels / st.measured]
                   for st in steps])
     b = np.array([1.0 - sum(t / kept.get(f, 1.0) for f, t in st.roofline.items() if f not in fitted) / st.measured
                   for st in steps])
     x, _ = nnls(a, b)
-    efficiency = dict(kept)
-    for f, inverse in zip(fitted, x[:-1]):
-        efficiency[f] = min(1.0 / inverse, MAX_EFFICIENCY) if inverse > 0 else MAX_EFFICIENCY
-    return (float(x[-1]), efficiency,
-            f"{', '.join(fitted)} and the launch fitted to {len(steps)} whole steps; the other families "
-            "from their kernels timed alone")
+    return float(x[-1]), {f: float(v) for f, v in zip(fitted, x[:-1])}
 
 
 def fit_step_launch(steps: Sequence[Step], efficiency: dict[str, float]) -> float:
@@ -352,7 +363,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--stat", choices=("min", "median"), default="min",
                    help="how the runs become one time (default min: other work on the machine only adds time)")
     p.add_argument("--clock", choices=("wall", "cpu"), default="wall",
-                   help="wall time (default), or process CPU time with XLA's CPU backend on one thread "
+                   help="wall time (default), or process CPU time with XLA's CPU backend on one core "
                         "(steady on a shared machine; CPU devices only), as bench/bench_costs.py times")
     p.add_argument("--kind", help="built-in device kind whose datasheet is the roofline (default: read off the device)")
     p.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors")
@@ -411,8 +422,8 @@ def run(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    if args.clock == "cpu":  # read when JAX's CPU backend starts, so before the first jax.devices()
-        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + SINGLE_THREAD_XLA).strip()
+    if args.clock == "cpu":  # before JAX's CPU backend starts (the first jax.devices())
+        hold_xla_to_one_core()
     try:
         return run(args)
     except PestoError as e:

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pesto_ir.attributes import Attr, GraphAttr, ListAttr
-from pesto_ir.cluster import Device
+from pesto_ir.cluster import OP_FAMILIES, Device
 from pesto_ir.errors import PestoError
 from pesto_ir.ir import Graph, Op, Value
 from pesto_ir.shape_rules import BINARY, COMPARE, UNARY
@@ -221,6 +221,7 @@ _KEY_MOVEMENT = ("random_wrap", "random_unwrap")
 _FUSED_REDUCTIONS = ("reduce_sum", "reduce_max", "reduce_min", "reduce_prod", "reduce_and", "reduce_or",
                      "reduce_xor", "argmax", "argmin")
 _INDEXED = ("gather", "dynamic_slice", "scatter", "scatter-add", "scatter_add", "dynamic_update_slice")
+_SCATTERS = ("scatter", "scatter-add", "scatter_add", "select_and_scatter_add")
 
 ELEMENTWISE_OPS: frozenset[str] = frozenset((*UNARY, *BINARY, *COMPARE, *_ELEMENTWISE_EXTRA, *_KEY_ELEMENTWISE,
                                              "select_n", "convert_element_type"))
@@ -229,19 +230,47 @@ REDUCTION_OPS: frozenset[str] = frozenset(_FUSED_REDUCTIONS)
 
 # Op families: kinds of kernel whose measured speed, as a fraction of the roofline, differs
 # (`bench.calibrate` fits one efficiency per family and device kind).
-FAMILIES: tuple[str, ...] = ("matmul", "conv", "elementwise", "reduction", "movement", "other")
+FAMILIES: tuple[str, ...] = OP_FAMILIES
 _FAMILY_OF: dict[str, str] = {
     "dot_general": "matmul",
     "conv_general_dilated": "conv",
     **{name: "elementwise" for name in ELEMENTWISE_OPS},
-    **{name: "reduction" for name in (*_REDUCTIONS, *_REDUCE_WINDOWS, "select_and_scatter_add")},
-    **{name: "movement" for name in (*MOVEMENT_OPS, *_INDEXED, "iota", "constant", "sharding_constraint")},
+    **{name: "reduction" for name in (*_REDUCTIONS, *_REDUCE_WINDOWS)},
+    **{name: "movement" for name in (*MOVEMENT_OPS, *_INDEXED, "iota", "constant", "sharding_constraint")
+       if name not in _SCATTERS},
+    **{name: "scatter" for name in _SCATTERS},
 }
 
 
 def op_family(op: Op) -> str:
     """The kind of kernel an op runs: `FAMILIES`; "other" for bodies, collectives and unknown ops."""
-    return "other" if op.subgraphs() else _FAMILY_OF.get(op.opcode, "other")
+    if op.subgraphs():
+        return "other"
+    family = _FAMILY_OF.get(op.opcode, "other")
+    return "conv_filter_grad" if family == "conv" and is_filter_gradient(op) else family
+
+
+def _spatial(shape: tuple[int, ...], spec: Any) -> int:
+    """Elements of a convolution operand's spatial dimensions: those after the first two of `spec`."""
+    return math.prod(int(shape[d]) for d in spec[2:])
+
+
+def is_filter_gradient(op: Op) -> bool:
+    """A convolution whose window (kernel's spatial extent) is larger than its output's spatial
+    extent: how the gradient of a convolution's kernel lowers (the activations slide over the
+    output gradient as the window). Libraries run these differently from forward convolutions
+    (XLA's CPU backend at a third of the speed, measured by `bench/bench_costs.py`)."""
+    rhs, out = _tensor(op, 1), op.results[0].type if op.results else None
+    if not isinstance(out, TensorType):
+        return False
+    dn = op.get("dimension_numbers")
+    rhs_spec: Any
+    out_spec: Any
+    if dn is None:  # the default layout: batch (or out features), features, then spatial dimensions
+        rhs_spec, out_spec = range(len(rhs.shape)), range(len(out.shape))
+    else:
+        rhs_spec, out_spec = (dn.get("rhs_spec"), dn.get("out_spec")) if isinstance(dn, dict) else (dn[1], dn[2])
+    return _spatial(rhs.shape, rhs_spec) > _spatial(out.shape, out_spec)
 
 
 WORK_RULES: dict[str, WorkRule] = {

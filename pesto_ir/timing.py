@@ -16,13 +16,28 @@ from typing import Any
 STATS: dict[str, Callable[[list[float]], float]] = {"median": statistics.median, "min": min}
 
 # What a run is timed with. `wall` is the time a step takes, the default. `cpu` is the process's
-# CPU time: with XLA's CPU backend held to one thread it equals the wall time of a quiet machine,
-# and other processes sharing the cores do not change it (benchmarks use it; never for GPUs).
+# CPU time: with XLA's CPU backend held to one core (`hold_xla_to_one_core`) it equals the wall
+# time of a quiet machine, and other processes sharing the cores add little to it (benchmarks use
+# it; never for GPUs).
 CLOCKS: dict[str, Callable[[], float]] = {"wall": time.perf_counter, "cpu": time.process_time}
 
-# XLA flags that hold its CPU backend to one thread, for the `cpu` clock. XLA reads them when the
-# backend starts: set them before the first `jax.devices()`.
-SINGLE_THREAD_XLA = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
+# XLA flags that keep Eigen's kernels on the calling thread. Alone they do not hold XLA's CPU
+# backend to one thread: its thunk executor and YNNPACK fusions still run on a pool of one thread
+# per core (measured on 2 cores, jax 0.10: the CNN step of bench/bench_costs.py took 74-92 ms of
+# wall time and 92-147 ms of CPU time, the pool's spinning included). `hold_xla_to_one_core`
+# also pins the process to one core.
+SINGLE_THREAD_XLA = "--xla_cpu_multi_thread_eigen=false"
+
+
+def hold_xla_to_one_core() -> None:
+    """Run XLA's CPU backend on one core, for the `cpu` clock: its flags and the process pinned to
+    the last core it may use (threads XLA starts later inherit the pin, and XLA sizes its pool by
+    the cores the process may use). Call before the first `jax.devices()`."""
+    import os
+
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + SINGLE_THREAD_XLA).strip()
+    if hasattr(os, "sched_setaffinity"):  # Linux; elsewhere the flags alone
+        os.sched_setaffinity(0, {max(os.sched_getaffinity(0))})
 
 
 def call_time(fn: Callable[..., Any], args: Sequence[Any], runs: int, warmup: int,

@@ -63,8 +63,8 @@ def test_fits_on_made_up_kernels() -> None:
     assert fit_launch_overhead(samples) == pytest.approx(launch, rel=0.05)
     efficiency, why = fit_efficiency(samples, launch)
     assert efficiency == pytest.approx(speed)
-    assert why == {"conv": "no kernels", "reduction": "only 1 kernel", "movement": "launch-bound",
-                   "other": "no roofline work"}
+    assert why == {"conv": "no kernels", "conv_filter_grad": "no kernels", "scatter": "no kernels",
+                   "reduction": "only 1 kernel", "movement": "launch-bound", "other": "no roofline work"}
 
 
 def test_fits_whole_steps_to_their_launch_and_family_efficiencies() -> None:
@@ -88,3 +88,4 @@ def test_fits_whole_steps_to_their_launch_and_family_efficiencies() -> None:
                                                       "movement": 0.5})
     assert only_launch == pytest.approx(launch, rel=1e-6) and kept["matmul"] == 0.6
     assert "launch fitted to 1 step" in how
+

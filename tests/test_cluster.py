@@ -271,7 +271,7 @@ def test_efficiency_is_kept_sorted_whatever_order_it_came_in() -> None:
     ({"launch_overhead": float("nan")}, "launch_overhead must be .* got nan"),
     ({"launch_overhead": "soon"}, "launch_overhead must be .* got 'soon'"),
     ({"launch_overhead": True}, "launch_overhead must be .* got True"),
-    ({"efficiency": {"gemm": 0.5}}, "unknown op family 'gemm' \\(op families: matmul, conv, elementwise, reduction"),
+    ({"efficiency": {"gemm": 0.5}}, "unknown op family 'gemm' \\(op families: matmul, conv, conv_filter_grad, elementwise, reduction"),
     ({"efficiency": {"matmul": 0}}, "efficiency of 'matmul' must be a positive finite factor .* got 0"),
     ({"efficiency": {"matmul": float("inf")}}, "efficiency of 'matmul' must be .* got inf"),
     ({"efficiency": {"matmul": "fast"}}, "efficiency of 'matmul' must be .* got 'fast'"),
@@ -306,7 +306,8 @@ def test_calibrated_figures_through_the_api_are_checked() -> None:
         AllReduceFit(0.0, -1.0)
     with pytest.raises(ClusterError, match="unknown op family 'gemm'"):
         Device.of_kind("x", "cpu").efficiency_for("gemm")
-    assert OP_FAMILIES == ("matmul", "conv", "elementwise", "reduction", "movement", "other")
+    assert OP_FAMILIES == ("matmul", "conv", "conv_filter_grad", "elementwise", "reduction", "scatter",
+                           "movement", "other")
 
 
 def test_ring_all_reduce_uses_the_fit_within_one_host_only() -> None:

@@ -202,3 +202,27 @@ def test_coarsen_keeps_each_fused_kernel_in_one_group() -> None:
     PassManager("annotate-costs{model=roofline fusion=none},coarsen{target=12}").run(
         unlabelled, PassContext(cluster=cluster, quiet=True))
     assert not any("fusion" in op.attrs for op in unlabelled.ops)
+
+
+def test_a_conv_nets_kernel_gradients_and_max_pool_gradients_have_their_own_families() -> None:
+    # XLA runs a convolution's filter gradient (its window, the output gradient, larger than its
+    # output) and the max-pool gradient (select_and_scatter_add) at a fraction of the speed of a
+    # forward convolution or a reduction: the calibration gives them efficiencies of their own.
+    import jax
+    import jax.numpy as jnp
+
+    from pesto_ir.frontends.jax import lower
+    from pesto_ir.roofline import op_family
+
+    def loss(w: jax.Array, x: jax.Array) -> jax.Array:
+        h = jax.lax.conv_general_dilated(x, w, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"))
+        h = jax.lax.reduce_window(h, -jnp.inf, jax.lax.max, (1, 2, 2, 1), (1, 2, 2, 1), "VALID")
+        return jnp.sum(h * h)
+
+    g = lower(jax.grad(loss, argnums=(0, 1)), jnp.ones((3, 3, 4, 8)), jnp.ones((2, 8, 8, 4)))
+    families = {op.name: op_family(op) for op in g.ops}
+    convs = {op.name: tuple(op.results[0].type.shape) for op in g.ops if op.opcode == "conv_general_dilated"}
+    assert sorted((shape, families[name]) for name, shape in convs.items()) == [
+        ((2, 8, 8, 4), "conv"), ((2, 8, 8, 8), "conv"), ((3, 3, 4, 8), "conv_filter_grad")]
+    assert {families[op.name] for op in g.ops if op.opcode == "select_and_scatter_add"} == {"scatter"}
+    assert {families[op.name] for op in g.ops if op.opcode == "reduce_window_max"} == {"reduction"}
