@@ -31,7 +31,6 @@ import argparse
 import dataclasses
 import json
 import math
-import os
 import statistics
 import sys
 import time
