@@ -12,8 +12,10 @@ time is the best of `--repeat` runs. The frontend's goal is 1 s to lower 10k equ
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import jax
@@ -21,6 +23,9 @@ import jax.numpy as jnp
 from jax import lax
 
 import pesto_ir
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # `bench.zoo_jax` when run as a script
+from bench.zoo_jax import bottleneck  # noqa: E402
 from pesto_ir.frontends.jax import lower_jaxpr, sub_jaxprs
 
 F32 = jnp.float32
@@ -50,20 +55,12 @@ def _conv_bn(p: dict[str, Any], x: jax.Array, stride: int = 1, relu: bool = True
     return jax.nn.relu(y) if relu else y
 
 
-def _bottleneck(p: dict[str, Any], x: jax.Array, stride: int) -> jax.Array:
-    y = _conv_bn(p["a"], x)
-    y = _conv_bn(p["b"], y, stride)
-    y = _conv_bn(p["c"], y, relu=False)
-    shortcut = _conv_bn(p["proj"], x, stride, relu=False) if "proj" in p else x
-    return jax.nn.relu(y + shortcut)
-
-
 def _resnet50(params: dict[str, Any], x: jax.Array) -> jax.Array:
     y = _conv_bn(params["stem"], x, 2)
     y = lax.reduce_window(y, -jnp.inf, lax.max, (1, 3, 3, 1), (1, 2, 2, 1), "SAME")
     for stage, (_, _, stride) in zip(params["stages"], STAGES):
         for i, block in enumerate(stage):
-            y = _bottleneck(block, y, stride if i == 0 else 1)
+            y = bottleneck(block, y, stride if i == 0 else 1, _conv_bn)
     return y.mean(axis=(1, 2)) @ params["fc"]["w"] + params["fc"]["b"]
 
 

@@ -232,11 +232,13 @@ def _bottleneck_spec(c_in: int, width: int, project: bool) -> dict[str, Any]:
     return {**block, "proj": _conv_spec(1, 1, c_in, 4 * width)} if project else block
 
 
-def _bottleneck(p: dict[str, Any], x: jax.Array, stride: int) -> jax.Array:
-    y = _conv_bn(p["a"], x)
-    y = _conv_bn(p["b"], y, stride)
-    y = _conv_bn(p["c"], y, relu=False)
-    shortcut = _conv_bn(p["proj"], x, stride, relu=False) if "proj" in p else x
+def bottleneck(p: dict[str, Any], x: jax.Array, stride: int, conv_bn: Callable[..., jax.Array] = _conv_bn) -> jax.Array:
+    """A ResNet bottleneck block (1x1, 3x3, 1x1, projected shortcut when `p` has one), its
+    convolutions with batch norm made by `conv_bn(p, x, stride=1, relu=True)`."""
+    y = conv_bn(p["a"], x)
+    y = conv_bn(p["b"], y, stride)
+    y = conv_bn(p["c"], y, relu=False)
+    shortcut = conv_bn(p["proj"], x, stride, relu=False) if "proj" in p else x
     return jax.nn.relu(y + shortcut)
 
 
@@ -244,7 +246,7 @@ def _resnet_loss(params: Tree, x: jax.Array, labels: jax.Array, strides: tuple[i
     y = _max_pool(_conv_bn(params["stem"], x, 2), 2)
     for stage, stride in zip(params["stages"], strides):
         for i, block in enumerate(stage):
-            y = _bottleneck(block, y, stride if i == 0 else 1)
+            y = bottleneck(block, y, stride if i == 0 else 1)
     return _classifier_loss(params["head"], y, labels)
 
 
