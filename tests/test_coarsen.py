@@ -180,3 +180,21 @@ def test_quotient_sums_per_kind_costs_per_key_without_a_cluster() -> None:
         "edges": [{"src": "a", "dst": "b", "bytes": 4}]})
     coarse, _ = quotient_graph(_grouped(g, ["g0", "g0"]))
     assert coarse.op("g0").get("cost") == pytest.approx({"v100": 0.003, "cpu": 0.012})
+
+
+def test_merging_keeps_parallel_branches_apart_when_the_heaviest_edge_would_join_them() -> None:
+    # s feeds a chain a1 -> a2 and, by the heaviest tensor, a branch b; t reads both. Merging the
+    # heaviest edge s -> b makes a1 wait for b: the path becomes s+b+a1+a2+t. Merging the chain
+    # a1 -> a2 lengthens nothing; the shorter grouping is kept.
+    from pesto_ir.bounds import lower_bound
+
+    cost = {"s": 0.001, "a1": 0.05, "a2": 0.05, "b": 0.1, "t": 0.001}
+    edges = [("s", "a1", 10), ("a1", "a2", 10), ("a2", "t", 10), ("s", "b", 10**6), ("b", "t", 10)]
+    graph = graph_from_json({"format": "pesto-graph/1", "name": "fork",
+                             "nodes": [{"id": n, "cost": c} for n, c in cost.items()],
+                             "edges": [{"src": a, "dst": b, "bytes": n} for a, b, n in edges]})
+    cluster = Cluster.homogeneous(2, "v100", latency=0.0, bandwidth=1e15)
+    groups = coarsen_groups(graph, 4, cluster)
+    assert groups[1] == groups[2] and len(set(groups)) == 4  # a1 and a2
+    coarse, _ = quotient_graph(_grouped(graph, groups), cluster)
+    assert lower_bound(coarse, cluster) == pytest.approx(lower_bound(graph, cluster)) == pytest.approx(0.102)

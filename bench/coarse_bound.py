@@ -1,0 +1,88 @@
+"""How much coarsening raises the lower bound: the fine graph's bound, the bound of its fused
+kernels (each kernel one node, as XLA runs it), and the coarse graph's at `--target` groups, on
+the zoo's JAX models and the MSR training graphs, as `python -m bench` builds and costs them.
+
+    python3 bench/coarse_bound.py [--target 200] [--k 4,8] [--models jax_gpt,jax_resnet,...]
+
+A coarse node starts when all of its inputs are ready and its readers wait for all of it, so
+grouping parallel work lengthens the critical path; placement on the coarse graph cannot beat
+the coarse bound. Deterministic (no timing but coarsening's own seconds).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # `bench.zoo` when run as a script
+
+from bench.zoo import Model, zoo  # noqa: E402
+from pesto_ir.attributes import StringAttr  # noqa: E402
+from pesto_ir.bounds import lower_bound  # noqa: E402
+from pesto_ir.cluster import Cluster  # noqa: E402
+from pesto_ir.ir import Graph  # noqa: E402
+from pesto_ir.passes.coarsen import coarsen_groups, quotient_graph  # noqa: E402
+
+
+def grouped_bound(graph: Graph, cluster: Cluster, groups: list[str]) -> tuple[float, int]:
+    """The lower bound of `graph` contracted by `groups` (one name per op), and the group count."""
+    g = graph.clone()
+    for op, name in zip(g.ops, groups):
+        op.attrs["group"] = StringAttr(name)
+    coarse, members = quotient_graph(g, cluster)
+    return lower_bound(coarse, cluster), len(members)
+
+
+def row(model: Model, graph: Graph, k: int, target: int) -> tuple[str, float]:
+    cluster = model.cluster(k)
+    fine = lower_bound(graph, cluster)
+    kernels = math.nan
+    if any(op.get("fusion") is not None for op in graph.ops):
+        kernels = grouped_bound(graph, cluster, [str(op.get("fusion") or op.name) for op in graph.ops])[0] / fine
+    started = time.perf_counter()
+    groups = coarsen_groups(graph, target, cluster)
+    seconds = time.perf_counter() - started
+    coarse, count = grouped_bound(graph, cluster, groups)
+    kernel_cell = "-" if math.isnan(kernels) else f"{kernels:.3f}"
+    return (f"| {model.name} | {k} | {len(graph.ops)} | {count} | {fine * 1e3:.3f} | {kernel_cell} | "
+            f"{coarse * 1e3:.3f} | {coarse / fine:.3f} | {seconds:.1f} |", coarse / fine)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--target", type=int, default=200, help="coarse groups (default 200, as the suite)")
+    ap.add_argument("--k", default="4,8", help="device counts, comma-separated (default 4,8)")
+    ap.add_argument("--models", help="comma-separated suite model names (default: JAX zoo and MSR training graphs)")
+    args = ap.parse_args()
+    try:
+        ks = [int(x) for x in args.k.split(",")]
+    except ValueError:
+        ap.error(f"--k must be whole numbers separated by commas, not {args.k!r}")
+    if args.target < 1 or any(k < 1 for k in ks):
+        ap.error("--target and every --k must be at least 1")
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    models = {m.name: m for m in zoo() if m.source == "jax" or "training" in m.name}
+    names = args.models.split(",") if args.models else list(models)
+    unknown = [n for n in names if n not in models]
+    if unknown:
+        ap.error(f"unknown model(s) {', '.join(unknown)} (models: {', '.join(models)})")
+    print("| model | k | ops | groups | fine bound ms | kernels / fine | coarse bound ms | coarse / fine | coarsen s |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    ratios = []
+    for name in names:
+        graph = models[name].build()
+        for k in ks:
+            line, ratio = row(models[name], graph, k, args.target)
+            ratios.append(ratio)
+            print(line, flush=True)
+    print(f"\ncoarse / fine: geometric mean {math.exp(sum(map(math.log, ratios)) / len(ratios)):.3f}, "
+          f"max {max(ratios):.3f}; kernels / fine: the bound with each fused kernel one node")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
