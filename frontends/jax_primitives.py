@@ -3,7 +3,8 @@ it inlines (`INLINE_RULES`: a call's body and operands) and those it refuses by 
 (`REFUSED_PRIMITIVES`: the sentence that says why and what to do instead).
 
 Both are tables keyed by primitive name, apart from the walk over the jaxpr, so that the parameter
-survey (`tests/test_param_survey.py`) and the lowering read the same lists.
+survey (`tests/test_param_survey.py`, its cases in `tests/param_survey_cases.py`) and the lowering read
+the same lists.
 """
 
 from __future__ import annotations
