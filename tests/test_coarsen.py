@@ -67,7 +67,7 @@ def _check_quotient(graph: Graph, cluster: Cluster | None) -> None:
             assert len(labels) == 1 and None not in labels
 
 
-@settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(graph=cost_graphs(max_ops=12), cluster=st.one_of(st.none(), clusters(3)), data=st.data())
 def test_quotient_invariants_on_random_dags(graph: Graph, cluster: Cluster | None, data: st.DataObject) -> None:
     target = data.draw(st.integers(1, len(graph.ops) + 1))

@@ -94,7 +94,7 @@ def graphs(draw: st.DrawFn, depth: int = 0) -> Graph:
     return g
 
 
-@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(graphs())
 def test_random_graphs_round_trip_exactly(g: Graph) -> None:
     text = str(g)
