@@ -3,7 +3,7 @@ paths, pass pipelines, .pir files, JSON graphs, cluster files, the Python API an
 
 Only the lists of probes are here (`all_probes` gathers them); the records and helpers they are
 written with are in `bench/probe_records.py`, and running and reporting them in
-`bench/probe_inputs.py`, which re-exports these names. Kept apart so that each file stays short.
+`bench/probe_inputs.py`. Kept apart so that each file stays short.
 """
 
 from __future__ import annotations

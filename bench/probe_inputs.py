@@ -34,7 +34,7 @@ writes the same as markdown.
 
 This file runs the probes and reports on them; the probes themselves are listed in
 `bench/probe_cases.py`, and the records and helpers they are made of are in `bench/probe_records.py`
-(both re-exported here).
+(import them from there).
 """
 
 from __future__ import annotations
@@ -54,56 +54,19 @@ from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # `bench.probe_cases` when run as a script
-from bench.probe_cases import (  # noqa: E402
-    all_probes,
-    api_probes,
-    cluster_probes,
-    flag_probes,
-    interrupt_probes,
-    json_probes,
-    output_probes,
-    pipeline_probes,
-    pir_probes,
-)
+from bench.probe_cases import all_probes  # noqa: E402
 from bench.probe_records import (  # noqa: E402
-    FAST,
-    GRAPH_DOC,
     MLP,
     MSR,
-    OUT,
-    READ_BACK,
     ROOT,
-    TANH,
-    Check,
     Probe,
     Result,
-    api,
-    cli,
-    cluster_json,
-    either,
-    graph_json,
-    mlp_with,
-    node_json,
-    one_op,
-    output_has,
-    reads_back,
-    stderr_has,
 )
 
 OUTCOMES = ("ok", "clear error", "crash", "hang", "silently wrong", "poor message", "refused", "plan lost")
 RIGHT = {"error": {"clear error"}, "ok": {"ok"}, "any": {"ok", "clear error"}}
 MAX_ERROR_CHARS = 5000  # a message longer than this (the issue saw 15 MB) is a poor one
 INTERRUPT_GRACE = 2.0  # seconds from Ctrl-C to exit
-
-# The public names, those of the probe lists (`bench/probe_cases.py`) and of the records and helpers
-# (`bench/probe_records.py`) included: they were all defined here once.
-__all__ = [
-    "OUTCOMES", "RIGHT", "MAX_ERROR_CHARS", "INTERRUPT_GRACE", "HARNESS", "run_probe", "classify", "Row", "markdown",
-    "tally", "main", "ROOT", "MLP", "MSR", "Result", "Check", "Probe", "GRAPH_DOC", "graph_json", "node_json",
-    "cluster_json", "one_op", "mlp_with", "TANH", "stderr_has", "either", "output_has", "reads_back", "READ_BACK",
-    "FAST", "OUT", "cli", "api", "flag_probes", "output_probes", "pipeline_probes", "pir_probes", "json_probes",
-    "cluster_probes", "api_probes", "interrupt_probes", "all_probes",
-]
 
 
 # ------------------------------------------------------------------ the runner
