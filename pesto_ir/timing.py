@@ -6,6 +6,7 @@ model's own measurements (`pesto_ir.measure_collectives`) can use it without imp
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -31,10 +32,8 @@ SINGLE_THREAD_XLA = "--xla_cpu_multi_thread_eigen=false"
 
 def hold_xla_to_one_core() -> None:
     """Run XLA's CPU backend on one core, for the `cpu` clock: its flags and the process pinned to
-    the last core it may use (threads XLA starts later inherit the pin, and XLA sizes its pool by
-    the cores the process may use). Call before the first `jax.devices()`."""
-    import os
-
+    the last core it may use (threads XLA starts later inherit the pin). Call before the first
+    `jax.devices()`."""
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + SINGLE_THREAD_XLA).strip()
     if hasattr(os, "sched_setaffinity"):  # Linux; elsewhere the flags alone
         os.sched_setaffinity(0, {max(os.sched_getaffinity(0))})
