@@ -308,7 +308,7 @@ def _screen_all(graph: Graph, cluster: Cluster, todo: list[Strategy], options: P
         if len(cluster) == d:
             done = _screen_replicas(graph, cluster, by_d[d], options, heuristic, stop, tried == [], log, rates)
         else:
-            done = _screen_pipelines(graph, cluster, by_d[d], options, heuristic, stop,
+            done = _screen_pipelines(graph, cluster, by_d[d], options, heuristic, until, stop,
                                      deadline if i == len(order) - 1 else stop, deadline, tried, log, rates)
         tried.extend(done)
     return tried
@@ -336,7 +336,7 @@ def _screen_replicas(graph: Graph, cluster: Cluster, todo: list[Strategy], optio
 
 
 def _screen_pipelines(graph: Graph, cluster: Cluster, todo: list[Strategy], options: PlaceOptions,
-                      heuristic: Solve, stop: float, deadline: float, hard: float, before: list[Candidate],
+                      heuristic: Solve, until: float, stop: float, deadline: float, hard: float, before: list[Candidate],
                       log: PlaceOptions, rates: Rates) -> list[Candidate]:
     """Replicas of several devices: one batch placed freely (the heuristics), then the fixed
     pipeline schedules in the order `passes/pipeline_model.py` predicts them, while the prediction
@@ -347,7 +347,8 @@ def _screen_pipelines(graph: Graph, cluster: Cluster, todo: list[Strategy], opti
     screened: on large graphs they are what matters, and refining a pipeline gains little), then
     the heuristics on the fastest pipelined replica graph.
 
-    What does not fit is not started: one batch of several replicas (the winner on CNNs) starts
+    One batch is always screened, its heuristics given until `until`, the end of the screening (on
+    a large graph they cannot all run in it). What does not fit is not started: one batch of several replicas (the winner on CNNs) starts
     while the degree's share lasts, and, by the `rates` measured so far, it and the pipeline
     model's rewrite (twice the ops; without it no pipeline of the degree is tried) must end by
     `hard`, the end of the time limit."""
@@ -360,7 +361,8 @@ def _screen_pipelines(graph: Graph, cluster: Cluster, todo: list[Strategy], opti
             why = "not screened: its share of the time ran out" if now > stop else _no_time(expected, "to screen")
             tried.append(Candidate(strategy, why_not=why))
         else:
-            tried.append(_logged(screen(graph, cluster, Candidate(strategy), options, heuristic, rates=rates), log, rates))
+            given = options if strategy != ONE_BATCH else dataclasses.replace(options, time_limit=max(until - now, 1e-3))
+            tried.append(_logged(screen(graph, cluster, Candidate(strategy), given, heuristic, rates=rates), log, rates))
     pipelined = [s for s in todo if s.microbatches > 1]
     if not pipelined:
         return tried

@@ -96,6 +96,7 @@ REFINE_MAX_OPS = 20000  # auto refines its expanded plan on fine graphs up to th
 REFINE_SHARE = 0.5  # ... with this share of its time limit
 REFINE_MIN_SECONDS = 0.3  # below this much time left, no refinement
 MIN_SOLVE_SECONDS = 0.05  # what the coarse solve gets when the fine heuristics used the whole limit
+FLOOR_SHARE = 0.5  # of the time limit, for the heuristics on the fine graph (the plan to beat)
 
 
 SCREEN_BOTH_MAX_OPS = 5000  # the hybrid search screens with m-SCT too up to this many ops
@@ -199,8 +200,8 @@ def place_graph(graph: Graph, cluster: Cluster, algo: str, options: PlaceOptions
     """Place `graph` (coarse when it has `group` attributes), record the plan in it and return it.
 
     A coarse plan of an exact algorithm is kept only if it beats, once expanded, the best heuristic
-    plan of the fine graph: `floor` when the caller has it, else the heuristics run first, inside
-    the time limit."""
+    plan of the fine graph: `floor` when the caller has it, else the heuristics run first, as many
+    as fit in `FLOOR_SHARE` of the time limit."""
     algorithm = _algorithm(algo)
     _check_placeable(graph)
     _check_memory(graph, cluster, "")
@@ -214,7 +215,8 @@ def place_graph(graph: Graph, cluster: Cluster, algo: str, options: PlaceOptions
     coarse, members = quotient_graph(graph, cluster)
     _check_memory(coarse, cluster, " after coarsening (raise coarsen's target to make groups smaller)")
     if algo in EXACT_ALGOS and floor is None:
-        floor = best_heuristic_plan(graph, cluster, dataclasses.replace(options, quiet=True, warm_start=None))
+        floor = best_heuristic_plan(graph, cluster, dataclasses.replace(options, quiet=True, warm_start=None),
+                                    until=started + options.time_limit * FLOOR_SHARE)
     left = max(options.time_limit - (time.perf_counter() - started), MIN_SOLVE_SECONDS)
     refine = algo == "auto" and len(members) < len(graph.ops) <= REFINE_MAX_OPS and len(cluster) > 1
     coarse_options = dataclasses.replace(options, time_limit=left * (1 - REFINE_SHARE) if refine else left)
@@ -253,8 +255,9 @@ def place_hybrid(graph: Graph, cluster: Cluster, algo: str, options: PlaceOption
     from pesto_ir.passes.hybrid import search
 
     def heuristic(g: Graph, c: Cluster, o: PlaceOptions) -> Plan:
-        if g is graph:  # the one-batch step: every heuristic (the plan auto must never be slower than)
-            found = best_heuristic_plan(g, c, o)
+        if g is graph:  # the one-batch step: the heuristics (the plan auto must never be slower than),
+            # as many as fit in the time the search gives them
+            found = best_heuristic_plan(g, c, o, until=time.perf_counter() + o.time_limit)
             if found is None:
                 raise PlaceError("no heuristic plan of the one-batch step fits in memory")
             return found

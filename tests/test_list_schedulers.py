@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
+import io
 import json
+import time
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
-from strategies import placement_problems
+from strategies import placement_problems, v100s
 
 from pesto_ir.cluster import Cluster
 from pesto_ir.frontends.json_graph import graph_from_json
 from pesto_ir.ir import Graph
 from pesto_ir.passes.algo_common import PlaceGraph
 from pesto_ir.passes.algo_list import upward_ranks
-from pesto_ir.passes.heuristic_portfolio import ALGORITHMS, WARM_START_ALGOS
+from pesto_ir.passes.heuristic_portfolio import (ALGORITHMS, BUDGET_ORDER, RELATIVE_TIME, WARM_START_ALGOS,
+                                                 best_heuristic_plan)
 from pesto_ir.placement import PlaceOptions
 from pesto_ir.validate import check_plan
 
@@ -110,3 +113,26 @@ def test_etf_beats_m_etf_on_inception_v3_training() -> None:
     etf = check_plan(g, cluster, ALGORITHMS["etf"](g, cluster, QUIET))
     m_etf = check_plan(g, cluster, ALGORITHMS["m-etf"](g, cluster, QUIET))
     assert etf.makespan < 0.95 * m_etf.makespan
+
+
+# ---------------------------------------------------------------- the portfolio under a deadline
+
+def test_the_portfolio_under_a_deadline_runs_the_first_heuristic_and_says_what_it_left_out(bert24: Graph) -> None:
+    """A deadline already past: the first heuristic of `BUDGET_ORDER` still runs (a plan to start
+    from), the others are named as not run."""
+    log = io.StringIO()
+    options = PlaceOptions(quiet=False, log=log)
+    plan = best_heuristic_plan(bert24, v100s(4), options, until=time.perf_counter() - 1.0)
+    assert plan is not None and plan.algorithm == BUDGET_ORDER[0]
+    said = log.getvalue()
+    assert f"{', '.join(BUDGET_ORDER[1:])} not run" in said
+
+
+def test_the_portfolio_with_time_to_spare_is_the_portfolio_without_a_deadline(bert24: Graph) -> None:
+    """Every heuristic fits in an hour: the same plan as with no deadline (ties by the same order)."""
+    cluster = v100s(4)
+    free = best_heuristic_plan(bert24, cluster, QUIET)
+    timed = best_heuristic_plan(bert24, cluster, QUIET, until=time.perf_counter() + 3600)
+    assert free is not None and timed is not None
+    assert (timed.algorithm, timed.ops, timed.transfers) == (free.algorithm, free.ops, free.transfers)
+    assert set(BUDGET_ORDER) == set(WARM_START_ALGOS) == set(RELATIVE_TIME)
