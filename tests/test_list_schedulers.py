@@ -16,8 +16,13 @@ from pesto_ir.frontends.json_graph import graph_from_json
 from pesto_ir.ir import Graph
 from pesto_ir.passes.algo_common import PlaceGraph
 from pesto_ir.passes.algo_list import upward_ranks
-from pesto_ir.passes.heuristic_portfolio import (ALGORITHMS, BUDGET_ORDER, RELATIVE_TIME, WARM_START_ALGOS,
-                                                 best_heuristic_plan)
+from pesto_ir.passes.heuristic_portfolio import (
+    ALGORITHMS,
+    BUDGET_ORDER,
+    RELATIVE_TIME,
+    WARM_START_ALGOS,
+    best_heuristic_plan,
+)
 from pesto_ir.placement import PlaceOptions
 from pesto_ir.validate import check_plan
 
