@@ -57,6 +57,9 @@ MAX_EFFICIENCY = 10.0
 STEP_FIT_SHARE = 0.05
 MIN_FIT_STEPS = 2
 MIN_SPARE_STEPS = 2
+# A family's efficiency fitted to whole steps stays within this factor of its kernels timed alone
+# (the committed CPU calibration's figures were within 2.1 of them).
+FIT_RANGE = 4.0
 # The share of kernels, smallest roofline time first, whose median time is the launch overhead.
 LAUNCH_QUANTILE = 0.25
 
@@ -218,40 +221,53 @@ def step_sample(name: str, model: str, config: Any, graph: Graph, device: Device
     return Step(name, kernels, roofline, max(measured - profiler.baseline(jax_device), 0.0))
 
 
-def fit_to_steps(steps: Sequence[Step], kernel_efficiency: dict[str, float]) -> tuple[float, dict[str, float], str]:
+def fit_to_steps(steps: Sequence[Step], kernel_efficiency: dict[str, float],
+                 max_launch: float | None = None) -> tuple[float, dict[str, float], str]:
     """Launch overhead and efficiencies that make the calibrated roofline of whole steps match
-    their measured times: non-negative least squares on relative error, over the families that
-    hold at least `STEP_FIT_SHARE` of the roofline time of `MIN_FIT_STEPS` steps (the others keep
-    the efficiency of their kernels timed alone). With too few steps to fit them, only the launch
-    is fitted.
-    Returns the launch, the efficiencies and how they were fitted."""
+    their measured times: least squares on relative error, over the families that hold at least
+    `STEP_FIT_SHARE` of the roofline time of `MIN_FIT_STEPS` steps (the others keep the efficiency
+    of their kernels timed alone), bounded: a family's efficiency within `FIT_RANGE` of its kernels
+    timed alone (where they gave one) and at most `MAX_EFFICIENCY`, the launch at least 0 and at
+    most `max_launch` (the launch of a kernel timed alone). The steps' family shares move together
+    (more convolutions, more elementwise epilogues, more kernels), so an unbounded fit trades one
+    family against another: one run on this machine put convolutions at 10 times the roofline and
+    reductions at 0.06. With too few steps to fit them, only the launch is fitted.
+    Returns the launch, the efficiencies and how they were fitted (naming the figures held at a bound)."""
     fitted = [f for f in OP_FAMILIES
               if sum(1 for st in steps if st.roofline.get(f, 0.0) >= STEP_FIT_SHARE * sum(st.roofline.values()) > 0)
               >= MIN_FIT_STEPS]
     if len(steps) < len(fitted) + 1 + MIN_SPARE_STEPS:
         return (fit_step_launch(steps, kernel_efficiency), dict(kernel_efficiency),
                 f"launch fitted to {len(steps)} step(s); efficiencies of the kernels timed alone")
-    launch, inverse = _nnls_fit(steps, fitted, kernel_efficiency)
+    launch, inverse, held = _bounded_fit(steps, fitted, kernel_efficiency, max_launch)
     efficiency = {f: e for f, e in kernel_efficiency.items() if f not in fitted}
-    efficiency.update({f: min(1.0 / inverse[f], MAX_EFFICIENCY) if inverse[f] > 0 else MAX_EFFICIENCY
-                       for f in fitted})
+    efficiency.update({f: min(1.0 / inverse[f], MAX_EFFICIENCY) for f in fitted})
+    at_bound = f"; held at a bound: {', '.join(held)}" if held else ""
     return (launch, efficiency,
             f"{', '.join(fitted) or 'no family'} and the launch fitted to {len(steps)} whole steps; the other "
-            "families from their kernels timed alone")
+            f"families from their kernels timed alone{at_bound}")
 
 
-def _nnls_fit(steps: Sequence[Step], fitted: list[str], kept: dict[str, float]) -> tuple[float, dict[str, float]]:
-    """Launch and inverse efficiencies of `fitted` minimising the steps' relative errors (the other
-    families at their `kept` efficiency, else 1)."""
+def _bounded_fit(steps: Sequence[Step], fitted: list[str], kept: dict[str, float], max_launch: float | None
+                 ) -> tuple[float, dict[str, float], list[str]]:
+    """Launch and inverse efficiencies of `fitted` minimising the steps' relative errors within
+    their bounds (`fit_to_steps`; the other families at their `kept` efficiency, else 1), and the
+    figures that ended at a bound."""
     import numpy as np
-    from scipy.optimize import nnls
+    from scipy.optimize import lsq_linear
 
     a = np.array([[st.roofline.get(f, 0.0) / st.measured for f in fitted] + [st.kernels / st.measured]
                   for st in steps])
     b = np.array([1.0 - sum(t / kept.get(f, 1.0) for f, t in st.roofline.items() if f not in fitted) / st.measured
                   for st in steps])
-    x, _ = nnls(a, b)
-    return float(x[-1]), {f: float(v) for f, v in zip(fitted, x[:-1])}
+    low = [1.0 / min(kept[f] * FIT_RANGE, MAX_EFFICIENCY) if f in kept else 1.0 / MAX_EFFICIENCY for f in fitted]
+    high = [FIT_RANGE / kept[f] if f in kept else np.inf for f in fitted]
+    x = lsq_linear(a, b, bounds=([*low, 0.0], [*high, np.inf if max_launch is None else max_launch])).x
+    names = [*fitted, "launch"]
+    bounds = zip(x, [*low, 0.0], [*high, np.inf if max_launch is None else max_launch])
+    held = [n for n, (v, lo, hi) in zip(names, bounds) if (n != "launch" or v > 0) and
+            (math.isclose(v, lo, rel_tol=1e-6, abs_tol=1e-12) or math.isclose(v, hi, rel_tol=1e-6))]
+    return float(x[-1]), {f: float(v) for f, v in zip(fitted, x[:-1])}, held
 
 
 def fit_step_launch(steps: Sequence[Step], efficiency: dict[str, float]) -> float:
@@ -403,7 +419,7 @@ def run(args: argparse.Namespace) -> int:
     for name, (model, config) in _step_models(args.quick).items():
         graph = graphs.get(name) or lower_config(model, config, f"{name}_calibrate")
         steps.append(step_sample(name, model, config, graph, device, profiler))
-    launch, efficiency, how = fit_to_steps(steps, kernel_efficiency)
+    launch, efficiency, how = fit_to_steps(steps, kernel_efficiency, max_launch=alone)
     say(f"launch overhead: {alone * 1e6:.2f} us per kernel timed alone, {launch * 1e6:.2f} us inside a step; {how}")
     started = time.perf_counter()
     cluster = calibrated_cluster(devices, kind, launch, efficiency)

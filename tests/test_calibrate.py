@@ -89,3 +89,19 @@ def test_fits_whole_steps_to_their_launch_and_family_efficiencies() -> None:
     assert only_launch == pytest.approx(launch, rel=1e-6) and kept["matmul"] == 0.6
     assert "launch fitted to 1 step" in how
 
+
+
+def test_the_step_fit_keeps_each_family_near_its_kernels_timed_alone() -> None:
+    """Steps that say convolutions cost nothing (as noise and families that move together can): the
+    fit holds conv at `FIT_RANGE` times its kernels' efficiency, names it as held at a bound, and
+    keeps the launch at most the launch of a kernel timed alone."""
+    from bench.calibrate import FIT_RANGE, Step, fit_to_steps
+
+    mixes = [(8e-3, 1e-3, 50), (2e-3, 4e-3, 300), (5e-3, 5e-4, 120), (1e-2, 2e-3, 80), (1e-3, 1e-3, 400)]
+    steps = [Step(f"s{i}", kernels, {"matmul": m, "conv": c}, m / 0.5 + kernels * 4e-6)
+             for i, (m, c, kernels) in enumerate(mixes)]
+    launch, efficiency, how = fit_to_steps(steps, {"matmul": 0.4, "conv": 0.2}, max_launch=2e-6)
+    assert efficiency["conv"] == pytest.approx(0.2 * FIT_RANGE)
+    assert 0.4 / FIT_RANGE <= efficiency["matmul"] <= 0.4 * FIT_RANGE
+    assert 0.0 <= launch <= 2e-6 * (1 + 1e-9)
+    assert "held at a bound: conv" in how
