@@ -11,7 +11,8 @@ its m, and the ratio to
 
 (the critical path on the fastest device, transfers free). The goal is a ratio of at most 1.15 for
 the best plan; where it is missed, the last column says which term the plan is held by: its
-stages' imbalance (the largest stage's work against total / k), the links, or memory.
+stages' imbalance (the largest stage's work against total / k, beside the least any placement of
+the colocated units can reach, by CP-SAT), the links, or memory.
 
     python3 bench/bench_pipeline.py                    # k = 4 and 6, auto's time limit 20 s
     python3 bench/bench_pipeline.py --k 4 --time-limit 10 --graphs bert24_training_layer
@@ -26,11 +27,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.unit_balance import in_own_process  # noqa: E402
 from bench.zoo import msr_cluster, msr_model  # noqa: E402
 from pesto_ir.bounds import critical_path, fastest_costs  # noqa: E402
 from pesto_ir.cluster import Cluster  # noqa: E402
 from pesto_ir.errors import PestoError  # noqa: E402
 from pesto_ir.ir import Graph  # noqa: E402
+from pesto_ir.passes.algo_common import colocation_units  # noqa: E402
 from pesto_ir.passes.algo_pipeline import pipeline_plan  # noqa: E402
 from pesto_ir.passes.hybrid import Strategy, as_hybrid, replica_graph  # noqa: E402
 from pesto_ir.passmanager import PassContext, PassManager  # noqa: E402
@@ -78,6 +81,17 @@ def m_of(plan: Plan) -> int:
     return plan.parallelism.microbatches if plan.parallelism is not None else 1
 
 
+def unit_balance(graph: Graph, cluster: Cluster, seconds: float = 10.0) -> tuple[float, bool]:
+    """The least any placement can give its busiest device, whatever the schedule: the colocation
+    units (every micro-batch copy of a unit stays with it) split over the devices to minimise the
+    largest load (`bench/unit_balance.py`); the proven lower bound of that minimum in seconds, and
+    whether it is optimal."""
+    fast = fastest_costs(graph, cluster)
+    loads = [round(sum(fast[op.name] for op in unit) * 1e9) for unit in colocation_units(graph.ops)]  # ns
+    bound, optimal = in_own_process(loads, len(cluster), seconds)
+    return bound / 1e9, optimal
+
+
 def held_by(graph: Graph, cluster: Cluster, plan: Plan) -> str:
     """The plan's ratio to total / k, split into its two factors: how much more than total / k the
     busiest device works (the stages' balance at this graph's granularity), and how much longer
@@ -88,7 +102,10 @@ def held_by(graph: Graph, cluster: Cluster, plan: Plan) -> str:
     total = sum(fastest_costs(graph, cluster).values())
     busy = max(sum(s.end - s.start for s in plan.ops.values() if s.device == d) for d in plan.devices[:k])
     moved = sum(t.end - t.start for t in plan.transfers)
-    out = (f"balance: the busiest device works {busy / (total / k):.3f} x total / k; waiting: the step is "
+    least, proven = unit_balance(graph, cluster)
+    out = (f"balance: the busiest device works {busy / (total / k):.3f} x total / k (no placement of the "
+           f"{len(colocation_units(graph.ops))} colocated units gives less than {least / (total / k):.3f}"
+           f"{'' if proven else ', a bound'}); waiting: the step is "
            f"{plan.makespan / busy:.3f} x its work (transfers {moved * 1e3:.3g} ms in all)")
     par = plan.parallelism
     if par is not None and par.microbatches > 1 and len(par.replicas[0]) > 1:
