@@ -102,12 +102,14 @@ def held_by(graph: Graph, cluster: Cluster, plan: Plan) -> str:
     total = sum(fastest_costs(graph, cluster).values())
     busy = max(sum(s.end - s.start for s in plan.ops.values() if s.device == d) for d in plan.devices[:k])
     moved = sum(t.end - t.start for t in plan.transfers)
-    least, proven = unit_balance(graph, cluster)
-    out = (f"balance: the busiest device works {busy / (total / k):.3f} x total / k (no placement of the "
-           f"{len(colocation_units(graph.ops))} colocated units gives less than {least / (total / k):.3f}"
-           f"{'' if proven else ', a bound'}); waiting: the step is "
-           f"{plan.makespan / busy:.3f} x its work (transfers {moved * 1e3:.3g} ms in all)")
     par = plan.parallelism
+    least = ""
+    if par is None or par.data_parallel == 1:  # replicas split each unit's work: the units bound does not hold
+        bound, proven = unit_balance(graph, cluster)
+        least = (f" (no placement of the {len(colocation_units(graph.ops))} colocated units gives less than "
+                 f"{bound / (total / k):.3f}{'' if proven else ', a bound'})")
+    out = (f"balance: the busiest device works {busy / (total / k):.3f} x total / k{least}; waiting: the step is "
+           f"{plan.makespan / busy:.3f} x its work (transfers {moved * 1e3:.3g} ms in all)")
     if par is not None and par.microbatches > 1 and len(par.replicas[0]) > 1:
         stages, m = len(par.replicas[0]), par.microbatches
         out += f"; fill and drain of {stages} stages over {m} micro-batches alone: {(m + stages - 1) / m:.3f}"

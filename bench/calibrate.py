@@ -227,8 +227,9 @@ def fit_to_steps(steps: Sequence[Step], kernel_efficiency: dict[str, float],
     their measured times: least squares on relative error, over the families that hold at least
     `STEP_FIT_SHARE` of the roofline time of `MIN_FIT_STEPS` steps (the others keep the efficiency
     of their kernels timed alone), bounded: a family's efficiency within `FIT_RANGE` of its kernels
-    timed alone (where they gave one) and at most `MAX_EFFICIENCY`, the launch at least 0 and at
-    most `max_launch` (the launch of a kernel timed alone). The steps' family shares move together
+    timed alone (where they gave one; the others only at most `MAX_EFFICIENCY`) and at most
+    `MAX_EFFICIENCY`, the launch at least 0 and at most `max_launch` (the launch of a kernel timed
+    alone; also where only the launch is fitted). The steps' family shares move together
     (more convolutions, more elementwise epilogues, more kernels), so an unbounded fit trades one
     family against another: one run on this machine put convolutions at 10 times the roofline and
     reductions at 0.06. With too few steps to fit them, only the launch is fitted.
@@ -237,7 +238,8 @@ def fit_to_steps(steps: Sequence[Step], kernel_efficiency: dict[str, float],
               if sum(1 for st in steps if st.roofline.get(f, 0.0) >= STEP_FIT_SHARE * sum(st.roofline.values()) > 0)
               >= MIN_FIT_STEPS]
     if len(steps) < len(fitted) + 1 + MIN_SPARE_STEPS:
-        return (fit_step_launch(steps, kernel_efficiency), dict(kernel_efficiency),
+        launch = fit_step_launch(steps, kernel_efficiency)
+        return (launch if max_launch is None else min(launch, max_launch), dict(kernel_efficiency),
                 f"launch fitted to {len(steps)} step(s); efficiencies of the kernels timed alone")
     launch, inverse, held = _bounded_fit(steps, fitted, kernel_efficiency, max_launch)
     efficiency = {f: e for f, e in kernel_efficiency.items() if f not in fitted}
@@ -262,11 +264,13 @@ def _bounded_fit(steps: Sequence[Step], fitted: list[str], kept: dict[str, float
                   for st in steps])
     low = [1.0 / min(kept[f] * FIT_RANGE, MAX_EFFICIENCY) if f in kept else 1.0 / MAX_EFFICIENCY for f in fitted]
     high = [FIT_RANGE / kept[f] if f in kept else np.inf for f in fitted]
-    x = lsq_linear(a, b, bounds=([*low, 0.0], [*high, np.inf if max_launch is None else max_launch])).x
-    names = [*fitted, "launch"]
-    bounds = zip(x, [*low, 0.0], [*high, np.inf if max_launch is None else max_launch])
-    held = [n for n, (v, lo, hi) in zip(names, bounds) if (n != "launch" or v > 0) and
-            (math.isclose(v, lo, rel_tol=1e-6, abs_tol=1e-12) or math.isclose(v, hi, rel_tol=1e-6))]
+    # a launch of 0 timed alone still leaves the solver an interval (its bounds must differ)
+    launch_cap = np.inf if max_launch is None else max(max_launch, 1e-12)
+    x = lsq_linear(a, b, bounds=([*low, 0.0], [*high, launch_cap])).x
+    held = [f for f, v, lo, hi in zip(fitted, x, low, high)
+            if math.isclose(v, lo, rel_tol=1e-6) or math.isclose(v, hi, rel_tol=1e-6)]
+    if max_launch is not None and math.isclose(x[-1], launch_cap, rel_tol=1e-6):
+        held.append("launch")  # at 0 it is not held: kernels inside a step may well cost no launch
     return float(x[-1]), {f: float(v) for f, v in zip(fitted, x[:-1])}, held
 
 

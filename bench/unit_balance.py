@@ -12,6 +12,7 @@ import json
 import subprocess
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 
 def least_busiest(loads: Sequence[int], k: int, seconds: float) -> tuple[int, bool]:
@@ -38,7 +39,9 @@ def in_own_process(loads: Sequence[int], k: int, seconds: float) -> tuple[int, b
     """`least_busiest` run by `python -m bench.unit_balance` in a child process."""
     request = json.dumps({"loads": list(loads), "k": k, "seconds": seconds})
     done = subprocess.run([sys.executable, "-m", "bench.unit_balance"], input=request, capture_output=True,
-                          text=True, check=True, timeout=seconds + 60)
+                          text=True, timeout=seconds + 60, cwd=Path(__file__).resolve().parents[1])
+    if done.returncode != 0:
+        raise RuntimeError(f"bench.unit_balance failed (exit {done.returncode}): {done.stderr.strip()[-2000:]}")
     answer = json.loads(done.stdout)
     return int(answer["bound"]), bool(answer["optimal"])
 

@@ -47,12 +47,12 @@ RELATIVE_TIME = {"m-sct": 1.6, "m-etf": 1.0, "etf": 1.0, "heft": 0.5, "m-topo": 
 def best_heuristic_plan(graph: Graph, cluster: Cluster, options: PlaceOptions, until: float | None = None
                         ) -> Plan | None:
     """The valid plan with the smallest makespan among the heuristics that succeed (None if none do).
-    With `until` (a `time.perf_counter()` deadline), the first heuristic always runs and each next
-    one only if its guessed time ends before the deadline: on 8,000-op graphs at 8 devices the
-    seven take 30 s together, more than a whole default time limit."""
+    With `until` (a `time.perf_counter()` deadline), the heuristics run until one gives a plan, and
+    each next one only if its time, guessed from those that gave one, ends before the deadline: on
+    8,000-op graphs at 8 devices the seven take 30 s together, more than a whole default time limit."""
     found: dict[str, Plan] = {}
     skipped: list[str] = []
-    per_unit: list[float] = []  # seconds per unit of `RELATIVE_TIME`, of each heuristic run
+    per_unit: list[float] = []  # seconds per unit of `RELATIVE_TIME`, of each heuristic that gave a plan
     for name in BUDGET_ORDER if until is not None else WARM_START_ALGOS:
         if until is not None and per_unit and time.perf_counter() + max(per_unit) * RELATIVE_TIME[name] > until:
             skipped.append(name)
@@ -60,8 +60,9 @@ def best_heuristic_plan(graph: Graph, cluster: Cluster, options: PlaceOptions, u
         started = time.perf_counter()
         try:
             found[name] = check_plan(graph, cluster, ALGORITHMS[name](graph, cluster, options))
-        except PestoError as e:
+        except PestoError as e:  # out of memory: no plan, and its time says little of the others'
             options.progress(f"place: {name} gives no plan to start from: {str(e).splitlines()[0]}")
+            continue
         except KeyboardInterrupt as e:
             raise interrupted(e, graph, _fastest(found)) from None
         per_unit.append((time.perf_counter() - started) / RELATIVE_TIME[name])

@@ -141,3 +141,17 @@ def test_the_portfolio_with_time_to_spare_is_the_portfolio_without_a_deadline(be
     assert free is not None and timed is not None
     assert (timed.algorithm, timed.ops, timed.transfers) == (free.algorithm, free.ops, free.transfers)
     assert set(BUDGET_ORDER) == set(WARM_START_ALGOS) == set(RELATIVE_TIME)
+
+
+def test_a_heuristic_that_finds_no_plan_does_not_stop_the_next(bert24: Graph, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under a deadline already past, the heuristics still run until one gives a plan: the first
+    one failing (memory) leaves the next its chance."""
+    from pesto_ir.errors import PestoError
+    from pesto_ir.passes import heuristic_portfolio
+
+    def out_of_memory(*_: object) -> None:
+        raise PestoError("no device holds it")
+
+    monkeypatch.setitem(heuristic_portfolio.ALGORITHMS, BUDGET_ORDER[0], out_of_memory)
+    plan = best_heuristic_plan(bert24, v100s(4), QUIET, until=time.perf_counter() - 1.0)
+    assert plan is not None and plan.algorithm == BUDGET_ORDER[1]
