@@ -147,7 +147,7 @@ def finish(graph: Graph, cluster: Cluster, plan: Plan, result: Result, prob: Pro
 
 def starting_plan(graph: Graph, cluster: Cluster, options: PlaceOptions) -> tuple[Plan | None, list[str]]:
     """The given warm start when it is a valid plan of this graph, else the best of the place pass's
-    heuristics (as many as fit in `HEURISTIC_SHARE` of the time limit, the first always) and
+    heuristics (as many as fit in `HEURISTIC_SHARE` of the time limit, at least until one gives a plan) and
     everything on the fastest device that holds it; None if none fits in memory."""
     given, notes = given_warm_start(graph, cluster, options)
     if given is not None:

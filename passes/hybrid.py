@@ -348,10 +348,10 @@ def _screen_pipelines(graph: Graph, cluster: Cluster, todo: list[Strategy], opti
     the heuristics on the fastest pipelined replica graph.
 
     One batch is always screened, its heuristics given until `until`, the end of the screening (on
-    a large graph they cannot all run in it). What does not fit is not started: one batch of several replicas (the winner on CNNs) starts
-    while the degree's share lasts, and, by the `rates` measured so far, it and the pipeline
-    model's rewrite (twice the ops; without it no pipeline of the degree is tried) must end by
-    `hard`, the end of the time limit."""
+    a large graph they cannot all run in it). What does not fit is not started: one batch of
+    several replicas (the winner on CNNs) starts while the degree's share lasts, and, by the `rates`
+    measured so far, it and the pipeline model's rewrite (twice the ops; without it no pipeline of
+    the degree is tried) must end by `hard`, the end of the time limit."""
     tried: list[Candidate] = []
     per_replica = len(cluster) // todo[0].data_parallel
     for strategy in (s for s in todo if s.microbatches == 1):  # one batch is always screened: the heuristics' floor
