@@ -226,10 +226,9 @@ def fit_to_steps(steps: Sequence[Step], kernel_efficiency: dict[str, float],
     """Launch overhead and efficiencies that make the calibrated roofline of whole steps match
     their measured times: least squares on relative error, over the families that hold at least
     `STEP_FIT_SHARE` of the roofline time of `MIN_FIT_STEPS` steps (the others keep the efficiency
-    of their kernels timed alone), bounded: a family's efficiency within `FIT_RANGE` of its kernels
-    timed alone (where they gave one; the others only at most `MAX_EFFICIENCY`) and at most
-    `MAX_EFFICIENCY`, the launch at least 0 and at most `max_launch` (the launch of a kernel timed
-    alone; also where only the launch is fitted). The steps' family shares move together
+    of their kernels timed alone), bounded: every efficiency at most `MAX_EFFICIENCY`, and within
+    `FIT_RANGE` of its kernels timed alone where they gave one; the launch at least 0 and at most
+    `max_launch` (the launch of a kernel timed alone; also where only the launch is fitted). The steps' family shares move together
     (more convolutions, more elementwise epilogues, more kernels), so an unbounded fit trades one
     family against another: one run on this machine put convolutions at 10 times the roofline and
     reductions at 0.06. With too few steps to fit them, only the launch is fitted.
