@@ -3,8 +3,9 @@
 A one-batch plan of a deep sequential model is capped by its critical path; m micro-batches in a
 pipeline over k devices can approach the total work spread over them. For every MSR training
 layer graph and k devices, `place{algo=auto microbatches=auto}` (micro-batches up to 32; these
-graphs declare no gradient bytes, so there are no data-parallel replicas) and the fixed GPipe and
-1F1B schedules at every m in 1..32 are run side by side; the table gives each plan's step time,
+graphs declare no gradient bytes, so there are no data-parallel replicas), the fixed GPipe and
+1F1B schedules and the eager schedule of the same stages (`passes/algo_pipeline.py`) at m = 1, 2,
+4, ..., 32 are run side by side; the table gives each plan's step time,
 its m, and the ratio to
 
     bound(m) = max(total work / k, critical path / m)
@@ -34,7 +35,7 @@ from pesto_ir.cluster import Cluster  # noqa: E402
 from pesto_ir.errors import PestoError  # noqa: E402
 from pesto_ir.ir import Graph  # noqa: E402
 from pesto_ir.passes.algo_common import colocation_units  # noqa: E402
-from pesto_ir.passes.algo_pipeline import pipeline_plan  # noqa: E402
+from pesto_ir.passes.algo_pipeline import PIPELINE_SCHEDULES, pipeline_plan  # noqa: E402
 from pesto_ir.passes.hybrid import Strategy, as_hybrid, replica_graph  # noqa: E402
 from pesto_ir.passmanager import PassContext, PassManager  # noqa: E402
 from pesto_ir.placement import PlaceOptions  # noqa: E402
@@ -122,8 +123,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--graphs", nargs="+", default=list(GRAPHS))
     ap.add_argument("--time-limit", type=float, default=20.0, help="auto's time limit per row (s)")
     args = ap.parse_args(argv)
-    print("| graph | k | one batch | auto (m) | gpipe (m) | 1f1b (m) | best / bound(m) | plan s | held by |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---|")
+    print("| graph | k | one batch | auto (m) | gpipe (m) | 1f1b (m) | eager (m) | best / bound(m) | plan s | held by |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     for name in args.graphs:
         model = msr_model(name)
         for k in args.k:
@@ -135,10 +136,10 @@ def main(argv: list[str] | None = None) -> int:
             except PestoError:
                 one_ms = "—"
             auto, seconds, why = auto_plan(graph, cluster, args.time_limit)
-            fixed = {s: best_fixed(model.build(), cluster, s) for s in ("gpipe", "1f1b")}
+            fixed = {s: best_fixed(model.build(), cluster, s) for s in PIPELINE_SCHEDULES}
             plans = [p for p in (auto, *(p for p, _ in fixed.values())) if p is not None]
             cells = [f"{p.makespan * 1e3:.4g} ({m_of(p)})" if p else "—" for p in
-                     (auto, fixed["gpipe"][0], fixed["1f1b"][0])]
+                     (auto, *(p for p, _ in fixed.values()))]
             if not plans:
                 print(f"| {name} | {k} | {one_ms} | " + " | ".join(cells) + f" | — | {seconds:.1f} | "
                       f"memory: {why or fixed['gpipe'][1][:200]} |", flush=True)

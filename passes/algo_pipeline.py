@@ -1,8 +1,12 @@
-"""Fixed-schedule pipeline baselines: GPipe and 1F1B (PipeDream-Flush, as Megatron, Alpa, JaxPP run it).
+"""Pipelines of micro-batches: GPipe and 1F1B (PipeDream-Flush, as Megatron, Alpa, JaxPP run
+them), and an eager schedule of the same stages.
 
-These are what the benchmark compares the searched plans against, so they do what those systems
-do and nothing cleverer: the model is cut into S contiguous stages in forward order, one per
-device of the pipeline, and every stage runs its micro-batches in a fixed order.
+GPipe and 1F1B are what the benchmark compares the searched plans against, so they do what those
+systems do and nothing cleverer: the model is cut into S contiguous stages in forward order, one
+per device of the pipeline, and every stage runs its micro-batches in a fixed order. The eager
+schedule keeps their stages and lets each device start, whenever it is idle, the ready op of the
+oldest micro-batch (then of the longest path to the step's end): where a graph's edges run
+against the fixed orders (below) it does not wait for slots the dependencies do not need.
 
 Stages. Placement units are colocate groups (an op without `colocate` is its own unit), taken in
 forward order: by the first of their forward ops in `graph.ops` that reads another op (a weight
@@ -52,12 +56,14 @@ from pesto_ir.ir import Graph, Op
 from pesto_ir.passes.algo_common import colocation_units
 from pesto_ir.placement import PlaceOptions
 from pesto_ir.plan import Plan
-from pesto_ir.simulate import order_from_priority, simulate
+from pesto_ir.simulate import order_from_priority, simulate, simulate_eager
 from pesto_ir.types import TensorType
 from pesto_ir.units import human_time
 from pesto_ir.validate import check_plan
 
-SCHEDULES = ("gpipe", "1f1b")
+SCHEDULES = ("gpipe", "1f1b")  # the fixed schedules (`slot_ticks`)
+EAGER = "eager"
+PIPELINE_SCHEDULES = (*SCHEDULES, EAGER)
 FORWARD, BACKWARD, OTHER, CONSTANT = "forward", "backward", "other", "constant"
 PHASE_TIME = {"F": 1.0, "B": 2.0}  # the abstract pipeline's slot lengths (backward ~ twice forward)
 BISECTIONS = 60
@@ -79,19 +85,23 @@ class Stages:
 
 
 def pipeline_plan(graph: Graph, cluster: Cluster, schedule: str, options: PlaceOptions) -> Plan:
-    """The `schedule` ("gpipe" or "1f1b") pipeline of `graph` over the devices of `cluster`, stage s
-    on `cluster.names[s]`, timed by the simulator and checked (memory too). The schedules are
-    fixed, so `options` (time limits, seeds) changes nothing; a plan that does not fit in memory
-    raises the validator's PlanError, as the real systems would run out of memory."""
-    if schedule not in SCHEDULES:
-        raise PestoError(f"unknown pipeline schedule '{schedule}' (schedules: {', '.join(SCHEDULES)})")
+    """The `schedule` ("gpipe", "1f1b" or "eager") pipeline of `graph` over the devices of
+    `cluster`, stage s on `cluster.names[s]`, timed by the simulator and checked (memory too). The
+    schedules are rules, not searches, so `options` (time limits, seeds) changes nothing; a plan
+    that does not fit in memory raises the validator's PlanError, as the real systems would run
+    out of memory."""
+    if schedule not in PIPELINE_SCHEDULES:
+        raise PestoError(f"unknown pipeline schedule '{schedule}' (schedules: {', '.join(PIPELINE_SCHEDULES)})")
     stages = _stages_of(graph, cluster)
     where = stages.stage_of()
     placement = {name: cluster.names[s] for name, s in where.items()}
     m = microbatch_count(graph)
-    ticks = slot_ticks(schedule, len(cluster), m)
-    order = order_from_priority(graph, placement, priorities(graph, where, ticks))
-    plan = simulate(graph, cluster, placement, order, algorithm=schedule)
+    if schedule == EAGER:
+        plan = simulate_eager(graph, cluster, placement, eager_priorities(graph, cluster, placement), algorithm=schedule)
+    else:
+        ticks = slot_ticks(schedule, len(cluster), m)
+        order = order_from_priority(graph, placement, priorities(graph, where, ticks))
+        plan = simulate(graph, cluster, placement, order, algorithm=schedule)
     plan.notes.append(_note(schedule, stages, m))
     return check_plan(graph, cluster, plan)
 
@@ -358,3 +368,16 @@ def priorities(graph: Graph, stage_of: dict[str, int], ticks: dict[tuple[int, st
         if op.name not in prio:
             prio[op.name] = min((prio[c.name] for c in op.consumers()), default=0.0)
     return prio
+
+
+def eager_priorities(graph: Graph, cluster: Cluster, placement: dict[str, str]) -> dict[str, tuple[float, ...]]:
+    """The eager schedule's choice among ready ops: the oldest micro-batch first (an op without one,
+    a gradient sum or the update, as micro-batch 0: it is ready only when what it sums is done),
+    then the longest path from the op to the step's end (its cost on its device included, transfers
+    not). Oldest first keeps micro-batches moving through the stages, as a pipeline must; by
+    longest path alone a device would run one op for every micro-batch before the next."""
+    to_end: dict[str, float] = {}
+    for op in reversed(graph.ops):
+        tail = max((to_end[c.name] for c in op.consumers()), default=0.0)
+        to_end[op.name] = op_cost(op, cluster.device(placement[op.name])) + tail
+    return {op.name: (float(op.get("microbatch") or 0), -to_end[op.name]) for op in graph.ops}

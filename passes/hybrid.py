@@ -5,8 +5,8 @@ Each strategy (d, m) is d replicas of m micro-batches, placed as one replica's g
 rewritten by `passes/rebatch.py`, and its plan as the plan of the whole step).
 
 `place{algo=auto}` searches (d, m): it screens every strategy that divides the devices and the
-batch with the fast heuristics and the fixed pipeline schedules (GPipe, 1F1B), then spends the
-rest of its time limit on the best strategy with the full engine, warm-started from the
+batch with the fast heuristics and the pipeline schedules (GPipe, 1F1B, and the eager schedule
+of their stages on every replica graph built), then spends the rest of its time limit on the best strategy with the full engine, warm-started from the
 screening plan. A strategy that does not fit in memory is dropped with the reason kept.
 """
 
@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pesto_ir.cluster import Cluster
 from pesto_ir.errors import PestoError
 from pesto_ir.ir import Graph
+from pesto_ir.passes.algo_pipeline import EAGER
 from pesto_ir.passes.batch_axes import MicrobatchError, batch_spec
 from pesto_ir.passes.pipeline_model import MODEL_MICROBATCHES
 from pesto_ir.passes.rebatch import MAX_MICROBATCHES
@@ -151,9 +152,9 @@ class Rates:
 
 def screen(graph: Graph, cluster: Cluster, found: Candidate, options: PlaceOptions, heuristic: Solve,
            engines: Sequence[str] = ("heuristics",), rates: Rates | None = None) -> Candidate:
-    """`found`'s replica graph (built once) and its best plan so far, trying `engines`: the fixed
-    pipeline schedules ("gpipe", "1f1b": a simulation each, on replicas of several devices with
-    several micro-batches) or "heuristics" (list scheduling the whole graph)."""
+    """`found`'s replica graph (built once) and its best plan so far, trying `engines`: the
+    pipeline schedules ("gpipe", "1f1b", "eager": a simulation each, on replicas of several devices
+    with several micro-batches) or "heuristics" (list scheduling the whole graph)."""
     strategy = found.strategy
     if found.graph is None:
         started = time.perf_counter()
@@ -345,7 +346,9 @@ def _screen_pipelines(graph: Graph, cluster: Cluster, todo: list[Strategy], opti
     operator graph) and building one fits in the time (the first, and the other schedule of a graph
     built already, may go on to `deadline`, the end of the time limit for the last degree
     screened: on large graphs they are what matters, and refining a pipeline gains little), then
-    the heuristics on the fastest pipelined replica graph.
+    the heuristics on the fastest pipelined replica graph. The first schedule built on a replica
+    graph runs with the eager schedule of the same stages, which the model does not predict (on
+    the JAX zoo it was faster than both fixed schedules).
 
     One batch is always screened, its heuristics given until `until`, the end of the screening (on
     a large graph they cannot all run in it). What does not fit is not started: one batch of
@@ -387,14 +390,15 @@ def _screen_pipelines(graph: Graph, cluster: Cluster, todo: list[Strategy], opti
             why = "predicted slower" if predicted is not None else f"{PATIENCE} in a row were slower"
             c.why_not = c.why_not or f"{schedule} not built: {why}"
             continue
-        estimate = cost.estimate(c, schedule)
+        engines = (schedule,) if c.source is not None else (schedule, EAGER)
+        estimate = cost.estimate(c, schedule, len(engines))
         if time.perf_counter() + estimate > (deadline if best is None or c.source is not None else stop):
             c.why_not = c.why_not or f"{schedule} not built: it would take about {estimate:.2g} s, past the time limit"
             continue
         previous = c.plan.makespan if c.plan is not None else None
         started, built = time.perf_counter(), c.graph is not None
-        _logged(screen(graph, cluster, c, options, heuristic, (schedule,)), log, rates)
-        cost.learn(c, time.perf_counter() - started, built)
+        _logged(screen(graph, cluster, c, options, heuristic, engines), log, rates)
+        cost.learn(c, time.perf_counter() - started, built, len(engines))
         if c.plan is None or c.plan.makespan == previous:
             continue
         slower = slower + 1 if best is not None and c.plan.makespan >= best[0] else 0
@@ -420,19 +424,19 @@ class BuildCost:
     once_ops: float = 0.0
     schedule: float | None = None
 
-    def estimate(self, c: Candidate, engine: str) -> float:
-        """Seconds to build `c`'s graph (unless built) and run `engine` on it."""
+    def estimate(self, c: Candidate, engine: str, runs: int = 1) -> float:
+        """Seconds to build `c`'s graph (unless built) and run `engine` on it (`runs` schedules)."""
         ops = len(c.source.ops) if c.source is not None else self.once_ops + self.ops_per_microbatch * c.strategy.microbatches
         rate = self.schedule if self.schedule is not None else 2 * self.rewrite
         build = 0.0 if c.source is not None else self.rewrite * ops
-        return build + rate * ops * (3 if engine == "heuristics" else 1)
+        return build + rate * ops * (3 if engine == "heuristics" else runs)
 
-    def learn(self, c: Candidate, seconds: float, built: bool) -> None:
-        """A schedule on `c` took `seconds` (with the rewrite, unless `built` before)."""
+    def learn(self, c: Candidate, seconds: float, built: bool, runs: int = 1) -> None:
+        """`runs` schedules on `c` took `seconds` (with the rewrite, unless `built` before)."""
         if c.source is None:
             return
         ops = len(c.source.ops)
-        self.schedule = max(seconds - (0.0 if built else self.rewrite * ops), 0.0) / max(ops, 1)
+        self.schedule = max(seconds - (0.0 if built else self.rewrite * ops), 0.0) / max(ops * runs, 1)
 
 
 def _ranked_pipelines(graph: Graph, cluster: Cluster, todo: list[Strategy], log: PlaceOptions, rates: Rates

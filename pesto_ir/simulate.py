@@ -45,76 +45,145 @@ def transfer_bytes(op: Op, placement: Mapping[str, str]) -> dict[str, int]:
     return out
 
 
-def simulate(graph: Graph, cluster: Cluster, placement: Mapping[str, str],
-             order: Mapping[str, Sequence[str]], algorithm: str = "") -> Plan:
-    """Times for every op and transfer when each device runs `order[device]` in sequence."""
-    _check_inputs(graph, cluster, placement, order)
-    ops = {op.name: op for op in graph.ops}
-    cost = {name: op_cost(op, cluster.device(placement[name])) for name, op in ops.items()}
-    producers = {op.name: [p.name for p in op.producers()] for op in graph.ops}
-    pos = {d: 0 for d in cluster.names}
-    device_free = {d: 0.0 for d in cluster.names}
-    link_free: dict[tuple[str, str], float] = {}
-    finished: dict[str, float] = {}
-    arrived: dict[tuple[str, str], float] = {}  # (producer, device) -> time its data is there
-    slots: dict[str, OpSlot] = {}
-    transfers: list[Transfer] = []
-    # (time, rank, seq, kind, op, device): ops that end together send in graph order, so the order of
-    # transfers on a link does not depend on which device's order listed its op first
-    index = {op.name: i for i, op in enumerate(graph.ops)}
-    events: list[tuple[float, int, int, str, str, str]] = []
-    seq = 0
+class _Timeline:
+    """What a simulation has timed so far: op slots, transfers, when each op's results are on each
+    device, and the pending events (an op ending, a transfer arriving)."""
 
-    def ready_time(name: str, device: str) -> float | None:
+    def __init__(self, graph: Graph, cluster: Cluster, placement: Mapping[str, str]) -> None:
+        self.cluster, self.placement = cluster, placement
+        self.ops = {op.name: op for op in graph.ops}
+        self.cost = {name: op_cost(op, cluster.device(placement[name])) for name, op in self.ops.items()}
+        self.producers = {op.name: [p.name for p in op.producers()] for op in graph.ops}
+        self.device_free = {d: 0.0 for d in cluster.names}
+        self.link_free: dict[tuple[str, str], float] = {}
+        self.finished: dict[str, float] = {}
+        self.arrived: dict[tuple[str, str], float] = {}  # (producer, device) -> time its data is there
+        self.slots: dict[str, OpSlot] = {}
+        self.transfers: list[Transfer] = []
+        # (time, rank, seq, kind, op, device): ops that end together send in graph order, so the order of
+        # transfers on a link does not depend on which device's order listed its op first
+        self.index = {op.name: i for i, op in enumerate(graph.ops)}
+        self.events: list[tuple[float, int, int, str, str, str]] = []
+        self.seq = 0
+
+    def ready_time(self, name: str, device: str) -> float | None:
+        """When all of `name`'s inputs are on `device`; None while one is not yet."""
         t = 0.0
-        for p in producers[name]:
-            at = finished.get(p) if placement[p] == device else arrived.get((p, device))
+        for p in self.producers[name]:
+            at = self.finished.get(p) if self.placement[p] == device else self.arrived.get((p, device))
             if at is None:
                 return None
             t = max(t, at)
         return t
 
+    def start(self, name: str, device: str, ready: float) -> None:
+        start = max(self.device_free[device], ready)
+        end = start + self.cost[name]
+        self.slots[name] = OpSlot(device, start, end)
+        self.device_free[device] = end
+        self._push(end, self.index[name], "op", name, device)
+
+    def next_event(self) -> tuple[float, str, str, str]:
+        """Pops the next event and records it: an op's end sends its results to the devices that
+        read them; a transfer's arrival makes its data usable there."""
+        t, _, _, kind, name, device = heapq.heappop(self.events)
+        if kind == "op":
+            self.finished[name] = t
+            for dst, nbytes in sorted(transfer_bytes(self.ops[name], self.placement).items()):
+                link = (device, dst)
+                start = max(t, self.link_free.get(link, 0.0))
+                end = start + self.cluster.transfer_time(device, dst, nbytes)
+                self.link_free[link] = end
+                self.transfers.append(Transfer(name, device, dst, start, end, nbytes))
+                self._push(end, len(self.index), "xfer", name, dst)
+        else:
+            self.arrived[(name, device)] = t
+        return t, kind, name, device
+
+    def _push(self, t: float, rank: int, kind: str, name: str, device: str) -> None:
+        heapq.heappush(self.events, (t, rank, self.seq, kind, name, device))
+        self.seq += 1
+
+    def plan(self, graph: Graph, algorithm: str) -> Plan:
+        return Plan(graph.name, algorithm, list(self.cluster.names), {n: self.slots[n] for n in self.ops},
+                    self.transfers)
+
+
+def simulate(graph: Graph, cluster: Cluster, placement: Mapping[str, str],
+             order: Mapping[str, Sequence[str]], algorithm: str = "") -> Plan:
+    """Times for every op and transfer when each device runs `order[device]` in sequence."""
+    _check_inputs(graph, cluster, placement, order)
+    run = _Timeline(graph, cluster, placement)
+    pos = {d: 0 for d in cluster.names}
+
     def try_start(device: str) -> None:
-        nonlocal seq
         queue = order.get(device, ())
         while pos[device] < len(queue):
-            name = queue[pos[device]]
-            ready = ready_time(name, device)
+            ready = run.ready_time(queue[pos[device]], device)
             if ready is None:
                 return
-            start = max(device_free[device], ready)
-            end = start + cost[name]
-            slots[name] = OpSlot(device, start, end)
-            device_free[device] = end
+            run.start(queue[pos[device]], device, ready)
             pos[device] += 1
-            heapq.heappush(events, (end, index[name], seq, "op", name, device))
-            seq += 1
 
     for d in cluster.names:
         try_start(d)
-    while events:
-        t, _, _, kind, name, device = heapq.heappop(events)
-        if kind == "op":
-            finished[name] = t
-            for dst, nbytes in sorted(transfer_bytes(ops[name], placement).items()):
-                link = (device, dst)
-                start = max(t, link_free.get(link, 0.0))
-                end = start + cluster.transfer_time(device, dst, nbytes)
-                link_free[link] = end
-                transfers.append(Transfer(name, device, dst, start, end, nbytes))
-                heapq.heappush(events, (end, len(index), seq, "xfer", name, dst))
-                seq += 1
-            try_start(device)
-        else:
-            arrived[(name, device)] = t
-            try_start(device)
+    while run.events:
+        try_start(run.next_event()[3])
 
-    if len(slots) != len(ops):
+    if len(run.slots) != len(run.ops):
         stuck = {d: order[d][pos[d]] for d in cluster.names if pos[d] < len(order.get(d, ()))}
         waits = ", ".join(f"{d} waits at op '{n}'" for d, n in sorted(stuck.items()))
         raise PlanError([f"the device orders deadlock: {waits} (an op is ordered before one it depends on)"],
                         context="cannot simulate the plan")
-    return Plan(graph.name, algorithm, list(cluster.names), {n: slots[n] for n in ops}, transfers)
+    return run.plan(graph, algorithm)
+
+
+def simulate_eager(graph: Graph, cluster: Cluster, placement: Mapping[str, str],
+                   priority: Mapping[str, tuple[float, ...]], algorithm: str = "") -> Plan:
+    """Times for every op and transfer when each device, whenever it is idle, starts the op of
+    least `priority` (then graph order) among its ops whose inputs are there: a list schedule of a
+    fixed placement, timed as `simulate` times an order (the plan's orders are its start times).
+
+    A device chooses only once every event of the moment has been seen (all ops that end then,
+    all transfers that arrive), so the choice does not depend on the order of simultaneous events."""
+    problems = [f"op '{op.name}' is not placed on a device of the cluster" for op in graph.ops
+                if placement.get(op.name) not in set(cluster.names)]
+    if problems:
+        raise PlanError(problems, context="cannot simulate the plan")
+    run = _Timeline(graph, cluster, placement)
+    waiting = {name: len(ps) for name, ps in run.producers.items()}
+    readers: dict[tuple[str, str], list[str]] = {}  # (producer, device) -> its readers there
+    for op in graph.ops:
+        for p in run.producers[op.name]:
+            readers.setdefault((p, placement[op.name]), []).append(op.name)
+    ready: dict[str, list[tuple[tuple[float, ...], int, str]]] = {d: [] for d in cluster.names}
+    busy: set[str] = set()
+
+    def inputs_in(names: list[str]) -> None:
+        for name in names:
+            waiting[name] -= 1
+            if waiting[name] == 0:
+                heapq.heappush(ready[placement[name]], (priority[name], run.index[name], name))
+
+    for op in graph.ops:
+        if waiting[op.name] == 0:
+            heapq.heappush(ready[placement[op.name]], (priority[op.name], run.index[op.name], op.name))
+    now = 0.0
+    while True:
+        for d in cluster.names:
+            if d not in busy and ready[d]:
+                name = heapq.heappop(ready[d])[2]
+                run.start(name, d, now)
+                busy.add(d)
+        if not run.events:
+            break
+        now = run.events[0][0]
+        while run.events and run.events[0][0] == now:
+            _, kind, name, device = run.next_event()
+            if kind == "op":
+                busy.discard(device)
+            inputs_in(readers.get((name, device), []))
+    return run.plan(graph, algorithm)
 
 
 def _check_inputs(graph: Graph, cluster: Cluster, placement: Mapping[str, str],

@@ -24,3 +24,14 @@ def bert24():  # type: ignore[no-untyped-def]
     if not BERT24.exists():
         pytest.skip(f"{BERT24} is not here")
     return pesto_ir.load(BERT24)
+
+
+@pytest.fixture(scope="module")
+def resnet50_layer():  # type: ignore[no-untyped-def]
+    """The MSR ResNet-50 training layer graph (354 ops, measured costs)."""
+    import pesto_ir
+
+    path = BERT24.parent / "resnet50_training_layer.json"
+    if not path.exists():
+        pytest.skip(f"{path} is not here")
+    return pesto_ir.load(path)

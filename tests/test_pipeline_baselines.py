@@ -19,7 +19,7 @@ import pesto_ir
 from pesto_ir.cluster import Cluster
 from pesto_ir.errors import PestoError
 from pesto_ir.ir import Graph
-from pesto_ir.passes.algo_pipeline import SCHEDULES, is_backward, pipeline_plan, stage_slots
+from pesto_ir.passes.algo_pipeline import EAGER, PIPELINE_SCHEDULES, SCHEDULES, is_backward, pipeline_plan, stage_slots
 from pesto_ir.passes.microbatch import rebatch
 from pesto_ir.placement import PlaceOptions
 from pesto_ir.plan import Plan
@@ -107,7 +107,7 @@ def test_stage_slots_are_the_textbook_schedules() -> None:
 # ---------------------------------------------------------------- bert24 (MSR cost graph)
 
 @pytest.mark.parametrize("m", [1, 4, 8])
-@pytest.mark.parametrize("schedule", SCHEDULES)
+@pytest.mark.parametrize("schedule", PIPELINE_SCHEDULES)
 def test_bert24_plans_are_valid_pipelines(bert24: Graph, schedule: str, m: int) -> None:
     cluster = v100s(4)
     graph = rebatch(bert24, m)
@@ -139,6 +139,20 @@ def test_bert24_1f1b_starts_backward_before_the_last_forward(bert24: Graph, n_de
                 assert first_b0 < last_f, f"1f1b on {d}: micro-batch 0's backward waits for the last forward"
             else:
                 assert first_b0 >= last_f, f"gpipe on {d}: a backward starts before the last forward"
+
+
+def test_eager_beats_both_fixed_schedules_where_backward_chains_run_forward(resnet50_layer: Graph) -> None:
+    """The MSR ResNet-50 layer graph's backward chain runs from the first layer to the last and
+    reads no forward value, so a stage's backward work does not wait for the later stages. GPipe
+    and 1F1B still run each stage's slots in their textbook order; the eager schedule of the same
+    stages runs whatever is ready. At 6 stages and 8 micro-batches: 112.2 ms against 126.6 (GPipe)
+    and 127.4 (1F1B)."""
+    cluster, step = v100s(6), rebatch(resnet50_layer, 8)
+    plans = {s: pipeline_plan(step, cluster, s, OPTIONS) for s in PIPELINE_SCHEDULES}
+    check_plan_ok(step, cluster, plans[EAGER])
+    assert all(plans[EAGER].ops[n].device == plans["gpipe"].ops[n].device for n in plans["gpipe"].ops)  # same stages
+    assert plans[EAGER].makespan < 0.95 * min(plans[s].makespan for s in SCHEDULES), \
+        {s: p.makespan for s, p in plans.items()}
 
 
 def test_bert24_refused_with_more_stages_than_layers(bert24: Graph) -> None:
@@ -179,6 +193,16 @@ def test_gpt_1f1b_holds_less_memory_than_gpipe(gpt: Graph) -> None:
     assert max(one.values()) < max(gpipe.values())
 
 
+def test_gpt_eager_plan_is_a_valid_pipeline_no_slower_than_the_fixed_ones(gpt: Graph) -> None:
+    """On a JAX training step (backward reads the forward pass) the eager schedule keeps the
+    stages, passes the validator (memory included) and is not slower than GPipe or 1F1B here."""
+    cluster = Cluster.homogeneous(4, "h100")
+    plans = {s: pipeline_plan(gpt, cluster, s, OPTIONS) for s in PIPELINE_SCHEDULES}
+    check_plan_ok(gpt, cluster, plans[EAGER])
+    assert plans[EAGER].makespan <= min(plans[s].makespan for s in SCHEDULES) * (1 + 1e-9), \
+        {s: p.makespan for s, p in plans.items()}
+
+
 @pytest.mark.parametrize("schedule", SCHEDULES)
 def test_gpt_stages_run_their_slots_in_schedule_order(gpt: Graph, schedule: str) -> None:
     cluster = Cluster.homogeneous(4, "h100")
@@ -217,7 +241,7 @@ def layered_steps(draw: st.DrawFn) -> tuple[Graph, int, int]:
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(layered_steps(), st.integers(1, 4), st.sampled_from(SCHEDULES))
+@given(layered_steps(), st.integers(1, 4), st.sampled_from(PIPELINE_SCHEDULES))
 def test_random_layered_steps(step: tuple[Graph, int, int], n_devices: int, schedule: str) -> None:
     graph, layers, m = step
     cluster = Cluster.homogeneous(n_devices, "v100", latency=1e-6, bandwidth=1e10)
@@ -227,7 +251,8 @@ def test_random_layered_steps(step: tuple[Graph, int, int], n_devices: int, sche
         return
     plan = pipeline_plan(graph, cluster, schedule, OPTIONS)
     check_plan_ok(graph, cluster, plan)
-    check_slot_order(graph, plan, cluster, schedule, m)
+    if schedule != EAGER:
+        check_slot_order(graph, plan, cluster, schedule, m)
     for op in graph.ops:  # a layer's update runs where its gradient is summed
         if op.name.startswith("u"):
             grad = f"b{op.name[1:]}" + (".mb0" if m > 1 else "")

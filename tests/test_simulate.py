@@ -11,7 +11,7 @@ from pesto_ir import parse
 from pesto_ir.cluster import Cluster, Device, Link
 from pesto_ir.frontends.json_graph import graph_from_json
 from pesto_ir.ir import Graph
-from pesto_ir.simulate import PlanError, order_from_priority, simulate
+from pesto_ir.simulate import PlanError, order_from_priority, simulate, simulate_eager
 
 MS = 1e-3
 
@@ -153,3 +153,63 @@ graph @tie() {
                     {"gpu0": ["a", "z", "b"], "gpu1": ["c"]})
     assert plan.ops["z"].start == plan.ops["b"].start == 1 * MS
     assert expand_plan(g, cluster(), plan).ops == plan.ops
+
+
+# ---------------------------------------------------------------- eager list schedules
+
+def test_eager_starts_what_is_ready_instead_of_waiting_for_its_order() -> None:
+    """gpu1 holds `c`, which waits 2 ms for `a` to arrive, and `d`, ready at 0. By priority `c`
+    comes first; a fixed order c, d would leave gpu1 idle until `c` can start; eager runs `d` at 0."""
+    g = parse("""
+graph @wait() {
+  %a = opaque() {cost = 1ms} : blob[0]
+  %c = opaque(%a) {cost = 1ms} : blob[0]
+  %d = opaque() {cost = 1ms} : blob[0]
+}
+""")
+    placement = {"a": "gpu0", "c": "gpu1", "d": "gpu1"}
+    fixed = simulate(g, cluster(), placement, {"gpu0": ["a"], "gpu1": ["c", "d"]})
+    eager = simulate_eager(g, cluster(), placement, {"a": (0.0,), "c": (0.0,), "d": (1.0,)})
+    assert fixed.ops["c"].start == 2 * MS and fixed.makespan == 4 * MS  # a ends at 1 ms, arrives 1 ms later
+    assert eager.ops["d"].start == 0.0 and eager.ops["c"].start == 2 * MS and eager.makespan == 3 * MS
+
+
+def test_eager_takes_the_least_priority_among_ready_ops() -> None:
+    placement = {"a": "gpu0", "b": "gpu0", "c": "gpu0"}
+    first_c = simulate_eager(FORK, cluster(), placement, {"a": (0.0,), "b": (2.0,), "c": (1.0,)})
+    assert first_c.ops["c"].start == 1 * MS and first_c.ops["b"].start == 4 * MS
+    tie = simulate_eager(FORK, cluster(), placement, {"a": (0.0,), "b": (1.0,), "c": (1.0,)})
+    assert tie.ops["b"].start == 1 * MS  # equal priorities: graph order
+
+
+def test_eager_refuses_an_op_not_placed() -> None:
+    with pytest.raises(PlanError, match="op 'c' is not placed"):
+        simulate_eager(FORK, cluster(), {"a": "gpu0", "b": "gpu0"}, {"a": (0.0,), "b": (0.0,), "c": (0.0,)})
+
+
+@settings(max_examples=100, deadline=None)
+@given(problem=timed_problems(), data=st.data())
+def test_eager_plans_are_work_conserving_list_schedules(problem: tuple[Graph, Cluster], data: st.DataObject) -> None:
+    """On random graphs and placements: the plan is what `simulate` gives its own orders (the
+    ops of each device by start time), and no device is idle while one of its ops is ready (all
+    inputs there), and it then starts the ready op of least priority."""
+    graph, cl = problem
+    placement = {op.name: data.draw(st.sampled_from(cl.names)) for op in graph.ops}
+    priority = {op.name: (data.draw(st.integers(0, 3)), data.draw(st.floats(0.0, 1.0))) for op in graph.ops}
+    plan = simulate_eager(graph, cl, placement, priority)
+    order = {d: sorted((n for n in plan.ops if plan.ops[n].device == d), key=lambda n: plan.ops[n].start)
+             for d in cl.names}
+    assert simulate(graph, cl, placement, order).ops == plan.ops
+    arrival = {(t.src, t.to): t.end for t in plan.transfers}
+    index = {op.name: i for i, op in enumerate(graph.ops)}
+    for op in graph.ops:
+        d = placement[op.name]
+        ready = max((plan.ops[p.name].end if placement[p.name] == d else arrival[(p.name, d)]
+                     for p in op.producers()), default=0.0)
+        mine = plan.ops[op.name]
+        for other, slot in plan.ops.items():  # what started on d while op was ready came first by priority
+            if slot.device == d and other != op.name and ready <= slot.start < mine.start:
+                assert (priority[other], index[other]) < (priority[op.name], index[op.name])
+        idle = mine.start - ready - sum(min(s.end, mine.start) - max(s.start, ready) for s in plan.ops.values()
+                                        if s.device == d and s.end > ready and s.start < mine.start)
+        assert idle <= 1e-12, f"{d} idled {idle} s while '{op.name}' was ready"
