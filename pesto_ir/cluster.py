@@ -54,10 +54,11 @@ KINDS: dict[str, DeviceKind] = {
 # Op families the roofline model tells apart (`pesto_ir.roofline.op_family`); a device may reach a
 # different fraction of its datasheet roofline in each (`Device.efficiency`). `conv_filter_grad`:
 # convolutions whose window is larger than their output, as the gradient of a convolution's kernel
-# is (cuDNN's "backward filter"); `scatter`: read-modify-write at computed indices (scatter,
-# max-pool gradients), serial loops on a CPU, atomics on a GPU.
-OP_FAMILIES: tuple[str, ...] = ("matmul", "conv", "conv_filter_grad", "elementwise", "reduction", "scatter",
-                                "movement", "other")
+# is (cuDNN's "backward filter"); `window`: pooling (`reduce_window`) and the max-pool gradient
+# (`select_and_scatter_add`), a loop over every window; `scatter`: read-modify-write at computed
+# indices, serial loops on a CPU, atomics on a GPU.
+OP_FAMILIES: tuple[str, ...] = ("matmul", "conv", "conv_filter_grad", "elementwise", "reduction", "window",
+                                "scatter", "movement", "other")
 
 
 @dataclass(frozen=True)

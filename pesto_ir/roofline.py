@@ -221,7 +221,11 @@ _KEY_MOVEMENT = ("random_wrap", "random_unwrap")
 _FUSED_REDUCTIONS = ("reduce_sum", "reduce_max", "reduce_min", "reduce_prod", "reduce_and", "reduce_or",
                      "reduce_xor", "argmax", "argmin")
 _INDEXED = ("gather", "dynamic_slice", "scatter", "scatter-add", "scatter_add", "dynamic_update_slice")
-_SCATTERS = ("scatter", "scatter-add", "scatter_add", "select_and_scatter_add")
+_SCATTERS = ("scatter", "scatter-add", "scatter_add")
+# Windowed ops: pooling and its gradient. XLA's CPU backend runs them as plain loops over every
+# window (the max-pool gradient becomes iotas, broadcasts and a select per window), at a few percent
+# of the memory roofline where a fused reduction reaches a good part of it.
+_WINDOWS = (*_REDUCE_WINDOWS, "select_and_scatter_add")
 
 ELEMENTWISE_OPS: frozenset[str] = frozenset((*UNARY, *BINARY, *COMPARE, *_ELEMENTWISE_EXTRA, *_KEY_ELEMENTWISE,
                                              "select_n", "convert_element_type"))
@@ -235,7 +239,8 @@ _FAMILY_OF: dict[str, str] = {
     "dot_general": "matmul",
     "conv_general_dilated": "conv",
     **{name: "elementwise" for name in ELEMENTWISE_OPS},
-    **{name: "reduction" for name in (*_REDUCTIONS, *_REDUCE_WINDOWS)},
+    **{name: "reduction" for name in _REDUCTIONS},
+    **{name: "window" for name in _WINDOWS},
     **{name: "movement" for name in (*MOVEMENT_OPS, *_INDEXED, "iota", "constant", "sharding_constraint")
        if name not in _SCATTERS},
     **{name: "scatter" for name in _SCATTERS},

@@ -306,8 +306,8 @@ def test_calibrated_figures_through_the_api_are_checked() -> None:
         AllReduceFit(0.0, -1.0)
     with pytest.raises(ClusterError, match="unknown op family 'gemm'"):
         Device.of_kind("x", "cpu").efficiency_for("gemm")
-    assert OP_FAMILIES == ("matmul", "conv", "conv_filter_grad", "elementwise", "reduction", "scatter",
-                           "movement", "other")
+    assert OP_FAMILIES == ("matmul", "conv", "conv_filter_grad", "elementwise", "reduction", "window",
+                           "scatter", "movement", "other")
 
 
 def test_ring_all_reduce_uses_the_fit_within_one_host_only() -> None:
