@@ -51,21 +51,29 @@ def bound(graph: Graph, cluster: Cluster, m: int) -> float:
     return max(sum(fast.values()) / len(cluster), critical_path(graph, fast) / m)
 
 
-def best_fixed(graph: Graph, cluster: Cluster, schedule: str) -> tuple[Plan | None, str]:
-    """The fastest `schedule` plan over `MICROBATCHES` (None and the reasons when none fits)."""
-    best: Plan | None = None
-    why: list[str] = []
+def best_by_schedule(graph: Graph, cluster: Cluster) -> dict[str, tuple[Plan | None, str]]:
+    """Per pipeline schedule, its fastest plan over `MICROBATCHES` (None and the reasons when none
+    fits); each m's replica graph is built once for all schedules."""
+    best: dict[str, Plan | None] = {s: None for s in PIPELINE_SCHEDULES}
+    why: dict[str, list[str]] = {s: [] for s in PIPELINE_SCHEDULES}
     for m in MICROBATCHES:
         try:
             replica = replica_graph(graph, cluster, Strategy(1, m))
-            plan = as_hybrid(replica, cluster, pipeline_plan(replica, cluster, schedule, PlaceOptions(quiet=True)),
-                             Strategy(1, m))
         except PestoError as e:
-            why.append(f"m={m}: {str(e).splitlines()[0][:120]}")
+            for s in PIPELINE_SCHEDULES:
+                why[s].append(f"m={m}: {str(e).splitlines()[0][:120]}")
             continue
-        if best is None or plan.makespan < best.makespan:
-            best = plan
-    return best, "; ".join(why)
+        for s in PIPELINE_SCHEDULES:
+            try:
+                plan = as_hybrid(replica, cluster, pipeline_plan(replica, cluster, s, PlaceOptions(quiet=True)),
+                                 Strategy(1, m))
+            except PestoError as e:
+                why[s].append(f"m={m}: {str(e).splitlines()[0][:120]}")
+                continue
+            found = best[s]
+            if found is None or plan.makespan < found.makespan:
+                best[s] = plan
+    return {s: (best[s], "; ".join(why[s])) for s in PIPELINE_SCHEDULES}
 
 
 def auto_plan(graph: Graph, cluster: Cluster, time_limit: float) -> tuple[Plan | None, float, str]:
@@ -136,13 +144,13 @@ def main(argv: list[str] | None = None) -> int:
             except PestoError:
                 one_ms = "—"
             auto, seconds, why = auto_plan(graph, cluster, args.time_limit)
-            fixed = {s: best_fixed(model.build(), cluster, s) for s in PIPELINE_SCHEDULES}
-            plans = [p for p in (auto, *(p for p, _ in fixed.values())) if p is not None]
+            by_schedule = best_by_schedule(model.build(), cluster)
+            plans = [p for p in (auto, *(p for p, _ in by_schedule.values())) if p is not None]
             cells = [f"{p.makespan * 1e3:.4g} ({m_of(p)})" if p else "—" for p in
-                     (auto, *(p for p, _ in fixed.values()))]
+                     (auto, *(p for p, _ in by_schedule.values()))]
             if not plans:
                 print(f"| {name} | {k} | {one_ms} | " + " | ".join(cells) + f" | — | {seconds:.1f} | "
-                      f"memory: {why or fixed['gpipe'][1][:200]} |", flush=True)
+                      f"memory: {why or by_schedule['gpipe'][1][:200]} |", flush=True)
                 continue
             best = min(plans, key=lambda p: p.makespan)
             ratio = best.makespan / bound(model.build(), cluster, m_of(best))

@@ -47,6 +47,7 @@ times the orders; `check_plan` checks the plan, memory included.
 from __future__ import annotations
 
 import weakref
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from pesto_ir.cluster import Cluster
@@ -370,14 +371,25 @@ def priorities(graph: Graph, stage_of: dict[str, int], ticks: dict[tuple[int, st
     return prio
 
 
-def eager_priorities(graph: Graph, cluster: Cluster, placement: dict[str, str]) -> dict[str, tuple[float, ...]]:
-    """The eager schedule's choice among ready ops: the oldest micro-batch first (an op without one,
-    a gradient sum or the update, as micro-batch 0: it is ready only when what it sums is done),
-    then the longest path from the op to the step's end (its cost on its device included, transfers
-    not). Oldest first keeps micro-batches moving through the stages, as a pipeline must; by
-    longest path alone a device would run one op for every micro-batch before the next."""
+def eager_priorities(graph: Graph, cluster: Cluster, placement: Mapping[str, str]) -> dict[str, tuple[float, ...]]:
+    """The eager schedule's choice among ready ops: the oldest micro-batch first, then the longest
+    path from the op to the step's end (its cost on its device included, transfers not). Oldest
+    first keeps micro-batches moving through the stages, as a pipeline must; by longest path alone
+    a device would run one op for every micro-batch before the next. An op without a micro-batch
+    takes its latest producer's (a gradient sum, the update), else its earliest consumer's (an
+    optimizer term that reads only state runs with the first micro-batch that needs it), else 0,
+    as `priorities` places such ops in the fixed schedules."""
     to_end: dict[str, float] = {}
     for op in reversed(graph.ops):
         tail = max((to_end[c.name] for c in op.consumers()), default=0.0)
         to_end[op.name] = op_cost(op, cluster.device(placement[op.name])) + tail
-    return {op.name: (float(op.get("microbatch") or 0), -to_end[op.name]) for op in graph.ops}
+    batch: dict[str, int] = {}
+    for op in graph.ops:
+        i = op.get("microbatch")
+        found = [batch[p.name] for p in op.producers() if p.name in batch]
+        if i is not None or found:
+            batch[op.name] = int(i) if i is not None else max(found)
+    for op in reversed(graph.ops):
+        if op.name not in batch:
+            batch[op.name] = min((batch[c.name] for c in op.consumers()), default=0)
+    return {op.name: (float(batch[op.name]), -to_end[op.name]) for op in graph.ops}

@@ -390,15 +390,18 @@ def _screen_pipelines(graph: Graph, cluster: Cluster, todo: list[Strategy], opti
             why = "predicted slower" if predicted is not None else f"{PATIENCE} in a row were slower"
             c.why_not = c.why_not or f"{schedule} not built: {why}"
             continue
-        engines = (schedule,) if c.source is not None else (schedule, EAGER)
-        estimate = cost.estimate(c, schedule, len(engines))
-        if time.perf_counter() + estimate > (deadline if best is None or c.source is not None else stop):
+        end = deadline if best is None or c.source is not None else stop
+        engines: tuple[str, ...] = (schedule,) if c.source is not None else (schedule, EAGER)
+        if time.perf_counter() + cost.estimate(c, engines) > end:
+            engines = (schedule,)  # the fixed schedule alone, as the model ranked it, if that fits
+        estimate = cost.estimate(c, engines)
+        if time.perf_counter() + estimate > end:
             c.why_not = c.why_not or f"{schedule} not built: it would take about {estimate:.2g} s, past the time limit"
             continue
         previous = c.plan.makespan if c.plan is not None else None
         started, built = time.perf_counter(), c.graph is not None
         _logged(screen(graph, cluster, c, options, heuristic, engines), log, rates)
-        cost.learn(c, time.perf_counter() - started, built, len(engines))
+        cost.learn(c, time.perf_counter() - started, built, engines)
         if c.plan is None or c.plan.makespan == previous:
             continue
         slower = slower + 1 if best is not None and c.plan.makespan >= best[0] else 0
@@ -408,7 +411,7 @@ def _screen_pipelines(graph: Graph, cluster: Cluster, todo: list[Strategy], opti
     fastest = sorted((c for c in candidates.values() if c.plan is not None), key=lambda c: c.plan.makespan)  # type: ignore[union-attr]
     for c in fastest[:1]:  # list scheduling grows faster than the ops: small pipelines only
         if c.source is not None and len(c.source.ops) <= MAX_HEURISTIC_OPS and \
-                time.perf_counter() + cost.estimate(c, "heuristics") <= stop:
+                time.perf_counter() + cost.estimate(c, ("heuristics",)) <= stop:
             _logged(screen(graph, cluster, c, options, heuristic), log, rates)
     return tried
 
@@ -424,19 +427,26 @@ class BuildCost:
     once_ops: float = 0.0
     schedule: float | None = None
 
-    def estimate(self, c: Candidate, engine: str, runs: int = 1) -> float:
-        """Seconds to build `c`'s graph (unless built) and run `engine` on it (`runs` schedules)."""
+    def estimate(self, c: Candidate, engines: Sequence[str]) -> float:
+        """Seconds to build `c`'s graph (unless built) and run `engines` on it (the heuristics as
+        three schedules)."""
         ops = len(c.source.ops) if c.source is not None else self.once_ops + self.ops_per_microbatch * c.strategy.microbatches
         rate = self.schedule if self.schedule is not None else 2 * self.rewrite
         build = 0.0 if c.source is not None else self.rewrite * ops
-        return build + rate * ops * (3 if engine == "heuristics" else runs)
+        return build + rate * ops * _schedules_worth(engines)
 
-    def learn(self, c: Candidate, seconds: float, built: bool, runs: int = 1) -> None:
-        """`runs` schedules on `c` took `seconds` (with the rewrite, unless `built` before)."""
+    def learn(self, c: Candidate, seconds: float, built: bool, engines: Sequence[str]) -> None:
+        """`engines` on `c` took `seconds` (with the rewrite, unless `built` before)."""
         if c.source is None:
             return
         ops = len(c.source.ops)
-        self.schedule = max(seconds - (0.0 if built else self.rewrite * ops), 0.0) / max(ops * runs, 1)
+        worth = _schedules_worth(engines)
+        self.schedule = max(seconds - (0.0 if built else self.rewrite * ops), 0.0) / max(ops * worth, 1)
+
+
+def _schedules_worth(engines: Sequence[str]) -> int:
+    """What `engines` cost in schedules' simulations: the heuristics three, a schedule one."""
+    return sum(3 if engine == "heuristics" else 1 for engine in engines)
 
 
 def _ranked_pipelines(graph: Graph, cluster: Cluster, todo: list[Strategy], log: PlaceOptions, rates: Rates

@@ -6,12 +6,15 @@ producer's results from another device has arrived. A producer's results are sen
 destination device (all the results ops there read, as one message); transfers on one directed
 link run one at a time, first come first served (ops that end at the same time send in graph
 order). Graph inputs are available everywhere at time 0.
+
+`simulate` runs given per-device orders; `simulate_eager` chooses the order as it goes (each idle
+device starts its ready op of least priority), with the same timing of ops and transfers.
 """
 
 from __future__ import annotations
 
 import heapq
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from pesto_ir.cluster import Cluster
 from pesto_ir.costs import op_cost, value_bytes
@@ -77,6 +80,7 @@ class _Timeline:
         return t
 
     def start(self, name: str, device: str, ready: float) -> None:
+        """Runs `name` on `device` once the device is free and `ready` (its inputs there) has come."""
         start = max(self.device_free[device], ready)
         end = start + self.cost[name]
         self.slots[name] = OpSlot(device, start, end)
@@ -100,13 +104,17 @@ class _Timeline:
             self.arrived[(name, device)] = t
         return t, kind, name, device
 
+    def peek(self) -> float:
+        """The time of the next event."""
+        return self.events[0][0]
+
     def _push(self, t: float, rank: int, kind: str, name: str, device: str) -> None:
         heapq.heappush(self.events, (t, rank, self.seq, kind, name, device))
         self.seq += 1
 
-    def plan(self, graph: Graph, algorithm: str) -> Plan:
-        return Plan(graph.name, algorithm, list(self.cluster.names), {n: self.slots[n] for n in self.ops},
-                    self.transfers)
+    def plan(self, name: str, algorithm: str) -> Plan:
+        """The plan of graph `name` once every op has run (ops in graph order)."""
+        return Plan(name, algorithm, list(self.cluster.names), {n: self.slots[n] for n in self.ops}, self.transfers)
 
 
 def simulate(graph: Graph, cluster: Cluster, placement: Mapping[str, str],
@@ -119,10 +127,11 @@ def simulate(graph: Graph, cluster: Cluster, placement: Mapping[str, str],
     def try_start(device: str) -> None:
         queue = order.get(device, ())
         while pos[device] < len(queue):
-            ready = run.ready_time(queue[pos[device]], device)
+            name = queue[pos[device]]
+            ready = run.ready_time(name, device)
             if ready is None:
                 return
-            run.start(queue[pos[device]], device, ready)
+            run.start(name, device, ready)
             pos[device] += 1
 
     for d in cluster.names:
@@ -135,7 +144,7 @@ def simulate(graph: Graph, cluster: Cluster, placement: Mapping[str, str],
         waits = ", ".join(f"{d} waits at op '{n}'" for d, n in sorted(stuck.items()))
         raise PlanError([f"the device orders deadlock: {waits} (an op is ordered before one it depends on)"],
                         context="cannot simulate the plan")
-    return run.plan(graph, algorithm)
+    return run.plan(graph.name, algorithm)
 
 
 def simulate_eager(graph: Graph, cluster: Cluster, placement: Mapping[str, str],
@@ -144,14 +153,16 @@ def simulate_eager(graph: Graph, cluster: Cluster, placement: Mapping[str, str],
     least `priority` (then graph order) among its ops whose inputs are there: a list schedule of a
     fixed placement, timed as `simulate` times an order (the plan's orders are its start times).
 
-    A device chooses only once every event of the moment has been seen (all ops that end then,
-    all transfers that arrive), so the choice does not depend on the order of simultaneous events."""
-    problems = [f"op '{op.name}' is not placed on a device of the cluster" for op in graph.ops
-                if placement.get(op.name) not in set(cluster.names)]
-    if problems:
-        raise PlanError(problems, context="cannot simulate the plan")
+    Devices choose once the events pending at that time (ops that end, transfers that arrive, at
+    exactly the same time) have all been seen, so the choice does not depend on the order of
+    those events; an op of no duration started then ends after the choice."""
+    _check_placement(graph, cluster, placement)
+    unranked = [op.name for op in graph.ops if op.name not in priority]
+    if unranked:
+        raise PlanError([f"{len(unranked)} op(s) have no priority, e.g. '{unranked[0]}'"],
+                        context="cannot simulate the plan")
     run = _Timeline(graph, cluster, placement)
-    waiting = {name: len(ps) for name, ps in run.producers.items()}
+    waiting = {name: len(ps) for name, ps in run.producers.items()}  # inputs not yet on the op's device
     readers: dict[tuple[str, str], list[str]] = {}  # (producer, device) -> its readers there
     for op in graph.ops:
         for p in run.producers[op.name]:
@@ -159,35 +170,43 @@ def simulate_eager(graph: Graph, cluster: Cluster, placement: Mapping[str, str],
     ready: dict[str, list[tuple[tuple[float, ...], int, str]]] = {d: [] for d in cluster.names}
     busy: set[str] = set()
 
-    def inputs_in(names: list[str]) -> None:
+    def now_ready(names: Iterable[str]) -> None:
         for name in names:
-            waiting[name] -= 1
-            if waiting[name] == 0:
-                heapq.heappush(ready[placement[name]], (priority[name], run.index[name], name))
+            heapq.heappush(ready[placement[name]], (priority[name], run.index[name], name))
 
-    for op in graph.ops:
-        if waiting[op.name] == 0:
-            heapq.heappush(ready[placement[op.name]], (priority[op.name], run.index[op.name], op.name))
+    now_ready(name for name, n in waiting.items() if n == 0)
     now = 0.0
     while True:
         for d in cluster.names:
             if d not in busy and ready[d]:
-                name = heapq.heappop(ready[d])[2]
-                run.start(name, d, now)
+                run.start(heapq.heappop(ready[d])[2], d, now)
                 busy.add(d)
         if not run.events:
             break
-        now = run.events[0][0]
-        while run.events and run.events[0][0] == now:
+        now = run.peek()
+        while run.events and run.peek() == now:
             _, kind, name, device = run.next_event()
             if kind == "op":
                 busy.discard(device)
-            inputs_in(readers.get((name, device), []))
-    return run.plan(graph, algorithm)
+            arrived = readers.get((name, device), [])
+            for reader in arrived:
+                waiting[reader] -= 1
+            now_ready(r for r in arrived if waiting[r] == 0)
+    if len(run.slots) != len(run.ops):  # not a DAG in graph order: an op waits for one after it
+        never = next(op.name for op in graph.ops if op.name not in run.slots)
+        raise PlanError([f"{len(run.ops) - len(run.slots)} op(s) never had their inputs, e.g. '{never}'"],
+                        context="cannot simulate the plan")
+    return run.plan(graph.name, algorithm)
 
 
-def _check_inputs(graph: Graph, cluster: Cluster, placement: Mapping[str, str],
-                  order: Mapping[str, Sequence[str]]) -> None:
+def _check_placement(graph: Graph, cluster: Cluster, placement: Mapping[str, str]) -> None:
+    """Refuses ops not placed, or placed on a device the cluster does not have."""
+    problems = _placement_problems(graph, cluster, placement)
+    if problems:
+        raise PlanError(problems, context="cannot simulate the plan")
+
+
+def _placement_problems(graph: Graph, cluster: Cluster, placement: Mapping[str, str]) -> list[str]:
     problems: list[str] = []
     names = set(cluster.names)
     for op in graph.ops:
@@ -196,6 +215,12 @@ def _check_inputs(graph: Graph, cluster: Cluster, placement: Mapping[str, str],
             problems.append(f"op '{op.name}' is not placed")
         elif d not in names:
             problems.append(f"op '{op.name}' is placed on unknown device '{d}'")
+    return problems
+
+
+def _check_inputs(graph: Graph, cluster: Cluster, placement: Mapping[str, str],
+                  order: Mapping[str, Sequence[str]]) -> None:
+    problems = _placement_problems(graph, cluster, placement)
     seen: set[str] = set()
     for d, names_on in order.items():
         for n in names_on:

@@ -182,9 +182,45 @@ def test_eager_takes_the_least_priority_among_ready_ops() -> None:
     assert tie.ops["b"].start == 1 * MS  # equal priorities: graph order
 
 
-def test_eager_refuses_an_op_not_placed() -> None:
+def test_eager_refuses_an_op_not_placed_or_without_priority() -> None:
     with pytest.raises(PlanError, match="op 'c' is not placed"):
         simulate_eager(FORK, cluster(), {"a": "gpu0", "b": "gpu0"}, {"a": (0.0,), "b": (0.0,), "c": (0.0,)})
+    with pytest.raises(PlanError, match="1 op\\(s\\) have no priority, e.g. 'c'"):
+        simulate_eager(FORK, cluster(), {"a": "gpu0", "b": "gpu0", "c": "gpu1"}, {"a": (0.0,), "b": (0.0,)})
+
+
+def test_eager_chooses_after_every_event_of_the_moment() -> None:
+    """On gpu1, `e` ends at 2 ms just as `a`'s result arrives from gpu0. The op's end is popped
+    first; choosing then would start `d`, though `c` (less priority) is ready at the same time."""
+    g = parse("""
+graph @moment() {
+  %a = opaque() {cost = 1ms} : blob[0]
+  %e = opaque() {cost = 2ms} : blob[0]
+  %c = opaque(%a) {cost = 1ms} : blob[0]
+  %d = opaque() {cost = 1ms} : blob[0]
+}
+""")
+    placement = {"a": "gpu0", "e": "gpu1", "c": "gpu1", "d": "gpu1"}
+    plan = simulate_eager(g, cluster(), placement, {"a": (0.0,), "e": (0.0,), "c": (1.0,), "d": (2.0,)})
+    assert plan.ops["c"].start == 2 * MS and plan.ops["d"].start == 3 * MS
+
+
+def test_eager_plans_of_zero_length_ops_and_repeated_operands_are_valid() -> None:
+    from pesto_ir.validate import validate_plan
+
+    g = parse("""
+graph @odd() {
+  %a, %b = opaque() {cost = 1ms} : blob[1000], blob[2000]
+  %z = opaque(%a, %a) {cost = 0ms} : blob[1000]
+  %c = opaque(%a, %b, %z) {cost = 1ms} : blob[0]
+  %f = opaque() {cost = 0ms} : blob[0]
+}
+""")
+    cl = cluster()
+    placement = {"a": "gpu0", "z": "gpu1", "c": "gpu1", "f": "gpu1"}
+    plan = simulate_eager(g, cl, placement, {n: (0.0,) for n in placement})
+    assert validate_plan(g, cl, plan) == []
+    assert [(t.src, t.to, t.nbytes) for t in plan.transfers] == [("a", "gpu1", 3000)]  # a and b, one message
 
 
 @settings(max_examples=100, deadline=None)
@@ -199,7 +235,8 @@ def test_eager_plans_are_work_conserving_list_schedules(problem: tuple[Graph, Cl
     plan = simulate_eager(graph, cl, placement, priority)
     order = {d: sorted((n for n in plan.ops if plan.ops[n].device == d), key=lambda n: plan.ops[n].start)
              for d in cl.names}
-    assert simulate(graph, cl, placement, order).ops == plan.ops
+    again = simulate(graph, cl, placement, order)
+    assert again.ops == plan.ops and again.transfers == plan.transfers
     arrival = {(t.src, t.to): t.end for t in plan.transfers}
     index = {op.name: i for i, op in enumerate(graph.ops)}
     for op in graph.ops:
