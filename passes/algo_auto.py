@@ -2,7 +2,11 @@
 
 1. Heuristics first (the warm start the place pass hands over, or the best of the place pass's
    heuristics and the fastest single device): they take milliseconds to a second and are
-   sometimes already optimal (at the lower bound), in which case nothing else runs.
+   sometimes already optimal (at the lower bound), in which case nothing else runs. On 4 devices
+   or more, `auto` itself then places the graph on the first half of the devices with
+   `SEED_SHARE` of the time left: a plan on fewer devices is a plan on all of them, and the search
+   on more devices, which has more to explore in the same time, starts from it. On the MSR graphs
+   the refined plan at k = 8 had been slower than at k = 4 on 11 of 16 rows (by up to 3.4%).
 2. Small graphs (at most `EXACT_UNITS` placement units) go to the whole CP-SAT model first, for
    `EXACT_SHARE` of the time left: it can prove optimality there, and its bound is kept.
 3. Then large-neighbourhood search with CP-SAT sub-models improves the best plan for the rest of
@@ -24,6 +28,7 @@ from typing import Any
 
 from pesto_ir.bounds import lower_bound
 from pesto_ir.cluster import Cluster
+from pesto_ir.errors import PestoError
 from pesto_ir.ir import Graph
 from pesto_ir.passes.algo_common import colocation_units
 from pesto_ir.passes.algo_cpsat import place_cpsat, starting_plan
@@ -32,6 +37,7 @@ from pesto_ir.passes.exact_common import REL_GAP, as_algorithm, fmt, gap
 from pesto_ir.passes.lns import MAX_OPS as LNS_MAX_OPS
 from pesto_ir.passes.lns import improve_with_lns
 from pesto_ir.passes.local_search import improve_by_moves
+from pesto_ir.passes.replicas import sub_cluster
 from pesto_ir.placement import Interrupted, PlaceOptions, carried_plan
 from pesto_ir.plan import Plan
 from pesto_ir.validate import check_plan, validate_plan
@@ -45,6 +51,8 @@ PROVE_UNITS = 12  # up to this many units the whole model gets all the time: it 
 # and send to the solver, for a 1.7 s solve), so past it LNS's sub-models alone
 EXACT_MAX_OP_DEVICES = 2_000
 MIN_EXACT_SECONDS = 0.5  # below this much time left after the heuristics, the heuristic plan stands
+SEED_SHARE = 0.35  # of the time left, for auto on the first half of the devices (a starting plan) ...
+MIN_SEED_DEVICES = 4  # ... on clusters of this many devices or more
 MARGIN = 0.03  # of the time left, kept for timing and checking the solver's plan
 
 
@@ -66,8 +74,9 @@ def place_auto(graph: Graph, cluster: Cluster, options: PlaceOptions) -> Plan:
 class _Portfolio:
     """One `auto` run: its best plan so far, the engine that made it and every stage's result."""
 
-    def __init__(self, graph: Graph, cluster: Cluster, options: PlaceOptions) -> None:
+    def __init__(self, graph: Graph, cluster: Cluster, options: PlaceOptions, as_seed: bool = False) -> None:
         self.graph, self.cluster, self.options = graph, cluster, options
+        self.as_seed = as_seed  # a starting plan for more devices: give up where no heuristic fits
         self.started = time.perf_counter()
         self.plan: Plan | None = None
         self.engine = ""
@@ -111,6 +120,8 @@ class _Portfolio:
         heuristic, self.notes = starting_plan(graph, cluster, options)
         self.bound = lower_bound(graph, cluster)
         left = self.left()
+        if heuristic is None and self.as_seed:
+            raise PestoError("no heuristic plan fits in memory")
         if heuristic is None:  # memory too tight for every greedy packing: CP-SAT searches from scratch
             plan = place_cpsat(graph, cluster, dataclasses.replace(options, time_limit=left * (1 - MARGIN),
                                                                    warm_start=None))
@@ -125,6 +136,8 @@ class _Portfolio:
             self.plan = dataclasses.replace(heuristic, solver={"name": name,
                                                                "status": "optimal" if at_bound else "heuristic"})
             return self.summary(f"kept the heuristic plan ({why})")
+        self._seed_from_half(left)
+        left = self.left()
         units = len(colocation_units(graph.ops))
         if units <= EXACT_UNITS and len(graph.ops) * len(cluster) <= EXACT_MAX_OP_DEVICES:
             share = left * (EXACT_SHARE if units > PROVE_UNITS else 1.0) * (1 - MARGIN)
@@ -147,6 +160,39 @@ class _Portfolio:
             self.offer("cpsat-lns", improve_with_lns(graph, cluster, lns_options, engine="cpsat", start=self.plan))
         how = ("CP-SAT on the whole model, then LNS" if units <= EXACT_UNITS else "LNS with CP-SAT sub-models")
         return self.summary(f"{how} on {units} placement units")
+
+
+    def _seed_from_half(self, left: float) -> None:
+        """Offer `auto`'s plan on the first half of the devices (with `SEED_SHARE` of `left`, seeded
+        the same way in turn), as a plan on all of them. On Ctrl-C, the half's best plan is
+        offered and the interrupt goes on."""
+        cluster = self.cluster
+        if len(cluster) < MIN_SEED_DEVICES or left * SEED_SHARE < MIN_EXACT_SECONDS:
+            return
+        half = sub_cluster(cluster, cluster.names[:len(cluster) // 2])
+        options = dataclasses.replace(self.options, time_limit=left * SEED_SHARE, warm_start=None, quiet=True)
+        inner = _Portfolio(self.graph, half, options, as_seed=True)
+        try:
+            seed: Plan | None = inner.run()
+        except PestoError as e:  # no heuristic plan fits on half the devices
+            self.notes.append(f"auto: no plan on {len(half)} of the {len(cluster)} devices to start from "
+                              f"({str(e).splitlines()[0]})")
+            return
+        except KeyboardInterrupt as e:
+            best = inner.interrupted(e).plan  # a plan on the half: offered here as a plan on all
+            if best is not None:
+                self.offer(f"auto on {len(half)} devices", self._on_all(best))
+            raise KeyboardInterrupt from None  # carrying no plan of the half: the caller keeps self.plan
+        assert seed is not None
+        whole = self._on_all(seed)
+        self.options.progress(f"auto: {fmt(whole.makespan)} on {len(half)} of the {len(cluster)} devices")
+        self.offer(f"auto on {len(half)} devices", whole)
+
+    def _on_all(self, plan: Plan) -> Plan:
+        """A plan on some of the devices as a plan on all of them: the same ops, times and
+        transfers; its solver's bound (of fewer devices) and notes dropped."""
+        return check_plan(self.graph, self.cluster, dataclasses.replace(
+            plan, devices=list(self.cluster.names), peak_memory=None, solver=None, lower_bound=None, notes=[]))
 
 
 def _relabelled(plan: Plan) -> Plan:

@@ -299,6 +299,37 @@ def test_auto_keeps_a_heuristic_plan_at_the_lower_bound() -> None:
     assert plan.solver["winner"] != "cpsat"
 
 
+def test_auto_on_four_devices_starts_from_its_own_plan_on_two() -> None:
+    """A plan on two of the devices is a plan on all four: auto places the graph on the first two
+    first and offers that plan, so its result on four is no slower. Its bound is four devices' (the
+    two-device plan's bound, higher, is not carried over)."""
+    import re
+
+    graph = layered_dag(80, seed=9)
+    cluster = Cluster.homogeneous(4, "v100", latency=1e-5, bandwidth=50e9)
+    warm = round_robin_plan(graph, cluster)  # far from the bound: the heuristics would already be at it
+    plan = place_auto(graph, cluster, PlaceOptions(time_limit=4, quiet=True, warm_start=warm))
+    check_plan(graph, cluster, plan)
+    found = re.search(r"auto on 2 devices ([\d.]+) (\w+)", plan.solver["portfolio"])
+    assert found, plan.solver["portfolio"]
+    scale = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6}[found.group(2)]
+    assert plan.makespan <= float(found.group(1)) * scale * (1 + 1e-3)
+    assert plan.lower_bound is not None and plan.lower_bound <= plan.makespan
+    assert plan.lower_bound <= max(lower_bound(graph, cluster), plan.solver["bound"])
+    assert plan.lower_bound < lower_bound(graph, Cluster.homogeneous(2, "v100", latency=1e-5, bandwidth=50e9))
+
+
+def test_auto_says_so_when_the_graph_does_not_fit_on_half_the_devices() -> None:
+    graph = layered_dag(30, seed=4)
+    for op in graph.ops:
+        op.set("memory", 10**9)  # resident: 30 GB in all, where two devices hold 2 x 10 GB
+        op.attrs["activation"] = BytesAttr(0)
+    cluster = Cluster.homogeneous(4, "v100", memory=10e9, latency=1e-5, bandwidth=10e9)
+    plan = place_auto(graph, cluster, PlaceOptions(time_limit=3, quiet=True))
+    check_plan(graph, cluster, plan)
+    assert any("no plan on 2 of the 4 devices to start from" in n for n in plan.notes), plan.notes
+
+
 def test_auto_uses_lns_on_larger_graphs_and_is_never_worse_than_its_start() -> None:
     graph = layered_dag(80, seed=9)
     cluster = Cluster.homogeneous(4, "v100", latency=1e-5, bandwidth=50e9)
