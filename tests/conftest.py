@@ -9,6 +9,7 @@ import os
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
+from collections.abc import Iterator  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
@@ -35,3 +36,22 @@ def resnet50_layer():  # type: ignore[no-untyped-def]
     if not path.exists():
         pytest.skip(f"{path} is not here")
     return pesto_ir.load(path)
+
+
+@pytest.fixture
+def sigint_reaches_python() -> Iterator[None]:
+    """Takes JAX's garbage-collection callback out for a test that sends itself SIGINT. JAX,
+    imported by other tests in this process, registers one; a SIGINT that comes while it runs is
+    printed and dropped ("Exception ignored in: <function _xla_gc_callback>"), and the interrupt
+    under test is lost (1 run in 3 to 8 of tests/test_cli_hardening.py, with other work on the
+    machine). `pesto-compile` on a cost graph never imports JAX. The list is changed in place: the
+    collector holds it, not the module attribute."""
+    import gc
+
+    jax_callbacks = [cb for cb in gc.callbacks if (getattr(cb, "__module__", "") or "").startswith("jax")]
+    for cb in jax_callbacks:
+        gc.callbacks.remove(cb)
+    try:
+        yield
+    finally:
+        gc.callbacks.extend(jax_callbacks)

@@ -319,6 +319,7 @@ def _interrupted_after(seconds: float, place: Callable[[], object]) -> Interrupt
 
 
 @pytest.mark.skipif(not MSR_OPS.exists(), reason="needs the MSR graphs in ../shared")
+@pytest.mark.usefixtures("sigint_reaches_python")
 def test_ctrl_c_during_auto_keeps_its_best_plan() -> None:
     """`auto` on one batch of 150 coarse groups (more than its whole CP-SAT model takes: it runs LNS
     to the time limit), interrupted: the best of its stages so far, valid, no slower than the
@@ -335,6 +336,7 @@ def test_ctrl_c_during_auto_keeps_its_best_plan() -> None:
 
 
 @pytest.mark.skipif(not MSR_OPS.exists(), reason="needs the MSR graphs in ../shared")
+@pytest.mark.usefixtures("sigint_reaches_python")
 def test_ctrl_c_during_the_hybrid_search_records_the_fastest_plan_screened() -> None:
     """The place pass searching replicas x micro-batches, interrupted: it records the fastest plan
     screened so far in the graph it is a plan of, and the pipeline goes on."""
@@ -353,6 +355,7 @@ def test_ctrl_c_during_the_hybrid_search_records_the_fastest_plan_screened() -> 
 
 
 @pytest.mark.skipif(not MSR_OPS.exists(), reason="needs the MSR graphs in ../shared")
+@pytest.mark.usefixtures("sigint_reaches_python")
 def test_an_interrupted_cpsat_request_leaves_no_stale_answer() -> None:
     """Interrupted while waiting, the caller kills the worker: the next request restarts it and gets its
     own answer, not the interrupted request's."""

@@ -51,6 +51,7 @@ def test_a_crashed_worker_keeps_the_best_plan_and_says_how_it_died(monkeypatch: 
 
 
 @pytest.mark.skipif(not MSR.exists(), reason="needs the MSR graphs in ../shared")
+@pytest.mark.usefixtures("sigint_reaches_python")
 def test_ctrl_c_stops_the_solve_at_once_and_keeps_the_best_plan() -> None:
     graph, cluster = pesto_ir.load(MSR), Cluster.homogeneous(4, "v100", latency=1e-5, bandwidth=5e10)
     warm = best_heuristic_plan(graph, cluster, PlaceOptions(quiet=True))
