@@ -6,7 +6,7 @@
    or more, `auto` itself then places the graph on the first half of the devices with
    `SEED_SHARE` of the time left: a plan on fewer devices is a plan on all of them, and the search
    on more devices, which has more to explore in the same time, starts from it. On the MSR graphs
-   the refined plan at k = 8 had been slower than at k = 4 on 11 of 16 rows (by up to 3.4%).
+   the refined plan at k = 8 had been slower than at k = 4 on 8 of 16 rows (by up to 3.4%).
 2. Small graphs (at most `EXACT_UNITS` placement units) go to the whole CP-SAT model first, for
    `EXACT_SHARE` of the time left: it can prove optimality there, and its bound is kept.
 3. Then large-neighbourhood search with CP-SAT sub-models improves the best plan for the rest of
@@ -161,7 +161,6 @@ class _Portfolio:
         how = ("CP-SAT on the whole model, then LNS" if units <= EXACT_UNITS else "LNS with CP-SAT sub-models")
         return self.summary(f"{how} on {units} placement units")
 
-
     def _seed_from_half(self, left: float) -> None:
         """Offer `auto`'s plan on the first half of the devices (with `SEED_SHARE` of `left`, seeded
         the same way in turn), as a plan on all of them. On Ctrl-C, the half's best plan is
@@ -173,7 +172,7 @@ class _Portfolio:
         options = dataclasses.replace(self.options, time_limit=left * SEED_SHARE, warm_start=None, quiet=True)
         inner = _Portfolio(self.graph, half, options, as_seed=True)
         try:
-            seed: Plan | None = inner.run()
+            seed = inner.run()
         except PestoError as e:  # no heuristic plan fits on half the devices
             self.notes.append(f"auto: no plan on {len(half)} of the {len(cluster)} devices to start from "
                               f"({str(e).splitlines()[0]})")
@@ -183,7 +182,6 @@ class _Portfolio:
             if best is not None:
                 self.offer(f"auto on {len(half)} devices", self._on_all(best))
             raise KeyboardInterrupt from None  # carrying no plan of the half: the caller keeps self.plan
-        assert seed is not None
         whole = self._on_all(seed)
         self.options.progress(f"auto: {fmt(whole.makespan)} on {len(half)} of the {len(cluster)} devices")
         self.offer(f"auto on {len(half)} devices", whole)

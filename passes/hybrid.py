@@ -6,8 +6,8 @@ rewritten by `passes/rebatch.py`, and its plan as the plan of the whole step).
 
 `place{algo=auto}` searches (d, m): it screens every strategy that divides the devices and the
 batch with the fast heuristics and the pipeline schedules (GPipe, 1F1B, and the eager schedule
-of their stages on every replica graph built), then spends the rest of its time limit on the best strategy with the full engine, warm-started from the
-screening plan. A strategy that does not fit in memory is dropped with the reason kept.
+of their stages on every replica graph built), then spends the rest of its time limit on the
+best strategy with the full engine, warm-started from the screening plan. A strategy that does not fit in memory is dropped with the reason kept.
 """
 
 from __future__ import annotations
@@ -348,7 +348,7 @@ def _screen_pipelines(graph: Graph, cluster: Cluster, todo: list[Strategy], opti
     screened: on large graphs they are what matters, and refining a pipeline gains little), then
     the heuristics on the fastest pipelined replica graph. The first schedule built on a replica
     graph runs with the eager schedule of the same stages, which the model does not predict (on
-    the JAX zoo it was faster than both fixed schedules).
+    the JAX zoo's GPT, LSTM and ResNet at k = 4 it was faster than both fixed schedules).
 
     One batch is always screened, its heuristics given until `until`, the end of the screening (on
     a large graph they cannot all run in it). What does not fit is not started: one batch of
