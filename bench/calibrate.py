@@ -228,10 +228,10 @@ def fit_to_steps(steps: Sequence[Step], kernel_efficiency: dict[str, float],
     `STEP_FIT_SHARE` of the roofline time of `MIN_FIT_STEPS` steps (the others keep the efficiency
     of their kernels timed alone), bounded: every efficiency at most `MAX_EFFICIENCY`, and within
     `FIT_RANGE` of its kernels timed alone where they gave one; the launch at least 0 and at most
-    `max_launch` (the launch of a kernel timed alone; also where only the launch is fitted). The steps' family shares move together
-    (more convolutions, more elementwise epilogues, more kernels), so an unbounded fit trades one
-    family against another: one run on this machine put convolutions at 10 times the roofline and
-    reductions at 0.06. With too few steps to fit them, only the launch is fitted.
+    `max_launch` (the launch of a kernel timed alone; also where only the launch is fitted). The
+    steps' family shares move together (more convolutions, more elementwise epilogues, more
+    kernels), so an unbounded fit trades one family against another: one run on this machine put
+    convolutions at 10 times the roofline and reductions at 0.06. With too few steps to fit them, only the launch is fitted.
     Returns the launch, the efficiencies and how they were fitted (naming the figures held at a bound)."""
     fitted = [f for f in OP_FAMILIES
               if sum(1 for st in steps if st.roofline.get(f, 0.0) >= STEP_FIT_SHARE * sum(st.roofline.values()) > 0)

@@ -98,7 +98,8 @@ def pipeline_plan(graph: Graph, cluster: Cluster, schedule: str, options: PlaceO
     placement = {name: cluster.names[s] for name, s in where.items()}
     m = microbatch_count(graph)
     if schedule == EAGER:
-        plan = simulate_eager(graph, cluster, placement, eager_priorities(graph, cluster, placement), algorithm=schedule)
+        priority = eager_priorities(graph, cluster, placement)
+        plan = simulate_eager(graph, cluster, placement, priority, algorithm=schedule)
     else:
         ticks = slot_ticks(schedule, len(cluster), m)
         order = order_from_priority(graph, placement, priorities(graph, where, ticks))

@@ -7,7 +7,8 @@ rewritten by `passes/rebatch.py`, and its plan as the plan of the whole step).
 `place{algo=auto}` searches (d, m): it screens every strategy that divides the devices and the
 batch with the fast heuristics and the pipeline schedules (GPipe, 1F1B, and the eager schedule
 of their stages on every replica graph built), then spends the rest of its time limit on the
-best strategy with the full engine, warm-started from the screening plan. A strategy that does not fit in memory is dropped with the reason kept.
+best strategy with the full engine, warm-started from the screening plan. A strategy that does
+not fit in memory is dropped with the reason kept.
 """
 
 from __future__ import annotations

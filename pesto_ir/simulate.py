@@ -156,11 +156,12 @@ def simulate_eager(graph: Graph, cluster: Cluster, placement: Mapping[str, str],
     Devices choose once the events pending at that time (ops that end, transfers that arrive, at
     exactly the same time) have all been seen, so the choice does not depend on the order of
     those events; an op of no duration started then ends after the choice."""
-    _check_placement(graph, cluster, placement)
+    problems = _placement_problems(graph, cluster, placement)
     unranked = [op.name for op in graph.ops if op.name not in priority]
     if unranked:
-        raise PlanError([f"{len(unranked)} op(s) have no priority, e.g. '{unranked[0]}'"],
-                        context="cannot simulate the plan")
+        problems.append(f"{len(unranked)} op(s) have no priority, e.g. '{unranked[0]}'")
+    if problems:
+        raise PlanError(problems, context="cannot simulate the plan")
     run = _Timeline(graph, cluster, placement)
     waiting = {name: len(ps) for name, ps in run.producers.items()}  # inputs not yet on the op's device
     readers: dict[tuple[str, str], list[str]] = {}  # (producer, device) -> its readers there
@@ -199,14 +200,8 @@ def simulate_eager(graph: Graph, cluster: Cluster, placement: Mapping[str, str],
     return run.plan(graph.name, algorithm)
 
 
-def _check_placement(graph: Graph, cluster: Cluster, placement: Mapping[str, str]) -> None:
-    """Refuses ops not placed, or placed on a device the cluster does not have."""
-    problems = _placement_problems(graph, cluster, placement)
-    if problems:
-        raise PlanError(problems, context="cannot simulate the plan")
-
-
 def _placement_problems(graph: Graph, cluster: Cluster, placement: Mapping[str, str]) -> list[str]:
+    """Ops not placed, or placed on a device the cluster does not have."""
     problems: list[str] = []
     names = set(cluster.names)
     for op in graph.ops:

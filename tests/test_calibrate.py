@@ -63,7 +63,8 @@ def test_fits_on_made_up_kernels() -> None:
     assert fit_launch_overhead(samples) == pytest.approx(launch, rel=0.05)
     efficiency, why = fit_efficiency(samples, launch)
     assert efficiency == pytest.approx(speed)
-    assert why == {"conv": "no kernels", "conv_filter_grad": "no kernels", "window": "no kernels", "scatter": "no kernels",
+    assert why == {"conv": "no kernels", "conv_filter_grad": "no kernels", "window": "no kernels",
+                   "scatter": "no kernels",
                    "reduction": "only 1 kernel", "movement": "launch-bound", "other": "no roofline work"}
 
 
