@@ -38,7 +38,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pesto_ir.cluster import OP_FAMILIES, Cluster, ClusterError, Device
+from pesto_ir.cluster import OP_FAMILIES, PARENT_FAMILY, Cluster, ClusterError, Device, family_efficiency
 from pesto_ir.errors import PestoError
 from pesto_ir.ir import Graph, Op
 from pesto_ir.timing import hold_xla_to_one_core
@@ -195,7 +195,7 @@ class Step:
     measured: float
 
     def predicted(self, launch: float, efficiency: dict[str, float]) -> float:
-        return sum(t / efficiency.get(f, 1.0) for f, t in self.roofline.items()) + launch * self.kernels
+        return sum(t / family_efficiency(efficiency, f) for f, t in self.roofline.items()) + launch * self.kernels
 
 
 def step_sample(name: str, model: str, config: Any, graph: Graph, device: Device, profiler: Any) -> Step:
@@ -228,49 +228,67 @@ def fit_to_steps(steps: Sequence[Step], kernel_efficiency: dict[str, float],
     `STEP_FIT_SHARE` of the roofline time of `MIN_FIT_STEPS` steps (the others keep the efficiency
     of their kernels timed alone), bounded: every efficiency at most `MAX_EFFICIENCY`, and within
     `FIT_RANGE` of its kernels timed alone where they gave one; the launch at least 0 and at most
-    `max_launch` (the launch of a kernel timed alone; also where only the launch is fitted). The
-    steps' family shares move together (more convolutions, more elementwise epilogues, more
+    `max_launch` (the launch of a kernel timed alone; also where only the launch is fitted).
+
+    The steps' family shares move together (more convolutions, more elementwise epilogues, more
     kernels), so an unbounded fit trades one family against another: one run on this machine put
-    convolutions at 10 times the roofline and reductions at 0.06. With too few steps to fit them, only the launch is fitted.
+    convolutions at 10 times the roofline and reductions at 0.06. A gradient family and its
+    forward family (`PARENT_FAMILY`) move together in every training step, so they are fitted as
+    one: a single factor scales both from their kernels timed alone, which are what tells them
+    apart (fitted apart, a run put weight gradients at 1.87 of the datasheet, forward matmuls at
+    0.52). With too few steps to fit them, only the launch is fitted.
     Returns the launch, the efficiencies and how they were fitted (naming the figures held at a bound)."""
     fitted = [f for f in OP_FAMILIES
               if sum(1 for st in steps if st.roofline.get(f, 0.0) >= STEP_FIT_SHARE * sum(st.roofline.values()) > 0)
               >= MIN_FIT_STEPS]
-    if len(steps) < len(fitted) + 1 + MIN_SPARE_STEPS:
+    groups: dict[str, list[str]] = {}
+    for f in fitted:
+        groups.setdefault(PARENT_FAMILY.get(f, f), []).append(f)
+    if len(steps) < len(groups) + 1 + MIN_SPARE_STEPS:
         launch = fit_step_launch(steps, kernel_efficiency)
         return (launch if max_launch is None else min(launch, max_launch), dict(kernel_efficiency),
                 f"launch fitted to {len(steps)} step(s); efficiencies of the kernels timed alone")
-    launch, inverse, held = _bounded_fit(steps, fitted, kernel_efficiency, max_launch)
+    launch, fitted_efficiency, held = _bounded_fit(steps, list(groups.values()), kernel_efficiency, max_launch)
     efficiency = {f: e for f, e in kernel_efficiency.items() if f not in fitted}
-    efficiency.update({f: min(1.0 / inverse[f], MAX_EFFICIENCY) for f in fitted})
+    efficiency.update(fitted_efficiency)
     at_bound = f"; held at a bound: {', '.join(held)}" if held else ""
+    together = [" with ".join(g) for g in groups.values() if len(g) > 1]
     return (launch, efficiency,
-            f"{', '.join(fitted) or 'no family'} and the launch fitted to {len(steps)} whole steps; the other "
-            f"families from their kernels timed alone{at_bound}")
+            f"{', '.join(fitted) or 'no family'} and the launch fitted to {len(steps)} whole steps"
+            + (f" ({'; '.join(together)} by one factor)" if together else "")
+            + f"; the other families from their kernels timed alone{at_bound}")
 
 
-def _bounded_fit(steps: Sequence[Step], fitted: list[str], kept: dict[str, float], max_launch: float | None
+def _bounded_fit(steps: Sequence[Step], groups: list[list[str]], kept: dict[str, float], max_launch: float | None
                  ) -> tuple[float, dict[str, float], list[str]]:
-    """Launch and inverse efficiencies of `fitted` minimising the steps' relative errors within
-    their bounds (`fit_to_steps`; the other families at their `kept` efficiency, else 1), and the
-    figures that ended at a bound."""
+    """Launch and efficiencies of the families in `groups` minimising the steps' relative errors
+    within their bounds (`fit_to_steps`; the other families at their `kept` efficiency, else 1),
+    and the figures that ended at a bound. Each group's families are scaled by one factor from
+    their `kept` figures (a sub-family without one: its parent's, else 1)."""
     import numpy as np
     from scipy.optimize import lsq_linear
 
-    a = np.array([[st.roofline.get(f, 0.0) / st.measured for f in fitted] + [st.kernels / st.measured]
+    fitted = {f for g in groups for f in g}
+    base = {f: family_efficiency(kept, f) for f in fitted}
+    a = np.array([[sum(st.roofline.get(f, 0.0) / base[f] for f in g) / st.measured for g in groups]
+                  + [st.kernels / st.measured] for st in steps])
+    b = np.array([1.0 - sum(t / family_efficiency(kept, f) for f, t in st.roofline.items() if f not in fitted)
+                  / st.measured
                   for st in steps])
-    b = np.array([1.0 - sum(t / kept.get(f, 1.0) for f, t in st.roofline.items() if f not in fitted) / st.measured
-                  for st in steps])
-    low = [1.0 / min(kept[f] * FIT_RANGE, MAX_EFFICIENCY) if f in kept else 1.0 / MAX_EFFICIENCY for f in fitted]
-    high = [FIT_RANGE / kept[f] if f in kept else np.inf for f in fitted]
+    # the unknowns: per group, the inverse of the factor on its families' figures
+    anchored = [any(f in kept or PARENT_FAMILY.get(f) in kept for f in g) for g in groups]
+    low = [max(1.0 / FIT_RANGE if anchor else 0.0, *(base[f] / MAX_EFFICIENCY for f in g))
+           for g, anchor in zip(groups, anchored)]
+    high = [FIT_RANGE if anchor else np.inf for anchor in anchored]
     # a launch of 0 timed alone still leaves the solver an interval (its bounds must differ)
     launch_cap = np.inf if max_launch is None else max(max_launch, 1e-12)
     x = lsq_linear(a, b, bounds=([*low, 0.0], [*high, launch_cap])).x
-    held = [f for f, v, lo, hi in zip(fitted, x, low, high)
+    held = [" and ".join(g) for g, v, lo, hi in zip(groups, x, low, high)
             if math.isclose(v, lo, rel_tol=1e-6) or math.isclose(v, hi, rel_tol=1e-6)]
     if max_launch is not None and math.isclose(x[-1], launch_cap, rel_tol=1e-6):
         held.append("launch")  # at 0 it is not held: kernels inside a step may well cost no launch
-    return float(x[-1]), {f: float(v) for f, v in zip(fitted, x[:-1])}, held
+    efficiency = {f: min(base[f] / float(v), MAX_EFFICIENCY) for g, v in zip(groups, x[:-1]) for f in g}
+    return float(x[-1]), efficiency, held
 
 
 def fit_step_launch(steps: Sequence[Step], efficiency: dict[str, float]) -> float:

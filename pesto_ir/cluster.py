@@ -52,13 +52,23 @@ KINDS: dict[str, DeviceKind] = {
 
 
 # Op families the roofline model tells apart (`pesto_ir.roofline.op_family`); a device may reach a
-# different fraction of its datasheet roofline in each (`Device.efficiency`). `conv_filter_grad`:
+# different fraction of its datasheet roofline in each (`Device.efficiency`). `matmul_weight_grad`:
+# matmuls that contract their left operand over leading dimensions, as a weight gradient x^T dy
+# does (XLA's CPU backend relayouts them and runs them on another library); `conv_filter_grad`:
 # convolutions whose window is larger than their output, as the gradient of a convolution's kernel
 # is (cuDNN's "backward filter"); `window`: pooling (`reduce_window`) and the max-pool gradient
 # (`select_and_scatter_add`), a loop over every window; `scatter`: read-modify-write at computed
 # indices, serial loops on a CPU, atomics on a GPU.
-OP_FAMILIES: tuple[str, ...] = ("matmul", "conv", "conv_filter_grad", "elementwise", "reduction", "window",
-                                "scatter", "movement", "other")
+OP_FAMILIES: tuple[str, ...] = ("matmul", "matmul_weight_grad", "conv", "conv_filter_grad", "elementwise",
+                                "reduction", "window", "scatter", "movement", "other")
+# A gradient family a device has no figure for takes its forward family's (files calibrated before
+# the split, or with too few such kernels to time, still cost them as what they are).
+PARENT_FAMILY: dict[str, str] = {"matmul_weight_grad": "matmul", "conv_filter_grad": "conv"}
+
+
+def family_efficiency(figures: Mapping[str, float], family: str) -> float:
+    """`family`'s figure in `figures`, else its `PARENT_FAMILY`'s, else 1.0 (not calibrated)."""
+    return figures.get(family, figures.get(PARENT_FAMILY.get(family, family), 1.0))
 
 
 @dataclass(frozen=True)
@@ -96,10 +106,10 @@ class Device:
 
     def efficiency_for(self, family: str) -> float:
         """The fraction of the roofline ops of `family` reach here (roofline time is divided by
-        it); 1.0 when not calibrated."""
+        it): the family's figure, else its `PARENT_FAMILY`'s, else 1.0 (not calibrated)."""
         if family not in OP_FAMILIES:
             raise ClusterError(f"unknown op family '{family}' (op families: {', '.join(OP_FAMILIES)})")
-        return dict(self.efficiency).get(family, 1.0)
+        return family_efficiency(dict(self.efficiency), family)
 
 
 def _check_calibration(who: str, launch: Any, efficiency: Any) -> None:

@@ -63,7 +63,8 @@ def test_fits_on_made_up_kernels() -> None:
     assert fit_launch_overhead(samples) == pytest.approx(launch, rel=0.05)
     efficiency, why = fit_efficiency(samples, launch)
     assert efficiency == pytest.approx(speed)
-    assert why == {"conv": "no kernels", "conv_filter_grad": "no kernels", "window": "no kernels",
+    assert why == {"matmul_weight_grad": "no kernels", "conv": "no kernels", "conv_filter_grad": "no kernels",
+                   "window": "no kernels",
                    "scatter": "no kernels",
                    "reduction": "only 1 kernel", "movement": "launch-bound", "other": "no roofline work"}
 
@@ -90,6 +91,28 @@ def test_fits_whole_steps_to_their_launch_and_family_efficiencies() -> None:
     assert only_launch == pytest.approx(launch, rel=1e-6) and kept["matmul"] == 0.6
     assert "launch fitted to 1 step" in how
 
+
+
+def test_a_gradient_family_is_fitted_with_its_forward_family_by_one_factor() -> None:
+    """Every training step has a weight gradient per forward matmul, so the steps cannot tell the
+    two families apart: the fit scales both from their kernels timed alone by one factor, keeping
+    the ratio the kernels measured."""
+    from bench.calibrate import Step, fit_to_steps
+
+    truth = {"matmul": 0.8, "matmul_weight_grad": 0.4, "elementwise": 0.3}
+    mixes = [(8e-3, 1e-3, 50), (2e-3, 4e-3, 300), (5e-3, 5e-4, 120), (1e-2, 2e-3, 80), (1e-3, 1e-3, 400),
+             (6e-3, 3e-3, 200)]
+    steps = []
+    for i, (m, e, kernels) in enumerate(mixes):  # weight gradients: half the forward matmuls' work
+        roofline = {"matmul": m, "matmul_weight_grad": m / 2, "elementwise": e}
+        steps.append(Step(f"s{i}", kernels, roofline, sum(t / truth[f] for f, t in roofline.items()) + kernels * 2e-6))
+    # the kernels timed alone ran both matmul families at half their speed inside a step
+    launch, efficiency, how = fit_to_steps(steps, {"matmul": 0.4, "matmul_weight_grad": 0.2, "elementwise": 0.3})
+    assert efficiency == pytest.approx(truth, rel=1e-6) and launch == pytest.approx(2e-6, rel=1e-6)
+    assert "matmul with matmul_weight_grad by one factor" in how
+    # without a figure of its own the gradient family is scaled from its forward family's
+    _, efficiency, _ = fit_to_steps(steps, {"matmul": 0.4, "elementwise": 0.3})
+    assert efficiency["matmul_weight_grad"] == pytest.approx(efficiency["matmul"])
 
 
 def test_the_step_fit_keeps_each_family_near_its_kernels_timed_alone() -> None:

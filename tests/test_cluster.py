@@ -271,7 +271,7 @@ def test_efficiency_is_kept_sorted_whatever_order_it_came_in() -> None:
     ({"launch_overhead": float("nan")}, "launch_overhead must be .* got nan"),
     ({"launch_overhead": "soon"}, "launch_overhead must be .* got 'soon'"),
     ({"launch_overhead": True}, "launch_overhead must be .* got True"),
-    ({"efficiency": {"gemm": 0.5}}, "unknown op family 'gemm' \\(op families: matmul, conv, conv_filter_grad, elementwise, reduction"),
+    ({"efficiency": {"gemm": 0.5}}, "unknown op family 'gemm' \\(op families: matmul, matmul_weight_grad, conv, conv_filter_grad, elementwise"),
     ({"efficiency": {"matmul": 0}}, "efficiency of 'matmul' must be a positive finite factor .* got 0"),
     ({"efficiency": {"matmul": float("inf")}}, "efficiency of 'matmul' must be .* got inf"),
     ({"efficiency": {"matmul": "fast"}}, "efficiency of 'matmul' must be .* got 'fast'"),
@@ -306,8 +306,16 @@ def test_calibrated_figures_through_the_api_are_checked() -> None:
         AllReduceFit(0.0, -1.0)
     with pytest.raises(ClusterError, match="unknown op family 'gemm'"):
         Device.of_kind("x", "cpu").efficiency_for("gemm")
-    assert OP_FAMILIES == ("matmul", "conv", "conv_filter_grad", "elementwise", "reduction", "window",
-                           "scatter", "movement", "other")
+    assert OP_FAMILIES == ("matmul", "matmul_weight_grad", "conv", "conv_filter_grad", "elementwise", "reduction",
+                           "window", "scatter", "movement", "other")
+
+
+def test_a_gradient_family_without_a_figure_takes_its_forward_familys() -> None:
+    d = Device("x", "cpu", 1e11, 2e10, 1e9, efficiency={"matmul": 0.7, "conv": 0.4, "conv_filter_grad": 0.2})
+    assert d.efficiency_for("matmul_weight_grad") == 0.7  # no figure of its own: the matmul's
+    assert d.efficiency_for("conv_filter_grad") == 0.2  # its own figure
+    assert d.efficiency_for("reduction") == 1.0  # no parent: the datasheet
+    assert Device("y", "cpu", 1e11, 2e10, 1e9).efficiency_for("matmul_weight_grad") == 1.0
 
 
 def test_ring_all_reduce_uses_the_fit_within_one_host_only() -> None:

@@ -227,3 +227,30 @@ def test_a_conv_nets_kernel_gradients_and_max_pool_gradients_have_their_own_fami
         ((2, 8, 8, 4), "conv"), ((2, 8, 8, 8), "conv"), ((3, 3, 4, 8), "conv_filter_grad")]
     assert {families[op.name] for op in g.ops if op.opcode == "select_and_scatter_add"} == {"window"}
     assert {families[op.name] for op in g.ops if op.opcode == "reduce_window_max"} == {"window"}
+
+
+def test_a_dense_layers_weight_gradient_has_its_own_family() -> None:
+    # x @ w forward, dy @ w^T for the input's gradient (both contract x's and dy's last dimension),
+    # x^T @ dy for the weight's (contracts the batch dimension, x's first): XLA's CPU backend
+    # relayouts the last one's operands and runs it on another library, at about half the speed.
+    import jax
+    import jax.numpy as jnp
+
+    from pesto_ir.frontends.jax import lower
+    from pesto_ir.roofline import op_family
+
+    def loss(w: jax.Array, x: jax.Array) -> jax.Array:
+        return jnp.sum(jnp.tanh(x @ w))
+
+    g = lower(jax.grad(loss, argnums=(0, 1)), jnp.ones((16, 8)), jnp.ones((4, 16)))
+    dots = {tuple(op.results[0].type.shape): op_family(op) for op in g.ops if op.opcode == "dot_general"}
+    assert dots == {(4, 8): "matmul", (4, 16): "matmul", (8, 16): "matmul_weight_grad"}  # (w^T, transposed after)
+
+    def attention_scores(q: jax.Array, k: jax.Array) -> jax.Array:  # batched: "bqd,bkd->bqk"
+        return jnp.sum(jnp.einsum("bqd,bkd->bqk", q, k) ** 2)
+
+    g = lower(jax.grad(attention_scores, argnums=(0, 1)), jnp.ones((2, 5, 3)), jnp.ones((2, 6, 3)))
+    families = sorted((tuple(op.results[0].type.shape), op_family(op)) for op in g.ops if op.opcode == "dot_general")
+    # the scores and the query's gradient (dS @ k) contract last dimensions; the key's (dS^T @ q)
+    # contracts dS over its query dimension
+    assert families == [((2, 5, 3), "matmul"), ((2, 5, 6), "matmul"), ((2, 6, 3), "matmul_weight_grad")]
