@@ -62,6 +62,9 @@ MIN_SPARE_STEPS = 2
 FIT_RANGE = 4.0
 # The share of kernels, smallest roofline time first, whose median time is the launch overhead.
 LAUNCH_QUANTILE = 0.25
+# The step fit's figures are written only when they predict each step, fitted to the others, with
+# at most this share of the error the kernels' own figures make (RMS of log(predicted / measured)).
+HELD_OUT_GAIN = 0.9
 
 
 def _step_models(quick: bool) -> dict[str, tuple[str, Any]]:
@@ -238,13 +241,9 @@ def fit_to_steps(steps: Sequence[Step], kernel_efficiency: dict[str, float],
     apart (fitted apart, a run put weight gradients at 1.87 of the datasheet, forward matmuls at
     0.52). With too few steps to fit them, only the launch is fitted.
     Returns the launch, the efficiencies and how they were fitted (naming the figures held at a bound)."""
-    fitted = [f for f in OP_FAMILIES
-              if sum(1 for st in steps if st.roofline.get(f, 0.0) >= STEP_FIT_SHARE * sum(st.roofline.values()) > 0)
-              >= MIN_FIT_STEPS]
-    groups: dict[str, list[str]] = {}
-    for f in fitted:
-        groups.setdefault(PARENT_FAMILY.get(f, f), []).append(f)
-    if len(steps) < len(groups) + 1 + MIN_SPARE_STEPS:
+    groups = _fitted_groups(steps)
+    fitted = [f for g in groups.values() for f in g]
+    if len(steps) < _steps_needed(groups):
         launch = fit_step_launch(steps, kernel_efficiency)
         return (launch if max_launch is None else min(launch, max_launch), dict(kernel_efficiency),
                 f"launch fitted to {len(steps)} step(s); efficiencies of the kernels timed alone")
@@ -257,6 +256,21 @@ def fit_to_steps(steps: Sequence[Step], kernel_efficiency: dict[str, float],
             f"{', '.join(fitted) or 'no family'} and the launch fitted to {len(steps)} whole steps"
             + (f" ({'; '.join(together)} by one factor)" if together else "")
             + f"; the other families from their kernels timed alone{at_bound}")
+
+
+def _fitted_groups(steps: Sequence[Step]) -> dict[str, list[str]]:
+    """The families the steps fit (`fit_to_steps`), by the family they are fitted with."""
+    groups: dict[str, list[str]] = {}
+    for f in OP_FAMILIES:
+        if sum(1 for st in steps if st.roofline.get(f, 0.0) >= STEP_FIT_SHARE * sum(st.roofline.values()) > 0) \
+                >= MIN_FIT_STEPS:
+            groups.setdefault(PARENT_FAMILY.get(f, f), []).append(f)
+    return groups
+
+
+def _steps_needed(groups: dict[str, list[str]]) -> int:
+    """Steps it takes to fit `groups` and the launch, with `MIN_SPARE_STEPS` to spare."""
+    return len(groups) + 1 + MIN_SPARE_STEPS
 
 
 def _bounded_fit(steps: Sequence[Step], groups: list[list[str]], kept: dict[str, float], max_launch: float | None
@@ -289,6 +303,47 @@ def _bounded_fit(steps: Sequence[Step], groups: list[list[str]], kept: dict[str,
         held.append("launch")  # at 0 it is not held: kernels inside a step may well cost no launch
     efficiency = {f: min(base[f] / float(v), MAX_EFFICIENCY) for g, v in zip(groups, x[:-1]) for f in g}
     return float(x[-1]), efficiency, held
+
+
+def choose_figures(steps: Sequence[Step], kernel_efficiency: dict[str, float],
+                   max_launch: float | None = None) -> tuple[float, dict[str, float], str]:
+    """The launch and efficiencies to write: the step fit (`fit_to_steps`) where it predicts steps
+    it was not fitted to better than the kernels' own figures do (each with the launch fitted to
+    the steps), by `HELD_OUT_GAIN`; else the kernels' figures. Leave-one-out over the steps.
+
+    A step fit can match the steps it was fitted to and still be wrong: where families move
+    together from step to step, it trades one against another (on this CPU it put elementwise
+    kernels at 4 times their kernels' figure and reductions at half theirs), and the steps
+    cannot say which figures are right. A model held out of the fit can."""
+    launch, efficiency, how = fit_to_steps(steps, kernel_efficiency, max_launch)
+    if len(steps) < _steps_needed(_fitted_groups(steps)):
+        return launch, efficiency, how  # only the launch was fitted
+    if len(steps) - 1 < _steps_needed(_fitted_groups(steps)):
+        return launch, efficiency, f"{how}; too few steps to check the fit on steps held out of it"
+
+    def kernels(rest: Sequence[Step]) -> tuple[float, dict[str, float]]:
+        fitted = fit_step_launch(rest, kernel_efficiency)
+        return (fitted if max_launch is None else min(fitted, max_launch)), dict(kernel_efficiency)
+
+    def fitted(rest: Sequence[Step]) -> tuple[float, dict[str, float]]:
+        return fit_to_steps(rest, kernel_efficiency, max_launch)[:2]
+
+    by_steps, by_kernels = held_out_error(steps, fitted), held_out_error(steps, kernels)
+    errors = f"held-out error {by_steps:.3f} with the step fit, {by_kernels:.3f} with the kernels' figures"
+    if by_steps <= HELD_OUT_GAIN * by_kernels:
+        return launch, efficiency, f"{how}; {errors}"
+    launch, efficiency = kernels(steps)
+    return (launch, efficiency, f"efficiencies of the kernels timed alone and the launch fitted to {len(steps)} "
+            f"whole steps: the step fit ({how}) predicted steps it was not fitted to no better ({errors})")
+
+
+def held_out_error(steps: Sequence[Step], fit: Callable[[Sequence[Step]], tuple[float, dict[str, float]]]) -> float:
+    """RMS over the steps of log(predicted / measured), each step predicted by `fit` of the others."""
+    logs = []
+    for i, st in enumerate(steps):
+        launch, efficiency = fit([*steps[:i], *steps[i + 1:]])
+        logs.append(math.log(max(st.predicted(launch, efficiency), 1e-30) / st.measured))
+    return math.sqrt(sum(x * x for x in logs) / len(logs))
 
 
 def fit_step_launch(steps: Sequence[Step], efficiency: dict[str, float]) -> float:
@@ -440,7 +495,7 @@ def run(args: argparse.Namespace) -> int:
     for name, (model, config) in _step_models(args.quick).items():
         graph = graphs.get(name) or lower_config(model, config, f"{name}_calibrate")
         steps.append(step_sample(name, model, config, graph, device, profiler))
-    launch, efficiency, how = fit_to_steps(steps, kernel_efficiency, max_launch=alone)
+    launch, efficiency, how = choose_figures(steps, kernel_efficiency, max_launch=alone)
     say(f"launch overhead: {alone * 1e6:.2f} us per kernel timed alone, {launch * 1e6:.2f} us inside a step; {how}")
     started = time.perf_counter()
     cluster = calibrated_cluster(devices, kind, launch, efficiency)

@@ -115,6 +115,33 @@ def test_a_gradient_family_is_fitted_with_its_forward_family_by_one_factor() -> 
     assert efficiency["matmul_weight_grad"] == pytest.approx(efficiency["matmul"])
 
 
+def test_the_step_fit_is_written_only_where_it_predicts_steps_it_was_not_fitted_to() -> None:
+    from bench.calibrate import Step, choose_figures
+
+    mixes = [(8e-3, 1e-3, 2e-4, 50), (2e-3, 4e-3, 1e-3, 300), (5e-3, 5e-4, 3e-3, 120), (1e-2, 2e-3, 5e-4, 80),
+             (1e-3, 1e-3, 1e-3, 400), (6e-3, 3e-3, 2e-3, 200), (3e-3, 2e-3, 4e-3, 150)]
+    alone = {"matmul": 0.6, "elementwise": 0.5, "reduction": 0.4}
+
+    def steps(truth: dict[str, float], noise: list[float]) -> list[Step]:
+        return [Step(f"s{i}", kernels, {"matmul": m, "elementwise": e, "reduction": r},
+                     (m / truth["matmul"] + e / truth["elementwise"] + r / truth["reduction"] + kernels * 2e-6) * z)
+                for i, ((m, e, r, kernels), z) in enumerate(zip(mixes, noise))]
+
+    # steps that run every family at half its kernels' speed: the step fit predicts each held-out step
+    slower = {f: e / 2 for f, e in alone.items()}
+    launch, efficiency, how = choose_figures(steps(slower, [1.0] * 7), alone)
+    assert efficiency == pytest.approx(slower, rel=1e-6) and "held-out error 0.000 with the step fit" in how
+    # steps at the kernels' figures with +-15% of noise: the fit bends the figures to the noise,
+    # which predicts held-out steps worse than the kernels' figures
+    launch, efficiency, how = choose_figures(steps(alone, [1.15, 0.85, 1.0, 0.87, 1.13, 1.0, 0.9]), alone)
+    assert efficiency == alone and how.startswith("efficiencies of the kernels timed alone")
+    assert "predicted steps it was not fitted to no better" in how
+    # one step fewer: enough to fit, too few to hold one out; the fit stands, and says so
+    launch, efficiency, how = choose_figures(steps(slower, [1.0] * 6), alone)
+    assert efficiency == pytest.approx(slower, rel=1e-6) and how.endswith("too few steps to check the fit on steps "
+                                                                          "held out of it")
+
+
 def test_the_step_fit_keeps_each_family_near_its_kernels_timed_alone() -> None:
     """Steps that say convolutions cost nothing (as noise and families that move together can): the
     fit holds conv at `FIT_RANGE` times its kernels' efficiency, names it as held at a bound, and
