@@ -244,8 +244,7 @@ def fit_to_steps(steps: Sequence[Step], kernel_efficiency: dict[str, float],
     groups = _fitted_groups(steps)
     fitted = [f for g in groups.values() for f in g]
     if len(steps) < _steps_needed(groups):
-        launch = fit_step_launch(steps, kernel_efficiency)
-        return (launch if max_launch is None else min(launch, max_launch), dict(kernel_efficiency),
+        return (_capped_launch(steps, kernel_efficiency, max_launch), dict(kernel_efficiency),
                 f"launch fitted to {len(steps)} step(s); efficiencies of the kernels timed alone")
     launch, fitted_efficiency, held = _bounded_fit(steps, list(groups.values()), kernel_efficiency, max_launch)
     efficiency = {f: e for f, e in kernel_efficiency.items() if f not in fitted}
@@ -316,14 +315,14 @@ def choose_figures(steps: Sequence[Step], kernel_efficiency: dict[str, float],
     kernels at 4 times their kernels' figure and reductions at half theirs), and the steps
     cannot say which figures are right. A model held out of the fit can."""
     launch, efficiency, how = fit_to_steps(steps, kernel_efficiency, max_launch)
-    if len(steps) < _steps_needed(_fitted_groups(steps)):
+    needed = _steps_needed(_fitted_groups(steps))
+    if len(steps) < needed:
         return launch, efficiency, how  # only the launch was fitted
-    if len(steps) - 1 < _steps_needed(_fitted_groups(steps)):
+    if len(steps) - 1 < needed:
         return launch, efficiency, f"{how}; too few steps to check the fit on steps held out of it"
 
     def kernels(rest: Sequence[Step]) -> tuple[float, dict[str, float]]:
-        fitted = fit_step_launch(rest, kernel_efficiency)
-        return (fitted if max_launch is None else min(fitted, max_launch)), dict(kernel_efficiency)
+        return _capped_launch(rest, kernel_efficiency, max_launch), dict(kernel_efficiency)
 
     def fitted(rest: Sequence[Step]) -> tuple[float, dict[str, float]]:
         return fit_to_steps(rest, kernel_efficiency, max_launch)[:2]
@@ -344,6 +343,11 @@ def held_out_error(steps: Sequence[Step], fit: Callable[[Sequence[Step]], tuple[
         launch, efficiency = fit([*steps[:i], *steps[i + 1:]])
         logs.append(math.log(max(st.predicted(launch, efficiency), 1e-30) / st.measured))
     return math.sqrt(sum(x * x for x in logs) / len(logs))
+
+
+def _capped_launch(steps: Sequence[Step], efficiency: dict[str, float], max_launch: float | None) -> float:
+    launch = fit_step_launch(steps, efficiency)
+    return launch if max_launch is None else min(launch, max_launch)
 
 
 def fit_step_launch(steps: Sequence[Step], efficiency: dict[str, float]) -> float:
