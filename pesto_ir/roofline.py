@@ -264,8 +264,8 @@ def is_weight_gradient(op: Op) -> bool:
     how the gradient of a weight lowers (x^T dy contracts the batch and token dimensions, and the
     gradient of attention's keys the query dimension). XLA's CPU backend runs exactly these as Eigen
     dots, after copying operands to another layout, and every other matmul in YNNPACK fusions
-    (a `jax.profiler.trace` of a GPT step); timed alone they reach 0.50 of the roofline where
-    forward matmuls reach 0.63 (`bench.calibrate`)."""
+    (a `jax.profiler.trace` of a GPT step); timed alone they reach about four fifths of a forward
+    matmul's fraction of the roofline (`bench.calibrate`'s table)."""
     lhs = _tensor(op, 0)
     (lc, _rc), _batch = _attr(op, "dimension_numbers")
     rank, contracted = len(lhs.shape), sorted(int(d) for d in lc)

@@ -43,6 +43,20 @@ def test_dot_general_two_contracting_dims() -> None:
     assert op_work(op).flops == 2 * 7 * 9 * 4 * 5
 
 
+def test_a_matmul_is_a_weight_gradient_when_it_contracts_leading_dimensions_of_its_left_operand() -> None:
+    from pesto_ir.roofline import op_family
+
+    def family(dims: str, lhs: str, rhs: str, out: str) -> str:
+        return op_family(one_op(f"%y = dot_general(%a, %b) {{dimension_numbers = {dims}}} : {out}",
+                                f"%a: {lhs}, %b: {rhs}"))
+
+    assert family("[[[1], [0]], [[], []]]", "f32[8,4]", "f32[4,6]", "f32[8,6]") == "matmul"  # x @ w
+    assert family("[[[1], [1]], [[], []]]", "f32[8,6]", "f32[4,6]", "f32[8,4]") == "matmul"  # dy @ w^T
+    assert family("[[[0], [0]], [[], []]]", "f32[8,4]", "f32[8,6]", "f32[4,6]") == "matmul_weight_grad"  # x^T dy
+    assert family("[[[1, 2], [0, 1]], [[], []]]", "f32[7,4,5]", "f32[4,5,9]", "f32[7,9]") == "matmul"
+    assert family("[[[0, 1], [0, 1]], [[], []]]", "f32[2,8,4]", "f32[2,8,6]", "f32[4,6]") == "matmul_weight_grad"
+
+
 # ---------------------------------------------------------------- conv_general_dilated
 
 def conv_op(x: str, w: str, out: str, attrs: str) -> pesto_ir.Op:
