@@ -225,12 +225,20 @@ def main() -> int:
                     help="cpu: process CPU time with XLA on one core (steady on a shared machine); "
                          "wall: wall time with XLA's default threads")
     ap.add_argument("--models", default=",".join(MODELS), help="comma-separated: " + ", ".join(MODELS))
-    ap.add_argument("--cluster", help="a pesto-cluster/1 file with calibrated figures (bench.calibrate) for `roof cal`")
+    ap.add_argument("--cluster", action="append", default=[],
+                    help="a pesto-cluster/1 file with calibrated figures (bench.calibrate) for `roof cal`; given "
+                         "several times, one column per file, all against the same measured steps")
+    ap.add_argument("--no-profile", action="store_true",
+                    help="leave out the `per op` and `per kernel` columns (timing every op and kernel alone: "
+                         "most of the run's time)")
     ap.add_argument("--zoo", action="store_true",
                     help="only the zoo's full-size steps on one datasheet H100: roofline with fusion=none and xla")
     ap.add_argument("--processes", type=int, default=3,
                     help="fresh processes each jit step is timed in, the median kept (default 3): a step's time "
                          "depends on the process it runs in")
+    ap.add_argument("--families", action="store_true",
+                    help="also each step's time per op family measured inside the step (a profiler trace, "
+                         "bench/step_trace.py) next to the simulated time per family")
     ap.add_argument("--step-of", metavar="MODEL", help=argparse.SUPPRESS)  # one process of --processes
     args = ap.parse_args()
     if args.zoo:
@@ -255,12 +263,17 @@ def main() -> int:
 
     device = jax.devices()[0]
     cluster = Cluster.from_jax_devices([device])
-    calibrated = _calibrated(args.cluster, cluster) if args.cluster else None
+    calibrated = [_calibrated(path, cluster) for path in args.cluster]
     print(f"device: {device.device_kind} ({device.platform}), jax {jax.__version__}, "
           f"{os.cpu_count()} cores, {args.stat} of {args.runs} runs by {args.clock} clock"
           + (f" in each of {args.processes} processes (their median)" if args.processes > 1 else "") + ", "
-          f"load average {os.getloadavg()[0]:.2f}" + (f", calibrated figures from {args.cluster}" if calibrated else ""))
-    columns = ["jit step", "per op", "per kernel", "roof none", "roof xla"] + (["roof cal"] if calibrated else [])
+          f"load average {os.getloadavg()[0]:.2f}")
+    cal_names = ["roof cal"] if len(calibrated) == 1 else [f"roof cal {i + 1}" for i in range(len(calibrated))]
+    for column, path in zip(cal_names, args.cluster):
+        print(f"{column}: calibrated figures from {path}")
+    profiles = () if args.no_profile else ("none", "xla")
+    columns = (["jit step"] + [{"none": "per op", "xla": "per kernel"}[f] for f in profiles] + ["roof none", "roof xla"]
+               + cal_names[:len(calibrated)])
     header = f"{'model':<12} {'ops':>5} {'kernels':>7} " + " ".join(f"{c:>15}" for c in columns)
     print(header)
     print("-" * len(header))
@@ -272,11 +285,10 @@ def main() -> int:
         step = (jit_step_time(fn, example, args.runs, args.stat, args.clock) if args.processes == 1
                 else step_in_processes(name, args.processes, args.runs, args.stat, args.clock))
         spans = [makespan(lower(fn, *example), cluster, profiled(f, args.runs, args.stat, args.clock))
-                 for f in ("none", "xla")]
+                 for f in profiles]
         spans += [makespan(lower(fn, *example), cluster, f"annotate-costs{{model=roofline fusion={f}}}")
                   for f in ("none", "xla")]
-        if calibrated:
-            spans.append(makespan(lower(fn, *example), calibrated, "annotate-costs{model=roofline fusion=xla}"))
+        spans += [makespan(lower(fn, *example), c, "annotate-costs{model=roofline fusion=xla}") for c in calibrated]
         from pesto_ir.fusion import fusion_groups
 
         cells = [f"{step * 1e3:>9.3f}ms     "] + [f"{s * 1e3:>9.3f}ms {s / step:>4.2f}" for s in spans]
@@ -291,7 +303,50 @@ def main() -> int:
               f"{fb / 1e6:>9.1f} {fb / xb if xb else 0:>6.2f} {ub / 1e6:>10.1f} {ub / xb if xb else 0:>6.2f}")
     print("XLA: compiled.cost_analysis() of the whole jax.jit step; ours: the roofline rules, bytes of the "
           "fused kernels (what enters and leaves each) and of every op alone")
+    if args.families:
+        print()
+        print(family_table(names, [cluster.devices[0], *(c.devices[0] for c in calibrated)],
+                           ["roof xla", *cal_names[:len(calibrated)]], args.runs))
     return 0
+
+
+def family_table(names: list[str], devices: list[Any], columns: list[str], runs: int) -> str:
+    """Per model and op family (a gradient family in its forward family, as a trace tells them):
+    the thunks' milliseconds per step measured inside the jitted step, and each device's simulated
+    milliseconds of the kernels of that family (roofline on its figures, launches and setups
+    included) with their ratio to the measured."""
+    from bench.step_trace import family_times, forward_family
+    from pesto_ir.frontends.jax import lower
+    from pesto_ir.fusion import fusion_groups, group_work
+    from pesto_ir.roofline import NO_KERNEL, work_time
+
+    head = f"{'model':<12} {'family':<12} {'thunks':>6} {'in step':>10} {'kernels':>7} " + " ".join(
+        f"{c:>16}" for c in columns)
+    lines = [head, "-" * len(head)]
+    for name in names:
+        fn, example = MODELS[name]()
+        measured = family_times(fn, example, runs)
+        simulated: dict[str, list[float]] = {}
+        kernels: dict[str, int] = {}
+        for g in fusion_groups(lower(fn, *example)):
+            if g.free or all(op.opcode in NO_KERNEL for op in g.ops):
+                continue
+            family = forward_family(g.family)
+            kernels[family] = kernels.get(family, 0) + 1
+            times = simulated.setdefault(family, [0.0] * len(devices))
+            for i, d in enumerate(devices):
+                times[i] += work_time(group_work(g), d, g.family)
+        for family in sorted(set(simulated) | set(measured.seconds), key=lambda f: -measured.seconds.get(f, 0.0)):
+            got = measured.seconds.get(family, 0.0)
+            cells = [f"{t * 1e3:>9.3f}ms" + (f" {t / got:>5.2f}" if got > 0 else "      ")
+                     for t in simulated.get(family, [0.0] * len(devices))]
+            lines.append(f"{name:<12} {family:<12} {measured.thunks.get(family, 0):>6} {got * 1e3:>8.3f}ms "
+                         f"{kernels.get(family, 0):>7} " + " ".join(cells))
+        lines.append(f"{name:<12} {'(all)':<12} {sum(measured.thunks.values()):>6} "
+                     f"{sum(measured.seconds.values()) * 1e3:>8.3f}ms {sum(kernels.values()):>7}")
+    lines.append("in step: the thunks of each family, per step (jax.profiler.trace, mean of the traced runs); "
+                 "ratio = simulated / in step")
+    return "\n".join(lines)
 
 
 def zoo_table() -> str:

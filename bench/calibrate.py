@@ -7,10 +7,11 @@ and a different fraction per kind of kernel, so this measures, on the local JAX 
 * kernels: zoo training steps (`bench/zoo_jax.py`) at sizes that run on a CPU, cut into the
   kernels XLA runs (`pesto_ir.fusion.fusion_groups`), each timed as one executable
   (`Profiler.time_ops`). The launch overhead is the median time of the smallest quarter of the
-  kernels (by roofline time: there the launch is all there is); each op family's efficiency is
-  its kernels' roofline time over their measured time less the launches, so that
-  `launch + roofline / efficiency` adds up to what was measured (a family whose kernels are
-  mostly launch, or that has fewer than 3 kernels, gets no entry: its efficiency stays 1);
+  kernels (by roofline time: there the launch is all there is); each op family gets an
+  efficiency and a setup (fixed seconds per kernel, `fit_family`) such that
+  `launch + setup + roofline / efficiency` adds up to what its kernels measured, with the least
+  relative error per kernel (a family whose kernels are mostly launch, or that has fewer than 3
+  kernels, gets no entry: its efficiency stays 1 and its setup 0);
 * transfers: `jax.device_put` copies fitted to `latency + bytes / bandwidth` (`measure_links`);
 * all-reduces: `psum` under `shard_map` over 2, 4, ... devices fitted to the ring model
   (`measure_all_reduce`).
@@ -35,10 +36,10 @@ import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from pesto_ir.cluster import OP_FAMILIES, PARENT_FAMILY, Cluster, ClusterError, Device, family_efficiency
+from pesto_ir.cluster import OP_FAMILIES, PARENT_FAMILY, Cluster, ClusterError, Device, family_efficiency, family_figure
 from pesto_ir.errors import PestoError
 from pesto_ir.ir import Graph, Op
 from pesto_ir.timing import hold_xla_to_one_core
@@ -52,6 +53,10 @@ MIN_BEYOND_LAUNCH_S = 2e-5
 MIN_KERNELS = 3
 # At most this fraction of the datasheet roofline (a sanity bound: datasheets are peaks).
 MAX_EFFICIENCY = 10.0
+# A family's setup (fixed seconds per kernel) is fitted from at least this many kernels, whose
+# roofline times span at least this factor; else the family has an efficiency alone.
+MIN_SETUP_KERNELS = 6
+SETUP_SIZE_SPREAD = 4.0
 # Families holding at least this share of the roofline time of `MIN_FIT_STEPS` calibration steps get
 # an efficiency fitted to whole steps; and the steps must outnumber the figures fitted by this many.
 STEP_FIT_SHARE = 0.05
@@ -164,10 +169,21 @@ def fit_launch_overhead(samples: Sequence[Sample]) -> float:
     return float(statistics.median(s.measured for s in smallest))
 
 
-def fit_efficiency(samples: Sequence[Sample], launch: float) -> tuple[dict[str, float], dict[str, str]]:
-    """Per family: its roofline seconds over its measured seconds less one launch per kernel (at
-    most `MAX_EFFICIENCY`), and for each family left out, why."""
-    out, why = {}, {}
+@dataclass(frozen=True)
+class KernelFigures:
+    """What the kernels timed alone give per op family: the efficiency (roofline time is divided
+    by it), the setup (seconds each kernel takes beyond the launch whatever its size), the
+    efficiency the family would have with no setup (`plain`), and for each family left out, why."""
+
+    efficiency: dict[str, float]
+    setup: dict[str, float]
+    plain: dict[str, float]
+    why: dict[str, str]
+
+
+def fit_efficiency(samples: Sequence[Sample], launch: float) -> KernelFigures:
+    """Per family with enough kernels beyond their launches: `fit_family`'s efficiency and setup."""
+    efficiency, setup, plain, why = {}, {}, {}, {}
     for family in OP_FAMILIES:
         mine = [s for s in samples if s.family == family]
         roofline, measured = sum(s.roofline for s in mine), sum(s.measured for s in mine)
@@ -181,8 +197,53 @@ def fit_efficiency(samples: Sequence[Sample], launch: float) -> tuple[dict[str, 
         elif not beyond_launch >= max(MIN_BEYOND_LAUNCH * measured, MIN_BEYOND_LAUNCH_S):
             why[family] = "launch-bound"
         else:
-            out[family] = min(roofline / beyond_launch, MAX_EFFICIENCY)
-    return out, why
+            efficiency[family], fixed = fit_family(mine, launch)
+            plain[family] = fit_family_without_setup(mine, launch)
+            if fixed > 0:
+                setup[family] = fixed
+    return KernelFigures(efficiency, setup, plain, why)
+
+
+def fit_family(samples: Sequence[Sample], launch: float) -> tuple[float, float]:
+    """One family's efficiency and setup: each kernel costs `launch + setup + roofline / efficiency`,
+    the family's kernels adding up to what they measured, with the least relative error over its
+    kernels (setup >= 0, efficiency at most `MAX_EFFICIENCY`). With fewer than
+    `MIN_SETUP_KERNELS` kernels, or kernels of too alike a size to tell a setup from a slope
+    (`SETUP_SIZE_SPREAD`), the setup is 0: the efficiency is the kernels' roofline time over
+    their time beyond the launches.
+
+    One efficiency alone cannot cost a library kernel's fixed work: on this CPU a convolution
+    of 0.26 MFLOP takes 40 us alone and one of 38 MFLOP 250 us, so a figure that fits the large
+    ones costs a small ResNet's 26 convolutions at a third of their time."""
+    n = len(samples)
+    x_sum = sum(s.roofline for s in samples)
+    y_sum = sum(s.measured - launch for s in samples)
+    setup = 0.0
+    sizes = [s.roofline for s in samples if s.roofline > 0]
+    if n >= MIN_SETUP_KERNELS and sizes and max(sizes) >= SETUP_SIZE_SPREAD * min(sizes):
+        # with the total held, setup c gives slope (y_sum - n c) / x_sum; residual_i = c a_i + b_i
+        a = [1.0 - n * s.roofline / x_sum for s in samples]
+        b = [y_sum * s.roofline / x_sum - (s.measured - launch) for s in samples]
+        w2 = [1.0 / max(s.measured, 1e-12) ** 2 for s in samples]
+        aa = sum(w * ai * ai for w, ai in zip(w2, a))
+        if aa > 0:
+            best = -sum(w * ai * bi for w, ai, bi in zip(w2, a, b)) / aa
+            setup = min(max(best, 0.0), max((y_sum - x_sum / MAX_EFFICIENCY) / n, 0.0))
+    return min(x_sum / (y_sum - n * setup), MAX_EFFICIENCY), setup
+
+
+def fit_family_without_setup(samples: Sequence[Sample], launch: float) -> float:
+    """The efficiency a family's kernels give with no setup: their roofline time over their time
+    beyond the launches (at most `MAX_EFFICIENCY`)."""
+    return min(sum(s.roofline for s in samples) / sum(s.measured - launch for s in samples), MAX_EFFICIENCY)
+
+
+def relative_error(samples: Sequence[Sample], launch: float, efficiency: float, setup: float) -> float:
+    """RMS over `samples` of log(predicted / measured), each kernel costed `launch + setup +
+    roofline / efficiency`."""
+    logs = [math.log(max(launch + setup + s.roofline / efficiency, 1e-12) / max(s.measured, 1e-12))
+            for s in samples]
+    return math.sqrt(sum(v * v for v in logs) / len(logs)) if logs else 0.0
 
 
 # ---------------------------------------------------------------- whole steps
@@ -190,15 +251,21 @@ def fit_efficiency(samples: Sequence[Sample], launch: float) -> tuple[dict[str, 
 @dataclass(frozen=True)
 class Step:
     """One model's whole jitted step: its kernels, their datasheet roofline seconds per family
-    (no launch), and the measured seconds of the step."""
+    (no launch), the measured seconds of the step, and its kernels per family (for their setups)."""
 
     model: str
     kernels: int
     roofline: dict[str, float]
     measured: float
+    counts: dict[str, int] = field(default_factory=dict)
 
-    def predicted(self, launch: float, efficiency: dict[str, float]) -> float:
-        return sum(t / family_efficiency(efficiency, f) for f, t in self.roofline.items()) + launch * self.kernels
+    def predicted(self, launch: float, efficiency: dict[str, float], setup: dict[str, float] | None = None) -> float:
+        return (sum(t / family_efficiency(efficiency, f) for f, t in self.roofline.items()) + launch * self.kernels
+                + self.setup_time(setup or {}))
+
+    def setup_time(self, setup: dict[str, float]) -> float:
+        """Seconds the step's kernels take in their families' `setup`."""
+        return sum(family_figure(setup, f, 0.0) * n for f, n in self.counts.items())
 
 
 def step_sample(name: str, model: str, config: Any, graph: Graph, device: Device, profiler: Any) -> Step:
@@ -215,23 +282,26 @@ def step_sample(name: str, model: str, config: Any, graph: Graph, device: Device
     args = jax.device_put(concrete_arguments(spec), jax_device)
     measured = call_time(jax.jit(step), args, profiler.runs, profiler.warmup, profiler.stat, profiler.clock)
     roofline: dict[str, float] = {}
-    kernels = 0
+    counts: dict[str, int] = {}
     for g in fusion_groups(graph):
         if g.free or all(op.opcode in NO_KERNEL for op in g.ops):
             continue
-        kernels += 1
-        roofline[g.family] = roofline.get(g.family, 0.0) + datasheet_time(group_work(g), device)
-    return Step(name, kernels, roofline, max(measured - profiler.baseline(jax_device), 0.0))
+        family = g.family if g.family in OP_FAMILIES else "other"
+        counts[family] = counts.get(family, 0) + 1
+        roofline[family] = roofline.get(family, 0.0) + datasheet_time(group_work(g), device)
+    return Step(name, sum(counts.values()), roofline, max(measured - profiler.baseline(jax_device), 0.0), counts)
 
 
 def fit_to_steps(steps: Sequence[Step], kernel_efficiency: dict[str, float],
-                 max_launch: float | None = None) -> tuple[float, dict[str, float], str]:
+                 max_launch: float | None = None, setup: dict[str, float] | None = None
+                 ) -> tuple[float, dict[str, float], str]:
     """Launch overhead and efficiencies that make the calibrated roofline of whole steps match
     their measured times: least squares on relative error, over the families that hold at least
     `STEP_FIT_SHARE` of the roofline time of `MIN_FIT_STEPS` steps (the others keep the efficiency
     of their kernels timed alone), bounded: every efficiency at most `MAX_EFFICIENCY`, and within
     `FIT_RANGE` of its kernels timed alone where they gave one; the launch at least 0 and at most
     `max_launch` (the launch of a kernel timed alone; also where only the launch is fitted).
+    Each family's `setup` per kernel (from its kernels timed alone) is held, not fitted.
 
     The steps' family shares move together (more convolutions, more elementwise epilogues, more
     kernels), so an unbounded fit trades one family against another: one run on this machine put
@@ -244,9 +314,10 @@ def fit_to_steps(steps: Sequence[Step], kernel_efficiency: dict[str, float],
     groups = _fitted_groups(steps)
     fitted = [f for g in groups.values() for f in g]
     if len(steps) < _steps_needed(groups):
-        return (_capped_launch(steps, kernel_efficiency, max_launch), dict(kernel_efficiency),
+        return (_capped_launch(steps, kernel_efficiency, max_launch, setup), dict(kernel_efficiency),
                 f"launch fitted to {len(steps)} step(s); efficiencies of the kernels timed alone")
-    launch, fitted_efficiency, held = _bounded_fit(steps, list(groups.values()), kernel_efficiency, max_launch)
+    launch, fitted_efficiency, held = _bounded_fit(steps, list(groups.values()), kernel_efficiency, max_launch,
+                                                   setup or {})
     efficiency = {f: e for f, e in kernel_efficiency.items() if f not in fitted}
     efficiency.update(fitted_efficiency)
     at_bound = f"; held at a bound: {', '.join(held)}" if held else ""
@@ -272,8 +343,8 @@ def _steps_needed(groups: dict[str, list[str]]) -> int:
     return len(groups) + 1 + MIN_SPARE_STEPS
 
 
-def _bounded_fit(steps: Sequence[Step], groups: list[list[str]], kept: dict[str, float], max_launch: float | None
-                 ) -> tuple[float, dict[str, float], list[str]]:
+def _bounded_fit(steps: Sequence[Step], groups: list[list[str]], kept: dict[str, float], max_launch: float | None,
+                 setup: dict[str, float]) -> tuple[float, dict[str, float], list[str]]:
     """Launch and efficiencies of the families in `groups` minimising the steps' relative errors
     within their bounds (`fit_to_steps`; the other families at their `kept` efficiency, else 1),
     and the figures that ended at a bound. Each group's families are scaled by one factor from
@@ -285,8 +356,8 @@ def _bounded_fit(steps: Sequence[Step], groups: list[list[str]], kept: dict[str,
     base = {f: family_efficiency(kept, f) for f in fitted}
     a = np.array([[sum(st.roofline.get(f, 0.0) / base[f] for f in g) / st.measured for g in groups]
                   + [st.kernels / st.measured] for st in steps])
-    b = np.array([1.0 - sum(t / family_efficiency(kept, f) for f, t in st.roofline.items() if f not in fitted)
-                  / st.measured
+    b = np.array([1.0 - (sum(t / family_efficiency(kept, f) for f, t in st.roofline.items() if f not in fitted)
+                         + st.setup_time(setup)) / st.measured
                   for st in steps])
     # the unknowns: per group, the inverse of the factor on its families' figures
     anchored = [any(f in kept or PARENT_FAMILY.get(f) in kept for f in g) for g in groups]
@@ -305,7 +376,8 @@ def _bounded_fit(steps: Sequence[Step], groups: list[list[str]], kept: dict[str,
 
 
 def choose_figures(steps: Sequence[Step], kernel_efficiency: dict[str, float],
-                   max_launch: float | None = None) -> tuple[float, dict[str, float], str]:
+                   max_launch: float | None = None, setup: dict[str, float] | None = None
+                   ) -> tuple[float, dict[str, float], str]:
     """The launch and efficiencies to write: the step fit (`fit_to_steps`) where it predicts steps
     it was not fitted to better than the kernels' own figures do (each with the launch fitted to
     the steps), by `HELD_OUT_GAIN`; else the kernels' figures. Leave-one-out over the steps.
@@ -314,7 +386,7 @@ def choose_figures(steps: Sequence[Step], kernel_efficiency: dict[str, float],
     together from step to step, it trades one against another (on this CPU it put elementwise
     kernels at 4 times their kernels' figure and reductions at half theirs), and the steps
     cannot say which figures are right. A model held out of the fit can."""
-    launch, efficiency, how = fit_to_steps(steps, kernel_efficiency, max_launch)
+    launch, efficiency, how = fit_to_steps(steps, kernel_efficiency, max_launch, setup)
     needed = _steps_needed(_fitted_groups(steps))
     if len(steps) < needed:
         return launch, efficiency, how  # only the launch was fitted
@@ -322,12 +394,12 @@ def choose_figures(steps: Sequence[Step], kernel_efficiency: dict[str, float],
         return launch, efficiency, f"{how}; too few steps to check the fit on steps held out of it"
 
     def kernels(rest: Sequence[Step]) -> tuple[float, dict[str, float]]:
-        return _capped_launch(rest, kernel_efficiency, max_launch), dict(kernel_efficiency)
+        return _capped_launch(rest, kernel_efficiency, max_launch, setup), dict(kernel_efficiency)
 
     def fitted(rest: Sequence[Step]) -> tuple[float, dict[str, float]]:
-        return fit_to_steps(rest, kernel_efficiency, max_launch)[:2]
+        return fit_to_steps(rest, kernel_efficiency, max_launch, setup)[:2]
 
-    by_steps, by_kernels = held_out_error(steps, fitted), held_out_error(steps, kernels)
+    by_steps, by_kernels = held_out_error(steps, fitted, setup), held_out_error(steps, kernels, setup)
     errors = f"held-out error {by_steps:.3f} with the step fit, {by_kernels:.3f} with the kernels' figures"
     if by_steps <= HELD_OUT_GAIN * by_kernels:
         return launch, efficiency, f"{how}; {errors}"
@@ -336,21 +408,52 @@ def choose_figures(steps: Sequence[Step], kernel_efficiency: dict[str, float],
             f"whole steps: the step fit ({how}) predicted steps it was not fitted to no better ({errors})")
 
 
-def held_out_error(steps: Sequence[Step], fit: Callable[[Sequence[Step]], tuple[float, dict[str, float]]]) -> float:
-    """RMS over the steps of log(predicted / measured), each step predicted by `fit` of the others."""
+def choose_setup(steps: Sequence[Step], figures: KernelFigures, max_launch: float | None = None
+                 ) -> tuple[dict[str, float], dict[str, float], str]:
+    """The kernels' efficiencies and setups to go on with: with their setups where those predict
+    whole steps better than the efficiencies fitted without setups do, by `HELD_OUT_GAIN`
+    (leave-one-out, the launch fitted to the other steps in both); else without setups.
+
+    A setup is what a kernel timed alone takes beyond its size; inside a step some of that work
+    (a convolution's workspace, its first touch of cold buffers) may not recur, so the kernels
+    alone cannot say whether a step pays it; steps held out of the launch fit can."""
+    if not figures.setup:
+        return dict(figures.efficiency), {}, "no family has a setup"
+    if len(steps) < 2:
+        return dict(figures.efficiency), dict(figures.setup), "setups kept: too few steps to check them on"
+
+    def with_setup(rest: Sequence[Step]) -> tuple[float, dict[str, float]]:
+        return _capped_launch(rest, figures.efficiency, max_launch, figures.setup), dict(figures.efficiency)
+
+    def without(rest: Sequence[Step]) -> tuple[float, dict[str, float]]:
+        return _capped_launch(rest, figures.plain, max_launch), dict(figures.plain)
+
+    kept, dropped = held_out_error(steps, with_setup, figures.setup), held_out_error(steps, without)
+    errors = f"held-out error {kept:.3f} with the kernels' setups, {dropped:.3f} without"
+    if kept <= HELD_OUT_GAIN * dropped:
+        return dict(figures.efficiency), dict(figures.setup), f"setups kept ({errors})"
+    return dict(figures.plain), {}, f"setups left out: they predicted whole steps no better ({errors})"
+
+
+def held_out_error(steps: Sequence[Step], fit: Callable[[Sequence[Step]], tuple[float, dict[str, float]]],
+                   setup: dict[str, float] | None = None) -> float:
+    """RMS over the steps of log(predicted / measured), each step predicted by `fit` of the others
+    (`setup` held)."""
     logs = []
     for i, st in enumerate(steps):
         launch, efficiency = fit([*steps[:i], *steps[i + 1:]])
-        logs.append(math.log(max(st.predicted(launch, efficiency), 1e-30) / st.measured))
+        logs.append(math.log(max(st.predicted(launch, efficiency, setup), 1e-30) / st.measured))
     return math.sqrt(sum(x * x for x in logs) / len(logs))
 
 
-def _capped_launch(steps: Sequence[Step], efficiency: dict[str, float], max_launch: float | None) -> float:
-    launch = fit_step_launch(steps, efficiency)
+def _capped_launch(steps: Sequence[Step], efficiency: dict[str, float], max_launch: float | None,
+                   setup: dict[str, float] | None = None) -> float:
+    launch = fit_step_launch(steps, efficiency, setup)
     return launch if max_launch is None else min(launch, max_launch)
 
 
-def fit_step_launch(steps: Sequence[Step], efficiency: dict[str, float]) -> float:
+def fit_step_launch(steps: Sequence[Step], efficiency: dict[str, float], setup: dict[str, float] | None = None
+                    ) -> float:
     """The launch overhead inside a step: per model, what the step measured beyond its kernels'
     calibrated roofline time, per kernel; the median over models (at least 0).
 
@@ -360,15 +463,16 @@ def fit_step_launch(steps: Sequence[Step], efficiency: dict[str, float]) -> floa
     """
     if not steps:
         raise PestoError("no steps were timed: nothing to calibrate the launch overhead with")
-    per_kernel = [(st.measured - st.predicted(0.0, efficiency)) / max(st.kernels, 1) for st in steps]
+    per_kernel = [(st.measured - st.predicted(0.0, efficiency, setup)) / max(st.kernels, 1) for st in steps]
     return max(float(statistics.median(per_kernel)), 0.0)
 
 
-def step_table(steps: Sequence[Step], launch: float, efficiency: dict[str, float], datasheet_launch: float) -> str:
+def step_table(steps: Sequence[Step], launch: float, efficiency: dict[str, float], setup: dict[str, float],
+               datasheet_launch: float) -> str:
     lines = [f"{'step':<14} {'kernels':>7} {'measured ms':>11} {'calibrated ms':>13} {'ratio':>6} "
              f"{'datasheet ms':>12} {'ratio':>6}"]
     for st in steps:
-        cal, raw = st.predicted(launch, efficiency), st.predicted(datasheet_launch, {})
+        cal, raw = st.predicted(launch, efficiency, setup), st.predicted(datasheet_launch, {})
         lines.append(f"{st.model:<14} {st.kernels:>7} {_ms(st.measured):>11} {_ms(cal):>13} "
                      f"{cal / st.measured if st.measured else 0:>6.2f} {_ms(raw):>12} "
                      f"{raw / st.measured if st.measured else 0:>6.2f}")
@@ -378,11 +482,12 @@ def step_table(steps: Sequence[Step], launch: float, efficiency: dict[str, float
 # ---------------------------------------------------------------- the cluster
 
 def calibrated_cluster(devices: Sequence[Any], kind: str | None, launch: float,
-                       efficiency: dict[str, float]) -> Cluster:
+                       efficiency: dict[str, float], setup: dict[str, float] | None = None) -> Cluster:
     """The cluster of `devices` with links and all-reduce measured now (no disk cache), every
-    device carrying the calibrated launch overhead and efficiencies."""
+    device carrying the calibrated launch overhead, efficiencies and setups."""
     cluster = Cluster.from_jax_devices(devices, kind=kind, measure=True, cache=False)
-    calibrated = [dataclasses.replace(d, launch_overhead=launch, efficiency=tuple(efficiency.items()))
+    calibrated = [dataclasses.replace(d, launch_overhead=launch, efficiency=tuple(efficiency.items()),
+                                      setup=tuple((setup or {}).items()))
                   for d in cluster.devices]
     return dataclasses.replace(cluster, devices=calibrated)
 
@@ -393,21 +498,27 @@ def _ms(seconds: float) -> str:
     return f"{seconds * 1e3:.3f}"
 
 
-def family_table(samples: Sequence[Sample], alone: dict[str, float], why: dict[str, str],
+def family_table(samples: Sequence[Sample], alone: KernelFigures, launch_alone: float,
                  efficiency: dict[str, float], datasheet_launch: float) -> str:
     """Per family: kernels, roofline and measured milliseconds of its kernels timed alone, their
-    ratio, the efficiency they give, the efficiency written (fitted to whole steps where there
-    were enough), and what the uncalibrated model (roofline plus the kind's launch) says."""
-    head = ("family", "kernels", "roofline ms", "measured ms", "measured/roofline", "alone", "efficiency",
-            "uncalibrated ms")
+    ratio, the efficiency and setup they give, the efficiency written (fitted to whole steps where
+    there were enough), what the uncalibrated model (roofline plus the kind's launch) says, and
+    the kernels' relative error (RMS log) with their efficiency alone and with the setup too."""
+    head = ("family", "kernels", "roofline ms", "measured ms", "measured/roofline", "alone", "setup us",
+            "efficiency", "uncalibrated ms", "error, no setup", "error")
     rows = [head]
     for family in OP_FAMILIES:
         mine = [s for s in samples if s.family == family]
         roofline, measured = sum(s.roofline for s in mine), sum(s.measured for s in mine)
         ratio = f"{measured / roofline:.3g}" if roofline > 0 else "-"
+        fixed = alone.setup.get(family, 0.0)
+        errors = ("-", "-")
+        if family in alone.efficiency:
+            errors = (f"{relative_error(mine, launch_alone, alone.plain[family], 0.0):.3f}",
+                      f"{relative_error(mine, launch_alone, alone.efficiency[family], fixed):.3f}")
         rows.append((family, str(len(mine)), _ms(roofline), _ms(measured), ratio,
-                     _efficiency(alone.get(family), why.get(family, "")), _efficiency(efficiency.get(family), "1"),
-                     _ms(roofline + datasheet_launch * len(mine))))
+                     _efficiency(alone.efficiency.get(family), alone.why.get(family, "")), f"{fixed * 1e6:.1f}",
+                     _efficiency(efficiency.get(family), "1"), _ms(roofline + datasheet_launch * len(mine)), *errors))
     widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
     return "\n".join("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
                      for r in rows)
@@ -494,22 +605,24 @@ def run(args: argparse.Namespace) -> int:
     for graph in graphs.values():
         samples += kernel_samples(graph, device, devices[0], profiler, say)
     alone = fit_launch_overhead(samples)
-    kernel_efficiency, why = fit_efficiency(samples, alone)
+    figures = fit_efficiency(samples, alone)
     steps = []
     for name, (model, config) in _step_models(args.quick).items():
         graph = graphs.get(name) or lower_config(model, config, f"{name}_calibrate")
         steps.append(step_sample(name, model, config, graph, device, profiler))
-    launch, efficiency, how = choose_figures(steps, kernel_efficiency, max_launch=alone)
-    say(f"launch overhead: {alone * 1e6:.2f} us per kernel timed alone, {launch * 1e6:.2f} us inside a step; {how}")
+    kernel_efficiency, setup, setup_note = choose_setup(steps, figures, max_launch=alone)
+    launch, efficiency, how = choose_figures(steps, kernel_efficiency, max_launch=alone, setup=setup)
+    say(f"launch overhead: {alone * 1e6:.2f} us per kernel timed alone, {launch * 1e6:.2f} us inside a step; {how}; "
+        f"{setup_note}")
     started = time.perf_counter()
-    cluster = calibrated_cluster(devices, kind, launch, efficiency)
+    cluster = calibrated_cluster(devices, kind, launch, efficiency, setup)
     say(f"links and all-reduce measured in {time.perf_counter() - started:.1f} s")
     out = args.out or f"calibrated-{kind}.json"
     write_atomic(out, json.dumps(cluster.to_json(), indent=1) + "\n")
     Cluster.load(out)  # what was written reads back
     if not args.quiet:
-        print(family_table(samples, kernel_efficiency, why, efficiency, launch_overhead(device)))
-        print(step_table(steps, launch, efficiency, launch_overhead(device)))
+        print(family_table(samples, figures, alone, efficiency, launch_overhead(device)))
+        print(step_table(steps, launch, efficiency, setup, launch_overhead(device)))
         print(summary(cluster))
         print(f"wrote {out}")
     return 0

@@ -12,7 +12,7 @@ are colocate groups that hold every copy of an op, so the cut does not depend on
 
 - slots: micro-batch 0's copies on stage s, forward (F) or backward (B) as `is_backward` says;
   their work at m micro-batches is their work at m = 2 scaled by 2 / m (cost graphs scale
-  linearly; on roofline-costed graphs each op keeps its launch overhead);
+  linearly; on roofline-costed graphs each op keeps its launch and setup overhead);
 - messages: micro-batch 0's values read on another stage, one per producer and stage (latency +
   bytes / bandwidth, the bytes scaled by 2 / m unless the value is as large as in the source
   step), sent when the producer's slot ends, one at a time on each link;
@@ -36,7 +36,7 @@ from pesto_ir.cluster import Cluster
 from pesto_ir.costs import op_cost, value_bytes
 from pesto_ir.ir import Graph
 from pesto_ir.passes.algo_pipeline import SCHEDULES, is_backward, slot_ticks, split_stages
-from pesto_ir.roofline import launch_overhead
+from pesto_ir.roofline import kernel_overhead, op_family
 
 MODEL_MICROBATCHES = 2  # the rewrite the model reads
 
@@ -50,7 +50,7 @@ class PipelineModel:
 
     stages: int
     scaled: dict[SlotKey, float]  # seconds at m = 2 that scale as 2 / m
-    fixed: dict[SlotKey, float]  # seconds per micro-batch whatever m (launch overheads)
+    fixed: dict[SlotKey, float]  # seconds per micro-batch whatever m (launch and setup overheads)
     reads: dict[SlotKey, frozenset[SlotKey]]  # the slots (of the same micro-batch) each slot reads
     # (slot, dst stage) -> [(latency, seconds of the bytes that scale at m = 2, seconds of those that do not)]
     messages: dict[tuple[SlotKey, int], list[tuple[float, float, float]]]
@@ -170,7 +170,7 @@ def build_model(graph: Graph, cluster: Cluster, source: Graph | None = None) -> 
         if int(i) != 0:
             continue
         here = slot(op.name, is_backward(op))
-        overhead = min(cost, launch_overhead(devices[s])) if roofline else 0.0
+        overhead = min(cost, kernel_overhead(devices[s], op_family(op))) if roofline else 0.0
         scaled[here] += cost - overhead
         fixed[here] += overhead
         sent: dict[int, list[int]] = defaultdict(lambda: [0, 0])  # dst stage -> [bytes that scale, bytes that do not]

@@ -18,7 +18,7 @@ import math
 import numbers
 import os
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -68,7 +68,12 @@ PARENT_FAMILY: dict[str, str] = {"matmul_weight_grad": "matmul", "conv_filter_gr
 
 def family_efficiency(figures: Mapping[str, float], family: str) -> float:
     """`family`'s figure in `figures`, else its `PARENT_FAMILY`'s, else 1.0 (not calibrated)."""
-    return figures.get(family, figures.get(PARENT_FAMILY.get(family, family), 1.0))
+    return family_figure(figures, family, 1.0)
+
+
+def family_figure(figures: Mapping[str, float], family: str, default: float) -> float:
+    """`family`'s figure in `figures`, else its `PARENT_FAMILY`'s, else `default`."""
+    return figures.get(family, figures.get(PARENT_FAMILY.get(family, family), default))
 
 
 @dataclass(frozen=True)
@@ -82,13 +87,18 @@ class Device:
     launch_overhead: float | None = None  # measured seconds per kernel launch; None: the kind's default
     # (op family, fraction of the roofline it reaches), sorted by family; a mapping is accepted too.
     efficiency: tuple[tuple[str, float], ...] = ()
+    # (op family, seconds each of its kernels takes beyond the launch whatever its size): a library
+    # kernel's fixed work (a convolution's packing and workspace), measured; sorted like `efficiency`.
+    setup: tuple[tuple[str, float], ...] = ()
 
     def __post_init__(self) -> None:
-        if isinstance(self.efficiency, Mapping):
-            object.__setattr__(self, "efficiency", tuple(self.efficiency.items()))
-        _check_calibration(f"device {self.name}", self.launch_overhead, self.efficiency)
+        for key in ("efficiency", "setup"):
+            if isinstance(getattr(self, key), Mapping):
+                object.__setattr__(self, key, tuple(getattr(self, key).items()))
+        _check_calibration(f"device {self.name}", self.launch_overhead, self.efficiency, self.setup)
         # sorted pairs: hashable, and equal devices compare equal whatever order the families came in
         object.__setattr__(self, "efficiency", tuple(sorted(self.efficiency)))
+        object.__setattr__(self, "setup", tuple(sorted(self.setup)))
         if isinstance(self.host, bool) or not isinstance(self.host, int) or self.host < 0:
             raise ClusterError(f"device {self.name}: host must be a whole number >= 0 (a process index), "
                                f"got {brief(repr(self.host))}")
@@ -111,27 +121,41 @@ class Device:
             raise ClusterError(f"unknown op family '{family}' (op families: {', '.join(OP_FAMILIES)})")
         return family_efficiency(dict(self.efficiency), family)
 
+    def setup_for(self, family: str) -> float:
+        """Seconds each kernel of `family` takes here beyond its launch and its roofline time: the
+        family's figure, else its `PARENT_FAMILY`'s, else 0 (none measured)."""
+        if family not in OP_FAMILIES:
+            raise ClusterError(f"unknown op family '{family}' (op families: {', '.join(OP_FAMILIES)})")
+        return family_figure(dict(self.setup), family, 0.0)
 
-def _check_calibration(who: str, launch: Any, efficiency: Any) -> None:
-    """Refuse a launch overhead that is not a finite number >= 0, and efficiencies that are not
-    (known op family, positive finite factor) pairs."""
+
+def _check_calibration(who: str, launch: Any, efficiency: Any, setup: Any = ()) -> None:
+    """Refuse a launch overhead that is not a finite number >= 0, efficiencies that are not
+    (known op family, positive finite factor) pairs, and setups that are not (known op family,
+    finite seconds >= 0) pairs."""
     if launch is not None and (not is_real(launch) or not 0 <= launch < math.inf):
         raise ClusterError(f"{who}: launch_overhead must be a finite number of seconds >= 0, "
                            f"got {brief(repr(launch))}")
-    if not isinstance(efficiency, tuple):
-        raise ClusterError(f"{who}: efficiency must map op families to factors, got {brief(repr(efficiency))}")
+    _check_family_figures(who, "efficiency", efficiency, lambda v: 0 < v < math.inf,
+                          "a positive finite factor (the fraction of the roofline reached)")
+    _check_family_figures(who, "setup", setup, lambda v: 0 <= v < math.inf,
+                          "a finite number of seconds >= 0")
+
+
+def _check_family_figures(who: str, key: str, figures: Any, ok: Callable[[float], bool], want: str) -> None:
+    if not isinstance(figures, tuple):
+        raise ClusterError(f"{who}: {key} must map op families to figures, got {brief(repr(figures))}")
     seen: set[str] = set()
-    for pair in efficiency:
-        family, factor = pair if isinstance(pair, tuple) and len(pair) == 2 else (pair, None)
+    for pair in figures:
+        family, value = pair if isinstance(pair, tuple) and len(pair) == 2 else (pair, None)
         if family not in OP_FAMILIES:
-            raise ClusterError(f"{who}: efficiency: unknown op family {brief(repr(family))} "
+            raise ClusterError(f"{who}: {key}: unknown op family {brief(repr(family))} "
                                f"(op families: {', '.join(OP_FAMILIES)})")
         if family in seen:
-            raise ClusterError(f"{who}: efficiency: op family '{family}' is given twice")
+            raise ClusterError(f"{who}: {key}: op family '{family}' is given twice")
         seen.add(family)
-        if not is_real(factor) or not 0 < factor < math.inf:
-            raise ClusterError(f"{who}: efficiency of '{family}' must be a positive finite factor (the fraction "
-                               f"of the roofline reached), got {brief(repr(factor))}")
+        if not is_real(value) or not ok(value):
+            raise ClusterError(f"{who}: {key} of '{family}' must be {want}, got {brief(repr(value))}")
 
 
 @dataclass(frozen=True)
@@ -228,7 +252,7 @@ class Cluster:
         first = self.devices[0]
 
         def figures(d: Device) -> tuple[Any, ...]:
-            return d.kind, d.peak_flops, d.mem_bandwidth, d.memory, d.launch_overhead, d.efficiency
+            return d.kind, d.peak_flops, d.mem_bandwidth, d.memory, d.launch_overhead, d.efficiency, d.setup
 
         same_dev = all(figures(d) == figures(first) for d in self.devices)
         ls = {(lk.latency, lk.bandwidth) for lk in self.links.values()}
@@ -278,7 +302,8 @@ class Cluster:
                          **{k: getattr(d, k) for k in ("peak_flops", "mem_bandwidth") if getattr(d, k) is not None},
                          **({"host": d.host} if d.host else {}),
                          **({"launch_overhead": d.launch_overhead} if d.launch_overhead is not None else {}),
-                         **({"efficiency": dict(d.efficiency)} if d.efficiency else {})}
+                         **({"efficiency": dict(d.efficiency)} if d.efficiency else {}),
+                         **({"setup": dict(d.setup)} if d.setup else {})}
                         for d in self.devices],
             "links": [{"src": lk.src, "dst": lk.dst, "latency": lk.latency, "bandwidth": lk.bandwidth}
                       for lk in self.links.values()],
@@ -518,18 +543,24 @@ def _device_from_json(i: int, d: Any, source: str) -> Device:
         raise ClusterError(f"{source}: devices[{i}] ({d['name']}): \"host\" must be a whole number >= 0 "
                            f"(the process the device belongs to), got {brief(repr(host))}")
     launch = d.get("launch_overhead")
-    efficiency = d.get("efficiency") or {}  # null (or {}): none given
     who = f"{source}: devices[{i}] ({d['name']})"
-    if not isinstance(efficiency, dict):
-        raise ClusterError(f"{who}: \"efficiency\" must be an object {{op family: factor}} "
-                           f"(op families: {', '.join(OP_FAMILIES)}), got {brief(repr(efficiency))}")
-    # read with float() as the other figures are ("1e-6" too); what float() cannot read stays as is, refused
-    as_number = {k: v if math.isnan(_float(v)) else _float(v) for k, v in efficiency.items()}
+    efficiency = _family_figures_from_json(d, "efficiency", "factor", who)
+    setup = _family_figures_from_json(d, "setup", "seconds", who)
     launch = launch if launch is None or math.isnan(_float(launch)) else _float(launch)
-    _check_calibration(who, launch, tuple(as_number.items()))
+    _check_calibration(who, launch, efficiency, setup)
     peak, bandwidth, memory = num("peak_flops", required=False), num("mem_bandwidth", required=False), num("memory")
     assert memory is not None  # required: num raises without it
-    return Device(d["name"], kind, peak, bandwidth, memory, host, launch, tuple(as_number.items()))
+    return Device(d["name"], kind, peak, bandwidth, memory, host, launch, efficiency, setup)
+
+
+def _family_figures_from_json(d: dict[str, Any], key: str, unit: str, who: str) -> tuple[tuple[str, Any], ...]:
+    """The device's `key` object {op family: figure} as pairs, numbers read with float() as the
+    other figures are ("1e-6" too); what float() cannot read stays as is, for the check to refuse."""
+    figures = d.get(key) or {}  # null (or {}): none given
+    if not isinstance(figures, dict):
+        raise ClusterError(f"{who}: \"{key}\" must be an object {{op family: {unit}}} "
+                           f"(op families: {', '.join(OP_FAMILIES)}), got {brief(repr(figures))}")
+    return tuple((k, v if math.isnan(_float(v)) else _float(v)) for k, v in figures.items())
 
 
 def _all_reduce_from_json(raw: Any, bad: Any) -> AllReduceFit | None:

@@ -411,8 +411,14 @@ def bound_time(work: Work, device: Device) -> float:
 
 def work_time(work: Work, device: Device, family: str = "other") -> float:
     """Roofline seconds of a kernel doing `work` on `device`: the bound time over the family's
-    efficiency, plus one launch."""
-    return bound_time(work, device) / device.efficiency_for(family) + launch_overhead(device)
+    efficiency, plus its fixed time (`kernel_overhead`)."""
+    return bound_time(work, device) / device.efficiency_for(family) + kernel_overhead(device, family)
+
+
+def kernel_overhead(device: Device, family: str) -> float:
+    """Seconds a kernel of `family` takes on `device` whatever its size: one launch and the
+    family's measured setup."""
+    return launch_overhead(device) + device.setup_for(family)
 
 
 def nested_time(op: Op, body_time: Callable[[Graph], float], device: Device) -> float | None:

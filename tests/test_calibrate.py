@@ -10,7 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from bench.calibrate import MAX_EFFICIENCY, Sample, fit_efficiency, fit_launch_overhead, parse_args
+from bench.calibrate import (
+    MAX_EFFICIENCY,
+    Sample,
+    fit_efficiency,
+    fit_family,
+    fit_family_without_setup,
+    fit_launch_overhead,
+    parse_args,
+    relative_error,
+)
 from pesto_ir.cli import main as pesto_compile
 from pesto_ir.cluster import OP_FAMILIES, Cluster
 
@@ -61,12 +70,64 @@ def test_fits_on_made_up_kernels() -> None:
     samples += [Sample("movement", 1e-8, launch)] * 3 + [Sample("other", 0.0, launch)] * 3
     samples += [Sample("reduction", 1e-3, 1.0)]  # one odd kernel makes no figure for its family
     assert fit_launch_overhead(samples) == pytest.approx(launch, rel=0.05)
-    efficiency, why = fit_efficiency(samples, launch)
-    assert efficiency == pytest.approx(speed)
-    assert why == {"matmul_weight_grad": "no kernels", "conv": "no kernels", "conv_filter_grad": "no kernels",
+    figures = fit_efficiency(samples, launch)
+    assert figures.efficiency == pytest.approx(speed)
+    assert figures.setup == {}  # four kernels each: too few to tell a setup from the slope
+    assert figures.why == {"matmul_weight_grad": "no kernels", "conv": "no kernels", "conv_filter_grad": "no kernels",
                    "window": "no kernels",
                    "scatter": "no kernels",
                    "reduction": "only 1 kernel", "movement": "launch-bound", "other": "no roofline work"}
+
+
+def test_a_familys_setup_is_fitted_beside_its_efficiency_and_the_total_is_kept() -> None:
+    launch = 2e-6
+    truth = {"conv": (0.8, 4e-5), "elementwise": (0.4, 0.0)}
+    samples = [Sample(f, r, launch + setup + r / eff) for f, (eff, setup) in truth.items()
+               for r in (1e-6, 3e-6, 1e-5, 4e-5, 1e-4, 5e-4, 2e-3)]
+    figures = fit_efficiency(samples, launch)
+    assert figures.efficiency == pytest.approx({f: eff for f, (eff, _) in truth.items()}, rel=1e-6)
+    assert figures.setup == pytest.approx({"conv": 4e-5}, rel=1e-6)  # none for elementwise: 0 is not written
+    # with noise the family's kernels still add up to what they measured
+    noisy = [Sample(s.family, s.roofline, s.measured * (1.3 if i % 2 else 0.8)) for i, s in enumerate(samples)]
+    conv = [s for s in noisy if s.family == "conv"]
+    eff, setup = fit_family(conv, launch)
+    assert sum(launch + setup + s.roofline / eff for s in conv) == pytest.approx(sum(s.measured for s in conv))
+    assert relative_error(conv, launch, eff, setup) < relative_error(conv, launch, fit_family_without_setup(conv, launch), 0.0)
+    # kernels of one size cannot tell a setup from a slope: none is fitted
+    alike = [Sample("conv", 1e-4 * (1 + i / 10), launch + 4e-5 + 1e-4 * (1 + i / 10) / 0.8) for i in range(8)]
+    assert fit_family(alike, launch)[1] == 0.0
+
+
+def test_a_steps_setups_count_in_its_prediction_and_are_held_in_the_step_fit() -> None:
+    from bench.calibrate import Step, fit_step_launch
+
+    steps = [Step(f"s{i}", 10 + n, {"conv": 1e-3 * (i + 1), "elementwise": 2e-4}, 0.0, {"conv": n, "elementwise": 10})
+             for i, n in enumerate((4, 9, 20))]
+    setup = {"conv": 5e-5}
+    truth = [st.predicted(1e-6, {"conv": 0.5, "elementwise": 0.3}, setup) for st in steps]
+    assert truth[0] == pytest.approx(1e-3 / 0.5 + 2e-4 / 0.3 + 14 * 1e-6 + 4 * 5e-5)
+    measured = [Step(st.model, st.kernels, st.roofline, t, st.counts) for st, t in zip(steps, truth)]
+    assert fit_step_launch(measured, {"conv": 0.5, "elementwise": 0.3}, setup) == pytest.approx(1e-6)
+    # left out, the setups would be taken for launches
+    assert fit_step_launch(measured, {"conv": 0.5, "elementwise": 0.3}) > 1e-5
+
+
+def test_setups_are_kept_only_where_they_predict_whole_steps_better() -> None:
+    from bench.calibrate import KernelFigures, Step, choose_setup
+
+    figures = KernelFigures(efficiency={"conv": 0.5}, setup={"conv": 5e-5}, plain={"conv": 0.3}, why={})
+    shapes = [(1e-3, 4), (4e-3, 9), (2e-3, 20), (8e-3, 30), (5e-4, 12), (3e-3, 6)]
+
+    def steps(efficiency: float, setup: float) -> list[Step]:  # `setup` per convolution, 1 us launches
+        return [Step(f"s{i}", n, {"conv": r}, r / efficiency + n * setup + n * 1e-6, {"conv": n})
+                for i, (r, n) in enumerate(shapes)]
+
+    efficiency, setup, how = choose_setup(steps(0.5, 5e-5), figures)
+    assert (efficiency, setup) == ({"conv": 0.5}, {"conv": 5e-5}) and how.startswith("setups kept")
+    # steps that pay no setup: the figures fitted without one predict them better
+    efficiency, setup, how = choose_setup(steps(0.3, 0.0), figures)
+    assert (efficiency, setup) == ({"conv": 0.3}, {}) and how.startswith("setups left out")
+    assert choose_setup(steps(0.3, 0.0), KernelFigures({"conv": 0.3}, {}, {"conv": 0.3}, {}))[1:] == ({}, "no family has a setup")
 
 
 def test_fits_whole_steps_to_their_launch_and_family_efficiencies() -> None:

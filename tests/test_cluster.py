@@ -276,6 +276,11 @@ def test_efficiency_is_kept_sorted_whatever_order_it_came_in() -> None:
     ({"efficiency": {"matmul": float("inf")}}, "efficiency of 'matmul' must be .* got inf"),
     ({"efficiency": {"matmul": "fast"}}, "efficiency of 'matmul' must be .* got 'fast'"),
     ({"efficiency": [0.5]}, r"\"efficiency\" must be an object \{op family: factor\}"),
+    ({"setup": {"conv": -1e-6}}, "setup of 'conv' must be a finite number of seconds >= 0, got -1e-06"),
+    ({"setup": {"conv": float("inf")}}, "setup of 'conv' must be .* got inf"),
+    ({"setup": {"conv": "slow"}}, "setup of 'conv' must be .* got 'slow'"),
+    ({"setup": {"gemm": 1e-5}}, "setup: unknown op family 'gemm'"),
+    ({"setup": 1e-5}, r"\"setup\" must be an object \{op family: seconds\}"),
 ])
 def test_bad_calibrated_device_figures_are_refused(device: dict[str, object], message: str) -> None:
     data = doc()
@@ -308,6 +313,21 @@ def test_calibrated_figures_through_the_api_are_checked() -> None:
         Device.of_kind("x", "cpu").efficiency_for("gemm")
     assert OP_FAMILIES == ("matmul", "matmul_weight_grad", "conv", "conv_filter_grad", "elementwise", "reduction",
                            "window", "scatter", "movement", "other")
+
+
+def test_setup_per_family_reads_writes_back_and_falls_back_to_the_parent_family() -> None:
+    data = doc()
+    data["devices"][0].update({"efficiency": {"conv": 0.5}, "setup": {"conv": 4e-5, "matmul": "3e-5"}})  # type: ignore[index]
+    c = Cluster.from_json(data, "c.json")
+    d = c.device("gpu0")
+    assert d.setup == (("conv", 4e-5), ("matmul", 3e-5))
+    assert d.setup_for("conv_filter_grad") == 4e-5  # no figure of its own: the convolution's
+    assert d.setup_for("elementwise") == 0.0  # none measured: nothing beyond the launch
+    assert Cluster.from_json(c.to_json(), "again.json").device("gpu0") == d
+    assert "setup" not in Cluster.from_json(doc(), "c.json").to_json()["devices"][0]  # old files write back as they were
+    assert not c.is_homogeneous()  # gpu1 has no setup: the devices differ
+    with pytest.raises(ClusterError, match="unknown op family 'gemm'"):
+        d.setup_for("gemm")
 
 
 def test_a_gradient_family_without_a_figure_takes_its_forward_familys() -> None:
