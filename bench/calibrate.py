@@ -224,7 +224,8 @@ def fit_family(samples: Sequence[Sample], launch: float) -> tuple[float, float]:
         # with the total held, setup c gives slope (y_sum - n c) / x_sum; residual_i = c a_i + b_i
         a = [1.0 - n * s.roofline / x_sum for s in samples]
         b = [y_sum * s.roofline / x_sum - (s.measured - launch) for s in samples]
-        w2 = [1.0 / max(s.measured, 1e-12) ** 2 for s in samples]
+        w2 = [1.0 / max(s.measured, launch, 1e-12) ** 2 for s in samples]  # relative; a kernel timed at
+        # about nothing (the baseline subtracted) weighs as one timed at the launch
         aa = sum(w * ai * ai for w, ai in zip(w2, a))
         if aa > 0:
             best = -sum(w * ai * bi for w, ai, bi in zip(w2, a, b)) / aa
@@ -240,8 +241,8 @@ def fit_family_without_setup(samples: Sequence[Sample], launch: float) -> float:
 
 def relative_error(samples: Sequence[Sample], launch: float, efficiency: float, setup: float) -> float:
     """RMS over `samples` of log(predicted / measured), each kernel costed `launch + setup +
-    roofline / efficiency`."""
-    logs = [math.log(max(launch + setup + s.roofline / efficiency, 1e-12) / max(s.measured, 1e-12))
+    roofline / efficiency` (a time under the launch counted as the launch, as `fit_family` weighs it)."""
+    logs = [math.log(max(launch + setup + s.roofline / efficiency, launch, 1e-12) / max(s.measured, launch, 1e-12))
             for s in samples]
     return math.sqrt(sum(v * v for v in logs) / len(logs)) if logs else 0.0
 
