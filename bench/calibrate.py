@@ -213,8 +213,7 @@ def fit_family(samples: Sequence[Sample], launch: float) -> tuple[float, float]:
     their time beyond the launches.
 
     One efficiency alone cannot cost a library kernel's fixed work: on this CPU a convolution
-    of 0.26 MFLOP takes 40 us alone and one of 38 MFLOP 250 us, so a figure that fits the large
-    ones costs a small ResNet's 26 convolutions at a third of their time."""
+    of 0.26 MFLOP took 40 us alone and one of 38 MFLOP 250 us (one run's kernels)."""
     n = len(samples)
     x_sum = sum(s.roofline for s in samples)
     y_sum = sum(s.measured - launch for s in samples)
@@ -230,7 +229,7 @@ def fit_family(samples: Sequence[Sample], launch: float) -> tuple[float, float]:
         if aa > 0:
             best = -sum(w * ai * bi for w, ai, bi in zip(w2, a, b)) / aa
             setup = min(max(best, 0.0), max((y_sum - x_sum / MAX_EFFICIENCY) / n, 0.0))
-    return min(x_sum / (y_sum - n * setup), MAX_EFFICIENCY), setup
+    return min(x_sum / (y_sum - n * setup), MAX_EFFICIENCY), setup  # y_sum - n setup >= x_sum / MAX_EFFICIENCY
 
 
 def fit_family_without_setup(samples: Sequence[Sample], launch: float) -> float:

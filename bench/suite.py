@@ -477,7 +477,10 @@ def to_json(rows: list[Row], header: dict[str, Any]) -> str:
 
 def readme_parts(path: Path) -> tuple[str, str]:
     """The README's text before its results markers and after them (both must be there)."""
-    text = path.read_text()
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise SystemExit(f"error: {path}: {e.strerror} (--readme names the file whose results to replace)") from None
     if README_BEGIN not in text or README_END not in text:
         raise SystemExit(f"{path}: no '{README_BEGIN}' ... '{README_END}' markers to put the results between")
     head, rest = text.split(README_BEGIN, 1)

@@ -100,6 +100,12 @@ def test_unknown_models_are_named(capsys: pytest.CaptureFixture[str]) -> None:
     assert "unknown model(s) no_such_model" in capsys.readouterr().err
 
 
+def test_a_missing_readme_is_a_clear_error_before_the_run(tmp_path: Path) -> None:
+    with pytest.raises(SystemExit, match=r"missing\.md: No such file or directory \(--readme names"):
+        suite.main(["--quick", "--out", str(tmp_path), "--readme", str(tmp_path / "missing.md")])
+    assert not list(tmp_path.iterdir())  # nothing was run or written
+
+
 def test_a_readme_without_markers_is_left_alone(tmp_path: Path) -> None:
     readme = tmp_path / "README.md"
     readme.write_text("# nothing to replace\n")
