@@ -42,6 +42,8 @@ HERO_FAMILIES: tuple[tuple[str, frozenset[str]], ...] = (
 MOVEMENT_OPS = frozenset({"copy", "transpose", "bitcast", "broadcast", "slice", "concatenate", "pad", "reshape",
                           "dynamic-slice", "dynamic-update-slice", "gather", "iota", "parameter", "constant",
                           "tuple", "get-tuple-element", "reverse", "bitcast-convert"})
+# What an instruction that only makes data computes (its thunk stands for its readers' work).
+MAKES_DATA = frozenset({"iota", "broadcast", "constant", "parameter", "fusion", "bitcast", "reshape"})
 # Entry instructions that run no thunk.
 NO_THUNK = frozenset({"parameter", "constant", "bitcast", "tuple", "get-tuple-element"})
 
@@ -55,6 +57,7 @@ class Instruction:
     name: str
     opcode: str
     calls: tuple[str, ...]
+    operands: tuple[str, ...] = ()
 
 
 def parse_hlo(text: str) -> tuple[dict[str, list[Instruction]], str]:
@@ -70,14 +73,16 @@ def parse_hlo(text: str) -> tuple[dict[str, list[Instruction]], str]:
         found = _INSTRUCTION.match(line)
         if found and current is not None:
             rest = line[found.end():]
-            current.append(Instruction(found.group(1), _opcode(rest), tuple(_CALLS.findall(rest))))
+            opcode, operands = _opcode(rest)
+            current.append(Instruction(found.group(1), opcode, tuple(_CALLS.findall(rest)), operands))
     if not entry:
         raise ValueError("the HLO module has no ENTRY computation")
     return computations, entry
 
 
-def _opcode(rest: str) -> str:
-    """The opcode after an instruction's result type (`f32[8]{0} add(`, `(f32[], s32[]) tuple(`)."""
+def _opcode(rest: str) -> tuple[str, tuple[str, ...]]:
+    """The opcode and operand names after an instruction's result type (`f32[8]{0} add(%a, %b)`,
+    `(f32[], s32[]) tuple(%x, %y)`)."""
     depth, end = 0, len(rest)
     for at, ch in enumerate(rest):  # skip the type, which may be a tuple with nested parentheses
         depth += {"(": 1, ")": -1}.get(ch, 0)
@@ -85,7 +90,16 @@ def _opcode(rest: str) -> str:
             end = at
             break
     found = re.match(r"\s*([a-z][a-z0-9-]*)\(", rest[end:])
-    return found.group(1) if found else ""
+    if not found:
+        return "", ()
+    start = end + found.end()
+    depth, close = 1, len(rest)
+    for at in range(start, len(rest)):
+        depth += {"(": 1, ")": -1}.get(rest[at], 0)
+        if depth == 0:
+            close = at
+            break
+    return found.group(1), tuple(re.findall(r"%([^\s,()]+)", rest[start:close]))
 
 
 def instruction_families(text: str) -> dict[str, str]:
@@ -101,14 +115,43 @@ def instruction_families(text: str) -> dict[str, str]:
                     found |= opcodes(inner, seen)
         return found
 
-    out = {}
+    out, makes_data, entry_ops = {}, set(), {i.name: i for i in computations[entry]}
     for inst in computations[entry]:
         if inst.opcode in NO_THUNK:
             continue
         ops = opcodes(inst, set())
         family = next((f for f, heroes in HERO_FAMILIES if ops & heroes), None)
         out[inst.name] = family or ("movement" if ops <= MOVEMENT_OPS | {"fusion"} else "elementwise")
+        if ops <= MAKES_DATA:
+            makes_data.add(inst.name)
+    _attribute_expansions(out, makes_data, entry_ops)
     return out
+
+
+def _attribute_expansions(families: dict[str, str], makes_data: set[str], entry: dict[str, Instruction]) -> None:
+    """Give the thunks XLA makes when it expands an op the family of the op they stand for: a
+    scatter that reads a pooling window's result is the max-pool gradient's (`select_and_scatter`
+    becomes a variadic `reduce-window`, iotas, broadcasts and a scatter), and an instruction that
+    only makes data (an iota, a broadcast) counts in its readers' family when they share one (our
+    kernels recompute broadcasts inside their readers, `pesto_ir.fusion.DUPLICATED`)."""
+    def sources(name: str) -> set[str]:  # through get-tuple-element, bitcast and tuple, which run nothing
+        inst = entry.get(name)
+        if inst is None or inst.opcode not in NO_THUNK or inst.opcode == "parameter":
+            return {name}
+        return set().union(*(sources(o) for o in inst.operands))
+
+    readers: dict[str, set[str]] = {}
+    for name in families:
+        for source in set().union(*(sources(o) for o in entry[name].operands)):
+            readers.setdefault(source, set()).add(name)
+    for name, family in families.items():
+        if family == "scatter" and any(families.get(s) == "window" for s in
+                                       set().union(*(sources(o) for o in entry[name].operands))):
+            families[name] = "window"
+    for name in makes_data:
+        theirs = {families[r] for r in readers.get(name, set())}
+        if len(theirs) == 1:
+            families[name] = theirs.pop()
 
 
 def thunk_seconds(trace: dict[str, Any], module: str) -> dict[str, float]:

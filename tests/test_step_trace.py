@@ -55,6 +55,57 @@ def test_each_entry_instruction_gets_the_family_of_what_it_computes() -> None:
                                          "copy_fusion": "movement", "neg": "elementwise"}
 
 
+POOL_GRADIENT = """HloModule jit_pool_grad
+
+%max_region (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %m = f32[] maximum(%a, %b)
+}
+
+%iota_computation () -> s32[4,8] {
+  ROOT %i = s32[4,8]{1,0} iota(), iota_dimension=1
+}
+
+%broadcast_computation (p0: f32[]) -> f32[4,8] {
+  %p0 = f32[] parameter(0)
+  ROOT %b = f32[4,8]{1,0} broadcast(%p0), dimensions={}
+}
+
+%window_computation (p0: f32[4,8], p1: s32[4,8]) -> (f32[4,4], s32[4,4]) {
+  %p0 = f32[4,8]{1,0} parameter(0)
+  %p1 = s32[4,8]{1,0} parameter(1)
+  ROOT %w = (f32[4,4]{1,0}, s32[4,4]{1,0}) reduce-window(%p0, %p1), window={size=1x2 stride=1x2}, to_apply=%max_region
+}
+
+%scatter_computation (p0: f32[4,8], p1: s32[4,4], p2: f32[4,4]) -> f32[4,8] {
+  %p0 = f32[4,8]{1,0} parameter(0)
+  %p1 = s32[4,4]{1,0} parameter(1)
+  %p2 = f32[4,4]{1,0} parameter(2)
+  ROOT %s = f32[4,8]{1,0} scatter(%p0, %p1, %p2), to_apply=%max_region
+}
+
+ENTRY %main (x: f32[4,8], dy: f32[4,4]) -> f32[4,8] {
+  %x = f32[4,8]{1,0} parameter(0)
+  %dy = f32[4,4]{1,0} parameter(1)
+  %zero = f32[] constant(0)
+  %wrapped_iota = s32[4,8]{1,0} fusion(), kind=kLoop, calls=%iota_computation
+  %wrapped_broadcast = f32[4,8]{1,0} fusion(%zero), kind=kLoop, calls=%broadcast_computation
+  %wrapped_reduce-window = (f32[4,4]{1,0}, s32[4,4]{1,0}) fusion(%x, %wrapped_iota), kind=kLoop, calls=%window_computation
+  %index = s32[4,4]{1,0} get-tuple-element(%wrapped_reduce-window), index=1
+  ROOT %wrapped_scatter = f32[4,8]{1,0} fusion(%wrapped_broadcast, %index, %dy), kind=kLoop, calls=%scatter_computation
+}
+"""
+
+
+def test_the_thunks_of_an_expanded_max_pool_gradient_count_as_pooling() -> None:
+    computations, _ = parse_hlo(POOL_GRADIENT)
+    assert computations["main"][5].operands == ("x", "wrapped_iota")
+    # the iota feeds the window, the scatter reads the window's indices, the broadcast feeds the scatter
+    assert instruction_families(POOL_GRADIENT) == {"wrapped_iota": "window", "wrapped_broadcast": "window",
+                                                   "wrapped_reduce-window": "window", "wrapped_scatter": "window"}
+
+
 def test_a_module_without_an_entry_is_refused() -> None:
     with pytest.raises(ValueError, match="no ENTRY computation"):
         parse_hlo("HloModule m\n\n%f (a: f32[]) -> f32[] {\n  ROOT %a = f32[] parameter(0)\n}\n")
