@@ -317,8 +317,8 @@ def family_table(names: list[str], devices: list[Any], columns: list[str], runs:
     included) with their ratio to the measured."""
     from bench.step_trace import family_times, forward_family
     from pesto_ir.frontends.jax import lower
-    from pesto_ir.fusion import fusion_groups, group_work
-    from pesto_ir.roofline import NO_KERNEL, work_time
+    from pesto_ir.fusion import fusion_groups, group_work, runs_a_kernel
+    from pesto_ir.roofline import work_time
 
     head = f"{'model':<12} {'family':<12} {'thunks':>6} {'in step':>10} {'kernels':>7} " + " ".join(
         f"{c:>16}" for c in columns)
@@ -329,7 +329,7 @@ def family_table(names: list[str], devices: list[Any], columns: list[str], runs:
         simulated: dict[str, list[float]] = {}
         kernels: dict[str, int] = {}
         for g in fusion_groups(lower(fn, *example)):
-            if g.free or all(op.opcode in NO_KERNEL for op in g.ops):
+            if not runs_a_kernel(g):
                 continue
             family = forward_family(g.family)
             kernels[family] = kernels.get(family, 0) + 1

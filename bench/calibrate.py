@@ -131,9 +131,8 @@ def kernel_samples(graph: Graph, device: Device, jax_device: Any, profiler: Any,
                    progress: Callable[[str], None]) -> list[Sample]:
     """Every kernel of `graph` that does work, timed on `jax_device` (identical kernels once).
     A kernel JAX cannot run alone is left out, and counted in the progress line."""
-    from pesto_ir.fusion import fusion_groups, group_work
+    from pesto_ir.fusion import fusion_groups, group_work, runs_a_kernel
     from pesto_ir.profile import ProfileError, group_signature
-    from pesto_ir.roofline import NO_KERNEL
 
     groups = fusion_groups(graph)
     order = {id(op): i for i, op in enumerate(graph.ops)}
@@ -142,7 +141,7 @@ def kernel_samples(graph: Graph, device: Device, jax_device: Any, profiler: Any,
     samples, failed = [], []
     started = time.perf_counter()
     for g in groups:
-        if g.free or all(op.opcode in NO_KERNEL for op in g.ops):
+        if not runs_a_kernel(g):
             continue  # recomputed inside its readers, or no kernel at all
         ops = _timed_ops(g, free, order)
         key = group_signature(ops)
@@ -273,8 +272,7 @@ def step_sample(name: str, model: str, config: Any, graph: Graph, device: Device
     import jax
 
     from bench.zoo_jax import concrete_arguments, step_at
-    from pesto_ir.fusion import fusion_groups, group_work
-    from pesto_ir.roofline import NO_KERNEL
+    from pesto_ir.fusion import fusion_groups, group_work, runs_a_kernel
     from pesto_ir.timing import call_time
 
     step, spec = step_at(model, config)
@@ -284,7 +282,7 @@ def step_sample(name: str, model: str, config: Any, graph: Graph, device: Device
     roofline: dict[str, float] = {}
     counts: dict[str, int] = {}
     for g in fusion_groups(graph):
-        if g.free or all(op.opcode in NO_KERNEL for op in g.ops):
+        if not runs_a_kernel(g):
             continue
         family = g.family if g.family in OP_FAMILIES else "other"
         counts[family] = counts.get(family, 0) + 1

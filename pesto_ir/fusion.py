@@ -157,6 +157,12 @@ def fusion_groups(graph: Graph) -> list[FusionGroup]:
     return [_group(ops, outputs) for _, ops in sorted(members.items())]
 
 
+def runs_a_kernel(group: FusionGroup) -> bool:
+    """Whether the group is a kernel XLA runs: not recomputed inside its readers (`free`), and not
+    made of ops that run nothing (`NO_KERNEL`)."""
+    return not group.free and not all(op.opcode in NO_KERNEL for op in group.ops)
+
+
 def _group(ops: list[Op], graph_outputs: set[int]) -> FusionGroup:
     inside = {id(op) for op in ops}
     made = {id(r) for op in ops for r in op.results}

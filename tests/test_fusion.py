@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 import pesto_ir
 from pesto_ir.cluster import Cluster
-from pesto_ir.fusion import fusion_groups, group_time, group_work
+from pesto_ir.fusion import fusion_groups, group_time, group_work, runs_a_kernel
 from pesto_ir.ir import Graph
 from pesto_ir.passmanager import PassContext, PassManager
 from pesto_ir.roofline import op_time
@@ -93,6 +93,7 @@ def test_a_broadcast_read_by_two_kernels_is_recomputed_in_each_and_costs_nothing
   return %s, %h""")
     groups = {grp.name: grp for grp in fusion_groups(g)}
     assert groups["row"].free and group_work(groups["row"]).bytes == 0
+    assert not runs_a_kernel(groups["row"]) and runs_a_kernel(groups["s"]) and runs_a_kernel(groups["h"])
     assert group_time(groups["row"], Cluster.homogeneous(1, "h100").devices[0]) == 0.0
     # the reduction reads the bias (32 floats), not the 64 x 32 broadcast
     assert group_work(groups["s"]).bytes == F32 * (32 + 32)
