@@ -197,6 +197,11 @@ def test_the_step_fit_is_written_only_where_it_predicts_steps_it_was_not_fitted_
     launch, efficiency, how = choose_figures(steps(alone, [1.15, 0.85, 1.0, 0.87, 1.13, 1.0, 0.9]), alone)
     assert efficiency == alone and how.startswith("efficiencies of the kernels timed alone")
     assert "predicted steps it was not fitted to no better" in how
+    # steps that run the reductions 8 times slower than their kernels: the fit predicts them, but
+    # only with reductions held at `FIT_RANGE`, so it is not written
+    far = {**alone, "reduction": alone["reduction"] / 8}
+    launch, efficiency, how = choose_figures(steps(far, [1.0] * 7), alone)
+    assert efficiency == alone and "held reduction at a bound" in how
     # one step fewer: enough to fit, too few to hold one out; the fit stands, and says so
     launch, efficiency, how = choose_figures(steps(slower, [1.0] * 6), alone)
     assert efficiency == pytest.approx(slower, rel=1e-6) and how.endswith("too few steps to check the fit on steps "
