@@ -11,14 +11,19 @@ For each model (JAX functions lowered with `pesto_ir.frontends.jax.lower`), on o
 * `roof none`, `roof xla`: `annotate-costs{model=roofline}` with the built-in `cpu` kind's
   datasheet figures, every op its own kernel, and fused kernels;
 * `roof cal` (with `--cluster FILE`, e.g. the file `python -m bench.calibrate` writes): fused
-  kernels on the calibrated figures (launch overhead, efficiency per op family).
+  kernels on the calibrated figures (launch overhead, efficiency and setup per op family); one
+  column per file when `--cluster` is given several times. `--no-profile` leaves out `per op`
+  and `per kernel`.
 
-Then, per model, our FLOPs and bytes (fused and unfused) next to XLA's `cost_analysis()`.
+Then, per model, our FLOPs and bytes (fused and unfused) next to XLA's `cost_analysis()`, and with
+`--families` each step's thunk time per op family measured inside the step
+(`bench/step_trace.py`) next to the simulated time per family.
 
 Goal: the simulated step within 20% of the jit step. Run:
 
     python3 bench/bench_costs.py [--runs 21] [--stat median|min] [--clock cpu|wall] [--models mlp,cnn,...]
-                                 [--cluster calibrated-cpu.json] [--processes 3]
+                                 [--cluster calibrated-cpu.json ...] [--processes 3] [--no-profile]
+                                 [--families]
     python3 bench/bench_costs.py --zoo    # the zoo's full-size steps on one H100, fusion=none vs xla
 
 By default runs are timed by process CPU time with XLA held to one core (`--clock cpu`): on a

@@ -421,8 +421,7 @@ def _at_a_bound(fitted: dict[str, float], kernel_efficiency: dict[str, float]) -
     figures gave 0.82-1.06."""
     out = []
     for family, value in sorted(fitted.items()):
-        base = kernel_efficiency.get(family, family_efficiency(kernel_efficiency, family))
-        ratio = value / base
+        ratio = value / family_efficiency(kernel_efficiency, family)
         if (math.isclose(value, MAX_EFFICIENCY, rel_tol=1e-6) or math.isclose(ratio, FIT_RANGE, rel_tol=1e-6)
                 or math.isclose(ratio, 1 / FIT_RANGE, rel_tol=1e-6)):
             out.append(family)

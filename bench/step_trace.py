@@ -1,8 +1,8 @@
 """Where a jitted step's time goes, per op family, measured inside the step.
 
-Kernels timed alone are not the kernels of a step: alone, each pays a dispatch and starts with
-cold caches and fresh buffers; inside one executable a small convolution on this CPU took a
-third of its time alone. So `bench.calibrate` also measures each step from the inside: a
+Kernels timed alone are not the kernels of a step: alone, each pays a dispatch and works on its
+own buffers; inside one executable XLA may lay it out, fuse it and expand it differently. So this
+measures each step from the inside (`bench_costs --families`): a
 `jax.profiler.trace` of a few runs gives every thunk XLA's runtime executed with its duration
 and its HLO instruction (`hlo_op`), and the compiled module's text says what each instruction
 computes: the ops of its fused computation. Each instruction gets the op family of
