@@ -46,9 +46,10 @@ from pesto_ir.units import human_time
 AUTO_MICROBATCHES = (1, 2, 4, 8, 16, 32)  # what `microbatches=auto` tries
 MAX_SCREEN_OPS = 150_000  # a rewritten graph larger than this is not built (memory)
 SCREEN_SHARE = 0.6  # of the time limit, for screening the strategies (the rest refines the best)
-MIN_REFINE_SECONDS = 0.5  # below this much time left, the best screening plan is not refined
+MIN_REFINE_SECONDS = 0.25  # below this much time left, the best screening plan is not refined
 REFINE_MAX_OPS = 5_000  # nor on a replica graph larger than this (the engines' set-up alone takes seconds)
 MAX_HEURISTIC_OPS = 5_000  # the heuristics screen a pipelined replica graph up to this size (m-ETF: 60 s at 19,000)
+REWRITE_SECONDS_PER_OP = 2.5e-4  # a rewrite's guessed time per op it builds, until one is timed (2e-4 here)
 REFINE_SECONDS_PER_OP = 1e-3  # nor a pipeline with less time left than this per op (`_refine_floor`)
 PATIENCE = 2  # pipelines built in a row no faster than the best end a degree (without the model)
 MODEL_SLACK = 0.05  # pipelines predicted within this of the best one built are built too (the model errs)
@@ -143,12 +144,17 @@ class Rates:
         """Seconds to rewrite into a graph of `ops` ops, or None before any rewrite was timed."""
         return self.rewrite_seconds / self.rewrite_ops * ops if self.rewrite_ops else None
 
+    def rewrite_or_guess(self, ops: float) -> float:
+        """`rewrite`, or before any rewrite was timed, `REWRITE_SECONDS_PER_OP`'s guess."""
+        measured = self.rewrite(ops)
+        return REWRITE_SECONDS_PER_OP * ops if measured is None else measured
+
     def screening(self, ops: float, devices: int) -> float | None:
-        """Seconds to rewrite into `ops` ops and run the heuristics on them over `devices` devices."""
-        rewrite = self.rewrite(ops)
-        if rewrite is None or self.heuristic is None:
+        """Seconds to rewrite into `ops` ops and run the heuristics on them over `devices` devices,
+        or None before the heuristics were timed."""
+        if self.heuristic is None:
             return None
-        return rewrite + self.heuristic * ops * devices
+        return self.rewrite_or_guess(ops) + self.heuristic * ops * devices
 
 
 def screen(graph: Graph, cluster: Cluster, found: Candidate, options: PlaceOptions, heuristic: Solve,
@@ -361,7 +367,8 @@ def _screen_pipelines(graph: Graph, cluster: Cluster, todo: list[Strategy], opti
     for strategy in (s for s in todo if s.microbatches == 1):  # one batch is always screened: the heuristics' floor
         expected = rates.screening(len(graph.ops), per_replica) or 0.0
         now = time.perf_counter()
-        if strategy != ONE_BATCH and (before or tried) and (now > stop or now + expected > hard):
+        if strategy != ONE_BATCH and (before or tried) and \
+                (now > stop or now + expected > hard - _one_batch_reserve([*before, *tried])):
             why = "not screened: its share of the time ran out" if now > stop else _no_time(expected, "to screen")
             tried.append(Candidate(strategy, why_not=why))
         else:
@@ -370,9 +377,9 @@ def _screen_pipelines(graph: Graph, cluster: Cluster, todo: list[Strategy], opti
     pipelined = [s for s in todo if s.microbatches > 1]
     if not pipelined:
         return tried
-    rewrite = rates.rewrite(MODEL_MICROBATCHES * len(graph.ops))
-    if rewrite is not None and any(c.plan is not None for c in [*before, *tried]) \
-            and time.perf_counter() + rewrite > hard:  # the model's rewrite would not end in time
+    rewrite = rates.rewrite_or_guess(MODEL_MICROBATCHES * len(graph.ops))
+    if any(c.plan is not None for c in [*before, *tried]) \
+            and time.perf_counter() + rewrite > hard - _one_batch_reserve([*before, *tried]):
         return tried + [Candidate(s, why_not=_no_time(rewrite, "for the pipeline model")) for s in pipelined]
     ranked, candidates, cost = _ranked_pipelines(graph, cluster, pipelined, log, rates)
     best: tuple[float, float | None] | None = None  # (makespan, its prediction) of the fastest built
@@ -490,8 +497,16 @@ def _ranked_pipelines(graph: Graph, cluster: Cluster, todo: list[Strategy], log:
     return ranked, candidates, cost  # type: ignore[return-value]
 
 
+def _one_batch_reserve(screened: list[Candidate]) -> float:
+    """The time to keep for refining the one-batch plan when it is the fastest screened so far."""
+    fastest = min((c for c in screened if c.plan is not None), key=lambda c: c.plan.makespan, default=None)  # type: ignore[union-attr]
+    if fastest is None or fastest.strategy != ONE_BATCH or fastest.graph is None or len(fastest.graph.ops) > REFINE_MAX_OPS:
+        return 0.0
+    return MIN_REFINE_SECONDS
+
+
 def _no_time(seconds: float, what: str) -> str:
-    return f"not screened: no time left {what} (about {seconds:.2g} s by the rates measured so far)"
+    return f"not screened: no time left {what} (about {seconds:.2g} s by the rates measured or guessed so far)"
 
 
 def _logged(c: Candidate, log: PlaceOptions, rates: Rates) -> Candidate:
