@@ -48,6 +48,7 @@ from pesto_ir.roofline import (
     Work,
     bound_time,
     distinct,
+    kernel_opcode,
     nested_time,
     op_family,
     op_work,
@@ -88,7 +89,7 @@ class _Groups:
     def __init__(self, ops: list[Op]) -> None:
         self.parent = list(range(len(ops)))
         self.hero: list[int | None] = [i if _is_hero(op) else None for i, op in enumerate(ops)]
-        self.only_elementwise = [op.opcode in ELEMENTWISE_OPS or op.opcode in DUPLICATED for op in ops]
+        self.only_elementwise = [kernel_opcode(op) in ELEMENTWISE_OPS or op.opcode in DUPLICATED for op in ops]
         self.open = [_fusible_at_all(op) or _is_hero(op) for op in ops]  # kernels that take producers in
 
     def find(self, i: int) -> int:
@@ -103,7 +104,7 @@ class _Groups:
 
 
 def _is_hero(op: Op) -> bool:
-    return op.opcode in EPILOGUE_HEROES or op.opcode in INPUT_FUSION_HEROES
+    return op.opcode in EPILOGUE_HEROES or kernel_opcode(op) in INPUT_FUSION_HEROES
 
 
 def _takes(groups: _Groups, ops: list[Op], producer: int, group: int) -> bool:
@@ -114,7 +115,7 @@ def _takes(groups: _Groups, ops: list[Op], producer: int, group: int) -> bool:
         return False
     if op.opcode in DUPLICATED:
         return True
-    if op.opcode in FUSIBLE:
+    if kernel_opcode(op) in FUSIBLE:
         return hero is None or ops[hero].opcode in INPUT_FUSION_HEROES
     if op.opcode in EPILOGUE_HEROES:
         return hero is None and groups.only_elementwise[group]
@@ -122,7 +123,7 @@ def _takes(groups: _Groups, ops: list[Op], producer: int, group: int) -> bool:
 
 
 def _fusible_at_all(op: Op) -> bool:
-    return not op.subgraphs() and (op.opcode in FUSIBLE or op.opcode in DUPLICATED
+    return not op.subgraphs() and (kernel_opcode(op) in FUSIBLE or op.opcode in DUPLICATED
                                    or op.opcode in EPILOGUE_HEROES)
 
 
@@ -184,7 +185,7 @@ def _family(ops: list[Op]) -> str:
             return op_family(op)
     if len(ops) == 1:
         return op_family(ops[0])
-    if all(op.opcode in MOVEMENT_OPS or op.opcode in DUPLICATED for op in ops):
+    if all(kernel_opcode(op) in MOVEMENT_OPS or op.opcode in DUPLICATED for op in ops):
         return "movement"
     return "elementwise"
 

@@ -13,7 +13,7 @@ from pesto_ir.cluster import Cluster
 from pesto_ir.fusion import fusion_groups, group_time, group_work, runs_a_kernel
 from pesto_ir.ir import Graph
 from pesto_ir.passmanager import PassContext, PassManager
-from pesto_ir.roofline import op_time
+from pesto_ir.roofline import Work, kernel_opcode, op_family, op_time, op_work
 
 DOT = "{dimension_numbers = [[[1], [0]], [[], []]]}"
 ROW = "{shape = [64, 32], broadcast_dimensions = [1]}"
@@ -83,6 +83,21 @@ def test_a_graph_output_is_not_fused_into_its_reader() -> None:
   %n = neg(%e) : f32[64,16]
   return %e, %n""", "%x: f32[64,16]")
     assert kernels(g) == [["e"], ["n"]]
+
+
+def test_a_reduction_over_axes_of_size_one_is_a_reshape_that_fuses_into_its_reader() -> None:
+    """XLA's algebraic simplifier makes `reduce_sum` over size-1 axes a reshape: no reduction kernel."""
+    g = parse("""  %s = reduce_sum(%x) {axes = [0]} : f32[32]
+  %n = neg(%s) : f32[32]
+  %r = reduce_sum(%y) {axes = [0]} : f32[32]
+  return %n, %r""", "%x: f32[1,32], %y: f32[4,32]")
+    trivial, real = (op for op in g.ops if op.opcode == "reduce_sum")
+    assert kernel_opcode(trivial) == "reshape" and kernel_opcode(real) == "reduce_sum"
+    assert op_family(trivial) == "movement" and op_family(real) == "reduction"
+    assert op_work(trivial) == Work(0, 2 * F32 * 32)  # reads and writes, as a reshape does
+    groups = {grp.name: grp for grp in fusion_groups(g)}
+    assert kernels(g) == [["s", "n"], ["r"]]
+    assert groups["n"].family == "elementwise" and groups["r"].family == "reduction"
 
 
 def test_a_broadcast_read_by_two_kernels_is_recomputed_in_each_and_costs_nothing() -> None:
