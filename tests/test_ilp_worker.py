@@ -13,7 +13,7 @@ import pytest
 import pesto_ir
 from pesto_ir.cluster import Cluster
 from pesto_ir.ir import Graph
-from pesto_ir.passes.ilp_worker import CRASH_ENV, IlpWorkerError, place_ilp_in_worker
+from pesto_ir.passes.ilp_worker import CRASH_ENV, HANG_ENV, OVERRUN_SECONDS, IlpWorkerError, place_ilp_in_worker
 from pesto_ir.passes.place import best_heuristic_plan
 from pesto_ir.passmanager import PassContext, PassManager
 from pesto_ir.placement import PlaceOptions
@@ -48,6 +48,23 @@ def test_a_crashed_worker_keeps_the_best_plan_and_says_how_it_died(monkeypatch: 
     assert "killed by SIGABRT" in plan.notes[-1] and "best plan found before" in plan.notes[-1]
     with pytest.raises(IlpWorkerError, match="the MILP gave no plan: the MILP worker was killed by SIGABRT"):
         place_ilp_in_worker(graph, cluster, PlaceOptions(time_limit=5, quiet=True))
+
+
+def test_a_solve_that_overruns_its_time_limit_is_stopped_and_keeps_the_best_plan(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """CBC checks its clock only between its phases; a worker still busy past the time limit (and
+    the grace) is stopped, and the warm start stands, saying why."""
+    graph, cluster = costed_mlp()
+    warm = best_heuristic_plan(graph, cluster, PlaceOptions(quiet=True))
+    monkeypatch.setenv(HANG_ENV, "progress")
+    started = time.monotonic()
+    plan = place_ilp_in_worker(graph, cluster, PlaceOptions(time_limit=1, quiet=True, warm_start=warm))
+    assert time.monotonic() - started < 1 + OVERRUN_SECONDS + 10  # not the worker's hour of sleep
+    check_plan(graph, cluster, plan)
+    assert plan.makespan == warm.makespan and plan.solver["status"] == "stopped"
+    assert "had not stopped 1.5 s past its time limit of 1 s" in plan.notes[-1]
+    with pytest.raises(IlpWorkerError, match="the MILP gave no plan: the MILP solver had not stopped"):
+        place_ilp_in_worker(graph, cluster, PlaceOptions(time_limit=1, quiet=True))
 
 
 @pytest.mark.skipif(not MSR.exists(), reason="needs the MSR graphs in ../shared")
