@@ -47,6 +47,7 @@ AUTO_MICROBATCHES = (1, 2, 4, 8, 16, 32)  # what `microbatches=auto` tries
 MAX_SCREEN_OPS = 150_000  # a rewritten graph larger than this is not built (memory)
 SCREEN_SHARE = 0.6  # of the time limit, for screening the strategies (the rest refines the best)
 MIN_REFINE_SECONDS = 0.25  # below this much time left, the best screening plan is not refined
+REFINE_RESERVE = 0.4  # kept for refining a leading one-batch plan: the floor, and a margin for estimates
 REFINE_MAX_OPS = 5_000  # nor on a replica graph larger than this (the engines' set-up alone takes seconds)
 MAX_HEURISTIC_OPS = 5_000  # the heuristics screen a pipelined replica graph up to this size (m-ETF: 60 s at 19,000)
 REWRITE_SECONDS_PER_OP = 2.5e-4  # a rewrite's guessed time per op it builds, until one is timed (2e-4 here)
@@ -369,7 +370,8 @@ def _screen_pipelines(graph: Graph, cluster: Cluster, todo: list[Strategy], opti
         now = time.perf_counter()
         if strategy != ONE_BATCH and (before or tried) and \
                 (now > stop or now + expected > hard - _one_batch_reserve([*before, *tried])):
-            why = "not screened: its share of the time ran out" if now > stop else _no_time(expected, "to screen")
+            why = ("not screened: its share of the time ran out" if now > stop
+                   else _no_time(expected, "to screen", now + expected <= hard))
             tried.append(Candidate(strategy, why_not=why))
         else:
             given = options if strategy != ONE_BATCH else dataclasses.replace(options, time_limit=max(until - now, 1e-3))
@@ -378,9 +380,10 @@ def _screen_pipelines(graph: Graph, cluster: Cluster, todo: list[Strategy], opti
     if not pipelined:
         return tried
     rewrite = rates.rewrite_or_guess(MODEL_MICROBATCHES * len(graph.ops))
-    if any(c.plan is not None for c in [*before, *tried]) \
-            and time.perf_counter() + rewrite > hard - _one_batch_reserve([*before, *tried]):
-        return tried + [Candidate(s, why_not=_no_time(rewrite, "for the pipeline model")) for s in pipelined]
+    now = time.perf_counter()
+    if any(c.plan is not None for c in [*before, *tried]) and now + rewrite > hard - _one_batch_reserve([*before, *tried]):
+        why = _no_time(rewrite, "for the pipeline model", now + rewrite <= hard)
+        return tried + [Candidate(s, why_not=why) for s in pipelined]
     ranked, candidates, cost = _ranked_pipelines(graph, cluster, pipelined, log, rates)
     best: tuple[float, float | None] | None = None  # (makespan, its prediction) of the fastest built
     slower = 0
@@ -398,13 +401,15 @@ def _screen_pipelines(graph: Graph, cluster: Cluster, todo: list[Strategy], opti
             why = "predicted slower" if predicted is not None else f"{PATIENCE} in a row were slower"
             c.why_not = c.why_not or f"{schedule} not built: {why}"
             continue
-        end = deadline if best is None or c.source is not None else stop
+        kept = _one_batch_reserve([*before, *tried, *candidates.values()])
+        end = (deadline if best is None or c.source is not None else stop) - kept
         engines: tuple[str, ...] = (schedule,) if c.source is not None else (schedule, EAGER)
         if time.perf_counter() + cost.estimate(c, engines) > end:
             engines = (schedule,)  # the fixed schedule alone, as the model ranked it, if that fits
         estimate = cost.estimate(c, engines)
         if time.perf_counter() + estimate > end:
-            c.why_not = c.why_not or f"{schedule} not built: it would take about {estimate:.2g} s, past the time limit"
+            past = "past the time limit" if not kept else f"into the {kept:g} s kept for refining the one-batch plan"
+            c.why_not = c.why_not or f"{schedule} not built: it would take about {estimate:.2g} s, {past}"
             continue
         previous = c.plan.makespan if c.plan is not None else None
         started, built = time.perf_counter(), c.graph is not None
@@ -498,14 +503,19 @@ def _ranked_pipelines(graph: Graph, cluster: Cluster, todo: list[Strategy], log:
 
 
 def _one_batch_reserve(screened: list[Candidate]) -> float:
-    """The time to keep for refining the one-batch plan when it is the fastest screened so far."""
+    """The time to keep for refining the one-batch plan when it is the fastest screened so far:
+    under short limits refining it gains more than screening the pipelines and mixes."""
     fastest = min((c for c in screened if c.plan is not None), key=lambda c: c.plan.makespan, default=None)  # type: ignore[union-attr]
     if fastest is None or fastest.strategy != ONE_BATCH or fastest.graph is None or len(fastest.graph.ops) > REFINE_MAX_OPS:
         return 0.0
-    return MIN_REFINE_SECONDS
+    return REFINE_RESERVE
 
 
-def _no_time(seconds: float, what: str) -> str:
+def _no_time(seconds: float, what: str, kept: bool = False) -> str:
+    """Why a step was not started: the time left, or (`kept`) the time kept for the refinement."""
+    if kept:
+        return (f"not screened: its {seconds:.2g} s or so would use the last {REFINE_RESERVE:g} s, kept for "
+                "refining the one-batch plan")
     return f"not screened: no time left {what} (about {seconds:.2g} s by the rates measured or guessed so far)"
 
 

@@ -41,6 +41,7 @@ from pesto_ir.simulate import order_from_priority, transfer_bytes
 
 ALGORITHM = "ilp"
 SOLVERS = ("cbc", "highs")
+MIN_CBC_SECONDS = 0.5  # the least a solve is given, whatever is left
 
 
 def solver_name(name: str) -> str:
@@ -347,7 +348,7 @@ class Milp:
         live = live and not self.options.quiet and self.solver == "cbc" and log.start()
         m.verbose = 1 if live else 0
         try:
-            status = m.optimize(max_seconds=max(seconds, 0.5))
+            status = m.optimize(max_seconds=max(seconds, MIN_CBC_SECONDS))
         finally:
             if live:
                 log.stop()
