@@ -1,12 +1,16 @@
 """One row of the suite for one algorithm: `coarsen{target=200},place{algo=...}` on a zoo model at
-k devices with place's default time limit, as `bench/suite.py` runs it, printing the place pass's
-seconds, its limit and the plan (the hybrid search's summary). For checking a row quickly.
+k devices with place's default time limit (or `--time-limit`), as `bench/suite.py` runs it,
+printing the place pass's seconds, its limit and the plan's notes (the hybrid search's summary
+last). For checking a row quickly; `--quick` takes the quick suite's models, `-v` shows progress.
 
     python3 bench/place_row.py jax_gpt 8 [auto | "auto data-parallel=1 microbatches=1"]
+    python3 bench/place_row.py jax_lstm_seq2seq_quick 2 auto --quick --time-limit 1 -v
 """
 
 from __future__ import annotations
 
+import argparse
+import math
 import sys
 import time
 from pathlib import Path
@@ -19,27 +23,44 @@ from pesto_ir.passmanager import PassContext, PassManager  # noqa: E402
 from pesto_ir.plan import read_plan_attrs  # noqa: E402
 
 
+def _seconds(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds > 0, not {text}")
+    return value
+
+
+def _devices(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number of devices >= 1, not {text}")
+    return int(text)
+
+
 def main(argv: list[str]) -> int:
-    if len(argv) not in (2, 3):
-        print(__doc__, file=sys.stderr)
-        return 2
-    models = {m.name: m for m in zoo(quick=False)}
-    name, k, algo = argv[0], int(argv[1]), argv[2] if len(argv) > 2 else "auto"
-    if name not in models:
-        print(f"unknown model {name} (known: {', '.join(models)})", file=sys.stderr)
-        return 2
-    model = models[name]
-    cluster = model.cluster(k)
-    ctx = PassContext(cluster=cluster, quiet=True, seed=0)
+    ap = argparse.ArgumentParser(prog="python3 bench/place_row.py", description=__doc__.splitlines()[0])
+    ap.add_argument("model")
+    ap.add_argument("k", type=_devices)
+    ap.add_argument("algo", nargs="?", default="auto", help="place's options after algo= (default auto)")
+    ap.add_argument("--time-limit", type=_seconds, help="seconds (default: place's default for the coarse graph)")
+    ap.add_argument("--quick", action="store_true", help="the quick suite's models")
+    ap.add_argument("-v", "--verbose", action="store_true", help="show the passes' progress")
+    args = ap.parse_args(argv)
+    models = {m.name: m for m in zoo(quick=args.quick)}
+    if args.model not in models:
+        ap.error(f"unknown model {args.model} (known{' with --quick' if args.quick else ''}: {', '.join(models)})")
+    model = models[args.model]
+    ctx = PassContext(cluster=model.cluster(args.k), quiet=not args.verbose, seed=0)
     graph = PassManager("coarsen{target=200}", verify_each=False).run(pesto_ir.parse(str(model.build())), ctx)
     groups = {op.get("group") for op in graph.ops if "group" in op.attrs}
-    limit = default_time_limit(len(groups) if groups else len(graph.ops))
+    limit = args.time_limit or default_time_limit(len(groups) if groups else len(graph.ops))
     started = time.perf_counter()
-    graph = PassManager(f"place{{algo={algo} time-limit={limit:g} seed=0}}", verify_each=False).run(graph, ctx)
+    graph = PassManager(f"place{{algo={args.algo} time-limit={limit:g} seed=0}}", verify_each=False).run(graph, ctx)
     plan = read_plan_attrs(graph)
     assert plan is not None
-    print(f"{name} k={k} {algo}: place {time.perf_counter() - started:.1f} s (limit {limit:g} s), "
-          f"makespan {plan.makespan * 1e3:.4g} ms\n{plan.notes[-1]}")
+    print(f"{args.model} k={args.k} {args.algo}: place {time.perf_counter() - started:.2f} s (limit {limit:g} s), "
+          f"makespan {plan.makespan * 1e3:.4g} ms")
+    for note in plan.notes:
+        print(f"  {note}")
     return 0
 
 
