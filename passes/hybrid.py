@@ -48,6 +48,7 @@ MAX_SCREEN_OPS = 150_000  # a rewritten graph larger than this is not built (mem
 SCREEN_SHARE = 0.6  # of the time limit, for screening the strategies (the rest refines the best)
 MIN_REFINE_SECONDS = 0.25  # below this much time left, the best screening plan is not refined
 REFINE_RESERVE = 0.4  # kept for refining a leading one-batch plan: the floor, and a margin for estimates
+PROMISING = 0.05  # ... except from a pipeline predicted this much faster than it (refining gains less)
 REFINE_MAX_OPS = 5_000  # nor on a replica graph larger than this (the engines' set-up alone takes seconds)
 MAX_HEURISTIC_OPS = 5_000  # the heuristics screen a pipelined replica graph up to this size (m-ETF: 60 s at 19,000)
 REWRITE_SECONDS_PER_OP = 2.5e-4  # a rewrite's guessed time per op it builds, until one is timed (2e-4 here)
@@ -401,7 +402,8 @@ def _screen_pipelines(graph: Graph, cluster: Cluster, todo: list[Strategy], opti
             why = "predicted slower" if predicted is not None else f"{PATIENCE} in a row were slower"
             c.why_not = c.why_not or f"{schedule} not built: {why}"
             continue
-        kept = _one_batch_reserve([*before, *tried, *candidates.values()])
+        promising = predicted is not None and other is not None and predicted < other * (1 - PROMISING)
+        kept = 0.0 if promising else _one_batch_reserve([*before, *tried, *candidates.values()])
         end = (deadline if best is None or c.source is not None else stop) - kept
         engines: tuple[str, ...] = (schedule,) if c.source is not None else (schedule, EAGER)
         if time.perf_counter() + cost.estimate(c, engines) > end:
