@@ -92,7 +92,9 @@ def place_ilp_in_worker(graph: Graph, cluster: Cluster, options: PlaceOptions) -
         while True:
             now = time.perf_counter()
             due = started + STARTUP_SECONDS if solving is None else solving + allowed
-            ready = [] if now > due + DRAIN_SECONDS else select.select([proc.stdout], [], [], POLL_SECONDS if now < due else 0)[0]
+            ready: list[Any] = []
+            if now <= due + DRAIN_SECONDS:  # past it, a worker that keeps talking is stopped all the same
+                ready, _, _ = select.select([proc.stdout], [], [], POLL_SECONDS if now < due else 0)
             if not ready:
                 if now < due:
                     continue
@@ -119,7 +121,7 @@ def place_ilp_in_worker(graph: Graph, cluster: Cluster, options: PlaceOptions) -
     except KeyboardInterrupt:
         seconds = time.perf_counter() - started
         options.progress(f"ilp: interrupted after {seconds:.1f}s; keeping the best plan found so far")
-        return _fallback(best, f"interrupted (Ctrl-C) after {seconds:.1f}s of the MILP", interrupted=True)
+        return _fallback(best, f"interrupted (Ctrl-C) after {seconds:.1f}s of the MILP", status="interrupted")
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -127,11 +129,11 @@ def place_ilp_in_worker(graph: Graph, cluster: Cluster, options: PlaceOptions) -
         errors.close()
 
 
-def _fallback(best: Plan | None, why: str, interrupted: bool = False, status: str = "worker-failed") -> Plan:
+def _fallback(best: Plan | None, why: str, status: str = "worker-failed") -> Plan:
     if best is None:
         raise IlpWorkerError(f"the MILP gave no plan: {why}")
     solver = dict(best.solver or {})
-    solver["status"] = "interrupted" if interrupted else status
+    solver["status"] = status
     return replace(best, algorithm="ilp", solver=solver,
                    notes=[*best.notes, f"{why}; this is the best plan found before"])
 
