@@ -47,7 +47,7 @@ AUTO_MICROBATCHES = (1, 2, 4, 8, 16, 32)  # what `microbatches=auto` tries
 MAX_SCREEN_OPS = 150_000  # a rewritten graph larger than this is not built (memory)
 SCREEN_SHARE = 0.6  # of the time limit, for screening the strategies (the rest refines the best)
 MIN_REFINE_SECONDS = 0.25  # below this much time left, the best screening plan is not refined
-REFINE_RESERVE = 0.4  # kept for refining a leading one-batch plan: the floor, and a margin for estimates
+REFINE_RESERVE = MIN_REFINE_SECONDS + 0.15  # kept for refining a leading one-batch plan: the floor, and a margin for estimates
 PROMISING = 0.05  # ... except from a pipeline predicted this much faster than it (refining gains less)
 REFINE_MAX_OPS = 5_000  # nor on a replica graph larger than this (the engines' set-up alone takes seconds)
 MAX_HEURISTIC_OPS = 5_000  # the heuristics screen a pipelined replica graph up to this size (m-ETF: 60 s at 19,000)
