@@ -28,13 +28,17 @@ class ReplicaLayout:
     from such values alone) is replicated; a value that differs per replica (the batch inputs' rows
     and what is computed from them) is `varying`. `input_axes` and `output_axes` give the batch axis
     of inputs and outputs by position (`batch_inputs`, `batch_outputs`), along which the caller's
-    whole batch is split into the replicas' rows and per-sample outputs are put back together."""
+    whole batch is split into the replicas' rows and per-sample outputs are put back together;
+    sharded optimizer state (`sharded_inputs`, `sharded_outputs`: `passes/shard_state.py`) is split
+    into the replicas' blocks and put back together the same way."""
 
     def __init__(self, graph: Graph, replicas: int) -> None:
         self.d = replicas
         self.varying = _varying(graph)
-        self.input_axes = _axes(graph, "batch_inputs", {v.name: i for i, v in enumerate(graph.inputs)})
-        self.output_axes = _axes(graph, "batch_outputs", {str(k): k for k in range(len(graph.outputs))})
+        by_name = {v.name: i for i, v in enumerate(graph.inputs)}
+        by_index = {str(k): k for k in range(len(graph.outputs))}
+        self.input_axes = {**_axes(graph, "batch_inputs", by_name), **_axes(graph, "sharded_inputs", by_name)}
+        self.output_axes = {**_axes(graph, "batch_outputs", by_index), **_axes(graph, "sharded_outputs", by_index)}
         for i, v in enumerate(graph.inputs):
             if id(v) in self.varying and i not in self.input_axes:
                 raise BackendError(f"input %{v.name} differs per replica but has no batch axis")
@@ -88,13 +92,17 @@ class Replicas(ReplicaLayout):
 
 
 def _varying(graph: Graph) -> set[int]:
-    """Values that differ per replica: the batch inputs, and what is computed from them without an
-    all-reduce in between."""
-    axes = graph.attrs.get("batch_inputs")
-    names = set(axes.value) if axes is not None and isinstance(axes.value, dict) else set()
+    """Values that differ per replica: the batch inputs and the blocks of sharded optimizer state
+    (`sharded_inputs`), a replica's block of a value (`reduce_scatter`, `replica_slice`), and what
+    is computed from them without an all-reduce or all-gather in between."""
+    names: set[str] = set()
+    for attr in ("batch_inputs", "sharded_inputs"):
+        axes = graph.attrs.get(attr)
+        names |= set(axes.value) if axes is not None and isinstance(axes.value, dict) else set()
     out = {id(v) for v in graph.inputs if v.name in names}
     for op in graph.ops:
-        if op.opcode != "all_reduce" and any(id(v) in out for v in op.operands):
+        if op.opcode in ("reduce_scatter", "replica_slice") or (
+                op.opcode not in ("all_reduce", "all_gather") and any(id(v) in out for v in op.operands)):
             out.update(id(r) for r in op.results)
     return out
 

@@ -44,7 +44,7 @@ from pesto_ir.backends.python_source import (
 from pesto_ir.backends.replica_runtime import REPLICA_AXIS, RUNTIME
 from pesto_ir.backends.schedule import Move, Schedule, Segment, schedule
 from pesto_ir.errors import PestoError
-from pesto_ir.interpreter import ANNOTATION_KEYS, EVAL_RULES, ReplicaInterpreter, one_replica
+from pesto_ir.interpreter import ACROSS_REPLICAS, ANNOTATION_KEYS, EVAL_RULES, ReplicaInterpreter, one_replica
 from pesto_ir.ir import Graph, Op, Value
 from pesto_ir.jax_params import (
     DERIVED_PARAMS,
@@ -97,13 +97,14 @@ def _check_all_reduces(graph: Graph, par: Parallelism | None) -> None:
     while stack:
         g, nested = stack.pop()
         for op in g.ops:
-            if op.opcode == "all_reduce" and not one_replica(op):
+            if op.opcode in ACROSS_REPLICAS and not one_replica(op):
+                what = "all-reduces" if op.opcode == "all_reduce" else f"runs {op.opcode}"
                 if par is None:
-                    raise EmitError(f"{op.where()}: op '{op.name}' all-reduces across {op.get('replicas')} "
+                    raise EmitError(f"{op.where()}: op '{op.name}' {what} across {op.get('replicas')} "
                                     "data-parallel replicas, but the plan has no replicas to reduce across (place "
                                     "it with data-parallel > 1)")
                 if nested:
-                    raise EmitError(f"{op.where()}: op '{op.name}' all-reduces across replicas inside the nested "
+                    raise EmitError(f"{op.where()}: op '{op.name}' {what} across replicas inside the nested "
                                     f"graph @{g.name}; only the placed graph's own ops can reduce across replicas")
             stack.extend((sub, True) for sub in op.subgraphs())
 
@@ -538,9 +539,33 @@ def _emit_all_reduce(e: _Emitter, op: Op, names: Namespace) -> str:
     return f"{_results(op, names, True)} = {_tuple_source_raw(reduced)}"
 
 
+def _emit_sharded(e: _Emitter, op: Op, names: Namespace) -> str:
+    """`reduce_scatter`, `all_gather` and `replica_slice` over one replica: the identity; over the
+    plan's replicas, what `ReplicaInterpreter.sharded` runs."""
+    (arg,) = [names.name(id(v), v.name) for v in op.operands]
+    out = names.name(id(op.result), op.result.name)
+    if one_replica(op):
+        return f"{out} = {arg}"
+    d = e.par.data_parallel if e.par is not None else 1
+    try:
+        ReplicaInterpreter.check_replicas(op, d)
+    except PestoError as err:
+        raise EmitError(str(err)) from None
+    axis = int(op.get("axis"))
+    if op.opcode == "all_gather":
+        return f"{out} = lax.all_gather({arg}, REPLICA_AXIS, axis={axis}, tiled=True)"
+    if op.opcode == "reduce_scatter":
+        if op.get("reduction", "sum") != "sum":
+            raise EmitError(f"{op.where()}: op '{op.name}' reduce-scatters with {op.get('reduction')!r}; only sums are run")
+        return f"{out} = lax.psum_scatter({arg}, REPLICA_AXIS, scatter_dimension={axis}, tiled=True)"
+    block = _tensor(op.result).shape[axis]
+    return f"{out} = lax.dynamic_slice_in_dim({arg}, lax.axis_index(REPLICA_AXIS) * {block}, {block}, {axis})"
+
+
 EMIT_RULES: dict[str, EmitRule] = {
     "constant": _emit_constant,
     "all_reduce": _emit_all_reduce,
+    **{opcode: _emit_sharded for opcode in ("reduce_scatter", "all_gather", "replica_slice")},
 }
 
 

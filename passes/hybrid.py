@@ -44,6 +44,7 @@ from pesto_ir.plan import Plan, write_plan_attrs
 from pesto_ir.units import human_time
 
 AUTO_MICROBATCHES = (1, 2, 4, 8, 16, 32)  # what `microbatches=auto` tries
+OPTIMIZER_STATE_CHOICES = ("auto", "replicated", "sharded")  # `optimizer-state`: see `strategies`
 MAX_SCREEN_OPS = 150_000  # a rewritten graph larger than this is not built (memory)
 SCREEN_SHARE = 0.6  # of the time limit, for screening the strategies (the rest refines the best)
 MIN_REFINE_SECONDS = 0.25  # below this much time left, the best screening plan is not refined
@@ -73,9 +74,12 @@ class Candidate:
 
 # ---------------------------------------------------------------- strategies
 
-def strategies(graph: Graph, cluster: Cluster, data_parallel: int | None, microbatches: int | None) -> list[Strategy]:
+def strategies(graph: Graph, cluster: Cluster, data_parallel: int | None, microbatches: int | None,
+               optimizer_state: str = "auto") -> list[Strategy]:
     """The strategies to try: the fixed ones, or every d dividing the devices and m in
-    `AUTO_MICROBATCHES` (both dividing the batch where the graph has one)."""
+    `AUTO_MICROBATCHES` (both dividing the batch where the graph has one); with `optimizer_state`
+    "sharded", the state of d > 1 replicas sharded across them (`auto` shards it only where the
+    whole state gives no plan: `screen`)."""
     k = len(cluster)
     ds = [data_parallel] if data_parallel is not None else [d for d in range(1, k + 1) if k % d == 0]
     if data_parallel is None and _cost_only(graph) and not any(op.get("param_bytes") for op in graph.ops):
@@ -87,7 +91,7 @@ def strategies(graph: Graph, cluster: Cluster, data_parallel: int | None, microb
         for m in ms:
             if batch is not None and batch % (d * m) and (data_parallel is None or microbatches is None):
                 continue
-            out.append(Strategy(d, m))
+            out.append(Strategy(d, m, "sharded" if optimizer_state == "sharded" and d > 1 else "replicated"))
     return out
 
 
@@ -132,6 +136,7 @@ class Rates:
     rewrite_ops: int = 0
     heuristic: float | None = None
     fastest: tuple[Graph, Plan] | None = None
+    shard: bool = False  # the search may shard optimizer state where the whole state gives no plan
 
     def screened(self, c: Candidate) -> None:
         if c.plan is not None and c.graph is not None and (self.fastest is None
@@ -163,7 +168,25 @@ def screen(graph: Graph, cluster: Cluster, found: Candidate, options: PlaceOptio
            engines: Sequence[str] = ("heuristics",), rates: Rates | None = None) -> Candidate:
     """`found`'s replica graph (built once) and its best plan so far, trying `engines`: the
     pipeline schedules ("gpipe", "1f1b", "eager": a simulation each, on replicas of several devices
-    with several micro-batches) or "heuristics" (list scheduling the whole graph)."""
+    with several micro-batches) or "heuristics" (list scheduling the whole graph). Where `rates`
+    allows it (`Rates.shard`), replicas that give no plan holding the whole optimizer state (it
+    does not fit) are tried with it sharded across them (`passes/shard_state.py`), and the
+    candidate becomes that strategy."""
+    found = _screened(graph, cluster, found, options, heuristic, engines, rates)
+    strategy = found.strategy
+    if rates is None or not rates.shard or found.plan is not None or strategy.data_parallel < 2 or strategy.optimizer_state == "sharded":
+        return found
+    retry = _screened(graph, cluster, Candidate(strategy.sharded()), options, heuristic, engines, rates)
+    if retry.plan is None:
+        found.why_not = f"{found.why_not}; with the optimizer state sharded: {retry.why_not}"
+        return found
+    retry.why_not = f"the whole optimizer state gives no plan ({found.why_not})"
+    return retry
+
+
+def _screened(graph: Graph, cluster: Cluster, found: Candidate, options: PlaceOptions, heuristic: Solve,
+              engines: Sequence[str], rates: Rates | None) -> Candidate:
+    """`screen` for `found`'s own strategy."""
     strategy = found.strategy
     if found.graph is None:
         started = time.perf_counter()
@@ -206,17 +229,18 @@ Refine = Callable[[Graph, Cluster, PlaceOptions, Plan | None], Plan]  # the full
 
 
 def search(graph: Graph, cluster: Cluster, options: PlaceOptions, data_parallel: int | None,
-           microbatches: int | None, heuristic: Solve, refine: Refine) -> tuple[Graph, Plan]:
+           microbatches: int | None, heuristic: Solve, refine: Refine,
+           optimizer_state: str = "auto") -> tuple[Graph, Plan]:
     """The fastest plan over the strategies within the time limit: screening, then `refine` (the
     full engine, warm-started) on the best strategy's replica graph; its graph and plan."""
     started = time.perf_counter()
     deadline = started + options.time_limit
-    todo = strategies(graph, cluster, data_parallel, microbatches)
+    todo = strategies(graph, cluster, data_parallel, microbatches, optimizer_state)
     if not todo:
         raise PestoError(f"no strategy divides the batch of {_batch_size(graph)} and the {len(cluster)} devices "
                          f"(data-parallel {data_parallel or 'auto'}, microbatches {microbatches or 'auto'})")
     quiet = dataclasses.replace(options, quiet=True, warm_start=None)
-    rates = Rates()
+    rates = Rates(shard=optimizer_state == "auto")
     try:
         tried = _screen_all(graph, cluster, todo, quiet, heuristic, started + options.time_limit * SCREEN_SHARE,
                             deadline, options, rates) if len(todo) > 1 else [Candidate(todo[0])]

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pesto_ir.ir import Graph
 from pesto_ir.passes.batch_axes import BATCH_RULES, Batched, BatchSpec, Cut, MicrobatchError, batch_spec, rule
 from pesto_ir.passes.rebatch import MAX_MICROBATCHES, PLAN_KEYS, Rewriter, check_degree, rebatch
-from pesto_ir.passes.replicas import Strategy, replica_graph
+from pesto_ir.passes.replicas import Strategy, replica_graph, shard_state
 from pesto_ir.passmanager import Pass, PassContext
 
 __all__ = ["BATCH_RULES", "MAX_MICROBATCHES", "PLAN_KEYS", "BatchSpec", "Batched", "Cut", "MicrobatchError",
@@ -28,16 +28,22 @@ class MicrobatchPass(Pass):
     name = "microbatch"
     microbatches: int = 1
     data_parallel: int = 1
+    optimizer_state: str = "replicated"  # or "sharded" across the replicas (passes/shard_state.py)
 
     def __post_init__(self) -> None:
         check_degree(self.microbatches, "microbatches")
         check_degree(self.data_parallel, "data-parallel")
+        if self.optimizer_state not in ("replicated", "sharded"):
+            raise MicrobatchError(f"optimizer-state must be replicated or sharded, not {self.optimizer_state!r}")
 
     def run(self, graph: Graph, ctx: PassContext) -> Graph:
+        strategy = Strategy(self.data_parallel, self.microbatches, self.optimizer_state)
         if ctx.cluster is not None and self.data_parallel > 1:
-            out = replica_graph(graph, ctx.cluster, Strategy(self.data_parallel, self.microbatches))
+            out = replica_graph(graph, ctx.cluster, strategy)
         else:
             out = rebatch(graph, self.microbatches, self.data_parallel)
+            if self.optimizer_state == "sharded":
+                shard_state(out, strategy, None)
         ctx.progress(f"microbatch: {len(graph.ops)} ops -> {len(out.ops)} "
                      f"(data-parallel {self.data_parallel} x {self.microbatches} micro-batches)")
         return out

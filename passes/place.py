@@ -120,13 +120,19 @@ class PlacePass(Pass):
     solver: str = "cbc"
     data_parallel: str | None = None  # N or auto; None: auto for algo=auto, else 1 (passes/hybrid.py)
     microbatches: str | None = None  # N or auto; None: auto for algo=auto, else 1
+    # replicated, sharded across the data-parallel replicas (passes/shard_state.py), or auto:
+    # sharded where a strategy's replicas with the whole state give no plan (memory)
+    optimizer_state: str = "auto"
 
     def __post_init__(self) -> None:
         _algorithm(self.algo)
-        from pesto_ir.passes.hybrid import parse_degree
+        from pesto_ir.passes.hybrid import OPTIMIZER_STATE_CHOICES, parse_degree
 
         parse_degree(self.data_parallel, "data-parallel")
         parse_degree(self.microbatches, "microbatches")
+        if self.optimizer_state not in OPTIMIZER_STATE_CHOICES:
+            raise PlaceError(f"optimizer-state must be one of {', '.join(OPTIMIZER_STATE_CHOICES)}, "
+                             f"not {self.optimizer_state!r}")
         t = self.time_limit
         if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t)
                               or t <= 0):
@@ -166,13 +172,18 @@ class PlacePass(Pass):
         if rewritten is not None:  # the microbatch pass ran: place its replica graph as it is
             from pesto_ir.passes.replicas import place_rewritten
 
-            if self.data_parallel not in (None, "1") or self.microbatches not in (None, "1"):
+            if self.data_parallel not in (None, "1") or self.microbatches not in (None, "1") or \
+                    self.optimizer_state == "sharded":
                 raise PlaceError(f"the graph is already one replica's micro-batched step ({rewritten}): "
-                                 "give data-parallel and microbatches to the microbatch pass or to place, not both")
+                                 "give data-parallel, microbatches and optimizer-state to the microbatch pass or to "
+                                 "place, not both")
             return graph, place_rewritten(graph, cluster, options, lambda g, c, o: place_graph(g, c, self.algo, o))
+        if d == 1 and self.optimizer_state == "sharded":
+            raise PlaceError("optimizer-state=sharded splits the optimizer state across data-parallel replicas; "
+                             "with data-parallel 1 there is nothing to split it across")
         if d == 1 and m == 1:
             return graph, place_graph(graph, cluster, self.algo, options)
-        return place_hybrid(graph, cluster, self.algo, options, d, m)
+        return place_hybrid(graph, cluster, self.algo, options, d, m, self.optimizer_state)
 
     def degrees(self) -> tuple[int | None, int | None]:
         """(data-parallel, microbatches): a number, or None to search; unset means search for
@@ -249,7 +260,7 @@ def _coarse_interrupted(caught: KeyboardInterrupt, graph: Graph, cluster: Cluste
 
 
 def place_hybrid(graph: Graph, cluster: Cluster, algo: str, options: PlaceOptions, data_parallel: int | None,
-                 microbatches: int | None) -> tuple[Graph, Plan]:
+                 microbatches: int | None, optimizer_state: str = "auto") -> tuple[Graph, Plan]:
     """The fastest plan over data-parallel replicas x micro-batches (`passes/hybrid.py`), `algo`
     placing each replica; the replica graph it is a plan of, and the plan."""
     from pesto_ir.passes.hybrid import search
@@ -282,7 +293,7 @@ def place_hybrid(graph: Graph, cluster: Cluster, algo: str, options: PlaceOption
         return place_graph(g, c, algo, o, floor)
 
     try:
-        out, plan = search(graph, cluster, options, data_parallel, microbatches, heuristic, refine)
+        out, plan = search(graph, cluster, options, data_parallel, microbatches, heuristic, refine, optimizer_state)
     except Interrupted as e:
         if e.plan is not None:
             _labelled(e.plan, algo)

@@ -13,13 +13,13 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from pesto_ir.cluster import Cluster, ring_all_reduce_time
+from pesto_ir.cluster import Cluster, ring_time
 from pesto_ir.errors import PestoError
 from pesto_ir.ir import Graph
 from pesto_ir.passes.collective_buckets import bucket_all_reduces
 from pesto_ir.passes.rebatch import rebatch
 from pesto_ir.placement import Interrupted, PlaceOptions, carried_plan
-from pesto_ir.plan import Parallelism, Plan, write_plan_attrs
+from pesto_ir.plan import RING_PHASES, Parallelism, Plan, write_plan_attrs
 from pesto_ir.validate import check_plan, collectives_for
 
 Solve = Callable[[Graph, Cluster, PlaceOptions], Plan]  # an engine: a plan of the graph on the cluster
@@ -29,9 +29,14 @@ Solve = Callable[[Graph, Cluster, PlaceOptions], Plan]  # an engine: a plan of t
 class Strategy:
     data_parallel: int
     microbatches: int
+    optimizer_state: str = "replicated"  # or "sharded" (`passes/shard_state.py`), with d > 1
 
     def __str__(self) -> str:
-        return f"d={self.data_parallel} m={self.microbatches}"
+        sharded = " state sharded" if self.optimizer_state == "sharded" else ""
+        return f"d={self.data_parallel} m={self.microbatches}{sharded}"
+
+    def sharded(self) -> Strategy:
+        return dataclasses.replace(self, optimizer_state="sharded")
 
 
 ONE_BATCH = Strategy(1, 1)
@@ -64,10 +69,16 @@ def sub_cluster(cluster: Cluster, names: Sequence[str]) -> Cluster:
 def all_reduce_cost(cluster: Cluster, groups: tuple[tuple[str, ...], ...]) -> Callable[[int], float]:
     """An all-reduce's duration before placement: the slowest ring over mirrored devices (the
     validator checks the ring of the device it lands on)."""
+    ring = collective_cost(cluster, groups)
+    return lambda nbytes: ring("all_reduce", nbytes)
+
+
+def collective_cost(cluster: Cluster, groups: tuple[tuple[str, ...], ...]) -> Callable[[str, int], float]:
+    """A collective's duration before placement, by its opcode: the slowest ring over mirrored devices."""
     rings = [[g[i] for g in groups] for i in range(len(groups[0]))]
 
-    def cost(nbytes: int) -> float:
-        return max(ring_all_reduce_time(cluster, ring, nbytes) for ring in rings)
+    def cost(opcode: str, nbytes: int) -> float:
+        return max(ring_time(cluster, ring, nbytes, RING_PHASES[opcode]) for ring in rings)
 
     return cost
 
@@ -77,12 +88,35 @@ def replica_graph(graph: Graph, cluster: Cluster, strategy: Strategy) -> Graph:
     was costed that way, else their costs scale with the batch."""
     groups = replica_groups(cluster, strategy.data_parallel)
     out = rebatch(graph, strategy.microbatches, strategy.data_parallel, all_reduce_cost(cluster, groups))
+    if strategy.optimizer_state == "sharded":
+        shard_state(out, strategy, collective_cost(cluster, groups))
     if out is not graph and any("flops" in op.attrs for op in graph.ops):
         from pesto_ir.passes.annotate_costs import AnnotateCostsPass
         from pesto_ir.passmanager import PassContext
 
         AnnotateCostsPass(model="roofline").run(out, PassContext(cluster=sub_cluster(cluster, groups[0]), quiet=True))
     return out
+
+
+def shard_state(graph: Graph, strategy: Strategy, cost: Callable[[str, int], float] | None) -> None:
+    """Shard the optimizer state of a replica graph (`passes/shard_state.py`), or say why not."""
+    from pesto_ir.passes.shard_state import shard_optimizer_state
+    from pesto_ir.verifier import verify
+
+    if strategy.data_parallel < 2:
+        raise PestoError("optimizer state is sharded across data-parallel replicas; with one replica there is "
+                         "nothing to shard it across")
+    done = shard_optimizer_state(graph, strategy.data_parallel, cost)
+    if not done.changed:
+        why = "; ".join(f"%{n}: {w}" for n, w in list(done.kept.items())[:3])
+        raise PestoError(f"{strategy}: graph '{graph.name}' has no optimizer state to shard (state is a param "
+                         "input that only elementwise update ops of its own shape read)" + (f"; {why}" if why else ""))
+    verify(graph)
+
+
+def state_of(graph: Graph) -> str:
+    """How a replica graph holds its optimizer state: "sharded" after `passes/shard_state.py`."""
+    return "sharded" if "sharded_inputs" in graph.attrs else "replicated"
 
 
 def as_hybrid(graph: Graph, cluster: Cluster, plan: Plan, strategy: Strategy) -> Plan:
@@ -93,7 +127,8 @@ def as_hybrid(graph: Graph, cluster: Cluster, plan: Plan, strategy: Strategy) ->
     groups = replica_groups(cluster, strategy.data_parallel)
     same = strategy.data_parallel == 1 and list(plan.devices) == list(cluster.names) and plan.peak_memory is not None
     plan = dataclasses.replace(plan, devices=list(cluster.names),
-                               parallelism=Parallelism(strategy.data_parallel, strategy.microbatches, groups))
+                               parallelism=Parallelism(strategy.data_parallel, strategy.microbatches, groups,
+                                                       state_of(graph)))
     plan.collectives = collectives_for(graph, plan)
     return plan if same else check_plan(graph, cluster, plan)
 
@@ -123,7 +158,7 @@ def place_rewritten(graph: Graph, cluster: Cluster, options: PlaceOptions, place
     """Place a graph the `microbatch` pass already rewrote (its `microbatched` attribute gives d and
     m) on replica 0's devices, as the plan of the whole step."""
     degrees = graph.attrs["microbatched"].value
-    strategy = Strategy(int(degrees["data_parallel"]), int(degrees["microbatches"]))
+    strategy = Strategy(int(degrees["data_parallel"]), int(degrees["microbatches"]), state_of(graph))
     sub = sub_cluster(cluster, replica_groups(cluster, strategy.data_parallel)[0])
     try:
         plan = as_hybrid(graph, cluster, place(graph, sub, options), strategy)

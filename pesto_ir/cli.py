@@ -114,6 +114,10 @@ def build_arg_parser() -> argparse.ArgumentParser:
     place.add_argument("--microbatches", type=_degree, metavar="N|auto",
                        help="micro-batches per replica, pipelined by the schedule; auto searches them "
                             "(default: auto for --algo auto, else 1)")
+    place.add_argument("--optimizer-state", choices=("auto", "replicated", "sharded"),
+                       help="with data-parallel replicas: each holds the whole optimizer state (replicated), "
+                            "or 1/N of it and updates that part (sharded, ZeRO-1); auto shards it where the "
+                            "whole state does not fit (default: auto)")
     place.add_argument("--seed", type=int, default=0, help="seed for every random choice (default 0)")
     out = ap.add_argument_group("reports")
     out.add_argument("--plan-json", metavar="FILE", help="write the plan as pesto-plan/1 JSON")
@@ -194,10 +198,11 @@ def _check_writable(option: str, path: str, key: Path) -> None:
 
 
 def with_place_options(pipeline: Pipeline, args: argparse.Namespace) -> Pipeline:
-    """Apply --algo, --time-limit, --data-parallel and --microbatches to the pipeline's place passes
-    (an error if it has none)."""
+    """Apply --algo, --time-limit, --data-parallel, --microbatches and --optimizer-state to the
+    pipeline's place passes (an error if it has none)."""
     changes = {k: v for k, v in (("algo", args.algo), ("time_limit", args.time_limit),
-                                 ("data_parallel", args.data_parallel), ("microbatches", args.microbatches))
+                                 ("data_parallel", args.data_parallel), ("microbatches", args.microbatches),
+                                 ("optimizer_state", args.optimizer_state))
                if v is not None}
     if not changes:
         return pipeline

@@ -426,13 +426,20 @@ class Cluster:
 
 
 def ring_all_reduce_time(cluster: Cluster, group: Sequence[str], nbytes: int) -> float:
-    """Seconds to all-reduce `nbytes` (per device) over the devices of `group` with a ring.
+    """Seconds to all-reduce `nbytes` (per device) over the devices of `group` with a ring
+    (`ring_time` with both of its phases)."""
+    return ring_time(cluster, group, nbytes, phases=2)
+
+
+def ring_time(cluster: Cluster, group: Sequence[str], nbytes: int, phases: int) -> float:
+    """Seconds for `phases` ring phases over the devices of `group`, on `nbytes` per device: 2 for
+    an all-reduce, 1 for a reduce-scatter or an all-gather (`nbytes` the whole value, not a block).
 
     The ring is `group[i] -> group[(i + 1) % n]`. A ring all-reduce is a reduce-scatter then an
     all-gather: 2 (n - 1) steps, in each of which every device sends one chunk of `nbytes / n`
     bytes to its successor, all ring links at once; a step ends when its slowest link is done:
 
-        2 (n - 1) * max over ring links of (latency + (nbytes / n) / bandwidth)
+        phases (n - 1) * max over ring links of (latency + (nbytes / n) / bandwidth)
 
     It is bandwidth-optimal (each device sends 2 (n - 1) / n of the data, independent of n for
     large n), at a latency of 2 (n - 1) link latencies. One device needs no communication: 0.
@@ -462,9 +469,9 @@ def ring_all_reduce_time(cluster: Cluster, group: Sequence[str], nbytes: int) ->
     chunk = nbytes / n
     fit = cluster.all_reduce
     if fit is not None and len({cluster.device(name).host for name in names}) == 1:
-        return 2 * (n - 1) * (fit.latency + chunk / fit.bandwidth)
+        return phases * (n - 1) * (fit.latency + chunk / fit.bandwidth)
     step = max(cluster.transfer_time(names[i], names[(i + 1) % n], chunk) for i in range(n))
-    return 2 * (n - 1) * step
+    return phases * (n - 1) * step
 
 
 # JAX `device_kind` text -> built-in kind; the first pattern found in the lower-cased text wins.

@@ -9,7 +9,8 @@ so does a `.pir` file written by hand with JAX primitive names.
 Subclass `Interpreter` and override `run_op` to observe or change each op's evaluation (the
 torch.fx habit): e.g. time it, or place it on a device.
 
-It runs one replica in one process. An `all_reduce` over one replica is the identity; one over
+It runs one replica in one process. An `all_reduce` (or another op of `ACROSS_REPLICAS`) over one
+replica is the identity; one over
 more replicas (a plan with data_parallel > 1) has no other replicas here to reduce with, so it is
 refused (`check_single_replica`), unless the graph runs as one replica of a `jax.shard_map`
 (`ReplicaInterpreter`, what the JAX backend does for replicas; emitted modules write the same
@@ -131,8 +132,14 @@ def one_replica(op: Op) -> bool:
     return isinstance(n, int) and not isinstance(n, bool) and n == 1
 
 
+# Ops over data-parallel replicas: the identity over one replica, a collective of the replicas'
+# mesh axis over more (`ReplicaInterpreter`).
+ACROSS_REPLICAS = ("all_reduce", "reduce_scatter", "all_gather", "replica_slice")
+
+
 def _single_replica_error(op: Op) -> PestoError:
-    return PestoError(f"{op.where()}: op '{op.name}' all-reduces across {op.get('replicas')} data-parallel "
+    what = "all-reduces" if op.opcode == "all_reduce" else f"runs {op.opcode}"
+    return PestoError(f"{op.where()}: op '{op.name}' {what} across {op.get('replicas')} data-parallel "
                       "replicas, but this runs one replica in one process: run plans with data_parallel > 1 "
                       "through the JAX backend (pesto_ir.parallelize, or pesto_ir.backends.jax.build)")
 
@@ -144,13 +151,13 @@ def check_single_replica(graph: Graph) -> None:
     while stack:
         g = stack.pop()
         for op in g.ops:
-            if op.opcode == "all_reduce" and not one_replica(op):
+            if op.opcode in ACROSS_REPLICAS and not one_replica(op):
                 raise _single_replica_error(op)
             stack.extend(op.subgraphs())
 
 
 def _eval_all_reduce(interp: Interpreter, op: Op, args: list[Any]) -> list[Any]:
-    """Over one replica an all-reduce is the identity; over more, see `check_single_replica`."""
+    """Over one replica an op across replicas is the identity; over more, see `check_single_replica`."""
     if not one_replica(op):
         raise _single_replica_error(op)
     return list(args)
@@ -158,7 +165,7 @@ def _eval_all_reduce(interp: Interpreter, op: Op, args: list[Any]) -> list[Any]:
 
 EVAL_RULES: dict[str, EvalRule] = {
     "constant": _eval_constant,
-    "all_reduce": _eval_all_reduce,
+    **{opcode: _eval_all_reduce for opcode in ACROSS_REPLICAS},
 }
 
 
@@ -183,7 +190,9 @@ set_graph_decoder(graph_to_closed_jaxpr)  # how jax_params decodes nested graphs
 
 class ReplicaInterpreter(Interpreter):
     """One replica's graph inside `jax.shard_map` over a mesh axis of the replicas: an `all_reduce`
-    over them is the collective of that axis (`psum`, `pmax`, `pmin`), the rest as usual."""
+    over them is the collective of that axis (`psum`, `pmax`, `pmin`), a `reduce_scatter` its
+    `psum_scatter`, an `all_gather` its `all_gather`, a `replica_slice` the block of the replica's
+    index; the rest as usual."""
 
     REDUCE = {"sum": jax.lax.psum, "max": jax.lax.pmax, "min": jax.lax.pmin}
 
@@ -192,18 +201,42 @@ class ReplicaInterpreter(Interpreter):
         self.axis, self.replicas = axis, replicas
 
     def run_op(self, op: Op, args: list[Any]) -> list[Any]:
-        if op.opcode != "all_reduce" or one_replica(op):
+        if op.opcode not in ACROSS_REPLICAS or one_replica(op):
             return super().run_op(op, args)
-        reduce = self.collective(op, self.replicas)
-        return [reduce(x, self.axis) for x in args]
+        if op.opcode == "all_reduce":
+            reduce = self.collective(op, self.replicas)
+            return [reduce(x, self.axis) for x in args]
+        return [self.sharded(op, args[0])]
+
+    def sharded(self, op: Op, x: Any) -> Any:
+        """A block along `axis` per replica (replica r the r-th): a reduce-scatter's sum, a slice of a
+        value every replica has; or an all-gather putting the blocks back together."""
+        axis = int(op.get("axis"))
+        if op.opcode == "all_gather":
+            self.check_replicas(op, self.replicas)
+            return jax.lax.all_gather(x, self.axis, axis=axis, tiled=True)
+        if op.opcode == "reduce_scatter":
+            if op.get("reduction", "sum") != "sum":
+                raise PestoError(f"{op.where()}: op '{op.name}' reduce-scatters with {op.get('reduction')!r}; "
+                                 "only sums are run")
+            self.check_replicas(op, self.replicas)
+            return jax.lax.psum_scatter(x, self.axis, scatter_dimension=axis, tiled=True)
+        self.check_replicas(op, self.replicas)
+        block = x.shape[axis] // self.replicas
+        return jax.lax.dynamic_slice_in_dim(x, jax.lax.axis_index(self.axis) * block, block, axis)
+
+    @staticmethod
+    def check_replicas(op: Op, replicas: int) -> None:
+        if op.get("replicas") != replicas:
+            what = "all-reduces" if op.opcode == "all_reduce" else f"runs {op.opcode}"
+            raise PestoError(f"{op.where()}: op '{op.name}' {what} across {op.get('replicas')} replicas, "
+                             f"but the step runs {replicas}")
 
     @classmethod
     def collective(cls, op: Op, replicas: int) -> Callable[..., Any]:
         """The collective that `op`, an `all_reduce` across `replicas` replicas, runs; refused when
         it names another replica count or an unknown reduction."""
-        if op.get("replicas") != replicas:
-            raise PestoError(f"{op.where()}: op '{op.name}' all-reduces across {op.get('replicas')} replicas, "
-                             f"but the step runs {replicas}")
+        cls.check_replicas(op, replicas)
         reduce = cls.REDUCE.get(str(op.get("reduction", "sum")))
         if reduce is None:
             raise PestoError(f"{op.where()}: op '{op.name}' has reduction {op.get('reduction')!r} "
@@ -230,5 +263,5 @@ def input_specs(graph: Graph) -> Sequence[jax.ShapeDtypeStruct]:
             if isinstance(v.type, TensorType)]
 
 
-__all__ = ["ANNOTATION_KEYS", "EVAL_RULES", "EvalRule", "Interpreter", "ReplicaInterpreter", "as_function", "bind_primitive",
+__all__ = ["ACROSS_REPLICAS", "ANNOTATION_KEYS", "EVAL_RULES", "EvalRule", "Interpreter", "ReplicaInterpreter", "as_function", "bind_primitive",
            "check_single_replica", "evaluate", "graph_to_closed_jaxpr", "input_specs", "one_replica"]

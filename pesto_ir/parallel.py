@@ -21,7 +21,9 @@ Defaults, and why:
   (default: every argument not in `param_argnums`); the lowered graph records them in its
   `batch_inputs` attribute. `data_parallel` (d replicas, each on batch/d, gradients all-reduced)
   and `microbatches` (each replica's batch run as that many slices, gradients accumulated; a whole
-  number >= 1 or `"auto"` for the search to choose) go to the place pass; the executable runs the
+  number >= 1 or `"auto"` for the search to choose) go to the place pass, with `optimizer_state`
+  (`"sharded"`: each replica holds and updates 1/d of the optimizer state, ZeRO-1; `"auto"`: only
+  where the whole state does not fit); the executable runs the
   replicas as `jax.shard_map` over the meshes of mirrored devices (`backends/jax.py`, `Replicas`).
   `autotune=True` builds the plan asked for, plain `jax.jit` on the first device and data
   parallelism over all the devices, times each for `autotune_steps` steps on the first call's
@@ -74,6 +76,7 @@ class ParallelizeOptions:
     data_parallel: int | str | None = None  # replicas: a whole number >= 1, "auto", or None (1)
     microbatches: int | str | None = None  # micro-batches per step: a whole number >= 1, "auto", or None (1)
     batch_argnums: tuple[int, ...] | None = None  # None: every positional argument not in param_argnums
+    optimizer_state: str = "auto"  # replicated, sharded across the replicas (ZeRO-1), or auto (where memory needs it)
     autotune: bool = False  # time the plan, plain jax.jit and data parallelism; run the fastest
     autotune_steps: int = 5  # timed steps per candidate (after a warm-up step)
 
@@ -81,6 +84,8 @@ class ParallelizeOptions:
         coarsen = "coarsen" if self.coarsen_target is None else f"coarsen{{target={self.coarsen_target}}}"
         batch = "" if self.microbatches in (None, 1) and self.data_parallel in (None, 1) else \
             f" microbatches={self.microbatches or 1} data-parallel={self.data_parallel or 1}"
+        if self.optimizer_state != "auto":
+            batch += f" optimizer-state={self.optimizer_state}"
         return (f"annotate-costs{{model={self.cost_model}}},{coarsen},"
                 f"place{{algo={self.algo} time-limit={self.time_limit} seed={self.seed}{batch}}},expand,simulate")
 
@@ -343,14 +348,14 @@ def parallelize(fn: Callable[..., Any] | None = None, *, devices: Sequence[Any] 
                 quiet: bool = True, compiler_options: Mapping[str, Any] | None = None,
                 data_parallel: int | str | None = None, microbatches: int | str | None = None,
                 batch_argnums: int | Sequence[int] | None = None, autotune: bool = False,
-                autotune_steps: int = 5) -> Any:
+                autotune_steps: int = 5, optimizer_state: str = "auto") -> Any:
     """`fn` planned with Pesto and run across `devices` (a list, or a dict from cluster device name to
     JAX device); used bare or as `@parallelize(devices=...)`. See the module docstring."""
     options = ParallelizeOptions(devices, algo, time_limit, cluster, cost_model, _tuple(param_argnums),
                                  _tuple(donate_argnums), coarsen_target, seed, quiet, compiler_options,
                                  data_parallel=data_parallel, microbatches=microbatches,
                                  batch_argnums=_argnums_or_none(batch_argnums), autotune=autotune,
-                                 autotune_steps=autotune_steps)
+                                 autotune_steps=autotune_steps, optimizer_state=optimizer_state)
     if fn is None:
         return lambda f: Parallelized(f, options)
     return Parallelized(fn, options)
@@ -511,6 +516,8 @@ def _check_batch_options(o: ParallelizeOptions) -> None:
                              f"either trainable state or batch data, not both")
     if not isinstance(o.autotune, bool):
         raise PestoError(f"autotune must be True or False, got {o.autotune!r}")
+    if o.optimizer_state not in ("auto", "replicated", "sharded"):
+        raise PestoError(f"optimizer_state must be \"auto\", \"replicated\" or \"sharded\", got {o.optimizer_state!r}")
     from pesto_ir.autotune import check_steps
 
     check_steps(o.autotune_steps)

@@ -26,7 +26,12 @@ from pesto_ir.ir import Graph, Op
 from pesto_ir.loader import brief
 
 PLAN_FORMAT = "pesto-plan/1"
-COLLECTIVE_KINDS = ("all_reduce",)
+# Collective ops and the ring phases each takes (`pesto_ir.cluster.ring_time`): an all-reduce is a
+# reduce-scatter then an all-gather. Reduce-scatters and all-gathers come from sharded optimizer
+# state (`passes/shard_state.py`).
+RING_PHASES: dict[str, int] = {"all_reduce": 2, "reduce_scatter": 1, "all_gather": 1}
+COLLECTIVE_KINDS = tuple(RING_PHASES)
+OPTIMIZER_STATES = ("replicated", "sharded")
 
 
 @dataclass
@@ -56,8 +61,12 @@ class Parallelism:
     data_parallel: int
     microbatches: int
     replicas: tuple[tuple[str, ...], ...]
+    optimizer_state: str = "replicated"  # or "sharded": each replica holds 1/d of it (ZeRO-1)
 
     def __post_init__(self) -> None:
+        if self.optimizer_state not in OPTIMIZER_STATES:
+            raise PestoError(f"parallelism: optimizer_state must be one of {', '.join(OPTIMIZER_STATES)}, "
+                             f"not {brief(repr(self.optimizer_state))}")
         for key in ("data_parallel", "microbatches"):
             v = getattr(self, key)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
@@ -104,15 +113,19 @@ class Parallelism:
         return [g[i] for g in self.replicas]
 
     def to_json(self) -> dict[str, Any]:
-        return {"data_parallel": self.data_parallel, "microbatches": self.microbatches,
-                "replicas": [list(g) for g in self.replicas]}
+        out = {"data_parallel": self.data_parallel, "microbatches": self.microbatches,
+               "replicas": [list(g) for g in self.replicas]}
+        if self.optimizer_state != "replicated":  # plans without it read as before
+            out["optimizer_state"] = self.optimizer_state
+        return out
 
 
 @dataclass
 class Collective:
     """One collective of a step: `op` is the IR op (in replica 0's graph) that it runs for, `kind`
-    "all_reduce", `devices` its whole group across replicas, `nbytes` the bytes each device
-    reduces (the op's operands), `start`/`end` the op's slot (every replica runs it then)."""
+    its opcode (`COLLECTIVE_KINDS`), `devices` its whole group across replicas, `nbytes` the whole
+    value each device works on (`collective_bytes`), `start`/`end` the op's slot (every replica
+    runs it then)."""
 
     op: str
     kind: str
@@ -197,8 +210,14 @@ def all_reduce_bytes(op: Op) -> int:
     return sum(v.type.nbytes for v in op.operands)
 
 
+def collective_bytes(op: Op) -> int:
+    """The whole value a collective op works on, per device: an all-reduce's operands, a
+    reduce-scatter's operand (before it is split), an all-gather's result (once put together)."""
+    return sum(v.type.nbytes for v in (op.results if op.opcode == "all_gather" else op.operands))
+
+
 def collectives_for(graph: Graph, plan: Plan) -> list[Collective]:
-    """The `collectives` entries of `plan`: one per `all_reduce` op of `graph`, spanning the group of
+    """The `collectives` entries of `plan`: one per collective op of `graph`, spanning the group of
     devices that mirror its device across replicas, over its slot. Placement algorithms call it
     before `check_plan`. [] without `parallelism`; ops not in the plan or not on a device of
     replica 0 are left out (`check_plan` reports them)."""
@@ -208,9 +227,9 @@ def collectives_for(graph: Graph, plan: Plan) -> list[Collective]:
     out = []
     for op in graph.ops:
         slot = plan.ops.get(op.name)
-        if op.opcode != "all_reduce" or slot is None or slot.device not in par.replicas[0]:
+        if op.opcode not in RING_PHASES or slot is None or slot.device not in par.replicas[0]:
             continue
-        out.append(Collective(op.name, "all_reduce", par.group(slot.device), all_reduce_bytes(op), slot.start, slot.end))
+        out.append(Collective(op.name, op.opcode, par.group(slot.device), collective_bytes(op), slot.start, slot.end))
     return out
 
 
@@ -240,9 +259,11 @@ def write_plan_attrs(graph: Graph, plan: Plan) -> None:
         meta["peak_memory"] = DictAttr(tuple((d, BytesAttr(int(b))) for d, b in plan.peak_memory.items()))
     if plan.parallelism is not None:
         par = plan.parallelism
+        sharded = (("optimizer_state", StringAttr(par.optimizer_state)),) if par.optimizer_state != "replicated" else ()
         meta["parallelism"] = DictAttr((
             ("data_parallel", to_attr(par.data_parallel)), ("microbatches", to_attr(par.microbatches)),
-            ("replicas", ListAttr(tuple(ListAttr(tuple(DeviceAttr(d) for d in g)) for g in par.replicas)))))
+            ("replicas", ListAttr(tuple(ListAttr(tuple(DeviceAttr(d) for d in g)) for g in par.replicas))),
+            *sharded))
     graph.attrs["plan"] = to_attr(meta)
     graph.attrs["transfers"] = ListAttr(tuple(
         DictAttr((("src", StringAttr(t.src)), ("from", DeviceAttr(t.src_device)), ("to", DeviceAttr(t.to)),
@@ -306,7 +327,8 @@ def _parallelism(raw: Any) -> Parallelism | None:
     if not isinstance(groups, list) or not all(isinstance(g, list) and all(isinstance(d, str) for d in g)
                                                for g in groups):
         raise PestoError(f"parallelism: replicas must be a list of lists of device names, not {brief(repr(groups))}")
-    return Parallelism(raw["data_parallel"], raw["microbatches"], tuple(tuple(g) for g in groups))
+    return Parallelism(raw["data_parallel"], raw["microbatches"], tuple(tuple(g) for g in groups),
+                       raw.get("optimizer_state", "replicated"))
 
 
 def _collectives(raw: Any) -> list[Collective]:

@@ -115,9 +115,15 @@ def hybrid_line(plan: Plan) -> str:
     if par is None:
         return ""
     replicas = " | ".join(",".join(g) for g in par.replicas)
-    moved = sum(c.nbytes for c in plan.collectives)
-    return (f"data-parallel {par.data_parallel} x {par.microbatches} micro-batches; replicas {replicas} (each runs "
-            f"the schedule below); {len(plan.collectives)} all-reduces of {human_bytes(moved)} in all")
+    kinds = {c.kind: 0 for c in plan.collectives}
+    moved = dict(kinds)
+    for c in plan.collectives:
+        kinds[c.kind] += 1
+        moved[c.kind] += c.nbytes
+    collectives = ", ".join(f"{n} {kind.replace('_', '-')}s of {human_bytes(moved[kind])}" for kind, n in kinds.items())
+    state = "; optimizer state sharded across the replicas" if par.optimizer_state == "sharded" else ""
+    return (f"data-parallel {par.data_parallel} x {par.microbatches} micro-batches{state}; replicas {replicas} (each "
+            f"runs the schedule below); {collectives or 'no collectives'} in all")
 
 
 # ---------------------------------------------------------------- text

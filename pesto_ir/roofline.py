@@ -17,10 +17,11 @@ is timed on its own and the sum is multiplied by the trip count (`length` of `sc
 most expensive branch. An opcode without a rule gets `DEFAULT_RULE`: one FLOP per result
 element and every operand and result byte moved once.
 
-Collectives (`COLLECTIVES`: `all_reduce`) are communication, not computation: the roofline model
-does not time them. Their work is 0 FLOPs (and their operand and result bytes), their roofline
-time 0; their `cost` is the ring all-reduce time (`pesto_ir.cluster.ring_all_reduce_time`), which
-the data-parallel rewrite sets and `annotate-costs` keeps.
+Collectives (`COLLECTIVES`: `all_reduce`, `reduce_scatter`, `all_gather`) are communication, not
+computation: the roofline model does not time them. Their work is 0 FLOPs (and their operand and
+result bytes), their roofline time 0; their `cost` is their ring time (`pesto_ir.cluster.ring_time`),
+which the data-parallel rewrite and `passes/shard_state.py` set and `annotate-costs` keeps.
+`replica_slice` (a replica's block of a value every replica has) reads only what it returns.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ NO_KERNEL: frozenset[str] = frozenset({"constant", "sharding_constraint", "stop_
                                        "random_unwrap"})
 
 # Ops that communicate across data-parallel replicas; timed by the link model, not by roofline.
-COLLECTIVES: frozenset[str] = frozenset({"all_reduce"})
+COLLECTIVES: frozenset[str] = frozenset({"all_reduce", "reduce_scatter", "all_gather"})
 
 # Seconds each op costs on top of its roofline time: kernel launch and dispatch. GPUs launch a
 # kernel in a few microseconds; a CPU op inside one XLA executable is a function call.
@@ -220,7 +221,7 @@ _KEY_MOVEMENT = ("random_wrap", "random_unwrap")
 # Reductions XLA fuses with their elementwise producers (scans, sorts and top-k run their own kernels).
 _FUSED_REDUCTIONS = ("reduce_sum", "reduce_max", "reduce_min", "reduce_prod", "reduce_and", "reduce_or",
                      "reduce_xor", "argmax", "argmin")
-_INDEXED = ("gather", "dynamic_slice", "scatter", "scatter-add", "scatter_add", "dynamic_update_slice")
+_INDEXED = ("gather", "dynamic_slice", "replica_slice", "scatter", "scatter-add", "scatter_add", "dynamic_update_slice")
 _SCATTERS = ("scatter", "scatter-add", "scatter_add")
 # Windowed ops: pooling and its gradient. XLA's CPU backend runs them as plain loops over every
 # window (the max-pool gradient becomes iotas, broadcasts and a select per window), at a few percent
@@ -320,6 +321,7 @@ WORK_RULES: dict[str, WorkRule] = {
     "select_and_scatter_add": _select_and_scatter,
     "gather": _indexed_read,
     "dynamic_slice": _indexed_read,
+    "replica_slice": _indexed_read,
     "scatter": _indexed_update,
     "scatter-add": _indexed_update,
     "scatter_add": _indexed_update,

@@ -335,10 +335,52 @@ def _all_reduce(op: Op) -> list[Type]:
     return [v.type for v in op.operands]
 
 
+def _replicas_and_axis(op: Op, t: TensorType) -> tuple[int, int]:
+    replicas = _need(op, "replicas")
+    if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1:
+        raise ShapeError(f"replicas must be a whole number >= 1, not {op.attrs['replicas']}")
+    axis = _need(op, "axis")
+    if isinstance(axis, bool) or not isinstance(axis, int) or not 0 <= axis < len(t.shape):
+        raise ShapeError(f"axis must be an axis of {t}, not {op.attrs['axis']}")
+    return replicas, axis
+
+
+def _sharded(op: Op, ts: Sequence[TensorType], gather: bool) -> list[Type]:
+    """`reduce_scatter`, `replica_slice` (`gather` false: each replica keeps its 1/replicas block
+    along `axis`) and `all_gather` (`gather`: the replicas' blocks put together along `axis`)."""
+    _arity(ts, 1)
+    replicas, axis = _replicas_and_axis(op, ts[0])
+    shape = list(ts[0].shape)
+    if gather:
+        shape[axis] *= replicas
+    elif shape[axis] % replicas:
+        raise ShapeError(f"axis {axis} of {ts[0]} does not split into {replicas} equal blocks")
+    else:
+        shape[axis] //= replicas
+    return [TensorType(ts[0].dtype, tuple(shape))]
+
+
+def _reduce_scatter(op: Op, ts: Sequence[TensorType]) -> list[Type]:
+    """`reduce_scatter {reduction, replicas, axis}`: the operand combined across `replicas` replicas,
+    of which each keeps its own block along `axis` (replica r the r-th)."""
+    reduction = _need(op, "reduction")
+    if not isinstance(reduction, str) or reduction not in REDUCTIONS:
+        raise ShapeError(f"reduction must be one of {', '.join(map(repr, REDUCTIONS))}, not {op.attrs['reduction']}")
+    return _sharded(op, ts, gather=False)
+
+
 # Rules over any value types (not just tensors): they get the op alone.
 TYPE_RULES: dict[str, Callable[[Op], list[Type]]] = {
     "all_reduce": _all_reduce,
 }
+
+# Ops over data-parallel replicas that shard a value along an axis (sharded optimizer state).
+SHARD_RULES: dict[str, ShapeRule] = {
+    "reduce_scatter": _reduce_scatter,
+    "all_gather": lambda op, ts: _sharded(op, ts, gather=True),
+    "replica_slice": lambda op, ts: _sharded(op, ts, gather=False),
+}
+SHAPE_RULES.update(SHARD_RULES)
 
 
 def infer_result_types(op: Op) -> list[Type] | None:

@@ -11,10 +11,10 @@ A plan that passes gets its per-device peaks (`Plan.peak_memory`).
 A hybrid plan (`Plan.parallelism`, d replicas) places one replica's graph on the devices of
 replica 0; replica r runs the same schedule on its mirror devices. It must also have: replicas'
 devices in the cluster, in disjoint groups, each mirror of the same kind and memory as its
-replica-0 device; every op (and transfer) on replica 0's devices; each `all_reduce` op over d
-replicas, its slot at least the ring all-reduce time of its operand bytes over its group (its
-device and their mirrors), and one `collectives` entry with that op, group, bytes and slot; no
-collective for any other op. Mirror devices get the peaks of their replica-0 devices. Without
+replica-0 device; every op (and transfer) on replica 0's devices; each collective op (`all_reduce`,
+and the `reduce_scatter` and `all_gather` of sharded optimizer state) over d replicas, its slot at
+least its ring time (`pesto_ir.cluster.ring_time`) over its group (its device and their mirrors),
+and one `collectives` entry with that op, kind, group, bytes and slot; no collective for any other op. Mirror devices get the peaks of their replica-0 devices. Without
 parallelism an `all_reduce` must be over one replica, and no collective may be listed.
 """
 
@@ -23,11 +23,11 @@ from __future__ import annotations
 import dataclasses
 from collections import defaultdict
 
-from pesto_ir.cluster import Cluster, ring_all_reduce_time
+from pesto_ir.cluster import Cluster, ring_time
 from pesto_ir.costs import op_cost
 from pesto_ir.ir import Graph
 from pesto_ir.memory import DevicePeak, peak_memory
-from pesto_ir.plan import Collective, Plan, Transfer, all_reduce_bytes, collectives_for
+from pesto_ir.plan import RING_PHASES, Collective, Plan, Transfer, collective_bytes, collectives_for
 from pesto_ir.simulate import PlanError, transfer_bytes
 
 __all__ = ["check_plan", "collectives_for", "validate_plan"]
@@ -55,7 +55,7 @@ def _validate(graph: Graph, cluster: Cluster, plan: Plan) -> tuple[list[str], di
     _check_precedence(graph, plan, xfers, problems)
     _check_overlaps(plan, problems)
     _check_colocation(graph, plan, problems)
-    _check_all_reduces(graph, cluster, plan, problems)
+    _check_collectives(graph, cluster, plan, problems)
     peaks = _check_memory(graph, cluster, plan, problems)
     return problems, peaks
 
@@ -135,8 +135,9 @@ def _check_replicas(graph: Graph, cluster: Cluster, plan: Plan, problems: list[s
             problems.append(f"transfer of '{t.src}' goes to {t.to}, which is not a device of replica 0")
 
 
-def _check_all_reduces(graph: Graph, cluster: Cluster, plan: Plan, problems: list[str]) -> None:
-    """Each all_reduce spans the plan's replicas, lasts its ring time and has its collectives entry."""
+def _check_collectives(graph: Graph, cluster: Cluster, plan: Plan, problems: list[str]) -> None:
+    """Each collective op (all-reduce, reduce-scatter, all-gather) spans the plan's replicas, lasts
+    its ring time and has its collectives entry."""
     par = plan.parallelism
     listed: dict[str, list[Collective]] = defaultdict(list)
     for c in plan.collectives:
@@ -145,44 +146,49 @@ def _check_all_reduces(graph: Graph, cluster: Cluster, plan: Plan, problems: lis
     for name in sorted(listed):
         if name not in ops:
             problems.append(f"the plan lists a collective for op '{name}', which is not in the graph")
-        elif ops[name].opcode != "all_reduce":
+        elif ops[name].opcode not in RING_PHASES:
             problems.append(f"the plan lists a collective for op '{name}', which is a {ops[name].opcode}, "
-                            "not an all_reduce")
+                            "not a collective")
         elif par is None:
             problems.append(f"the plan lists a collective for op '{name}' but has no data_parallel (parallelism)")
         elif len(listed[name]) > 1:
-            problems.append(f"the plan lists {len(listed[name])} collectives for op '{name}'; an all_reduce has one")
+            problems.append(f"the plan lists {len(listed[name])} collectives for op '{name}'; a collective op has one")
     for op in graph.ops:
-        if op.opcode != "all_reduce":
+        if op.opcode not in RING_PHASES:
             continue
         replicas = op.get("replicas")
         if par is None:  # one replica's plan on its own devices (as `place` makes it before naming the
             continue     # replicas): the op's cost attribute stands for its ring, checked with the other ops
         if replicas != par.data_parallel:
-            problems.append(f"op '{op.name}' all-reduces across {replicas} replicas but the plan has data_parallel "
-                            f"{par.data_parallel}")
+            verb = "all-reduces" if op.opcode == "all_reduce" else f"is {_a(op.opcode)}"
+            problems.append(f"op '{op.name}' {verb} across {replicas} replicas but the plan has "
+                            f"data_parallel {par.data_parallel}")
         slot = plan.ops[op.name]
         group = par.group(slot.device)
-        nbytes = all_reduce_bytes(op)
-        need = ring_all_reduce_time(cluster, group, nbytes)
+        nbytes = collective_bytes(op)
+        need = ring_time(cluster, group, nbytes, RING_PHASES[op.opcode])
         if _late(slot.end - slot.start, need):
             problems.append(f"op '{op.name}' runs {slot.end - slot.start:.6g}s on {slot.device} but its ring "
-                            f"all-reduce of {nbytes} bytes over {', '.join(group)} takes {need:.6g}s")
+                            f"{op.opcode.replace('_', '-')} of {nbytes} bytes over {', '.join(group)} takes {need:.6g}s")
         found = listed.get(op.name)
         if not found:
-            problems.append(f"op '{op.name}' is an all_reduce but the plan lists no collective for it")
+            problems.append(f"op '{op.name}' is {_a(op.opcode)} but the plan lists no collective for it")
             continue
         c = found[0]
-        if c.kind != "all_reduce":
-            problems.append(f"the collective of op '{op.name}' is a {c.kind}, not an all_reduce")
+        if c.kind != op.opcode:
+            problems.append(f"the collective of op '{op.name}' is {_a(c.kind)}, not {_a(op.opcode)}")
         if list(c.devices) != group:
             problems.append(f"the collective of op '{op.name}' spans {', '.join(c.devices)} but the op's group "
                             f"is {', '.join(group)}")
         if c.nbytes != nbytes:
-            problems.append(f"the collective of op '{op.name}' carries {c.nbytes} bytes; its operands are {nbytes}")
+            problems.append(f"the collective of op '{op.name}' carries {c.nbytes} bytes; its value is {nbytes}")
         if _late(c.start, slot.start) or _late(slot.start, c.start) or _late(c.end, slot.end) or _late(slot.end, c.end):
             problems.append(f"the collective of op '{op.name}' runs {c.start:.6g}s .. {c.end:.6g}s but the op's "
                             f"slot is {slot.start:.6g}s .. {slot.end:.6g}s")
+
+
+def _a(opcode: str) -> str:
+    return f"{'an' if opcode[0] in 'aeiou' else 'a'} {opcode}"
 
 
 def _check_transfers(graph: Graph, cluster: Cluster, plan: Plan,

@@ -200,7 +200,7 @@ BAD_PLAN_FIELDS: list[tuple[str, Any, str]] = [
     ("collectives", [{"op": 1, "kind": "all_reduce", "devices": ["a"], "bytes": 1, "start": 0, "end": 1}],
      r"collectives\[0\]: op must be the name of an op"),
     ("collectives", [{"op": "ar", "kind": "broadcast", "devices": ["a"], "bytes": 1, "start": 0, "end": 1}],
-     r"collectives\[0\]: kind must be one of all_reduce, not 'broadcast'"),
+     r"collectives\[0\]: kind must be one of all_reduce, reduce_scatter, all_gather, not 'broadcast'"),
     ("collectives", [{"op": "ar", "kind": "all_reduce", "devices": [], "bytes": 1, "start": 0, "end": 1}],
      r"collectives\[0\]: devices must be a non-empty list"),
     ("collectives", [{"op": "ar", "kind": "all_reduce", "devices": ["a"], "bytes": -4, "start": 0, "end": 1}],
@@ -438,7 +438,7 @@ def test_the_collective_matches_its_op() -> None:
         c.devices, c.nbytes, c.end = ["gpu1", "gpu0"], 4, c.end + 1 * MS
     msgs = problems(edit)
     assert "the collective of op 'ar' spans gpu1, gpu0 but the op's group is gpu0, gpu1" in msgs
-    assert "the collective of op 'ar' carries 4 bytes; its operands are 1024" in msgs
+    assert "the collective of op 'ar' carries 4 bytes; its value is 1024" in msgs
     assert any(m.startswith("the collective of op 'ar' runs") for m in msgs)
     assert len(msgs) == 3
 
@@ -448,7 +448,7 @@ def test_collectives_name_all_reduce_ops_of_the_graph() -> None:
         p.collectives.append(Collective("ghost", "all_reduce", ["gpu0", "gpu1"], 4, 0.0, 1.0))
         p.collectives.append(Collective("upd", "all_reduce", ["gpu0", "gpu1"], 4, 0.0, 1.0))
     assert problems(edit) == ["the plan lists a collective for op 'ghost', which is not in the graph",
-                              "the plan lists a collective for op 'upd', which is a sub, not an all_reduce"]
+                              "the plan lists a collective for op 'upd', which is a sub, not a collective"]
 
 
 def test_ops_run_on_replica_0() -> None:

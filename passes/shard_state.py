@@ -1,0 +1,357 @@
+"""Sharded optimizer state (ZeRO-1): each data-parallel replica keeps and updates 1/d of it.
+
+In a replica graph (`passes/rebatch.py`, d > 1) every replica holds the whole optimizer state and
+runs the whole update. This rewrite makes a state input (a `param` input that only elementwise ops
+of its own shape read: Adam's moments, momentum) one replica's block along an axis that splits into
+d, and the update it feeds (`_Region`: the elementwise ops of that shape reached from the state,
+with the scalars they read) compute on blocks. What the region reads from outside is taken
+block-wise: a gradient all-reduce that only the region reads becomes a `reduce_scatter` (half of the
+all-reduce's ring: its reduce-scatter phase), through transposes between them; any other value (the
+parameter, a gradient reshaped after its all-reduce) a `replica_slice`. What leaves the region whole
+goes through an `all_gather`: values that ops outside it read, and the new parameters (outputs
+computed from a sliced parameter). New state (the other outputs) stays sharded.
+
+The graph records its sharded inputs and outputs (`sharded_inputs`: input name -> axis,
+`sharded_outputs`: output index -> axis); the JAX backend splits the caller's whole state into the
+replicas' blocks and puts sharded outputs back together along them, as it does batch rows, so the
+caller sees the same arrays as without sharding. Update ops of micro-batch copies (`microbatch`) are
+per-sample work, never state updates: a region that reaches one is left alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from pesto_ir.attributes import Attr, DictAttr, DurationAttr, IntAttr, StringAttr, to_attr
+from pesto_ir.ir import Graph, Op, Value
+from pesto_ir.roofline import ELEMENTWISE_OPS
+from pesto_ir.types import TensorType
+
+CollectiveCost = Callable[[str, int], float]  # (collective opcode, bytes of the whole value) -> seconds
+
+
+@dataclass
+class _Region:
+    """The update ops of one group of state inputs, and the axis each value is split along."""
+
+    replicas: int = 2
+    states: list[Value] = field(default_factory=list)
+    ops: list[Op] = field(default_factory=list)
+    axis: dict[int, int] = field(default_factory=dict)  # id(value) -> its axis of blocks
+
+    def has(self, op: Op) -> bool:
+        return any(o is op for o in self.ops)
+
+    def produced(self, v: Value) -> bool:
+        return v.owner is not None and self.has(v.owner)
+
+
+@dataclass
+class Sharded:
+    """What `shard_optimizer_state` did: the state inputs it split (name -> axis), and the ones it
+    left whole with the reason."""
+
+    inputs: dict[str, int] = field(default_factory=dict)
+    kept: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.inputs)
+
+
+def shard_optimizer_state(graph: Graph, replicas: int, cost: CollectiveCost | None = None) -> Sharded:
+    """Rewrite `graph` (one replica's, of `replicas` > 1 data-parallel replicas) in place so that each
+    replica holds and updates 1/replicas of the optimizer state; what was split and what was not."""
+    done = Sharded()
+    if replicas < 2 or "sharded_inputs" in graph.attrs:
+        return done
+    candidates = _state_candidates(graph)
+    claimed: set[int] = set()
+    outputs: dict[int, int] = {}
+    for seed in candidates:
+        if id(seed) in claimed:
+            continue
+        region, why = _grow(seed, candidates, replicas)
+        claimed.update(id(s) for s in (region.states if region is not None else [seed]))
+        if region is None:
+            done.kept[seed.name] = why
+            continue
+        _rewrite(graph, region, replicas, cost, outputs)
+        done.inputs.update({s.name: region.axis[id(s)] for s in region.states})
+    if done.changed:
+        graph.attrs["sharded_inputs"] = DictAttr(tuple((n, IntAttr(a)) for n, a in done.inputs.items()))
+        if outputs:
+            graph.attrs["sharded_outputs"] = DictAttr(tuple((str(k), IntAttr(a)) for k, a in sorted(outputs.items())))
+    return done
+
+
+# ---------------------------------------------------------------- finding the regions
+
+def _state_candidates(graph: Graph) -> list[Value]:
+    """`param` inputs that are not batch inputs, are tensors of rank >= 1, and that only
+    elementwise ops of their own shape read (the parameters themselves feed the forward pass)."""
+    batch = graph.attrs.get("batch_inputs")
+    rows = set(batch.value) if batch is not None and isinstance(batch.value, dict) else set()
+    out = []
+    for v in graph.inputs:
+        if not v.param or v.name in rows or not isinstance(v.type, TensorType) or not v.type.shape:
+            continue
+        users = v.users()
+        if users and all(_elementwise_on(op, v.type.shape) for op in users):
+            out.append(v)
+    return out
+
+
+def _elementwise_on(op: Op, shape: tuple[int, ...]) -> bool:
+    """An elementwise op whose results have `shape` and whose operands have it or are scalars."""
+    if op.opcode not in ELEMENTWISE_OPS or op.subgraphs() or op.get("microbatch") is not None:
+        return False
+    return all(isinstance(r.type, TensorType) and r.type.shape == shape for r in op.results) and all(
+        isinstance(v.type, TensorType) and v.type.shape in (shape, ()) for v in op.operands)
+
+
+def _grow(seed: Value, candidates: list[Value], d: int) -> tuple[_Region | None, str]:
+    """The region of `seed`: every elementwise op of its shape reached forward from it (and the
+    other state inputs those read), then upstream producers that only the region reads."""
+    assert isinstance(seed.type, TensorType)
+    shape = seed.type.shape
+    axis = next((a for a, n in enumerate(shape) if n % d == 0), None)
+    if axis is None:
+        return None, f"no axis of {seed.type} splits into {d} replicas"
+    region = _Region(replicas=d, states=[seed])
+    is_candidate = {id(v) for v in candidates}
+    frontier = [seed]
+    while frontier:
+        _take_readers(region, frontier, shape, is_candidate)
+        for v in [*region.states, *(r for op in region.ops for r in op.results)]:
+            region.axis[id(v)] = axis
+        frontier = _take_producers(region, shape, is_candidate)
+    clash = _clash(region)
+    if clash:
+        return None, clash
+    region.ops.sort(key=lambda op: op.graph.ops.index(op) if op.graph is not None else 0)
+    return region, ""
+
+
+def _clash(region: _Region) -> str:
+    """Why the region cannot be split consistently (a value it reads wanted along two axes, or an
+    axis that does not split), or ''."""
+    _boundary(region)
+    d_of = {id(v): v for op in region.ops for v in (*op.operands, *op.results)}
+    for op in region.ops:
+        for v in op.operands:
+            if _rank(v) == 0:
+                continue
+            want = _axis_of_operand(region, op)
+            if region.axis.get(id(v), want) != want:
+                return f"%{v.name} would be split along two axes (op '{op.name}')"
+    for key, a in region.axis.items():
+        found = d_of.get(key)
+        if found is not None and isinstance(found.type, TensorType) and found.type.shape[a] % region.replicas:
+            return f"axis {a} of %{found.name} ({found.type}) does not split into {region.replicas} replicas"
+    return ""
+
+
+def _take_readers(region: _Region, frontier: list[Value], shape: tuple[int, ...], is_candidate: set[int]) -> None:
+    """Add every elementwise op of `shape` that reads the region's values, from `frontier` on, and
+    the other state inputs those read."""
+    while frontier:
+        v = frontier.pop()
+        for op in v.users():
+            if region.has(op) or not _elementwise_on(op, shape):
+                continue  # an op outside reads the block: it gets the whole value (`_rewrite`)
+            region.ops.append(op)
+            frontier.extend(op.results)
+            for x in op.operands:
+                if x.owner is None and id(x) in is_candidate and not any(x is s for s in region.states):
+                    region.states.append(x)
+                    frontier.append(x)
+
+
+def _take_producers(region: _Region, shape: tuple[int, ...], is_candidate: set[int]) -> list[Value]:
+    """Add to the region the producers of the whole values it reads that only it reads:
+    elementwise ops and broadcasts of scalars (computed on blocks then), and transposes (their
+    operand is split along the permuted axis), so that the block is taken nearer the all-reduce
+    (and the updates of several state inputs of one parameter are one region). The state inputs
+    they read that the region did not have, to take their readers from."""
+    joined: list[Value] = []
+    changed = True
+    while changed:
+        changed = False
+        for x in _boundary(region):
+            op = x.owner
+            if op is None or op.get("microbatch") is not None or op.subgraphs():
+                continue
+            if not all(region.has(u) for r in op.results for u in r.users()):
+                continue
+            a = region.axis[id(x)]
+            xshape = x.type.shape if isinstance(x.type, TensorType) else ()
+            if xshape != shape:  # the region computes on blocks of its state's shape only
+                continue
+            if op.opcode == "transpose" and len(op.results) == 1 and not _is_output(x):
+                perm = [int(p) for p in op.get("permutation")]
+                region.axis[id(op.operands[0])] = perm[a]
+            elif op.opcode == "broadcast_in_dim" and _rank(op.operands[0]) == 0:
+                pass
+            elif _elementwise_on(op, shape):
+                for v in op.operands:
+                    if v.owner is None and id(v) in is_candidate and not any(v is s for s in region.states):
+                        region.states.append(v)
+                        joined.append(v)
+                    if _rank(v) > 0:
+                        region.axis[id(v)] = a
+            else:
+                continue
+            region.ops.append(op)
+            changed = True
+            break
+    return joined
+
+
+def _boundary(region: _Region) -> list[Value]:
+    """Whole values the region's ops read from outside it (not scalars, not state inputs), each
+    with its axis in `region.axis`."""
+    out: dict[int, Value] = {}
+    states = {id(s) for s in region.states}
+    for op in region.ops:
+        for v in op.operands:
+            if _rank(v) == 0 or region.produced(v) or id(v) in states:
+                continue
+            if id(v) not in region.axis:
+                region.axis[id(v)] = _axis_of_operand(region, op)
+            out[id(v)] = v
+    return list(out.values())
+
+
+def _axis_of_operand(region: _Region, op: Op) -> int:
+    """The axis of a whole operand of a region op: the op's result axis (elementwise ops keep the
+    shape); a transpose's result axis through its permutation."""
+    a = region.axis[id(op.results[0])]
+    if op.opcode == "transpose":
+        return [int(p) for p in op.get("permutation")][a]
+    return a
+
+
+def _rank(v: Value) -> int:
+    return len(v.type.shape) if isinstance(v.type, TensorType) else 0
+
+
+def _is_output(v: Value) -> bool:
+    g = v.owner.graph if v.owner is not None else None
+    return g is not None and any(o is v for o in g.outputs)
+
+
+# ---------------------------------------------------------------- rewriting
+
+def _block(t: TensorType, axis: int, d: int) -> TensorType:
+    shape = list(t.shape)
+    shape[axis] //= d
+    return TensorType(t.dtype, tuple(shape))
+
+
+def _rewrite(graph: Graph, region: _Region, d: int, cost: CollectiveCost | None, outputs: dict[int, int]) -> None:
+    """Split the region's states, ops and boundary values into blocks; gather what leaves it."""
+    whole_reads = _boundary(region)
+    from_params = _reads_params(region, whole_reads)
+    for s in region.states:
+        assert isinstance(s.type, TensorType)
+        s.type = _block(s.type, region.axis[id(s)], d)
+    for x in whole_reads:
+        _take_block(graph, region, x, d, cost)
+    for op in region.ops:
+        for r in op.results:
+            assert isinstance(r.type, TensorType)
+            r.type = _block(r.type, region.axis[id(r)], d)
+        if op.opcode == "broadcast_in_dim":
+            assert isinstance(op.result.type, TensorType)
+            op.attrs["shape"] = to_attr(list(op.result.type.shape))
+        given = op.attrs.get("cost")
+        if isinstance(given, DurationAttr):  # costs not from shapes (annotate-costs re-costs the rest)
+            op.attrs["cost"] = DurationAttr(given.value / d)
+    for v in [*region.states, *(r for op in region.ops for r in op.results)]:
+        _gather_where_read_whole(graph, region, v, d, cost, from_params, outputs)
+
+
+def _reads_params(region: _Region, whole_reads: list[Value]) -> set[int]:
+    """Region values computed from a parameter (a `param` input read whole): the new parameters."""
+    out = {id(x) for x in whole_reads if x.owner is None and x.param}
+    for op in region.ops:  # in graph order
+        if any(id(v) in out for v in op.operands):
+            out.update(id(r) for r in op.results)
+    return out
+
+
+def _take_block(graph: Graph, region: _Region, x: Value, d: int, cost: CollectiveCost | None) -> None:
+    """The region reads a block of `x`: a reduce-scatter in place of the sum all-reduce that made
+    it when only the region reads it, else a `replica_slice` after it."""
+    a = region.axis[id(x)]
+    op = x.owner
+    readers = [u for u in x.users() if region.has(u)]
+    assert isinstance(x.type, TensorType)
+    block = _block(x.type, a, d)
+    if op is not None and op.opcode == "all_reduce" and len(op.operands) == 1 and op.get("reduction") == "sum" \
+            and len(readers) == len(x.users()) and not _is_output(x):
+        _scatter_instead(graph, op, block, a, cost)
+        return
+    name = graph.fresh_name(f"{x.name}.block")
+    attrs: dict[str, Attr] = {"replicas": IntAttr(d), "axis": IntAttr(a)}
+    if x.owner is not None and x.owner.get("colocate") is not None:
+        attrs["colocate"] = StringAttr(str(x.owner.get("colocate")))
+    sliced = Op(name, "replica_slice", [x], [block], attrs, [name], x.owner.loc if x.owner is not None else None)
+    graph.insert(graph.ops.index(x.owner) + 1 if x.owner is not None else _first_reader(graph, readers), sliced)
+    for u in readers:
+        for i, v in enumerate(u.operands):
+            if v is x:
+                u.set_operand(i, sliced.result)
+
+
+def _scatter_instead(graph: Graph, op: Op, block: TensorType, axis: int, cost: CollectiveCost | None) -> None:
+    """Replace the all-reduce `op` by a reduce-scatter of its operand along `axis`."""
+    attrs = {k: v for k, v in op.attrs.items() if k != "cost"}
+    attrs["axis"] = IntAttr(axis)
+    if cost is not None:
+        attrs["cost"] = DurationAttr(cost("reduce_scatter", op.result.type.nbytes))
+    name = graph.fresh_name(op.name.replace(".allreduce", "") + ".scatter")
+    scattered = Op(name, "reduce_scatter", op.operands, [block], attrs, [name], op.loc)
+    graph.insert(graph.ops.index(op) + 1, scattered)
+    op.result.replace_all_uses_with(scattered.result)
+    graph.erase(op)
+
+
+def _first_reader(graph: Graph, readers: list[Op]) -> int:
+    return min(graph.ops.index(u) for u in readers)
+
+
+def _gather_where_read_whole(graph: Graph, region: _Region, v: Value, d: int, cost: CollectiveCost | None,
+                             from_params: set[int], outputs: dict[int, int]) -> None:
+    """Ops outside the region, and outputs that are new parameters, read `v` put back together
+    (one all-gather); other outputs keep their blocks (`outputs`: index -> axis)."""
+    a = region.axis[id(v)]
+    outside = [u for u in v.users() if not region.has(u)]
+    out_at = [k for k, o in enumerate(graph.outputs) if o is v]
+    gather_out = [k for k in out_at if id(v) in from_params]
+    for k in out_at:
+        if k not in gather_out:
+            outputs[k] = a
+    if not outside and not gather_out:
+        return
+    assert isinstance(v.type, TensorType)
+    shape = list(v.type.shape)
+    shape[a] *= d
+    whole = TensorType(v.type.dtype, tuple(shape))
+    attrs: dict[str, Attr] = {"replicas": IntAttr(d), "axis": IntAttr(a)}
+    if cost is not None:
+        attrs["cost"] = DurationAttr(cost("all_gather", whole.nbytes))
+    name = graph.fresh_name(f"{v.name}.gather")
+    gathered = Op(name, "all_gather", [v], [whole], attrs, [name], v.owner.loc if v.owner is not None else None)
+    at = graph.ops.index(v.owner) + 1 if v.owner is not None else _first_reader(graph, outside)
+    graph.insert(at, gathered)
+    for u in outside:
+        for i, x in enumerate(u.operands):
+            if x is v:
+                u.set_operand(i, gathered.result)
+    graph.outputs = [gathered.result if k in gather_out else o for k, o in enumerate(graph.outputs)]
+
+
+__all__ = ["CollectiveCost", "Sharded", "shard_optimizer_state"]
