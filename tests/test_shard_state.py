@@ -1,0 +1,202 @@
+"""Sharded optimizer state (ZeRO-1, `passes/shard_state.py`): each data-parallel replica holds and
+updates 1/d of the optimizer state. The rewrite is checked on its own (what becomes a block, a
+reduce-scatter, an all-gather), for memory (the plan's peaks), in the search (`optimizer-state=auto`
+shards only where the whole state gives no plan) and end to end against `jax.jit` (the executable
+and the emitted module)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import pesto_ir
+from pesto_ir.backends.python_emit import emit_python
+from pesto_ir.cluster import Cluster
+from pesto_ir.errors import PestoError
+from pesto_ir.frontends.jax import lower_function
+from pesto_ir.passes.microbatch import MicrobatchPass
+from pesto_ir.passes.rebatch import rebatch
+from pesto_ir.passes.shard_state import shard_optimizer_state
+from pesto_ir.passmanager import PassContext, PassManager
+from pesto_ir.plan import read_plan_attrs
+from pesto_ir.types import TensorType
+from pesto_ir.verifier import verify
+
+BATCH = 16
+RTOL, ATOL = 2e-5, 2e-6
+
+
+def _loss(p: Any, x: jax.Array, y: jax.Array) -> jax.Array:
+    h = jnp.tanh(x @ p["w1"] + p["b1"])
+    return jnp.mean((h @ p["w2"] - y) ** 2)
+
+
+def adam_step(params: Any, state: Any, x: jax.Array, y: jax.Array) -> Any:
+    """An Adam-like step (two moments, no bias correction): the state the rewrite shards."""
+    m, v = state
+    value, g = jax.value_and_grad(_loss)(params, x, y)
+    m = jax.tree_util.tree_map(lambda m, g: 0.9 * m + 0.1 * g, m, g)
+    v = jax.tree_util.tree_map(lambda v, g: 0.99 * v + 0.01 * g * g, v, g)
+    params = jax.tree_util.tree_map(lambda p, m, v: p - 0.01 * m / (jnp.sqrt(v) + 1e-8), params, m, v)
+    return params, (m, v), value
+
+
+def mlp_adam(width: int = 24) -> tuple[Any, Any, jax.Array, jax.Array]:
+    k = jax.random.split(jax.random.key(0), 4)
+    params = {"w1": 0.3 * jax.random.normal(k[0], (12, width)), "b1": jnp.zeros(width),
+              "w2": 0.3 * jax.random.normal(k[1], (width, 4))}
+    state = (jax.tree_util.tree_map(jnp.zeros_like, params),
+             jax.tree_util.tree_map(lambda p: jnp.full_like(p, 0.01), params))
+    x = jax.random.normal(k[2], (BATCH, 12))
+    return params, state, x, jnp.sin(x[:, :4])
+
+
+def _close(got: Any, want: Any) -> None:
+    for a, b in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want)):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=RTOL, atol=ATOL)
+
+
+def _replica_graph(d: int, m: int = 1, width: int = 24) -> pesto_ir.Graph:
+    params, state, x, y = mlp_adam(width)
+    graph = lower_function(adam_step, params, state, x, y, param_argnums=(0, 1)).graph
+    return rebatch(graph, m, d)
+
+
+# ---------------------------------------------------------------- the rewrite
+
+def test_state_becomes_blocks_gradients_reduce_scatter_and_new_parameters_are_gathered() -> None:
+    graph = _replica_graph(d=2)
+    whole = {v.name: v.type for v in graph.inputs}
+    done = shard_optimizer_state(graph, 2)
+    verify(graph)
+    state = [v for v in graph.inputs if v.name.startswith("state")]
+    assert state and set(done.inputs) == {v.name for v in state}
+    for v in state:  # each replica holds 1/2 of every moment, along the axis recorded
+        axis = done.inputs[v.name]
+        assert isinstance(v.type, TensorType) and v.type.shape[axis] * 2 == whole[v.name].shape[axis]  # type: ignore[union-attr]
+    params = [v for v in graph.inputs if v.name.startswith("params")]
+    assert all(v.type == whole[v.name] for v in params)  # the forward pass reads them whole
+    opcodes = [op.opcode for op in graph.ops]
+    # both weight gradients are scattered where they were all-reduced (through a transpose)
+    assert opcodes.count("reduce_scatter") == 2
+    # every new parameter is put back together once; the new moments stay sharded
+    assert opcodes.count("all_gather") == len(params)
+    gathered = {op.result.name for op in graph.ops if op.opcode == "all_gather"}
+    outputs = graph.outputs
+    assert {v.name for v in outputs[:len(params)]} == gathered
+    sharded_out = graph.attrs["sharded_outputs"].value
+    assert sorted(int(k) for k in sharded_out) == list(range(len(params), 3 * len(params)))
+
+
+def test_state_of_an_axis_that_does_not_split_stays_whole() -> None:
+    """Width 5 over 2 replicas: the bias moments [5] have no axis of even size and stay whole; the
+    weights' moments ([12, 5], [5, 4]) split along their first even axis."""
+    graph = _replica_graph(d=2, width=5)
+    done = shard_optimizer_state(graph, 2)
+    verify(graph)
+    assert all("b1" not in name for name in done.inputs)
+    assert any("b1" in name for name in done.kept) and all("splits into 2" in why for why in done.kept.values())
+    assert {name.split(".")[-1] for name in done.inputs} == {"w1", "w2"}
+
+
+def test_a_step_without_optimizer_state_is_refused_with_a_reason() -> None:
+    def sgd(w: jax.Array, x: jax.Array) -> Any:
+        value, g = jax.value_and_grad(lambda w: jnp.sum(jnp.tanh(x @ w) ** 2))(w)
+        return w - 0.1 * g, value
+
+    graph = lower_function(sgd, jnp.ones((4, 2)), jnp.ones((8, 4)), param_argnums=(0,)).graph
+    with pytest.raises(PestoError, match="has no optimizer state to shard"):
+        MicrobatchPass(microbatches=1, data_parallel=2, optimizer_state="sharded").run(graph, PassContext(quiet=True))
+
+
+def test_sharding_needs_replicas_and_a_known_setting() -> None:
+    graph = lower_function(adam_step, *mlp_adam(), param_argnums=(0, 1)).graph
+    with pytest.raises(PestoError) as caught:
+        PassManager("annotate-costs{model=roofline},place{algo=m-etf data-parallel=1 optimizer-state=sharded}",
+                    verify_each=False).run(graph, PassContext(cluster=Cluster.homogeneous(2, "cpu"), quiet=True))
+    assert "nothing to split it across" in str(caught.value.__cause__)
+    with pytest.raises(PestoError, match="optimizer-state must be"):
+        MicrobatchPass(optimizer_state="zero")
+
+
+# ---------------------------------------------------------------- plans and memory
+
+def _placed(d: int, state: str, memory: float | None = None, microbatches: str = "1") -> pesto_ir.Graph:
+    graph = lower_function(adam_step, *mlp_adam(64), param_argnums=(0, 1)).graph
+    cluster = Cluster.homogeneous(d, "cpu", memory=memory)
+    return PassManager(f"annotate-costs{{model=roofline}},place{{algo=m-etf data-parallel={d} "
+                       f"microbatches={microbatches} optimizer-state={state}}},expand",
+                       verify_each=False).run(graph, PassContext(cluster=cluster, quiet=True))
+
+
+def test_a_sharded_plan_holds_less_per_device_and_lists_its_collectives() -> None:
+    whole, sharded = read_plan_attrs(_placed(4, "replicated")), read_plan_attrs(_placed(4, "sharded"))
+    assert whole is not None and sharded is not None
+    assert whole.parallelism is not None and whole.parallelism.optimizer_state == "replicated"
+    assert sharded.parallelism is not None and sharded.parallelism.optimizer_state == "sharded"
+    assert sharded.to_json()["parallelism"]["optimizer_state"] == "sharded"
+    assert "optimizer_state" not in whole.to_json()["parallelism"]  # plans without it read as before
+    assert whole.peak_memory is not None and sharded.peak_memory is not None
+    # the moments of the two weights (12x64 and 64x4 floats, two of each) drop to a quarter
+    moments = 2 * 4 * (12 * 64 + 64 * 4 + 64)
+    assert max(sharded.peak_memory.values()) <= max(whole.peak_memory.values()) - moments * 3 // 4 + 4096
+    kinds = {c.kind for c in sharded.collectives}
+    assert {"reduce_scatter", "all_gather"} <= kinds
+    assert all(len(c.devices) == 4 for c in sharded.collectives)
+
+
+def test_auto_shards_the_state_only_where_the_whole_state_does_not_fit() -> None:
+    """Two one-device replicas (m searched): with room for everything the state stays whole; with
+    device memory between the sharded and the replicated plans' peaks, the search shards it."""
+    roomy = read_plan_attrs(_placed(2, "auto", microbatches="auto"))
+    assert roomy is not None and roomy.parallelism is not None and roomy.parallelism.optimizer_state == "replicated"
+    whole = read_plan_attrs(_placed(2, "replicated"))
+    sharded = read_plan_attrs(_placed(2, "sharded"))
+    assert whole is not None and sharded is not None and whole.peak_memory and sharded.peak_memory
+    between = (max(whole.peak_memory.values()) + max(sharded.peak_memory.values())) / 2
+    with pytest.raises(PestoError):
+        _placed(2, "replicated", memory=between)
+    tight = read_plan_attrs(_placed(2, "auto", memory=between, microbatches="auto"))
+    assert tight is not None and tight.parallelism is not None and tight.parallelism.optimizer_state == "sharded"
+    assert any("state sharded" in note for note in tight.notes)
+
+
+# ---------------------------------------------------------------- running it
+
+@pytest.mark.parametrize("d, m", [(2, 1), (4, 1), (2, 2)])
+def test_sharded_replicas_give_jit_s_steps(d: int, m: int) -> None:
+    params, state, x, y = mlp_adam()
+    run = pesto_ir.parallelize(adam_step, devices=jax.devices()[:d], param_argnums=(0, 1), data_parallel=d,
+                               microbatches=m, optimizer_state="sharded")
+    got = want = (params, state)
+    for _ in range(2):  # the second step reads the state the first gave back
+        *got, got_loss = run(*got, x, y)
+        *want, want_loss = jax.jit(adam_step)(*want, x, y)
+        _close((got, got_loss), (want, want_loss))
+    par = run.plan.parallelism
+    assert par is not None and par.optimizer_state == "sharded" and par.data_parallel == d
+    assert "reduce_scatter" in {op.opcode for op in run.graph.ops}
+
+
+def test_the_emitted_module_runs_a_sharded_plan_like_jit(tmp_path: Path) -> None:
+    params, state, x, y = mlp_adam()
+    lowered = lower_function(adam_step, params, state, x, y, param_argnums=(0, 1))
+    placed = PassManager("annotate-costs{model=roofline},place{algo=m-etf data-parallel=2 microbatches=1 "
+                         "optimizer-state=sharded},expand", verify_each=False).run(
+        lowered.graph, PassContext(cluster=Cluster.homogeneous(2, "cpu"), quiet=True))
+    source = emit_python(placed)
+    assert "lax.psum_scatter(" in source and "lax.all_gather(" in source
+    path = tmp_path / "adam_sharded_plan.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    outs = module.run(*lowered.flat_inputs(params, state, x, y), devices=jax.devices()[:2])
+    _close(jax.tree_util.tree_unflatten(lowered.out_tree, outs), jax.jit(adam_step)(params, state, x, y))
