@@ -541,25 +541,29 @@ def _emit_all_reduce(e: _Emitter, op: Op, names: Namespace) -> str:
 
 def _emit_sharded(e: _Emitter, op: Op, names: Namespace) -> str:
     """`reduce_scatter`, `all_gather` and `replica_slice` over one replica: the identity; over the
-    plan's replicas, what `ReplicaInterpreter.sharded` runs."""
-    (arg,) = [names.name(id(v), v.name) for v in op.operands]
-    out = names.name(id(op.result), op.result.name)
+    plan's replicas, what `ReplicaInterpreter.run_op` runs."""
+    args = [names.name(id(v), v.name) for v in op.operands]
     if one_replica(op):
-        return f"{out} = {arg}"
+        return f"{_results(op, names, True)} = {_tuple_source_raw(args)}"
     d = e.par.data_parallel if e.par is not None else 1
     try:
         ReplicaInterpreter.check_replicas(op, d)
     except PestoError as err:
         raise EmitError(str(err)) from None
-    axis = int(op.get("axis"))
+    if op.opcode == "replica_slice":
+        axis = int(op.get("axis"))
+        block = _tensor(op.result).shape[axis]
+        return (f"{names.name(id(op.result), op.result.name)} = lax.dynamic_slice_in_dim({args[0]}, "
+                f"lax.axis_index(REPLICA_AXIS) * {block}, {block}, {axis})")
+    axes = [int(a) for a in op.get("axes")]
     if op.opcode == "all_gather":
-        return f"{out} = lax.all_gather({arg}, REPLICA_AXIS, axis={axis}, tiled=True)"
-    if op.opcode == "reduce_scatter":
+        calls = [f"lax.all_gather({a}, REPLICA_AXIS, axis={axis}, tiled=True)" for a, axis in zip(args, axes)]
+    else:
         if op.get("reduction", "sum") != "sum":
             raise EmitError(f"{op.where()}: op '{op.name}' reduce-scatters with {op.get('reduction')!r}; only sums are run")
-        return f"{out} = lax.psum_scatter({arg}, REPLICA_AXIS, scatter_dimension={axis}, tiled=True)"
-    block = _tensor(op.result).shape[axis]
-    return f"{out} = lax.dynamic_slice_in_dim({arg}, lax.axis_index(REPLICA_AXIS) * {block}, {block}, {axis})"
+        calls = [f"lax.psum_scatter({a}, REPLICA_AXIS, scatter_dimension={axis}, tiled=True)"
+                 for a, axis in zip(args, axes)]
+    return f"{_results(op, names, True)} = {_tuple_source_raw(calls)}"
 
 
 EMIT_RULES: dict[str, EmitRule] = {

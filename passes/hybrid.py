@@ -253,27 +253,19 @@ def search(graph: Graph, cluster: Cluster, options: PlaceOptions, data_parallel:
         best = min(screened, key=lambda c: c.plan.makespan if c.plan is not None else math.inf)
     else:  # no quick plan: the full engine on the one-batch step (it can search from scratch)
         best = next((c for c in tried if c.strategy == ONE_BATCH), tried[0])
-    if best.graph is None:
-        best.graph = replica_graph(graph, cluster, best.strategy)
-    left = max(deadline - time.perf_counter(), 0.05)
     plan = best.plan
     try:
-        if plan is not None and (left < _refine_floor(best) or len(best.graph.ops) > REFINE_MAX_OPS):
-            refined = plan  # the screening used the time, or the graph is too large to refine in it: its plan stands
-        elif best.strategy == ONE_BATCH:  # the one-batch plan, as `place` makes it (its heuristics screened)
-            refined = refine(best.graph, cluster, dataclasses.replace(options, time_limit=left), best.plan)
-        else:
-            sub = sub_cluster(cluster, replica_groups(cluster, best.strategy.data_parallel)[0])
-            warm = on_replica(best.plan, sub) if best.plan is not None else None
-            # the screening plan is the floor to beat: the heuristics need not run again (on a
-            # 32-micro-batch pipeline they take seconds the time limit does not have)
-            refined = refine(best.graph, sub, dataclasses.replace(options, time_limit=left, warm_start=warm), warm)
-            if best.plan is None:  # not screened (a fixed strategy): its all-reduces are not bucketed yet
-                best.graph, refined = bucketed(best.graph, cluster, refined, best.strategy)
-            else:
-                refined = as_hybrid(best.graph, cluster, refined, best.strategy)
-        if plan is None or refined.makespan < plan.makespan:
-            plan = retimed(best.graph, cluster, refined, plan)
+        try:
+            plan = _refine_best(graph, cluster, best, options, deadline, refine)
+        except PestoError as e:
+            # a fixed strategy is not screened: its replicas may hold the whole state and not fit
+            if plan is not None or len(tried) > 1 or not rates.shard or best.strategy.data_parallel < 2 \
+                    or best.strategy.optimizer_state == "sharded":
+                raise
+            first = str(e).splitlines()[0]
+            best = tried[0] = Candidate(best.strategy.sharded(), why_not=f"the whole optimizer state gives no plan "
+                                                                         f"({first})")
+            plan = _refine_best(graph, cluster, best, options, deadline, refine)
     except PestoError as e:
         if plan is None:
             if len(tried) == 1:
@@ -289,6 +281,34 @@ def search(graph: Graph, cluster: Cluster, options: PlaceOptions, data_parallel:
     plan.notes = [*plan.notes, _summary(tried, best.strategy, plan)]
     write_plan_attrs(best.graph, plan)
     return best.graph, plan
+
+
+def _refine_best(graph: Graph, cluster: Cluster, best: Candidate, options: PlaceOptions, deadline: float,
+                 refine: Refine) -> Plan:
+    """`refine` (the full engine, warm-started from the screening plan) on `best`'s replica graph
+    (built here if the strategy was not screened) in the time left; the faster of its plan and the
+    screening plan, as a plan of the whole step."""
+    if best.graph is None:
+        best.graph = replica_graph(graph, cluster, best.strategy)
+    left = max(deadline - time.perf_counter(), 0.05)
+    plan = best.plan
+    if plan is not None and (left < _refine_floor(best) or len(best.graph.ops) > REFINE_MAX_OPS):
+        return plan  # the screening used the time, or the graph is too large to refine in it: its plan stands
+    if best.strategy == ONE_BATCH:  # the one-batch plan, as `place` makes it (its heuristics screened)
+        refined = refine(best.graph, cluster, dataclasses.replace(options, time_limit=left), best.plan)
+    else:
+        sub = sub_cluster(cluster, replica_groups(cluster, best.strategy.data_parallel)[0])
+        warm = on_replica(best.plan, sub) if best.plan is not None else None
+        # the screening plan is the floor to beat: the heuristics need not run again (on a
+        # 32-micro-batch pipeline they take seconds the time limit does not have)
+        refined = refine(best.graph, sub, dataclasses.replace(options, time_limit=left, warm_start=warm), warm)
+        if best.plan is None:  # not screened (a fixed strategy): its all-reduces are not bucketed yet
+            best.graph, refined = bucketed(best.graph, cluster, refined, best.strategy)
+        else:
+            refined = as_hybrid(best.graph, cluster, refined, best.strategy)
+    if plan is None or refined.makespan < plan.makespan:
+        plan = retimed(best.graph, cluster, refined, plan)
+    return plan
 
 
 def _refined_so_far(caught: KeyboardInterrupt, cluster: Cluster, best: Candidate, screened: Plan | None) -> Plan | None:
@@ -556,12 +576,15 @@ def _logged(c: Candidate, log: PlaceOptions, rates: Rates) -> Candidate:
 
 def _summary(tried: list[Candidate], chosen: Strategy, plan: Plan) -> str:
     if len(tried) == 1:
+        sharded = f"; optimizer state sharded: {tried[0].why_not}" if chosen.optimizer_state == "sharded" and \
+            tried[0].why_not else ""
         return (f"data-parallel {chosen.data_parallel} x {chosen.microbatches} micro-batches (as asked): "
-                f"{human_time(plan.makespan, 4)} per step")
+                f"{human_time(plan.makespan, 4)} per step{sharded}")
     parts = []
     for c in sorted(tried, key=lambda c: c.strategy):
         if c.plan is not None:
-            parts.append(f"{c.strategy} {human_time(c.plan.makespan, 4)}")
+            why = f" ({c.why_not})" if c.why_not and c.strategy.optimizer_state == "sharded" else ""
+            parts.append(f"{c.strategy} {human_time(c.plan.makespan, 4)}{why}")
         else:
             parts.append(f"{c.strategy} none ({c.why_not})" if c.why_not else f"{c.strategy} not screened")
     return (f"hybrid search: chose {chosen} (data-parallel {chosen.data_parallel} x {chosen.microbatches} "

@@ -142,7 +142,7 @@ def bucketed(graph: Graph, cluster: Cluster, plan: Plan, strategy: Strategy) -> 
         return graph, plain
     groups = replica_groups(cluster, strategy.data_parallel)
     sub = sub_cluster(cluster, groups[0])
-    merged = bucket_all_reduces(graph.clone(), sub, on_replica(plan, sub), all_reduce_cost(cluster, groups))
+    merged = bucket_all_reduces(graph.clone(), sub, on_replica(plan, sub), collective_cost(cluster, groups))
     if merged is None:
         return graph, plain
     hybrid = as_hybrid(merged[0], cluster, merged[1], strategy)

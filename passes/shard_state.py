@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from pesto_ir.attributes import Attr, DictAttr, DurationAttr, IntAttr, StringAttr, to_attr
+from pesto_ir.attributes import Attr, DictAttr, DurationAttr, IntAttr, ListAttr, StringAttr, to_attr
 from pesto_ir.ir import Graph, Op, Value
 from pesto_ir.roofline import ELEMENTWISE_OPS
 from pesto_ir.types import TensorType
@@ -309,7 +309,7 @@ def _take_block(graph: Graph, region: _Region, x: Value, d: int, cost: Collectiv
 def _scatter_instead(graph: Graph, op: Op, block: TensorType, axis: int, cost: CollectiveCost | None) -> None:
     """Replace the all-reduce `op` by a reduce-scatter of its operand along `axis`."""
     attrs = {k: v for k, v in op.attrs.items() if k != "cost"}
-    attrs["axis"] = IntAttr(axis)
+    attrs["axes"] = ListAttr((IntAttr(axis),))
     if cost is not None:
         attrs["cost"] = DurationAttr(cost("reduce_scatter", op.result.type.nbytes))
     name = graph.fresh_name(op.name.replace(".allreduce", "") + ".scatter")
@@ -340,7 +340,7 @@ def _gather_where_read_whole(graph: Graph, region: _Region, v: Value, d: int, co
     shape = list(v.type.shape)
     shape[a] *= d
     whole = TensorType(v.type.dtype, tuple(shape))
-    attrs: dict[str, Attr] = {"replicas": IntAttr(d), "axis": IntAttr(a)}
+    attrs: dict[str, Attr] = {"replicas": IntAttr(d), "axes": ListAttr((IntAttr(a),))}
     if cost is not None:
         attrs["cost"] = DurationAttr(cost("all_gather", whole.nbytes))
     name = graph.fresh_name(f"{v.name}.gather")

@@ -191,8 +191,8 @@ set_graph_decoder(graph_to_closed_jaxpr)  # how jax_params decodes nested graphs
 class ReplicaInterpreter(Interpreter):
     """One replica's graph inside `jax.shard_map` over a mesh axis of the replicas: an `all_reduce`
     over them is the collective of that axis (`psum`, `pmax`, `pmin`), a `reduce_scatter` its
-    `psum_scatter`, an `all_gather` its `all_gather`, a `replica_slice` the block of the replica's
-    index; the rest as usual."""
+    `psum_scatter` (each operand along its axis), an `all_gather` its `all_gather`, a `replica_slice`
+    the block of the replica's index; the rest as usual."""
 
     REDUCE = {"sum": jax.lax.psum, "max": jax.lax.pmax, "min": jax.lax.pmin}
 
@@ -206,24 +206,18 @@ class ReplicaInterpreter(Interpreter):
         if op.opcode == "all_reduce":
             reduce = self.collective(op, self.replicas)
             return [reduce(x, self.axis) for x in args]
-        return [self.sharded(op, args[0])]
-
-    def sharded(self, op: Op, x: Any) -> Any:
-        """A block along `axis` per replica (replica r the r-th): a reduce-scatter's sum, a slice of a
-        value every replica has; or an all-gather putting the blocks back together."""
-        axis = int(op.get("axis"))
-        if op.opcode == "all_gather":
-            self.check_replicas(op, self.replicas)
-            return jax.lax.all_gather(x, self.axis, axis=axis, tiled=True)
-        if op.opcode == "reduce_scatter":
-            if op.get("reduction", "sum") != "sum":
-                raise PestoError(f"{op.where()}: op '{op.name}' reduce-scatters with {op.get('reduction')!r}; "
-                                 "only sums are run")
-            self.check_replicas(op, self.replicas)
-            return jax.lax.psum_scatter(x, self.axis, scatter_dimension=axis, tiled=True)
         self.check_replicas(op, self.replicas)
-        block = x.shape[axis] // self.replicas
-        return jax.lax.dynamic_slice_in_dim(x, jax.lax.axis_index(self.axis) * block, block, axis)
+        if op.opcode == "replica_slice":
+            axis = int(op.get("axis"))
+            block = args[0].shape[axis] // self.replicas
+            return [jax.lax.dynamic_slice_in_dim(args[0], jax.lax.axis_index(self.axis) * block, block, axis)]
+        axes = [int(a) for a in op.get("axes")]
+        if op.opcode == "all_gather":
+            return [jax.lax.all_gather(x, self.axis, axis=a, tiled=True) for x, a in zip(args, axes)]
+        if op.get("reduction", "sum") != "sum":
+            raise PestoError(f"{op.where()}: op '{op.name}' reduce-scatters with {op.get('reduction')!r}; "
+                             "only sums are run")
+        return [jax.lax.psum_scatter(x, self.axis, scatter_dimension=a, tiled=True) for x, a in zip(args, axes)]
 
     @staticmethod
     def check_replicas(op: Op, replicas: int) -> None:

@@ -329,44 +329,57 @@ def _all_reduce(op: Op) -> list[Type]:
     reduction = _need(op, "reduction")
     if not isinstance(reduction, str) or reduction not in REDUCTIONS:
         raise ShapeError(f"reduction must be one of {', '.join(map(repr, REDUCTIONS))}, not {op.attrs['reduction']}")
-    replicas = _need(op, "replicas")
-    if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1:
-        raise ShapeError(f"replicas must be a whole number >= 1, not {op.attrs['replicas']}")
+    _replicas(op)
     return [v.type for v in op.operands]
 
 
-def _replicas_and_axis(op: Op, t: TensorType) -> tuple[int, int]:
+def _replicas(op: Op) -> int:
     replicas = _need(op, "replicas")
     if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1:
         raise ShapeError(f"replicas must be a whole number >= 1, not {op.attrs['replicas']}")
-    axis = _need(op, "axis")
-    if isinstance(axis, bool) or not isinstance(axis, int) or not 0 <= axis < len(t.shape):
-        raise ShapeError(f"axis must be an axis of {t}, not {op.attrs['axis']}")
-    return replicas, axis
+    return replicas
 
 
-def _sharded(op: Op, ts: Sequence[TensorType], gather: bool) -> list[Type]:
-    """`reduce_scatter`, `replica_slice` (`gather` false: each replica keeps its 1/replicas block
-    along `axis`) and `all_gather` (`gather`: the replicas' blocks put together along `axis`)."""
-    _arity(ts, 1)
-    replicas, axis = _replicas_and_axis(op, ts[0])
-    shape = list(ts[0].shape)
+def _axis(value: Any, t: TensorType, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < len(t.shape):
+        raise ShapeError(f"{what} must be an axis of {t}, not {value!r}")
+    return value
+
+
+def _blocks(t: TensorType, axis: int, replicas: int, gather: bool) -> TensorType:
+    """`t` split into `replicas` blocks along `axis` (one block), or (`gather`) put together."""
+    shape = list(t.shape)
     if gather:
         shape[axis] *= replicas
     elif shape[axis] % replicas:
-        raise ShapeError(f"axis {axis} of {ts[0]} does not split into {replicas} equal blocks")
+        raise ShapeError(f"axis {axis} of {t} does not split into {replicas} equal blocks")
     else:
         shape[axis] //= replicas
-    return [TensorType(ts[0].dtype, tuple(shape))]
+    return TensorType(t.dtype, tuple(shape))
 
 
-def _reduce_scatter(op: Op, ts: Sequence[TensorType]) -> list[Type]:
-    """`reduce_scatter {reduction, replicas, axis}`: the operand combined across `replicas` replicas,
-    of which each keeps its own block along `axis` (replica r the r-th)."""
-    reduction = _need(op, "reduction")
-    if not isinstance(reduction, str) or reduction not in REDUCTIONS:
-        raise ShapeError(f"reduction must be one of {', '.join(map(repr, REDUCTIONS))}, not {op.attrs['reduction']}")
-    return _sharded(op, ts, gather=False)
+def _sharded_bucket(op: Op, ts: Sequence[TensorType], gather: bool) -> list[Type]:
+    """`reduce_scatter {reduction, replicas, axes}` (each replica keeps its block of each operand's
+    sum across the replicas, replica r the r-th along that operand's axis) and `all_gather
+    {replicas, axes}` (the replicas' blocks put together): one operand, or a bucket of several with
+    an axis each, each result of its operand's type split or put together."""
+    if not ts:
+        raise ShapeError("expects at least one operand")
+    if not gather:
+        reduction = _need(op, "reduction")
+        if not isinstance(reduction, str) or reduction not in REDUCTIONS:
+            raise ShapeError(f"reduction must be one of {', '.join(map(repr, REDUCTIONS))}, not {op.attrs['reduction']}")
+    replicas = _replicas(op)
+    axes = _need(op, "axes")
+    if not isinstance(axes, (list, tuple)) or len(axes) != len(ts):
+        raise ShapeError(f"axes must list one axis per operand ({len(ts)}), not {op.attrs['axes']}")
+    return [_blocks(t, _axis(a, t, "each of axes"), replicas, gather) for t, a in zip(ts, axes)]
+
+
+def _replica_slice(op: Op, ts: Sequence[TensorType]) -> list[Type]:
+    """`replica_slice {replicas, axis}`: each replica's own block of a value every replica has."""
+    _arity(ts, 1)
+    return [_blocks(ts[0], _axis(_need(op, "axis"), ts[0], "axis"), _replicas(op), gather=False)]
 
 
 # Rules over any value types (not just tensors): they get the op alone.
@@ -376,9 +389,9 @@ TYPE_RULES: dict[str, Callable[[Op], list[Type]]] = {
 
 # Ops over data-parallel replicas that shard a value along an axis (sharded optimizer state).
 SHARD_RULES: dict[str, ShapeRule] = {
-    "reduce_scatter": _reduce_scatter,
-    "all_gather": lambda op, ts: _sharded(op, ts, gather=True),
-    "replica_slice": lambda op, ts: _sharded(op, ts, gather=False),
+    "reduce_scatter": lambda op, ts: _sharded_bucket(op, ts, gather=False),
+    "all_gather": lambda op, ts: _sharded_bucket(op, ts, gather=True),
+    "replica_slice": _replica_slice,
 }
 SHAPE_RULES.update(SHARD_RULES)
 

@@ -162,9 +162,11 @@ def test_auto_shards_the_state_only_where_the_whole_state_does_not_fit() -> None
     between = (max(whole.peak_memory.values()) + max(sharded.peak_memory.values())) / 2
     with pytest.raises(PestoError):
         _placed(2, "replicated", memory=between)
-    tight = read_plan_attrs(_placed(2, "auto", memory=between, microbatches="auto"))
-    assert tight is not None and tight.parallelism is not None and tight.parallelism.optimizer_state == "sharded"
-    assert any("state sharded" in note for note in tight.notes)
+    for microbatches in ("auto", "1"):  # screened, and a fixed strategy (not screened)
+        tight = read_plan_attrs(_placed(2, "auto", memory=between, microbatches=microbatches))
+        assert tight is not None and tight.parallelism is not None
+        assert tight.parallelism.optimizer_state == "sharded"
+        assert any("the whole optimizer state gives no plan" in note for note in tight.notes), tight.notes
 
 
 # ---------------------------------------------------------------- running it

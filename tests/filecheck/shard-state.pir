@@ -25,13 +25,13 @@ graph @step(%x: f32[8,4], param %w: f32[4,2], param %m: f32[4,2]) {
 
 // CHECK:      microbatch: 11 ops -> 15 (data-parallel 2 x 1 micro-batches)
 // CHECK:      graph @step(%x: f32[4,4], param %w: f32[4,2], param %m: f32[2,2]) attributes {batch_inputs = {x = 0}, microbatched = {data_parallel = 2, microbatches = 1}, sharded_inputs = {m = 0}, sharded_outputs = {"1" = 0}} {
-// CHECK:        %g_wt.scatter = reduce_scatter(%g_wt.mb0) {reduction = "sum", replicas = 2, colocate = "g_wt", axis = 1, cost = {{[0-9.e-]+[mun]?s}}} : f32[2,2]
+// CHECK:        %g_wt.scatter = reduce_scatter(%g_wt.mb0) {reduction = "sum", replicas = 2, colocate = "g_wt", axes = [1], cost = {{[0-9.e-]+[mun]?s}}} : f32[2,2]
 // CHECK-NEXT:   %g_w = transpose(%g_wt.scatter) {permutation = [1, 0]} : f32[2,2]
 // CHECK:        %m_old = mul(%beta, %m) : f32[2,2]
 // CHECK-NEXT:   %m_new = add(%m_old, %g_w) : f32[2,2]
 // CHECK-NEXT:   %step = mul(%lr, %m_new) : f32[2,2]
 // CHECK-NEXT:   %w.block = replica_slice(%w) {replicas = 2, axis = 0} : f32[2,2]
 // CHECK-NEXT:   %w_new = sub(%w.block, %step) : f32[2,2]
-// CHECK-NEXT:   %w_new.gather = all_gather(%w_new) {replicas = 2, axis = 0, cost = {{[0-9.e-]+[mun]?s}}} : f32[4,2]
+// CHECK-NEXT:   %w_new.gather = all_gather(%w_new) {replicas = 2, axes = [0], cost = {{[0-9.e-]+[mun]?s}}} : f32[4,2]
 // CHECK:        %loss.allreduce = all_reduce(%loss.mb0) {reduction = "sum", replicas = 2, colocate = "loss", cost = {{[0-9.e-]+[mun]?s}}} : f32[]
 // CHECK-NEXT:   return %w_new.gather, %m_new, %loss.allreduce
