@@ -26,6 +26,7 @@ from pesto_ir.passes.algo_pipeline import EAGER
 from pesto_ir.passes.batch_axes import MicrobatchError, batch_spec
 from pesto_ir.passes.pipeline_model import MODEL_MICROBATCHES
 from pesto_ir.passes.rebatch import MAX_MICROBATCHES
+from pesto_ir.passes.shard_state import has_optimizer_state
 from pesto_ir.passes.replicas import (  # noqa: F401 (all_reduce_cost, place_rewritten: re-exported)
     ONE_BATCH,
     Solve,
@@ -277,7 +278,7 @@ def search(graph: Graph, cluster: Cluster, options: PlaceOptions, data_parallel:
         if found is not None:
             found.notes = [*found.notes, _summary(tried, best.strategy, found) + "; interrupted (Ctrl-C) refining it"]
         raise Interrupted(found, best.graph) from None
-    assert plan is not None
+    assert plan is not None and best.graph is not None  # _refine_best builds the graph
     plan.notes = [*plan.notes, _summary(tried, best.strategy, plan)]
     write_plan_attrs(best.graph, plan)
     return best.graph, plan
@@ -373,7 +374,8 @@ def _screen_replicas(graph: Graph, cluster: Cluster, todo: list[Strategy], optio
     """One-device replicas: m ascending, up to the first that fits in memory. One device runs all
     its ops one after another, and m micro-batches' copies take at least the whole batch's time
     (the same on a cost graph, more on a roofline-costed one: launch overheads, weights read m
-    times), so more micro-batches than memory needs cannot be faster."""
+    times), so more micro-batches than memory needs cannot be faster. Where the search may shard
+    the optimizer state, the first that fits is screened sharded too, and kept if faster."""
     tried: list[Candidate] = []
     for strategy in todo:
         if not (first and not tried) and time.perf_counter() > stop:
@@ -381,6 +383,14 @@ def _screen_replicas(graph: Graph, cluster: Cluster, todo: list[Strategy], optio
             continue
         c = _logged(screen(graph, cluster, Candidate(strategy), options, heuristic, rates=rates), log, rates)
         tried.append(c)
+        if c.plan is not None and rates.shard and c.strategy.optimizer_state == "replicated" and \
+                time.perf_counter() <= stop and has_optimizer_state(graph):
+            # one device's update of its 1/d of the state, with the reduce-scatters and all-gathers
+            # that replace each all-reduce, is often faster than the whole update
+            sharded = screen(graph, cluster, Candidate(strategy.sharded()), options, heuristic, rates=rates)
+            if sharded.plan is not None and sharded.plan.makespan < c.plan.makespan:
+                sharded.why_not = f"faster than with the whole state, {human_time(c.plan.makespan, 4)}"
+                tried.append(_logged(sharded, log, rates))
         if c.plan is not None:
             rest = todo[todo.index(strategy) + 1:]
             tried.extend(Candidate(s, why_not=f"not screened: one device is no faster with more micro-batches "

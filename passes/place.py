@@ -121,7 +121,8 @@ class PlacePass(Pass):
     data_parallel: str | None = None  # N or auto; None: auto for algo=auto, else 1 (passes/hybrid.py)
     microbatches: str | None = None  # N or auto; None: auto for algo=auto, else 1
     # replicated, sharded across the data-parallel replicas (passes/shard_state.py), or auto:
-    # sharded where a strategy's replicas with the whole state give no plan (memory)
+    # sharded where a strategy's replicas with the whole state give no plan (memory), and for
+    # one-device replicas where that is faster
     optimizer_state: str = "auto"
 
     def __post_init__(self) -> None:

@@ -86,6 +86,11 @@ def shard_optimizer_state(graph: Graph, replicas: int, cost: CollectiveCost | No
     return done
 
 
+def has_optimizer_state(graph: Graph) -> bool:
+    """Whether `graph` has inputs this rewrite would take for optimizer state (`_state_candidates`)."""
+    return bool(_state_candidates(graph))
+
+
 # ---------------------------------------------------------------- finding the regions
 
 def _state_candidates(graph: Graph) -> list[Value]:
@@ -354,4 +359,4 @@ def _gather_where_read_whole(graph: Graph, region: _Region, v: Value, d: int, co
     graph.outputs = [gathered.result if k in gather_out else o for k, o in enumerate(graph.outputs)]
 
 
-__all__ = ["CollectiveCost", "Sharded", "shard_optimizer_state"]
+__all__ = ["CollectiveCost", "Sharded", "has_optimizer_state", "shard_optimizer_state"]

@@ -22,8 +22,8 @@ Defaults, and why:
   `batch_inputs` attribute. `data_parallel` (d replicas, each on batch/d, gradients all-reduced)
   and `microbatches` (each replica's batch run as that many slices, gradients accumulated; a whole
   number >= 1 or `"auto"` for the search to choose) go to the place pass, with `optimizer_state`
-  (`"sharded"`: each replica holds and updates 1/d of the optimizer state, ZeRO-1; `"auto"`: only
-  where the whole state does not fit); the executable runs the
+  (`"sharded"`: each replica holds and updates 1/d of the optimizer state, ZeRO-1; `"auto"`: where
+  the whole state does not fit, and for one-device replicas where that is faster); the executable runs the
   replicas as `jax.shard_map` over the meshes of mirrored devices (`backends/jax.py`, `Replicas`).
   `autotune=True` builds the plan asked for, plain `jax.jit` on the first device and data
   parallelism over all the devices, times each for `autotune_steps` steps on the first call's
@@ -76,7 +76,7 @@ class ParallelizeOptions:
     data_parallel: int | str | None = None  # replicas: a whole number >= 1, "auto", or None (1)
     microbatches: int | str | None = None  # micro-batches per step: a whole number >= 1, "auto", or None (1)
     batch_argnums: tuple[int, ...] | None = None  # None: every positional argument not in param_argnums
-    optimizer_state: str = "auto"  # replicated, sharded across the replicas (ZeRO-1), or auto (where memory needs it)
+    optimizer_state: str = "auto"  # replicated, sharded across the replicas (ZeRO-1), or auto (see place)
     autotune: bool = False  # time the plan, plain jax.jit and data parallelism; run the fastest
     autotune_steps: int = 5  # timed steps per candidate (after a warm-up step)
 

@@ -151,11 +151,34 @@ def test_a_sharded_plan_holds_less_per_device_and_lists_its_collectives() -> Non
     assert all(len(c.devices) == 4 for c in sharded.collectives)
 
 
-def test_auto_shards_the_state_only_where_the_whole_state_does_not_fit() -> None:
-    """Two one-device replicas (m searched): with room for everything the state stays whole; with
-    device memory between the sharded and the replicated plans' peaks, the search shards it."""
-    roomy = read_plan_attrs(_placed(2, "auto", microbatches="auto"))
-    assert roomy is not None and roomy.parallelism is not None and roomy.parallelism.optimizer_state == "replicated"
+@pytest.mark.parametrize("n, winner", [(1024, "replicated"), (4096, "sharded")])
+def test_auto_keeps_the_faster_state_for_one_device_replicas(n: int, winner: str) -> None:
+    """With room for everything, one-device replicas are screened with the state whole and sharded,
+    and the faster is kept: on 4 H100s, the whole state for an n x n layer of n = 1024 (the
+    reduce-scatters and all-gathers add ring latency that the smaller update does not repay),
+    sharded for n = 4096 (each replica updates a quarter of 4 x 64 MiB of weights and moments)."""
+    s = jax.ShapeDtypeStruct
+    params = {"w1": s((n, n), jnp.float32), "b1": s((n,), jnp.float32), "w2": s((n, 4), jnp.float32)}
+    graph = lower_function(adam_step, params, (params, params), s((16, n), jnp.float32), s((16, 4), jnp.float32),
+                           param_argnums=(0, 1)).graph
+
+    def plan(state: str, microbatches: str = "1") -> Any:
+        placed = PassManager(f"annotate-costs{{model=roofline}},place{{algo=m-etf data-parallel=4 "
+                             f"microbatches={microbatches} optimizer-state={state}}},expand", verify_each=False).run(
+            graph.clone(), PassContext(cluster=Cluster.homogeneous(4, "h100"), quiet=True))
+        found = read_plan_attrs(placed)
+        assert found is not None and found.parallelism is not None
+        return found
+
+    roomy, whole, sharded = plan("auto", "auto"), plan("replicated"), plan("sharded")
+    faster = min((whole, sharded), key=lambda p: p.makespan)
+    assert faster.parallelism.optimizer_state == winner
+    assert roomy.makespan <= faster.makespan * (1 + 1e-9)
+    assert roomy.parallelism.optimizer_state == winner
+
+
+def test_auto_shards_the_state_where_the_whole_state_does_not_fit() -> None:
+    """With device memory between the sharded and the replicated plans' peaks, the search shards it."""
     whole = read_plan_attrs(_placed(2, "replicated"))
     sharded = read_plan_attrs(_placed(2, "sharded"))
     assert whole is not None and sharded is not None and whole.peak_memory and sharded.peak_memory
