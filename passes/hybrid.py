@@ -26,7 +26,6 @@ from pesto_ir.passes.algo_pipeline import EAGER
 from pesto_ir.passes.batch_axes import MicrobatchError, batch_spec
 from pesto_ir.passes.pipeline_model import MODEL_MICROBATCHES
 from pesto_ir.passes.rebatch import MAX_MICROBATCHES
-from pesto_ir.passes.shard_state import has_optimizer_state
 from pesto_ir.passes.replicas import (  # noqa: F401 (all_reduce_cost, place_rewritten: re-exported)
     ONE_BATCH,
     Solve,
@@ -40,6 +39,7 @@ from pesto_ir.passes.replicas import (  # noqa: F401 (all_reduce_cost, place_rew
     replica_groups,
     sub_cluster,
 )
+from pesto_ir.passes.shard_state import has_optimizer_state
 from pesto_ir.placement import Interrupted, PlaceOptions, carried_plan
 from pesto_ir.plan import Plan, write_plan_attrs
 from pesto_ir.units import human_time
