@@ -71,7 +71,8 @@ def simulated(models: list[str], ks: list[int]) -> list[str]:
                     replica, plan = data_parallel(graph, k, state)
                     cells[state] = (plan, replica)
                 except PestoError as e:
-                    cells[state] = str(e).splitlines()[0][:60]
+                    first = str(e).splitlines()[0]
+                    cells[state] = "no optimizer state" if "no optimizer state" in first else first[:60]
             lines.append(_row(name, k, cells))
             print(lines[-1], flush=True)
     return lines

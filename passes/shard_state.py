@@ -69,6 +69,7 @@ def shard_optimizer_state(graph: Graph, replicas: int, cost: CollectiveCost | No
     candidates = _state_candidates(graph)
     claimed: set[int] = set()
     outputs: dict[int, int] = {}
+    blocks: dict[tuple[int, int], Value] = {}
     for seed in candidates:
         if id(seed) in claimed:
             continue
@@ -77,7 +78,7 @@ def shard_optimizer_state(graph: Graph, replicas: int, cost: CollectiveCost | No
         if region is None:
             done.kept[seed.name] = why
             continue
-        _rewrite(graph, region, replicas, cost, outputs)
+        _rewrite(graph, region, replicas, cost, outputs, blocks)
         done.inputs.update({s.name: region.axis[id(s)] for s in region.states})
     if done.changed:
         graph.attrs["sharded_inputs"] = DictAttr(tuple((n, IntAttr(a)) for n, a in done.inputs.items()))
@@ -94,18 +95,35 @@ def has_optimizer_state(graph: Graph) -> bool:
 # ---------------------------------------------------------------- finding the regions
 
 def _state_candidates(graph: Graph) -> list[Value]:
-    """`param` inputs that are not batch inputs, are tensors of rank >= 1, and that only
-    elementwise ops of their own shape read (the parameters themselves feed the forward pass)."""
+    """`param` inputs that are not batch inputs, are tensors of rank >= 1, and whose values reach
+    only elementwise ops of their own shape and the outputs: optimizer state, which only the update
+    reads. A parameter feeds the forward pass (an elementwise op on a batch-norm scale leads to its
+    broadcast), so it is not state."""
     batch = graph.attrs.get("batch_inputs")
     rows = set(batch.value) if batch is not None and isinstance(batch.value, dict) else set()
     out = []
     for v in graph.inputs:
         if not v.param or v.name in rows or not isinstance(v.type, TensorType) or not v.type.shape:
             continue
-        users = v.users()
-        if users and all(_elementwise_on(op, v.type.shape) for op in users):
+        if v.users() and _only_updated(v, v.type.shape):
             out.append(v)
     return out
+
+
+def _only_updated(v: Value, shape: tuple[int, ...]) -> bool:
+    """Whether everything computed from `v` is computed by elementwise ops of `shape` (or is an output)."""
+    seen: set[int] = set()
+    frontier = [v]
+    while frontier:
+        x = frontier.pop()
+        for op in x.users():
+            if id(op) in seen:
+                continue
+            if not _elementwise_on(op, shape):
+                return False
+            seen.add(id(op))
+            frontier.extend(op.results)
+    return True
 
 
 def _elementwise_on(op: Op, shape: tuple[int, ...]) -> bool:
@@ -140,8 +158,14 @@ def _grow(seed: Value, candidates: list[Value], d: int) -> tuple[_Region | None,
 
 
 def _clash(region: _Region) -> str:
-    """Why the region cannot be split consistently (a value it reads wanted along two axes, or an
-    axis that does not split), or ''."""
+    """Why the region cannot be split consistently, or is no update (an op outside it reads what it
+    computes: the inputs were parameters, not optimizer state), or ''."""
+    for op in region.ops:
+        for r in op.results:
+            outside = next((u for u in r.users() if not region.has(u)), None)
+            if outside is not None:
+                return (f"op '{outside.name}' ({outside.opcode}) reads %{r.name}, which it computes: a parameter "
+                        "of the step, not optimizer state")
     _boundary(region)
     d_of = {id(v): v for op in region.ops for v in (*op.operands, *op.results)}
     for op in region.ops:
@@ -255,15 +279,17 @@ def _block(t: TensorType, axis: int, d: int) -> TensorType:
     return TensorType(t.dtype, tuple(shape))
 
 
-def _rewrite(graph: Graph, region: _Region, d: int, cost: CollectiveCost | None, outputs: dict[int, int]) -> None:
-    """Split the region's states, ops and boundary values into blocks; gather what leaves it."""
+def _rewrite(graph: Graph, region: _Region, d: int, cost: CollectiveCost | None, outputs: dict[int, int],
+             blocks: dict[tuple[int, int], Value]) -> None:
+    """Split the region's states, ops and boundary values into blocks (`blocks`: the slices made so
+    far, by value and axis, which regions share); gather the new parameters."""
     whole_reads = _boundary(region)
     from_params = _reads_params(region, whole_reads)
     for s in region.states:
         assert isinstance(s.type, TensorType)
         s.type = _block(s.type, region.axis[id(s)], d)
     for x in whole_reads:
-        _take_block(graph, region, x, d, cost)
+        _take_block(graph, region, x, d, cost, blocks)
     for op in region.ops:
         for r in op.results:
             assert isinstance(r.type, TensorType)
@@ -275,7 +301,7 @@ def _rewrite(graph: Graph, region: _Region, d: int, cost: CollectiveCost | None,
         if isinstance(given, DurationAttr):  # costs not from shapes (annotate-costs re-costs the rest)
             op.attrs["cost"] = DurationAttr(given.value / d)
     for v in [*region.states, *(r for op in region.ops for r in op.results)]:
-        _gather_where_read_whole(graph, region, v, d, cost, from_params, outputs)
+        _output(graph, region, v, d, cost, from_params, outputs)
 
 
 def _reads_params(region: _Region, whole_reads: list[Value]) -> set[int]:
@@ -287,9 +313,10 @@ def _reads_params(region: _Region, whole_reads: list[Value]) -> set[int]:
     return out
 
 
-def _take_block(graph: Graph, region: _Region, x: Value, d: int, cost: CollectiveCost | None) -> None:
+def _take_block(graph: Graph, region: _Region, x: Value, d: int, cost: CollectiveCost | None,
+                blocks: dict[tuple[int, int], Value]) -> None:
     """The region reads a block of `x`: a reduce-scatter in place of the sum all-reduce that made
-    it when only the region reads it, else a `replica_slice` after it."""
+    it when only the region reads it, else a `replica_slice` after it (one per value and axis)."""
     a = region.axis[id(x)]
     op = x.owner
     readers = [u for u in x.users() if region.has(u)]
@@ -299,16 +326,22 @@ def _take_block(graph: Graph, region: _Region, x: Value, d: int, cost: Collectiv
             and len(readers) == len(x.users()) and not _is_output(x):
         _scatter_instead(graph, op, block, a, cost)
         return
-    name = graph.fresh_name(f"{x.name}.block")
-    attrs: dict[str, Attr] = {"replicas": IntAttr(d), "axis": IntAttr(a)}
-    if x.owner is not None and x.owner.get("colocate") is not None:
-        attrs["colocate"] = StringAttr(str(x.owner.get("colocate")))
-    sliced = Op(name, "replica_slice", [x], [block], attrs, [name], x.owner.loc if x.owner is not None else None)
-    graph.insert(graph.ops.index(x.owner) + 1 if x.owner is not None else _first_reader(graph, readers), sliced)
+    sliced = blocks.get((id(x), a))
+    if sliced is None:
+        name = graph.fresh_name(f"{x.name}.block")
+        attrs: dict[str, Attr] = {"replicas": IntAttr(d), "axis": IntAttr(a)}
+        if x.owner is not None and x.owner.get("colocate") is not None:
+            attrs["colocate"] = StringAttr(str(x.owner.get("colocate")))
+        made = Op(name, "replica_slice", [x], [block], attrs, [name], x.owner.loc if x.owner is not None else None)
+        graph.insert(graph.ops.index(x.owner) + 1 if x.owner is not None else _first_reader(graph, readers), made)
+        sliced = blocks[(id(x), a)] = made.result
+    elif x.owner is None and sliced.owner is not None and graph.ops.index(sliced.owner) > _first_reader(graph, readers):
+        graph.ops.remove(sliced.owner)  # a slice of an input, made for a later region: before this one's readers
+        graph.ops.insert(_first_reader(graph, readers), sliced.owner)
     for u in readers:
         for i, v in enumerate(u.operands):
             if v is x:
-                u.set_operand(i, sliced.result)
+                u.set_operand(i, sliced)
 
 
 def _scatter_instead(graph: Graph, op: Op, block: TensorType, axis: int, cost: CollectiveCost | None) -> None:
@@ -328,20 +361,17 @@ def _first_reader(graph: Graph, readers: list[Op]) -> int:
     return min(graph.ops.index(u) for u in readers)
 
 
-def _gather_where_read_whole(graph: Graph, region: _Region, v: Value, d: int, cost: CollectiveCost | None,
-                             from_params: set[int], outputs: dict[int, int]) -> None:
-    """Ops outside the region, and outputs that are new parameters, read `v` put back together
-    (one all-gather); other outputs keep their blocks (`outputs`: index -> axis)."""
-    a = region.axis[id(v)]
-    outside = [u for u in v.users() if not region.has(u)]
+def _output(graph: Graph, region: _Region, v: Value, d: int, cost: CollectiveCost | None, from_params: set[int],
+            outputs: dict[int, int]) -> None:
+    """Where `v` is an output: a new parameter (computed from a sliced parameter) put back together
+    by an all-gather, since the next step's forward pass reads it whole; new state keeps its blocks
+    (`outputs`: index -> axis)."""
     out_at = [k for k, o in enumerate(graph.outputs) if o is v]
-    gather_out = [k for k in out_at if id(v) in from_params]
-    for k in out_at:
-        if k not in gather_out:
-            outputs[k] = a
-    if not outside and not gather_out:
+    a = region.axis[id(v)]
+    if not out_at or id(v) not in from_params:
+        outputs.update(dict.fromkeys(out_at, a))
         return
-    assert isinstance(v.type, TensorType)
+    assert isinstance(v.type, TensorType) and v.owner is not None  # parameters are read whole, not outputs
     shape = list(v.type.shape)
     shape[a] *= d
     whole = TensorType(v.type.dtype, tuple(shape))
@@ -349,14 +379,9 @@ def _gather_where_read_whole(graph: Graph, region: _Region, v: Value, d: int, co
     if cost is not None:
         attrs["cost"] = DurationAttr(cost("all_gather", whole.nbytes))
     name = graph.fresh_name(f"{v.name}.gather")
-    gathered = Op(name, "all_gather", [v], [whole], attrs, [name], v.owner.loc if v.owner is not None else None)
-    at = graph.ops.index(v.owner) + 1 if v.owner is not None else _first_reader(graph, outside)
-    graph.insert(at, gathered)
-    for u in outside:
-        for i, x in enumerate(u.operands):
-            if x is v:
-                u.set_operand(i, gathered.result)
-    graph.outputs = [gathered.result if k in gather_out else o for k, o in enumerate(graph.outputs)]
+    gathered = Op(name, "all_gather", [v], [whole], attrs, [name], v.owner.loc)
+    graph.insert(graph.ops.index(v.owner) + 1, gathered)
+    graph.outputs = [gathered.result if o is v else o for o in graph.outputs]
 
 
 __all__ = ["CollectiveCost", "Sharded", "has_optimizer_state", "shard_optimizer_state"]
