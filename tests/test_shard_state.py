@@ -105,6 +105,26 @@ def test_state_of_an_axis_that_does_not_split_stays_whole() -> None:
     assert {name.split(".")[-1] for name in done.inputs} == {"w1", "w2"}
 
 
+def test_parameters_computed_on_elementwise_before_the_forward_pass_are_not_state() -> None:
+    """`s * 2` is elementwise on the parameter's shape, but leads to the forward pass (a broadcast):
+    `s` stays whole, while its moments, which only the update reads, are sharded."""
+    def loss(p: Any, x: jax.Array, y: jax.Array) -> jax.Array:
+        return jnp.mean((jnp.tanh(x @ p["w"]) * (p["s"] * 2.0) - y) ** 2)
+
+    def step(params: Any, state: Any, x: jax.Array, y: jax.Array) -> Any:
+        value, g = jax.value_and_grad(loss)(params, x, y)
+        m = jax.tree_util.tree_map(lambda m, g: 0.9 * m + g, state, g)
+        return jax.tree_util.tree_map(lambda p, m: p - 0.1 * m, params, m), m, value
+
+    params = {"w": jnp.ones((6, 4)), "s": jnp.ones(4)}
+    graph = rebatch(lower_function(step, params, params, jnp.ones((8, 6)), jnp.ones((8, 4)),
+                                   param_argnums=(0, 1)).graph, 1, 2)
+    done = shard_optimizer_state(graph, 2)
+    verify(graph)
+    assert sorted(done.inputs) == ["state.s", "state.w"]
+    assert "params.s" not in done.kept  # not state at all: never a candidate
+
+
 def test_a_step_without_optimizer_state_is_refused_with_a_reason() -> None:
     def sgd(w: jax.Array, x: jax.Array) -> Any:
         value, g = jax.value_and_grad(lambda w: jnp.sum(jnp.tanh(x @ w) ** 2))(w)
