@@ -13,10 +13,11 @@ start is the true one, only the drawn width grows); a device without ops says "i
 
 Hybrid plans (`Plan.parallelism`, graphs rewritten by `passes/microbatch.py`): when ops carry a
 `microbatch` attribute the bars are coloured by micro-batch instead (ops that run once per step are
-grey), so how the schedule interleaves the micro-batches is what the colours show. `all_reduce` ops
-are hatched and labelled with the bytes they reduce. Only replica 0's devices get rows: the other
+grey), so how the schedule interleaves the micro-batches is what the colours show. Collective ops
+(`all_reduce`, and a sharded state's `reduce_scatter` and `all_gather`) are hatched and labelled
+with their kind and bytes. Only replica 0's devices get rows: the other
 replicas run the same schedule, so their rows would repeat it; the subtitle names the replicas and
-the all-reduce rings instead.
+the collectives' rings instead.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from pesto_ir.backends.memory_plot import draw_live_bytes
 from pesto_ir.cluster import Cluster
 from pesto_ir.errors import PestoError
 from pesto_ir.ir import Graph
-from pesto_ir.plan import Collective, Plan, all_reduce_bytes
+from pesto_ir.plan import RING_PHASES, Collective, Plan, collective_bytes
 from pesto_ir.units import human_bytes, human_time
 
 if TYPE_CHECKING:  # matplotlib is imported lazily, when a chart is drawn
@@ -97,19 +98,20 @@ def parallelism_line(plan: Plan) -> str | None:
     if par.data_parallel == 1:
         return f"{par.microbatches} micro-batches, one replica"
     replicas = _named([",".join(g) for g in par.replicas], " | ")
-    return (f"data-parallel {par.data_parallel} x {par.microbatches} micro-batches; "
+    state = "; optimizer state sharded" if par.optimizer_state == "sharded" else ""
+    return (f"data-parallel {par.data_parallel} x {par.microbatches} micro-batches{state}; "
             f"replicas: {replicas} (each runs this schedule)")
 
 
 def collectives_of(plan: Plan, graph: Graph | None) -> dict[str, Collective]:
-    """The plan's collectives by op name; an `all_reduce` op of `graph` the plan lists no entry for
+    """The plan's collectives by op name; a collective op of `graph` the plan lists no entry for
     (a plan without parallelism) still counts, over its own device, so it is drawn as one."""
     out = {c.op: c for c in plan.collectives if c.op in plan.ops}
     if graph is not None:
         for op in graph.ops:
             slot = plan.ops.get(op.name)
-            if op.opcode == "all_reduce" and slot is not None and op.name not in out:
-                out[op.name] = Collective(op.name, "all_reduce", [slot.device], all_reduce_bytes(op),
+            if op.opcode in RING_PHASES and slot is not None and op.name not in out:
+                out[op.name] = Collective(op.name, op.opcode, [slot.device], collective_bytes(op),
                                           slot.start, slot.end)
     return out
 
@@ -219,9 +221,11 @@ def _colouring(graph: Graph | None, names: list[str]) -> tuple[dict[str, ColorTy
 
 def collective_labels(collectives: dict[str, Collective], names: list[str]) -> list[str]:
     """What a collective's bar may say, longest first (the first that fits is drawn): the kind and
-    the bytes each device reduces, on one line, on two, or the bytes alone."""
+    the bytes of its whole value, on one line, on two, or the bytes alone."""
     size = human_bytes(sum(collectives[n].nbytes for n in names))
-    return [f"all-reduce {size}", f"all-reduce\n{size}", size]
+    kinds = {collectives[n].kind for n in names}
+    kind = kinds.pop().replace("_", "-") if len(kinds) == 1 else "collectives"
+    return [f"{kind} {size}", f"{kind}\n{size}", size]
 
 
 def _subtitle(plan: Plan, collectives: dict[str, Collective], hidden: set[str]) -> list[str]:
@@ -239,7 +243,7 @@ def _subtitle(plan: Plan, collectives: dict[str, Collective], hidden: set[str]) 
                     key=lambda g: [order.get(d, len(order)) for d in g])
     rings = ["+".join(g) for g in groups]
     if rings:
-        notes.append("all-reduce rings: " + _named(rings, ", "))
+        notes.append("collective rings: " + _named(rings, ", "))
     return [line] + (["; ".join(notes)] if notes else [])
 
 

@@ -6,8 +6,8 @@ transfer is named `producer -> destination device`. Times are microseconds, as t
 
 Hybrid plans: an op copied per micro-batch has `args.microbatch` and the categories `op,mb<i>`
 (Perfetto and chrome://tracing filter by category, so one micro-batch can be picked out); an
-`all_reduce` op has category `collective` and args naming its kind, the devices of its ring and
-the bytes each reduces. Only replica 0's devices get rows, since every replica runs the same
+collective op (`all_reduce`, `reduce_scatter`, `all_gather`) has category `collective` and args
+naming its kind, the devices of its ring and the bytes of its whole value. Only replica 0's devices get rows, since every replica runs the same
 schedule; the devices process says so in its labels, a global instant event at time 0 names the
 parallelism, and `otherData.parallelism` holds it as `pesto-plan/1` does.
 """

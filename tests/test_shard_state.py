@@ -212,6 +212,29 @@ def test_auto_shards_the_state_where_the_whole_state_does_not_fit() -> None:
         assert any("the whole optimizer state gives no plan" in note for note in tight.notes), tight.notes
 
 
+def test_reports_name_the_sharded_state_and_each_collective_kind() -> None:
+    import json
+
+    from pesto_ir.backends.gantt import collective_labels, collectives_of, gantt_image, parallelism_line
+    from pesto_ir.backends.trace import trace_json_text
+    from pesto_ir.report import format_summary, summarize
+
+    placed = _placed(2, "sharded")
+    plan = read_plan_attrs(placed)
+    assert plan is not None
+    summary = format_summary(summarize(placed, plan))
+    assert "optimizer state sharded across the replicas" in summary
+    assert "reduce-scatters of" in summary and "all-gathers of" in summary
+    events = json.loads(trace_json_text(plan, placed))["traceEvents"]
+    kinds = {e["args"]["opcode"] for e in events if e.get("cat") == "collective"}
+    assert kinds == {"all_reduce", "reduce_scatter", "all_gather"}
+    assert gantt_image(plan, placed, "svg")  # draws every kind
+    by_op = collectives_of(plan, placed)
+    scatter = next(n for n, c in by_op.items() if c.kind == "reduce_scatter")
+    assert collective_labels(by_op, [scatter])[0].startswith("reduce-scatter ")
+    assert "optimizer state sharded" in (parallelism_line(plan) or "")
+
+
 # ---------------------------------------------------------------- running it
 
 @pytest.mark.parametrize("d, m", [(2, 1), (4, 1), (2, 2)])
