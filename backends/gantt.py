@@ -230,7 +230,7 @@ def collective_labels(collectives: dict[str, Collective], names: list[str]) -> l
 
 def _subtitle(plan: Plan, collectives: dict[str, Collective], hidden: set[str]) -> list[str]:
     """Lines under the title for a hybrid plan: its parallelism, which rows are left out and why,
-    and the rings the all-reduces run over (devices of other replicas have no row to show them)."""
+    and the rings the collectives run over (devices of other replicas have no row to show them)."""
     line = parallelism_line(plan)
     if line is None:
         return []
@@ -251,7 +251,7 @@ def _bars(shared: dict[tuple[str, float, float], list[str]], row_of: dict[str, i
           colour: dict[str, ColorType], collectives: dict[str, Collective], scale: float
           ) -> tuple[dict[int, _Bars], dict[int, _Bars]]:
     """Op bars per row, gid `device:<d>`, and collective bars, gid `collective:<d>` (hatched, so an
-    all-reduce reads as communication, not compute, whatever the colours mean)."""
+    collective reads as communication, not compute, whatever the colours mean)."""
     ops: dict[int, _Bars] = {}
     comms: dict[int, _Bars] = {}
     for (device, start, end), names in shared.items():
@@ -271,7 +271,7 @@ def _coloured(names: list[str], collectives: dict[str, Collective]) -> str:
 def gantt_figure(plan: Plan, graph: Graph | None = None, *, memory: bool = False,
                  cluster: Cluster | None = None) -> Figure:
     """The chart as a matplotlib Figure (Agg canvas), as `gantt_image` saves it. The op bars of a
-    device are one collection with gid `device:<name>`, its all-reduces `collective:<name>`, the
+    device are one collection with gid `device:<name>`, its collectives `collective:<name>`, the
     transfers of a link `link:<a> -> <b>`; bar labels ("label", "collective-label") and "idle" marks
     are texts of the first axes."""
     if memory and graph is None:
@@ -330,7 +330,7 @@ def gantt_figure(plan: Plan, graph: Graph | None = None, *, memory: bool = False
     ax.set_title("\n".join([_title(plan)] + subtitle))
     if comms:
         handles.append(Patch(facecolor=COLLECTIVE_FACE, edgecolor=COLLECTIVE_EDGE, hatch=COLLECTIVE_HATCH,
-                             label="all-reduce across replicas"))
+                             label="collective across replicas"))
     if links:
         handles.append(Patch(color=TRANSFER_COLOUR, label="transfer (rows a -> b)"))
     if handles:
@@ -352,7 +352,7 @@ def _label_bars(fig: Figure, ax: Axes, shared: dict[tuple[str, float, float], li
                 colour: dict[str, ColorType], collectives: dict[str, Collective], graph: Graph | None,
                 scale: float, span: float) -> None:
     """Label each bar its text fits in; called once the layout is settled, since the axes' width
-    in inches turns time into inches. A collective's bar says "all-reduce <bytes>" on a white
+    in inches turns time into inches. A collective's bar says "<kind> <bytes>" on a white
     backing, which keeps the hatch from crossing the text."""
     inches_per_unit = ax.get_position().width * fig.get_figwidth() / span
     for (device, start, end), names in shared.items():

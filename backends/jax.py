@@ -41,7 +41,7 @@ from pesto_ir.backends.replica_runtime import REPLICA_AXIS
 from pesto_ir.backends.schedule import Move, Schedule, ScheduleError, Segment, schedule, segment_graph
 from pesto_ir.distributed import is_multiprocess
 from pesto_ir.errors import PestoError
-from pesto_ir.interpreter import as_function, one_replica
+from pesto_ir.interpreter import ACROSS_REPLICAS, as_function, one_replica
 from pesto_ir.ir import Graph, Value
 from pesto_ir.jax_params import jax_dtype
 from pesto_ir.plan import read_plan_attrs
@@ -76,9 +76,10 @@ def build(placed_graph: Graph, devices: DeviceSpec, *, constants: Sequence[Any] 
     """
     plan = read_plan_attrs(placed_graph)
     replicas = plan.parallelism.data_parallel if plan is not None and plan.parallelism is not None else 1
-    bad = next((op for op in placed_graph.ops if op.opcode == "all_reduce" and not one_replica(op)), None)
+    bad = next((op for op in placed_graph.ops if op.opcode in ACROSS_REPLICAS and not one_replica(op)), None)
     if replicas == 1 and bad is not None:
-        raise BackendError(f"{bad.where()}: op '{bad.name}' all-reduces across {bad.get('replicas')} data-parallel "
+        what = "all-reduces" if bad.opcode == "all_reduce" else f"runs {bad.opcode}"
+        raise BackendError(f"{bad.where()}: op '{bad.name}' {what} across {bad.get('replicas')} data-parallel "
                            "replicas, but the plan has no replicas to reduce across (place it with data-parallel > 1)")
     sched = schedule(placed_graph, state_map)
     return Executable(sched, resolve_devices(sched.devices, devices), constants, frozenset(donate),

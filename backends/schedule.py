@@ -34,7 +34,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from pesto_ir.errors import PestoError
-from pesto_ir.ir import Graph, Op, Value
+from pesto_ir.ir import Graph, Op, Value, infer_state_map
 from pesto_ir.plan import read_plan_attrs
 
 
@@ -290,21 +290,6 @@ def segment_graph(graph: Graph, segment: Segment) -> Graph:
 
 
 # ---------------------------------------------------------------- state
-
-def infer_state_map(graph: Graph) -> dict[int, int]:
-    """Output index -> input index for new `param` values: each param, in order, takes the next
-    output of its type (a training step returns new params and state in the order it takes them)."""
-    out: dict[int, int] = {}
-    k = 0
-    for i, v in enumerate(graph.inputs):
-        if not v.param:
-            continue
-        j = next((j for j in range(k, len(graph.outputs)) if graph.outputs[j].type == v.type), None)
-        if j is not None:
-            out[j] = i
-            k = j + 1
-    return out
-
 
 def _check_state_map(graph: Graph, smap: Mapping[int, int]) -> None:
     for k, i in smap.items():

@@ -253,7 +253,7 @@ def _collective_note(graph: Graph) -> str:
     n = sum(op.opcode in COLLECTIVES for op in graph.ops)
     if not n:
         return ""
-    return (f"; {n} all_reduce op(s) keep their cost (communication: the ring all-reduce time, "
+    return (f"; {n} collective op(s) keep their cost (communication: the ring's time, "
             "not a roofline or profiled kernel time)")
 
 

@@ -175,7 +175,9 @@ def screen(graph: Graph, cluster: Cluster, found: Candidate, options: PlaceOptio
     candidate becomes that strategy."""
     found = _screened(graph, cluster, found, options, heuristic, engines, rates)
     strategy = found.strategy
-    if rates is None or not rates.shard or found.plan is not None or strategy.data_parallel < 2 or strategy.optimizer_state == "sharded":
+    built = found.graph is not None and len(found.graph.ops) <= MAX_SCREEN_OPS  # else sharding changes nothing
+    if rates is None or not rates.shard or found.plan is not None or not built or strategy.data_parallel < 2 \
+            or strategy.optimizer_state == "sharded":
         return found
     retry = _screened(graph, cluster, Candidate(strategy.sharded()), options, heuristic, engines, rates)
     if retry.plan is None:
@@ -241,7 +243,7 @@ def search(graph: Graph, cluster: Cluster, options: PlaceOptions, data_parallel:
         raise PestoError(f"no strategy divides the batch of {_batch_size(graph)} and the {len(cluster)} devices "
                          f"(data-parallel {data_parallel or 'auto'}, microbatches {microbatches or 'auto'})")
     quiet = dataclasses.replace(options, quiet=True, warm_start=None)
-    rates = Rates(shard=optimizer_state == "auto")
+    rates = Rates(shard=optimizer_state == "auto" and has_optimizer_state(graph))
     try:
         tried = _screen_all(graph, cluster, todo, quiet, heuristic, started + options.time_limit * SCREEN_SHARE,
                             deadline, options, rates) if len(todo) > 1 else [Candidate(todo[0])]
@@ -264,9 +266,12 @@ def search(graph: Graph, cluster: Cluster, options: PlaceOptions, data_parallel:
                     or best.strategy.optimizer_state == "sharded":
                 raise
             first = str(e).splitlines()[0]
-            best = tried[0] = Candidate(best.strategy.sharded(), why_not=f"the whole optimizer state gives no plan "
-                                                                         f"({first})")
-            plan = _refine_best(graph, cluster, best, options, deadline, refine)
+            sharded = Candidate(best.strategy.sharded(), why_not=f"the whole optimizer state gives no plan ({first})")
+            try:
+                plan = _refine_best(graph, cluster, sharded, options, deadline, refine)
+            except PestoError:
+                raise e from None  # the strategy's own failure, not the retry's
+            best = tried[0] = sharded
     except PestoError as e:
         if plan is None:
             if len(tried) == 1:
@@ -384,7 +389,7 @@ def _screen_replicas(graph: Graph, cluster: Cluster, todo: list[Strategy], optio
         c = _logged(screen(graph, cluster, Candidate(strategy), options, heuristic, rates=rates), log, rates)
         tried.append(c)
         if c.plan is not None and rates.shard and c.strategy.optimizer_state == "replicated" and \
-                time.perf_counter() <= stop and has_optimizer_state(graph):
+                time.perf_counter() <= stop:
             # one device's update of its 1/d of the state, with the reduce-scatters and all-gathers
             # that replace each all-reduce, is often faster than the whole update
             sharded = screen(graph, cluster, Candidate(strategy.sharded()), options, heuristic, rates=rates)
@@ -529,7 +534,8 @@ def _ranked_pipelines(graph: Graph, cluster: Cluster, todo: list[Strategy], log:
 
     d = todo[0].data_parallel
     candidates = {s: Candidate(s) for s in todo}
-    two = candidates.get(Strategy(d, MODEL_MICROBATCHES)) or Candidate(Strategy(d, MODEL_MICROBATCHES))
+    state = todo[0].optimizer_state
+    two = candidates.get(Strategy(d, MODEL_MICROBATCHES, state)) or Candidate(Strategy(d, MODEL_MICROBATCHES, state))
     sub = sub_cluster(cluster, replica_groups(cluster, d)[0])
     started = time.perf_counter()
     try:

@@ -174,7 +174,7 @@ class PlacePass(Pass):
             from pesto_ir.passes.replicas import place_rewritten
 
             if self.data_parallel not in (None, "1") or self.microbatches not in (None, "1") or \
-                    self.optimizer_state == "sharded":
+                    self.optimizer_state != "auto":
                 raise PlaceError(f"the graph is already one replica's micro-batched step ({rewritten}): "
                                  "give data-parallel, microbatches and optimizer-state to the microbatch pass or to "
                                  "place, not both")

@@ -157,7 +157,7 @@ class Rewriter:
                 t = _as_tensor(self.small(v.type, axis))
                 attrs = {k: a for k, a in op.attrs.items() if k not in PLAN_KEYS}
                 attrs["shape"] = to_attr(tuple(t.shape))
-                attrs = _scaled_costs(attrs, self.factor)
+                attrs = scaled_costs(attrs, self.factor)
                 small = self.emit(op, op.opcode, [self.value(x) for x in op.operands], [t], attrs,
                                   self.out.fresh_name(f"{op.name}.mb")).result
         if small is None:
@@ -222,7 +222,7 @@ class Rewriter:
             self.per[id(r)] = _PerSample(cs, (a, rows))
 
     def _copy_attrs(self, op: Op, attrs: dict[str, Attr], i: int) -> dict[str, Attr]:
-        out = _scaled_costs(attrs, self.factor)
+        out = scaled_costs(attrs, self.factor)
         if i > 0 and "memory" in out:  # resident bytes (weights) are held once, by the first copy
             out["memory"] = BytesAttr(0)
         out["microbatch"] = IntAttr(i)
@@ -318,7 +318,7 @@ def _is_zeros(v: Value) -> bool:
     return op is not None and op.opcode == "constant" and op.get("value") in (0, 0.0)
 
 
-def _scaled_costs(attrs: dict[str, Attr], factor: int) -> dict[str, Attr]:
+def scaled_costs(attrs: dict[str, Attr], factor: int) -> dict[str, Attr]:
     """A copy's costs: the whole op's divided by the number of slices (re-costed later by roofline
     when the graph was costed that way)."""
     out = dict(attrs)

@@ -1,15 +1,16 @@
 """Sharded optimizer state (ZeRO-1): each data-parallel replica keeps and updates 1/d of it.
 
 In a replica graph (`passes/rebatch.py`, d > 1) every replica holds the whole optimizer state and
-runs the whole update. This rewrite makes a state input (a `param` input that only elementwise ops
-of its own shape read: Adam's moments, momentum) one replica's block along an axis that splits into
-d, and the update it feeds (`_Region`: the elementwise ops of that shape reached from the state,
-with the scalars they read) compute on blocks. What the region reads from outside is taken
-block-wise: a gradient all-reduce that only the region reads becomes a `reduce_scatter` (half of the
-all-reduce's ring: its reduce-scatter phase), through transposes between them; any other value (the
-parameter, a gradient reshaped after its all-reduce) a `replica_slice`. What leaves the region whole
-goes through an `all_gather`: values that ops outside it read, and the new parameters (outputs
-computed from a sliced parameter). New state (the other outputs) stays sharded.
+runs the whole update. This rewrite makes a state input (a `param` input from which only
+elementwise ops of its own shape compute, up to the outputs: Adam's moments, momentum) one
+replica's block along an axis that splits into d, and the update it feeds (`_Region`: the
+elementwise ops of that shape reached from the state, with the scalars they read) compute on
+blocks. What the region reads from outside is taken block-wise: a gradient all-reduce that only the
+region reads becomes a `reduce_scatter` (half of the all-reduce's ring: its reduce-scatter phase),
+through transposes between them; any other value (the parameter, a gradient reshaped after its
+all-reduce) a `replica_slice`. A region that an op outside reads from is no update and is left
+alone. The new parameters (`_new_parameters`) go out whole, through an `all_gather`; new state
+stays sharded.
 
 The graph records its sharded inputs and outputs (`sharded_inputs`: input name -> axis,
 `sharded_outputs`: output index -> axis); the JAX backend splits the caller's whole state into the
@@ -24,7 +25,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from pesto_ir.attributes import Attr, DictAttr, DurationAttr, IntAttr, ListAttr, StringAttr, to_attr
-from pesto_ir.ir import Graph, Op, Value
+from pesto_ir.ir import Graph, Op, Value, infer_state_map
+from pesto_ir.passes.rebatch import scaled_costs
 from pesto_ir.roofline import ELEMENTWISE_OPS
 from pesto_ir.types import TensorType
 
@@ -67,6 +69,7 @@ def shard_optimizer_state(graph: Graph, replicas: int, cost: CollectiveCost | No
     if replicas < 2 or "sharded_inputs" in graph.attrs:
         return done
     candidates = _state_candidates(graph)
+    next_of = {id(graph.outputs[k]): graph.inputs[i] for k, i in infer_state_map(graph).items()}
     claimed: set[int] = set()
     outputs: dict[int, int] = {}
     blocks: dict[tuple[int, int], Value] = {}
@@ -78,7 +81,7 @@ def shard_optimizer_state(graph: Graph, replicas: int, cost: CollectiveCost | No
         if region is None:
             done.kept[seed.name] = why
             continue
-        _rewrite(graph, region, replicas, cost, outputs, blocks)
+        _rewrite(graph, region, replicas, cost, outputs, blocks, next_of)
         done.inputs.update({s.name: region.axis[id(s)] for s in region.states})
     if done.changed:
         graph.attrs["sharded_inputs"] = DictAttr(tuple((n, IntAttr(a)) for n, a in done.inputs.items()))
@@ -158,14 +161,14 @@ def _grow(seed: Value, candidates: list[Value], d: int) -> tuple[_Region | None,
 
 
 def _clash(region: _Region) -> str:
-    """Why the region cannot be split consistently, or is no update (an op outside it reads what it
-    computes: the inputs were parameters, not optimizer state), or ''."""
+    """Why the region cannot be split consistently, or is not an update of its own (an op outside it
+    reads what it computes), or ''."""
     for op in region.ops:
         for r in op.results:
             outside = next((u for u in r.users() if not region.has(u)), None)
             if outside is not None:
-                return (f"op '{outside.name}' ({outside.opcode}) reads %{r.name}, which it computes: a parameter "
-                        "of the step, not optimizer state")
+                return (f"op '{outside.name}' ({outside.opcode}), outside the update, reads %{r.name}, which the "
+                        "update computes, whole")
     _boundary(region)
     d_of = {id(v): v for op in region.ops for v in (*op.operands, *op.results)}
     for op in region.ops:
@@ -280,11 +283,11 @@ def _block(t: TensorType, axis: int, d: int) -> TensorType:
 
 
 def _rewrite(graph: Graph, region: _Region, d: int, cost: CollectiveCost | None, outputs: dict[int, int],
-             blocks: dict[tuple[int, int], Value]) -> None:
+             blocks: dict[tuple[int, int], Value], next_of: dict[int, Value]) -> None:
     """Split the region's states, ops and boundary values into blocks (`blocks`: the slices made so
     far, by value and axis, which regions share); gather the new parameters."""
     whole_reads = _boundary(region)
-    from_params = _reads_params(region, whole_reads)
+    whole_out = _new_parameters(region, whole_reads, next_of)
     for s in region.states:
         assert isinstance(s.type, TensorType)
         s.type = _block(s.type, region.axis[id(s)], d)
@@ -297,19 +300,28 @@ def _rewrite(graph: Graph, region: _Region, d: int, cost: CollectiveCost | None,
         if op.opcode == "broadcast_in_dim":
             assert isinstance(op.result.type, TensorType)
             op.attrs["shape"] = to_attr(list(op.result.type.shape))
-        given = op.attrs.get("cost")
-        if isinstance(given, DurationAttr):  # costs not from shapes (annotate-costs re-costs the rest)
-            op.attrs["cost"] = DurationAttr(given.value / d)
+        op.attrs.update(scaled_costs(op.attrs, d))  # a 1/d block's (annotate-costs re-costs roofline graphs)
     for v in [*region.states, *(r for op in region.ops for r in op.results)]:
-        _output(graph, region, v, d, cost, from_params, outputs)
+        _output(graph, region, v, d, cost, whole_out, outputs)
 
 
-def _reads_params(region: _Region, whole_reads: list[Value]) -> set[int]:
-    """Region values computed from a parameter (a `param` input read whole): the new parameters."""
-    out = {id(x) for x in whole_reads if x.owner is None and x.param}
+def _new_parameters(region: _Region, whole_reads: list[Value], next_of: dict[int, Value]) -> set[int]:
+    """Region values that are new parameters, which go out whole: outputs that are the next value
+    of a `param` input the region reads whole (`infer_state_map`'s pairing of a training step's
+    outputs with its inputs); an output paired with no input, when it is computed from such a
+    parameter. Outputs paired with a state input (new moments, even computed from the parameter,
+    as with weight decay) keep their blocks."""
+    params = {id(x) for x in whole_reads if x.owner is None and x.param}
+    computed = set(params)
     for op in region.ops:  # in graph order
-        if any(id(v) in out for v in op.operands):
-            out.update(id(r) for r in op.results)
+        if any(id(v) in computed for v in op.operands):
+            computed.update(id(r) for r in op.results)
+    out = set()
+    for op in region.ops:
+        for r in op.results:
+            paired = next_of.get(id(r))
+            if (paired is not None and id(paired) in params) or (paired is None and id(r) in computed):
+                out.add(id(r))
     return out
 
 
@@ -361,14 +373,14 @@ def _first_reader(graph: Graph, readers: list[Op]) -> int:
     return min(graph.ops.index(u) for u in readers)
 
 
-def _output(graph: Graph, region: _Region, v: Value, d: int, cost: CollectiveCost | None, from_params: set[int],
+def _output(graph: Graph, region: _Region, v: Value, d: int, cost: CollectiveCost | None, whole_out: set[int],
             outputs: dict[int, int]) -> None:
-    """Where `v` is an output: a new parameter (computed from a sliced parameter) put back together
-    by an all-gather, since the next step's forward pass reads it whole; new state keeps its blocks
+    """Where `v` is an output: a new parameter (`_new_parameters`) put back together by an
+    all-gather, since the next step's forward pass reads it whole; new state keeps its blocks
     (`outputs`: index -> axis)."""
     out_at = [k for k, o in enumerate(graph.outputs) if o is v]
     a = region.axis[id(v)]
-    if not out_at or id(v) not in from_params:
+    if not out_at or id(v) not in whole_out:
         outputs.update(dict.fromkeys(out_at, a))
         return
     assert isinstance(v.type, TensorType) and v.owner is not None  # parameters are read whole, not outputs

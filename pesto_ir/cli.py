@@ -116,9 +116,9 @@ def build_arg_parser() -> argparse.ArgumentParser:
                             "(default: auto for --algo auto, else 1)")
     place.add_argument("--optimizer-state", choices=("auto", "replicated", "sharded"),
                        help="with data-parallel replicas: each holds the whole optimizer state (replicated), "
-                            "or 1/N of it and updates that part (sharded, ZeRO-1); auto shards it where the "
-                            "whole state does not fit, and for one-device replicas where that is faster "
-                            "(default: auto)")
+                            "or 1/N of it and updates that part (sharded, ZeRO-1); auto shards it where "
+                            "replicas running one batch each do not fit with the whole state, and for "
+                            "one-device replicas where that is faster (default: auto)")
     place.add_argument("--seed", type=int, default=0, help="seed for every random choice (default 0)")
     out = ap.add_argument_group("reports")
     out.add_argument("--plan-json", metavar="FILE", help="write the plan as pesto-plan/1 JSON")

@@ -342,3 +342,18 @@ class Graph:
 
     def __repr__(self) -> str:
         return f"<Graph {self.name}: {len(self.inputs)} inputs, {len(self.ops)} ops>"
+
+
+def infer_state_map(graph: Graph) -> dict[int, int]:
+    """Output index -> input index for new `param` values: each param, in order, takes the next
+    output of its type (a training step returns new params and state in the order it takes them)."""
+    out: dict[int, int] = {}
+    k = 0
+    for i, v in enumerate(graph.inputs):
+        if not v.param:
+            continue
+        j = next((j for j in range(k, len(graph.outputs)) if graph.outputs[j].type == v.type), None)
+        if j is not None:
+            out[j] = i
+            k = j + 1
+    return out

@@ -302,7 +302,7 @@ class Parallelized:
         candidates = [Candidate("plan", f"{entry.plan.algorithm} on {len(device_list)} device(s)"
                                 + _strategy(entry.plan), entry.executable, entry.plan.makespan)]
         one = dataclasses.replace(o, devices=device_list[:1], cluster=None, algo="single", data_parallel=None,
-                                  microbatches=None, autotune=False)
+                                  microbatches=None, autotune=False, optimizer_state="auto")
         try:
             built["jit"] = self._planned(entry.lowered, pristine.clone(), args, one, ())
             candidates.append(Candidate("jit", f"jax.jit on {device_list[0]}",

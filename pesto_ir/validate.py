@@ -27,7 +27,7 @@ from pesto_ir.cluster import Cluster, ring_time
 from pesto_ir.costs import op_cost
 from pesto_ir.ir import Graph
 from pesto_ir.memory import DevicePeak, peak_memory
-from pesto_ir.plan import RING_PHASES, Collective, Plan, Transfer, collective_bytes, collectives_for
+from pesto_ir.plan import RING_PHASES, Collective, Parallelism, Plan, Transfer, collective_bytes, collectives_for
 from pesto_ir.simulate import PlanError, transfer_bytes
 
 __all__ = ["check_plan", "collectives_for", "validate_plan"]
@@ -153,6 +153,8 @@ def _check_collectives(graph: Graph, cluster: Cluster, plan: Plan, problems: lis
             problems.append(f"the plan lists a collective for op '{name}' but has no data_parallel (parallelism)")
         elif len(listed[name]) > 1:
             problems.append(f"the plan lists {len(listed[name])} collectives for op '{name}'; a collective op has one")
+    if par is not None:
+        _check_sharded_state(graph, par, problems)
     for op in graph.ops:
         if op.opcode not in RING_PHASES:
             continue
@@ -185,6 +187,19 @@ def _check_collectives(graph: Graph, cluster: Cluster, plan: Plan, problems: lis
         if _late(c.start, slot.start) or _late(slot.start, c.start) or _late(c.end, slot.end) or _late(slot.end, c.end):
             problems.append(f"the collective of op '{op.name}' runs {c.start:.6g}s .. {c.end:.6g}s but the op's "
                             f"slot is {slot.start:.6g}s .. {slot.end:.6g}s")
+
+
+def _check_sharded_state(graph: Graph, par: Parallelism, problems: list[str]) -> None:
+    """A plan says its optimizer state is sharded exactly when its graph holds it in blocks
+    (`sharded_inputs`), and every replica slice is over the plan's replicas."""
+    sharded = "sharded_inputs" in graph.attrs
+    if (par.optimizer_state == "sharded") != sharded:
+        problems.append(f"the plan's optimizer state is {par.optimizer_state} but the graph holds it "
+                        f"{'in blocks (sharded_inputs)' if sharded else 'whole (no sharded_inputs)'}")
+    for op in graph.ops:
+        if op.opcode == "replica_slice" and op.get("replicas") != par.data_parallel:
+            problems.append(f"op '{op.name}' slices for {op.get('replicas')} replicas but the plan has "
+                            f"data_parallel {par.data_parallel}")
 
 
 def _a(opcode: str) -> str:

@@ -7,6 +7,7 @@ and the emitted module)."""
 from __future__ import annotations
 
 import importlib.util
+import re
 from pathlib import Path
 from typing import Any
 
@@ -47,13 +48,13 @@ def adam_step(params: Any, state: Any, x: jax.Array, y: jax.Array) -> Any:
     return params, (m, v), value
 
 
-def mlp_adam(width: int = 24) -> tuple[Any, Any, jax.Array, jax.Array]:
+def mlp_adam(width: int = 24, inputs: int = 12) -> tuple[Any, Any, jax.Array, jax.Array]:
     k = jax.random.split(jax.random.key(0), 4)
-    params = {"w1": 0.3 * jax.random.normal(k[0], (12, width)), "b1": jnp.zeros(width),
+    params = {"w1": 0.3 * jax.random.normal(k[0], (inputs, width)), "b1": jnp.zeros(width),
               "w2": 0.3 * jax.random.normal(k[1], (width, 4))}
     state = (jax.tree_util.tree_map(jnp.zeros_like, params),
              jax.tree_util.tree_map(lambda p: jnp.full_like(p, 0.01), params))
-    x = jax.random.normal(k[2], (BATCH, 12))
+    x = jax.random.normal(k[2], (BATCH, inputs))
     return params, state, x, jnp.sin(x[:, :4])
 
 
@@ -237,9 +238,11 @@ def test_reports_name_the_sharded_state_and_each_collective_kind() -> None:
 
 # ---------------------------------------------------------------- running it
 
-@pytest.mark.parametrize("d, m", [(2, 1), (4, 1), (2, 2)])
-def test_sharded_replicas_give_jit_s_steps(d: int, m: int) -> None:
-    params, state, x, y = mlp_adam()
+@pytest.mark.parametrize("d, m, inputs", [(2, 1, 12), (4, 1, 12), (2, 2, 12), (2, 1, 13)])
+def test_sharded_replicas_give_jit_s_steps(d: int, m: int, inputs: int) -> None:
+    """With 13 inputs, w1 [13, 24] splits along its second axis and w2 [24, 4] along its first: the
+    bucket of their reduce-scatters splits each operand along its own axis."""
+    params, state, x, y = mlp_adam(inputs=inputs)
     run = pesto_ir.parallelize(adam_step, devices=jax.devices()[:d], param_argnums=(0, 1), data_parallel=d,
                                microbatches=m, optimizer_state="sharded")
     got = want = (params, state)
@@ -249,7 +252,10 @@ def test_sharded_replicas_give_jit_s_steps(d: int, m: int) -> None:
         _close((got, got_loss), (want, want_loss))
     par = run.plan.parallelism
     assert par is not None and par.optimizer_state == "sharded" and par.data_parallel == d
-    assert "reduce_scatter" in {op.opcode for op in run.graph.ops}
+    scatters = [op for op in run.graph.ops if op.opcode == "reduce_scatter"]
+    assert scatters
+    if inputs == 13:
+        assert any(len(set(op.get("axes"))) > 1 for op in scatters)
 
 
 def test_the_emitted_module_runs_a_sharded_plan_like_jit(tmp_path: Path) -> None:
@@ -268,3 +274,132 @@ def test_the_emitted_module_runs_a_sharded_plan_like_jit(tmp_path: Path) -> None
     spec.loader.exec_module(module)
     outs = module.run(*lowered.flat_inputs(params, state, x, y), devices=jax.devices()[:2])
     _close(jax.tree_util.tree_unflatten(lowered.out_tree, outs), jax.jit(adam_step)(params, state, x, y))
+
+
+# ---------------------------------------------------------------- contract: shapes and the validator
+
+LATENCY, BANDWIDTH = 1e-5, 1e9
+CLUSTER2 = Cluster.homogeneous(2, "v100", memory=1 << 20, latency=LATENCY, bandwidth=BANDWIDTH)
+PHASE = 1 * (LATENCY + (1024 / 2) / BANDWIDTH)  # one ring phase over 2 devices of a 1 KiB value
+
+
+def sharded_graph(rs_cost: float = PHASE, ag_cost: float = PHASE, sharded: bool = True) -> pesto_ir.Graph:
+    """grad -> reduce_scatter -> momentum update on blocks -> all_gather: a sharded SGD-momentum step."""
+    attrs = 'sharded_inputs = {m = 0}, sharded_outputs = {"1" = 0}, ' if sharded else ""
+    return pesto_ir.parse(f"""
+graph @z(%x: f32[256], param %w: f32[256], param %m: f32[128]) attributes {{{attrs}microbatched = {{data_parallel = 2, microbatches = 1}}}} {{
+  %grad = mul(%x, %w) {{cost = 1ms}} : f32[256]
+  %g = reduce_scatter(%grad) {{reduction = "sum", replicas = 2, axes = [0], cost = {rs_cost!r}}} : f32[128]
+  %m_new = add(%m, %g) {{cost = 1ms}} : f32[128]
+  %w_b = replica_slice(%w) {{replicas = 2, axis = 0, cost = 1us}} : f32[128]
+  %w_upd = sub(%w_b, %m_new) {{cost = 1ms}} : f32[128]
+  %w_new = all_gather(%w_upd) {{replicas = 2, axes = [0], cost = {ag_cost!r}}} : f32[256]
+  return %w_new, %m_new
+}}
+""")
+
+
+def sharded_plan(graph: pesto_ir.Graph, state: str = "sharded") -> Any:
+    from pesto_ir.plan import Parallelism, collectives_for
+    from pesto_ir.simulate import simulate
+
+    names = [op.name for op in graph.ops]
+    plan = simulate(graph, CLUSTER2, dict.fromkeys(names, "gpu0"), {"gpu0": names, "gpu1": []}, "hand")
+    plan.parallelism = Parallelism(2, 1, (("gpu0",), ("gpu1",)), state)
+    plan.collectives = collectives_for(graph, plan)
+    return plan
+
+
+def test_reduce_scatters_and_all_gathers_last_one_ring_phase_of_their_whole_value() -> None:
+    from pesto_ir.validate import validate_plan
+
+    graph = sharded_graph()
+    plan = sharded_plan(graph)
+    assert validate_plan(graph, CLUSTER2, plan) == []  # one phase is enough: half an all-reduce
+    assert {(c.kind, c.nbytes) for c in plan.collectives} == {("reduce_scatter", 1024), ("all_gather", 1024)}
+    short = sharded_graph(rs_cost=PHASE / 2, ag_cost=PHASE / 2)
+    assert validate_plan(short, CLUSTER2, sharded_plan(short)) == [
+        f"op 'g' runs {PHASE / 2:.6g}s on gpu0 but its ring reduce-scatter of 1024 bytes over gpu0, gpu1 takes "
+        f"{PHASE:.6g}s",
+        f"op 'w_new' runs {PHASE / 2:.6g}s on gpu0 but its ring all-gather of 1024 bytes over gpu0, gpu1 takes "
+        f"{PHASE:.6g}s"]
+
+
+def test_the_validator_checks_kinds_and_the_state_the_plan_claims() -> None:
+    from pesto_ir.validate import validate_plan
+
+    graph = sharded_graph()
+    plan = sharded_plan(graph)
+    plan.collectives[0].kind = "all_reduce"
+    assert validate_plan(graph, CLUSTER2, plan) == ["the collective of op 'g' is an all_reduce, not a reduce_scatter"]
+    assert validate_plan(graph, CLUSTER2, sharded_plan(graph, "replicated")) == [
+        "the plan's optimizer state is replicated but the graph holds it in blocks (sharded_inputs)"]
+    whole = sharded_graph(sharded=False)
+    assert validate_plan(whole, CLUSTER2, sharded_plan(whole)) == [
+        "the plan's optimizer state is sharded but the graph holds it whole (no sharded_inputs)"]
+
+
+@pytest.mark.parametrize("op, error", [
+    ('reduce_scatter(%a) {reduction = "sum", replicas = 2, axes = [0, 1]} : f32[3,4]',
+     "axes must list one axis per operand"),
+    ('reduce_scatter(%a) {reduction = "sum", replicas = 4, axes = [0]} : f32[3,4]',
+     "axis 0 of f32[6,4] does not split into 4 equal blocks"),
+    ('reduce_scatter(%a) {reduction = "mean", replicas = 2, axes = [0]} : f32[3,4]', "reduction must be one of"),
+    ("all_gather(%a) {replicas = 2, axes = [2]} : f32[6,8]", "each of axes must be an axis of f32[6,4]"),
+    ("replica_slice(%a) {replicas = 3, axis = 1} : f32[6,1]", "axis 1 of f32[6,4] does not split into 3"),
+    ("replica_slice(%a) {replicas = 2, axis = 0} : f32[6,4]", "f32[3,4]"),
+])
+def test_shape_rules_of_the_sharding_ops(op: str, error: str) -> None:
+    text = f"graph @g(%a: f32[6,4]) {{\n  %b = {op}\n  return %b\n}}\n"
+    with pytest.raises(PestoError, match=re.escape(error)):
+        verify(pesto_ir.parse(text))
+
+
+# ---------------------------------------------------------------- review cases
+
+def test_new_state_computed_from_the_parameter_stays_sharded() -> None:
+    """Weight decay folded into the gradient (`m = 0.9 m + g + wd w`): the new moment is computed
+    from the parameter, but it is the moment's next value, so it keeps its blocks; the new weight
+    is gathered."""
+    def step(w: jax.Array, m: jax.Array, x: jax.Array) -> Any:
+        value, g = jax.value_and_grad(lambda w: jnp.sum(jnp.tanh(x @ w) ** 2))(w)
+        m = 0.9 * m + g + 1e-2 * w
+        return w - 0.1 * m, m, value
+
+    w, x = 0.1 * jnp.ones((6, 4)), jnp.ones((8, 6))
+    graph = rebatch(lower_function(step, w, w, x, param_argnums=(0, 1)).graph, 1, 2)
+    done = shard_optimizer_state(graph, 2)
+    verify(graph)
+    assert list(done.inputs) == ["m"]
+    assert graph.attrs["sharded_outputs"].value == {"1": 0}
+    assert graph.outputs[0].owner is not None and graph.outputs[0].owner.opcode == "all_gather"
+    run = pesto_ir.parallelize(step, devices=jax.devices()[:2], param_argnums=(0, 1), data_parallel=2,
+                               microbatches=1, optimizer_state="sharded")
+    _close(run(w, w, x), jax.jit(step)(w, w, x))
+
+
+def test_auto_keeps_the_real_error_of_a_fixed_strategy_without_state() -> None:
+    """Under `optimizer-state=auto` a fixed strategy that fails is retried sharded only when the step
+    has state; otherwise (and when the retry fails too) its own error is the one reported."""
+    def sgd(w: jax.Array, x: jax.Array) -> Any:
+        value, g = jax.value_and_grad(lambda w: jnp.sum(jnp.tanh(x @ w) ** 2))(w)
+        return w - 0.1 * g, value
+
+    graph = lower_function(sgd, jnp.ones((64, 64)), jnp.ones((16, 64)), param_argnums=(0,)).graph
+    causes = []
+    for state in ("auto", "replicated"):
+        with pytest.raises(PestoError) as caught:
+            PassManager(f"annotate-costs{{model=roofline}},place{{algo=m-etf data-parallel=2 microbatches=1 "
+                        f"optimizer-state={state}}}", verify_each=False).run(
+                graph.clone(), PassContext(cluster=Cluster.homogeneous(2, "cpu", memory=20_000), quiet=True))
+        causes.append(str(caught.value.__cause__))
+    assert causes[0] == causes[1] and "fits on no device" in causes[0]
+
+
+def test_autotune_with_sharded_state_still_times_plain_jit() -> None:
+    params, state, x, y = mlp_adam()
+    run = pesto_ir.parallelize(adam_step, devices=jax.devices()[:2], param_argnums=(0, 1), data_parallel=2,
+                               microbatches=1, optimizer_state="sharded", autotune=True, autotune_steps=1)
+    _close(run(params, state, x, y), jax.jit(adam_step)(params, state, x, y))
+    candidates = {c.name: c for c in run.last.candidates}
+    assert candidates["jit"].measured is not None, candidates["jit"]  # planned on one device, timed
