@@ -329,8 +329,9 @@ def gantt_figure(plan: Plan, graph: Graph | None = None, *, memory: bool = False
     ax.grid(axis="x", alpha=0.3)
     ax.set_title("\n".join([_title(plan)] + subtitle))
     if comms:
+        kind = "all-reduce" if {c.kind for c in collectives.values()} == {"all_reduce"} else "collective"
         handles.append(Patch(facecolor=COLLECTIVE_FACE, edgecolor=COLLECTIVE_EDGE, hatch=COLLECTIVE_HATCH,
-                             label="collective across replicas"))
+                             label=f"{kind} across replicas"))
     if links:
         handles.append(Patch(color=TRANSFER_COLOUR, label="transfer (rows a -> b)"))
     if handles:
