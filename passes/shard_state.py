@@ -151,7 +151,7 @@ def _grow(seed: Value, candidates: list[Value], d: int) -> tuple[_Region | None,
     while frontier:
         _take_readers(region, frontier, shape, is_candidate)
         for v in [*region.states, *(r for op in region.ops for r in op.results)]:
-            region.axis[id(v)] = axis
+            region.axis.setdefault(id(v), axis)  # producers' results have theirs
         frontier = _take_producers(region, shape, is_candidate)
     clash = _clash(region)
     if clash:
@@ -203,10 +203,11 @@ def _take_readers(region: _Region, frontier: list[Value], shape: tuple[int, ...]
 
 def _take_producers(region: _Region, shape: tuple[int, ...], is_candidate: set[int]) -> list[Value]:
     """Add to the region the producers of the whole values it reads that only it reads:
-    elementwise ops and broadcasts of scalars (computed on blocks then), and transposes (their
-    operand is split along the permuted axis), so that the block is taken nearer the all-reduce
-    (and the updates of several state inputs of one parameter are one region). The state inputs
-    they read that the region did not have, to take their readers from."""
+    elementwise ops and broadcasts of scalars (computed on blocks then), and ops that only move the
+    block's axis (`_moves_layout`: transposes, reshapes and sums over axes of size 1), so that the
+    block is taken nearer the all-reduce (and the updates of several state inputs of one parameter
+    are one region). The state inputs they read that the region did not have, to take their
+    readers from."""
     joined: list[Value] = []
     changed = True
     while changed:
@@ -218,12 +219,8 @@ def _take_producers(region: _Region, shape: tuple[int, ...], is_candidate: set[i
             if not all(region.has(u) for r in op.results for u in r.users()):
                 continue
             a = region.axis[id(x)]
-            xshape = x.type.shape if isinstance(x.type, TensorType) else ()
-            if xshape != shape:  # the region computes on blocks of its state's shape only
-                continue
-            if op.opcode == "transpose" and len(op.results) == 1 and not _is_output(x):
-                perm = [int(p) for p in op.get("permutation")]
-                region.axis[id(op.operands[0])] = perm[a]
+            if _moves_layout(op) and not _is_output(x):
+                region.axis[id(op.operands[0])] = _axis_of_operand(region, op)
             elif op.opcode == "broadcast_in_dim" and _rank(op.operands[0]) == 0:
                 pass
             elif _elementwise_on(op, shape):
@@ -258,11 +255,36 @@ def _boundary(region: _Region) -> list[Value]:
 
 def _axis_of_operand(region: _Region, op: Op) -> int:
     """The axis of a whole operand of a region op: the op's result axis (elementwise ops keep the
-    shape); a transpose's result axis through its permutation."""
+    shape); a transpose's result axis through its permutation; a reshape's or size-1 reduction's
+    (`_moves_layout`) through the axes of size 1 it inserts or drops."""
     a = region.axis[id(op.results[0])]
     if op.opcode == "transpose":
         return [int(p) for p in op.get("permutation")][a]
+    if op.opcode in ("reshape", "reduce_sum"):
+        src, dst = _shape(op.operands[0]), _shape(op.results[0])
+        big_src = [i for i, n in enumerate(src) if n != 1]
+        big_dst = [i for i, n in enumerate(dst) if n != 1]
+        return big_src[big_dst.index(a)] if a in big_dst else a
     return a
+
+
+def _moves_layout(op: Op) -> bool:
+    """A producer that only moves the block's axis: a transpose, a reshape that inserts or drops
+    axes of size 1, a sum over axes of size 1 (what JAX leaves between a bias gradient's
+    all-reduce and its update)."""
+    if len(op.operands) != 1 or len(op.results) != 1 or op.subgraphs():
+        return False
+    if op.opcode == "transpose":
+        return True
+    src, dst = _shape(op.operands[0]), _shape(op.results[0])
+    same = [n for n in src if n != 1] == [n for n in dst if n != 1]
+    if op.opcode == "reshape":
+        return same and op.get("dimensions") is None
+    return op.opcode == "reduce_sum" and same and all(src[int(i)] == 1 for i in op.get("axes", ()))
+
+
+def _shape(v: Value) -> tuple[int, ...]:
+    return v.type.shape if isinstance(v.type, TensorType) else ()
 
 
 def _rank(v: Value) -> int:
@@ -300,6 +322,9 @@ def _rewrite(graph: Graph, region: _Region, d: int, cost: CollectiveCost | None,
         if op.opcode == "broadcast_in_dim":
             assert isinstance(op.result.type, TensorType)
             op.attrs["shape"] = to_attr(list(op.result.type.shape))
+        if op.opcode == "reshape":
+            assert isinstance(op.result.type, TensorType)
+            op.attrs["new_sizes"] = to_attr(list(op.result.type.shape))
         op.attrs.update(scaled_costs(op.attrs, d))  # a 1/d block's (annotate-costs re-costs roofline graphs)
     for v in [*region.states, *(r for op in region.ops for r in op.results)]:
         _output(graph, region, v, d, cost, whole_out, outputs)

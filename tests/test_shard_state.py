@@ -84,8 +84,9 @@ def test_state_becomes_blocks_gradients_reduce_scatter_and_new_parameters_are_ga
     params = [v for v in graph.inputs if v.name.startswith("params")]
     assert all(v.type == whole[v.name] for v in params)  # the forward pass reads them whole
     opcodes = [op.opcode for op in graph.ops]
-    # both weight gradients are scattered where they were all-reduced (through a transpose)
-    assert opcodes.count("reduce_scatter") == 2
+    # every gradient is scattered where it was all-reduced: the weights' through a transpose, the
+    # bias's through a reshape and a sum over an axis of size 1
+    assert opcodes.count("reduce_scatter") == 3 and "all_reduce" in opcodes  # the loss's stays
     # every new parameter is put back together once; the new moments stay sharded
     assert opcodes.count("all_gather") == len(params)
     gathered = {op.result.name for op in graph.ops if op.opcode == "all_gather"}
