@@ -120,7 +120,8 @@ def hybrid_line(plan: Plan) -> str:
     for c in plan.collectives:
         kinds[c.kind] += 1
         moved[c.kind] += c.nbytes
-    collectives = ", ".join(f"{n} {kind.replace('_', '-')}s of {human_bytes(moved[kind])}" for kind, n in kinds.items())
+    collectives = ", ".join(f"{n} {kind.replace('_', '-')}{'s' if n != 1 else ''} of {human_bytes(moved[kind])}"
+                            for kind, n in kinds.items())
     state = "; optimizer state sharded across the replicas" if par.optimizer_state == "sharded" else ""
     return (f"data-parallel {par.data_parallel} x {par.microbatches} micro-batches{state}; replicas {replicas} (each "
             f"runs the schedule below); {collectives or 'no collectives'} in all")
