@@ -104,18 +104,13 @@ def measured(d: int, steps: int) -> list[str]:
     import numpy as np
 
     import pesto_ir
+    from bench.zoo_jax_layers import ADAM, _train_step
 
     def loss(p: Any, x: jax.Array, y: jax.Array) -> jax.Array:
         h = jnp.tanh(x @ p["w1"] + p["b1"])
         return jnp.mean((h @ p["w2"] - y) ** 2)
 
-    def step(params: Any, state: Any, x: jax.Array, y: jax.Array) -> Any:
-        m, v = state
-        value, g = jax.value_and_grad(loss)(params, x, y)
-        m = jax.tree_util.tree_map(lambda m, g: 0.9 * m + 0.1 * g, m, g)
-        v = jax.tree_util.tree_map(lambda v, g: 0.999 * v + 0.001 * g * g, v, g)
-        params = jax.tree_util.tree_map(lambda p, m, v: p - 1e-3 * m / (jnp.sqrt(v) + 1e-8), params, m, v)
-        return params, (m, v), value
+    step = _train_step("adam_mlp", loss, ADAM)  # the zoo's Adam
 
     k = jax.random.split(jax.random.key(0), 3)
     params = {"w1": 0.05 * jax.random.normal(k[0], (512, 2048)), "b1": jnp.zeros(2048),
