@@ -214,12 +214,14 @@ def winner_of(plan: Plan, algo: str) -> str:
 
 
 def strategy_of(plan: Plan) -> str:
-    """`d=2 m=4` (and the pipeline's stage count), or "" for a one-batch plan."""
+    """`d=2 m=4` (and the pipeline's stage count, and whether the optimizer state is sharded), or ""
+    for a one-batch plan."""
     par = plan.parallelism
     if par is None:
         return ""
     stages = len(par.replicas[0])
-    return f"d={par.data_parallel} m={par.microbatches}" + (f", {stages} stages" if stages > 1 else "")
+    return (f"d={par.data_parallel} m={par.microbatches}" + (f", {stages} stages" if stages > 1 else "")
+            + (", state sharded" if par.optimizer_state == "sharded" else ""))
 
 
 def data_parallel_baseline(graph: Graph, cluster: Cluster, options: PlaceOptions) -> Outcome:
