@@ -3,8 +3,10 @@
 The rewrite gives every gradient its own `all_reduce` (or, with sharded optimizer state, its own
 `reduce_scatter`, and every new parameter its own `all_gather`), and each pays the ring's latency
 (d-1) times a phase: ResNet-50's 268 gradients over 8 replicas spend 38 ms on latency alone. Once
-the ops have devices, consecutive collectives of one kind on one device are merged into one op of
-up to `BUCKET_BYTES` (a reduce-scatter's or all-gather's operands keep their own axes).
+the ops have devices, the collectives of one kind on one device are merged, in their order there,
+into ops of up to `BUCKET_BYTES` (a reduce-scatter's or all-gather's operands keep their own axes);
+one as large alone is left as it is, and does not split the small ones around it (an LSTM's 16 KiB
+bias gradients between its 32 MiB weight gradients).
 
 Only a collective whose result leads to no other collective of its kind may wait for a later one:
 a gradient that feeds the optimizer update, not a batch statistic that the forward pass reads on.
@@ -61,6 +63,8 @@ def _runs(graph: Graph, order: list[str], kind: str, reaches: set[str], limit: i
             run, size = [], 0
             continue
         nbytes = collective_bytes(op)
+        if nbytes >= limit:  # a bucket of its own: it neither joins nor ends the run around it
+            continue
         if run and size + nbytes > limit:
             if len(run) > 1:
                 out.append(run)

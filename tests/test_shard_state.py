@@ -404,3 +404,21 @@ def test_autotune_with_sharded_state_still_times_plain_jit() -> None:
     _close(run(params, state, x, y), jax.jit(adam_step)(params, state, x, y))
     candidates = {c.name: c for c in run.last.candidates}
     assert candidates["jit"].measured is not None, candidates["jit"]  # planned on one device, timed
+
+
+def test_small_collectives_around_a_large_one_share_a_bucket() -> None:
+    from pesto_ir.passes.collective_buckets import buckets
+    from pesto_ir.simulate import simulate
+
+    graph = pesto_ir.parse("""
+graph @b(%x: f32[64], %y: f32[1024], %z: f32[64]) {
+  %a = all_reduce(%x) {reduction = "sum", replicas = 2, cost = 1us} : f32[64]
+  %big = all_reduce(%y) {reduction = "sum", replicas = 2, cost = 1us} : f32[1024]
+  %c = all_reduce(%z) {reduction = "sum", replicas = 2, cost = 1us} : f32[64]
+  return %a, %big, %c
+}
+""")
+    names = [op.name for op in graph.ops]
+    plan = simulate(graph, CLUSTER2, dict.fromkeys(names, "gpu0"), {"gpu0": names, "gpu1": []}, "hand")
+    assert [[op.name for op in b] for b in buckets(graph, plan, limit=4096)] == [["a", "c"]]
+    assert [[op.name for op in b] for b in buckets(graph, plan, limit=8192)] == [["a", "big", "c"]]
