@@ -79,8 +79,9 @@ def strategies(graph: Graph, cluster: Cluster, data_parallel: int | None, microb
                optimizer_state: str = "auto") -> list[Strategy]:
     """The strategies to try: the fixed ones, or every d dividing the devices and m in
     `AUTO_MICROBATCHES` (both dividing the batch where the graph has one); with `optimizer_state`
-    "sharded", the state of d > 1 replicas sharded across them (`auto` shards it only where the
-    whole state gives no plan: `screen`)."""
+    "sharded", the state of d > 1 replicas sharded across them (`auto` shards it where the whole
+    state gives no plan, `screen`, and for one-device replicas where that is faster,
+    `_screen_replicas`)."""
     k = len(cluster)
     ds = [data_parallel] if data_parallel is not None else [d for d in range(1, k + 1) if k % d == 0]
     if data_parallel is None and _cost_only(graph) and not any(op.get("param_bytes") for op in graph.ops):
@@ -137,7 +138,7 @@ class Rates:
     rewrite_ops: int = 0
     heuristic: float | None = None
     fastest: tuple[Graph, Plan] | None = None
-    shard: bool = False  # the search may shard optimizer state where the whole state gives no plan
+    shard: bool = False  # the search may shard optimizer state (`optimizer-state=auto`, a step with state)
 
     def screened(self, c: Candidate) -> None:
         if c.plan is not None and c.graph is not None and (self.fastest is None
