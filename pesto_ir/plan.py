@@ -205,11 +205,6 @@ class Plan:
 
 # ---------------------------------------------------------------- collectives
 
-def all_reduce_bytes(op: Op) -> int:
-    """Bytes one device all-reduces for `op`: all its operands (a bucket), as listed."""
-    return sum(v.type.nbytes for v in op.operands)
-
-
 def collective_bytes(op: Op) -> int:
     """The whole value a collective op works on, per device: an all-reduce's operands, a
     reduce-scatter's operand (before it is split), an all-gather's result (once put together)."""
