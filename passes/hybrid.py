@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pesto_ir.cluster import Cluster
 from pesto_ir.errors import PestoError
 from pesto_ir.ir import Graph
-from pesto_ir.passes.algo_pipeline import EAGER
+from pesto_ir.passes.algo_pipeline import EAGER, INTERLEAVED, SCHEDULE_WORTH
 from pesto_ir.passes.batch_axes import MicrobatchError, batch_spec
 from pesto_ir.passes.pipeline_model import MODEL_MICROBATCHES
 from pesto_ir.passes.rebatch import MAX_MICROBATCHES
@@ -465,9 +465,9 @@ def _screen_pipelines(graph: Graph, cluster: Cluster, todo: list[Strategy], opti
         promising = predicted is not None and other is not None and predicted < other * (1 - PROMISING)
         kept = 0.0 if promising else _one_batch_reserve([*before, *tried, *candidates.values()])
         end = (deadline if best is None or c.source is not None else stop) - kept
-        engines: tuple[str, ...] = (schedule,) if c.source is not None else (schedule, EAGER)
-        if time.perf_counter() + cost.estimate(c, engines) > end:
-            engines = (schedule,)  # the fixed schedule alone, as the model ranked it, if that fits
+        engines: tuple[str, ...] = (schedule,) if c.source is not None else (schedule, EAGER, INTERLEAVED)
+        while len(engines) > 1 and time.perf_counter() + cost.estimate(c, engines) > end:
+            engines = engines[:-1]  # down to the fixed schedule alone, as the model ranked it, if that fits
         estimate = cost.estimate(c, engines)
         if time.perf_counter() + estimate > end:
             past = "past the time limit" if not kept else f"into the {kept:g} s kept for refining the one-batch plan"
@@ -520,8 +520,9 @@ class BuildCost:
 
 
 def _schedules_worth(engines: Sequence[str]) -> int:
-    """What `engines` cost in schedules' simulations: the heuristics three, a schedule one."""
-    return sum(3 if engine == "heuristics" else 1 for engine in engines)
+    """What `engines` cost in simulations of a fixed schedule: the heuristics three, a pipeline
+    schedule its `SCHEDULE_WORTH`."""
+    return sum(3 if engine == "heuristics" else SCHEDULE_WORTH[engine] for engine in engines)
 
 
 def _ranked_pipelines(graph: Graph, cluster: Cluster, todo: list[Strategy], log: PlaceOptions, rates: Rates

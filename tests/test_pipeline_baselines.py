@@ -19,7 +19,8 @@ import pesto_ir
 from pesto_ir.cluster import Cluster
 from pesto_ir.errors import PestoError
 from pesto_ir.ir import Graph
-from pesto_ir.passes.algo_pipeline import EAGER, PIPELINE_SCHEDULES, SCHEDULES, is_backward, pipeline_plan, stage_slots
+from pesto_ir.passes.algo_pipeline import (EAGER, INTERLEAVED, PIPELINE_SCHEDULES, SCHEDULES, interleaved_cut,
+                                          interleaved_layouts, is_backward, pipeline_plan, stage_slots)
 from pesto_ir.passes.microbatch import rebatch
 from pesto_ir.placement import PlaceOptions
 from pesto_ir.plan import Plan
@@ -84,7 +85,8 @@ def check_plan_ok(graph: Graph, cluster: Cluster, plan: Plan) -> None:
     assert validate_plan(graph, cluster, plan) == []
     assert plan.peak_memory is not None
     check_groups_whole(graph, plan)
-    check_contiguous_stages(graph, plan, cluster)
+    if plan.algorithm != INTERLEAVED:  # chunks of units go round the devices
+        check_contiguous_stages(graph, plan, cluster)
 
 
 # ---------------------------------------------------------------- stage slots
@@ -152,6 +154,49 @@ def test_eager_beats_both_fixed_schedules_where_backward_chains_run_forward(resn
     check_plan_ok(step, cluster, plans[EAGER])
     assert all(plans[EAGER].ops[n].device == plans["gpipe"].ops[n].device for n in plans["gpipe"].ops)  # same stages
     assert plans[EAGER].makespan < 0.95 * min(plans[s].makespan for s in SCHEDULES), \
+        {s: p.makespan for s, p in plans.items()}
+
+
+# ---------------------------------------------------------------- interleaved layouts
+
+def test_interleaved_cut_goes_round_the_devices() -> None:
+    equal = [[1.0] * 3 for _ in range(6)]  # six units of 1 s on any of three devices
+    assert interleaved_cut(equal, [0, 1, 2], 2, 1.1) == [0, 1, 2, 0, 1, 2]
+    assert interleaved_cut(equal, [0, 1, 2, 2, 1, 0], 2, 1.1) == [0, 1, 2, 2, 1, 0]
+    assert interleaved_cut(equal, [0, 1, 2], 1, 1.1) == [0, 0, 1, 1, 2, 2]  # one chunk each: contiguous
+
+
+def test_interleaved_cut_keeps_each_device_within_the_slack() -> None:
+    assert interleaved_cut([[w] * 2 for w in (4.0, 1.0, 1.0, 1.0, 1.0)], [0, 1], 1, 1.0) == [0, 1, 1, 1, 1]
+    assert interleaved_cut([[5.0] * 2, [5.0] * 2, [1.0] * 2], [0, 1], 1, 1.0) is None  # 6 s > 5.5 s anywhere
+
+
+def test_interleaved_layouts_are_distinct_up_to_renaming_alike_devices() -> None:
+    equal = [[1.0] * 3 for _ in range(6)]
+    alike = interleaved_layouts(equal, 3, alike=True)
+    assert [devices for _, devices in alike] == [[0, 0, 1, 1, 2, 2], [0, 1, 2, 0, 1, 2], [0, 1, 2, 2, 1, 0]]
+    assert [label for label, _ in alike] == ["3 chunks in round-robin order", "6 chunks in round-robin order",
+                                             "5 chunks in snake order"]
+    named = interleaved_layouts(equal, 3)  # devices that differ: filled from the end is another layout
+    assert ("3 chunks in round-robin order from the end", [2, 2, 1, 1, 0, 0]) in named
+
+
+def test_bert24_interleaved_beats_contiguous_stages(bert24: Graph) -> None:
+    """24 equal layers over 6 devices: contiguous stages hold 4 or 5 layers each (1.15 x the mean)
+    and wait for the pipeline to fill and drain; layers dealt round the devices balance them and
+    put every device's work early and late in the step. At 16 micro-batches: 1.141 x the bound
+    against 1.309 (GPipe), 1.324 (eager)."""
+    cluster = v100s(6)
+    step = rebatch(bert24, 16)
+    plans = {s: pipeline_plan(step, cluster, s, OPTIONS) for s in PIPELINE_SCHEDULES}
+    plan = plans[INTERLEAVED]
+    check_plan_ok(step, cluster, plan)
+    assert plan.algorithm == INTERLEAVED and "chunks in" in plan.notes[-1]
+    forward = [stage_index(plan, cluster, op.name) for op in step.ops
+               if op.get("microbatch") == 0 and not is_backward(op) and op.producers()]
+    runs = 1 + sum(1 for a, b in zip(forward, forward[1:]) if a != b)
+    assert runs > len(cluster)  # some device holds several chunks
+    assert plan.makespan < 0.9 * min(p.makespan for s, p in plans.items() if s != INTERLEAVED), \
         {s: p.makespan for s, p in plans.items()}
 
 
@@ -251,7 +296,7 @@ def test_random_layered_steps(step: tuple[Graph, int, int], n_devices: int, sche
         return
     plan = pipeline_plan(graph, cluster, schedule, OPTIONS)
     check_plan_ok(graph, cluster, plan)
-    if schedule != EAGER:
+    if schedule in SCHEDULES:
         check_slot_order(graph, plan, cluster, schedule, m)
     for op in graph.ops:  # a layer's update runs where its gradient is summed
         if op.name.startswith("u"):

@@ -1,0 +1,77 @@
+"""Forward-backward improvement of eager schedules (`passes/justify.py`): never slower than the
+schedule it starts from, a valid plan of the same placement, and it finds what a forward list
+schedule cannot know (which ready op the end of the step waits for)."""
+
+from __future__ import annotations
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from strategies import clusters, cost_graphs
+
+from pesto_ir import parse
+from pesto_ir.cluster import Cluster
+from pesto_ir.ir import Graph
+from pesto_ir.passes.justify import backward_starts, justified, step_tasks
+from pesto_ir.simulate import simulate_eager
+from pesto_ir.validate import validate_plan
+
+MS = 1e-3
+
+# on gpu0, `x` (read by nobody) and `y` (read by the long `z` on gpu1) are ready at once
+WAITS = parse("""
+graph @waits() {
+  %x = opaque() {cost = 1ms} : blob[0]
+  %y = opaque() {cost = 1ms} : blob[1000]
+  %z = opaque(%y) {cost = 5ms} : blob[0]
+}
+""")
+PLACED = {"x": "gpu0", "y": "gpu0", "z": "gpu1"}
+
+
+def two_devices() -> Cluster:
+    return Cluster.homogeneous(2, "v100", latency=0.0, bandwidth=1e9)  # 1000 bytes: 1 us
+
+
+def test_justification_runs_first_what_the_end_waits_for() -> None:
+    cluster = two_devices()
+    graph_order = simulate_eager(WAITS, cluster, PLACED, {n: (0.0,) for n in PLACED})
+    assert graph_order.ops["y"].start == 1 * MS  # x first, by graph order: z starts late
+    better = justified(WAITS, cluster, PLACED, graph_order)
+    assert better.ops["y"].start == 0.0 and better.ops["x"].start == 1 * MS
+    assert better.makespan < graph_order.makespan - 0.9 * MS
+    assert validate_plan(WAITS, cluster, better) == []
+
+
+def test_backward_starts_mirror_a_schedule_run_from_the_end() -> None:
+    cluster = two_devices()
+    plan = simulate_eager(WAITS, cluster, PLACED, {n: (0.0,) for n in PLACED})
+    starts = backward_starts(step_tasks(WAITS, cluster, PLACED), plan)
+    assert starts["y"] < starts["z"] and starts["y"] < starts["x"]  # y feeds the longest tail
+
+
+def test_tasks_send_a_result_once_per_device() -> None:
+    graph = parse("""
+graph @fan() {
+  %a = opaque() {cost = 1ms} : blob[1000]
+  %b = opaque(%a) {cost = 1ms} : blob[0]
+  %c = opaque(%a) {cost = 1ms} : blob[0]
+  %d = opaque(%a) {cost = 1ms} : blob[0]
+}
+""")
+    tasks = step_tasks(graph, two_devices(), {"a": "gpu0", "b": "gpu1", "c": "gpu1", "d": "gpu0"})
+    assert list(tasks.message) == [("a", "gpu1")]
+    message = tasks.message[("a", "gpu1")]
+    assert sorted(tasks.after[0]) == sorted([message, 3])  # a: its message to gpu1, and d beside it
+    assert tasks.after[message] == [1, 2] and tasks.resource[message] == ("link", "gpu0", "gpu1")
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cost_graphs(max_ops=12, colocation=False), clusters(), st.data())
+def test_justified_is_valid_and_never_slower(graph: Graph, cluster: Cluster, data: st.DataObject) -> None:
+    placement = {op.name: data.draw(st.sampled_from(cluster.names)) for op in graph.ops}
+    priority = {op.name: (data.draw(st.floats(0, 1)),) for op in graph.ops}
+    plan = simulate_eager(graph, cluster, placement, priority)
+    better = justified(graph, cluster, placement, plan)
+    assert better.makespan <= plan.makespan
+    assert all(better.ops[n].device == placement[n] for n in placement)
+    assert validate_plan(graph, cluster, better) == []
