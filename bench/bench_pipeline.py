@@ -4,9 +4,9 @@ A one-batch plan of a deep sequential model is capped by its critical path; m mi
 pipeline over k devices can approach the total work spread over them. For every MSR training
 layer graph and k devices, `place{algo=auto microbatches=auto}` (micro-batches up to 32; these
 graphs declare no gradient bytes, so there are no data-parallel replicas), the fixed GPipe and
-1F1B schedules and the eager schedule of the same stages (`passes/algo_pipeline.py`) at m = 1, 2,
-4, ..., 32 are run side by side; the table gives each plan's step time,
-its m, and the ratio to
+1F1B schedules, the eager schedule of the same stages and the interleaved layouts' eager schedule
+(`passes/algo_pipeline.py`) at m = 1, 2, 4, ..., 32 are run side by side; the table gives each
+plan's step time, its m, and the ratio to
 
     bound(m) = max(total work / k, critical path / m)
 
@@ -131,8 +131,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--graphs", nargs="+", default=list(GRAPHS))
     ap.add_argument("--time-limit", type=float, default=20.0, help="auto's time limit per row (s)")
     args = ap.parse_args(argv)
-    print("| graph | k | one batch | auto (m) | gpipe (m) | 1f1b (m) | eager (m) | best / bound(m) | plan s | held by |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    print("| graph | k | one batch | auto (m) | " + " | ".join(f"{s} (m)" for s in PIPELINE_SCHEDULES)
+          + " | best / bound(m) | plan s | held by |")
+    print("|---|---:|---:|---:|" + "---:|" * len(PIPELINE_SCHEDULES) + "---:|---:|---|")
     for name in args.graphs:
         model = msr_model(name)
         for k in args.k:

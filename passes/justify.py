@@ -19,6 +19,7 @@ interleaved placement from 1.166 to 1.120 times its bound (BERT-24) and of a con
 from __future__ import annotations
 
 import heapq
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -124,13 +125,16 @@ def backward_starts(tasks: Tasks, plan: Plan) -> dict[str, tuple[float]]:
 
 
 def justified(graph: Graph, cluster: Cluster, placement: Mapping[str, str], plan: Plan,
-              rounds: int = ROUNDS) -> Plan:
+              rounds: int = ROUNDS, deadline: float | None = None) -> Plan:
     """The fastest of `plan` (a schedule of `placement`) and the eager schedules of up to `rounds`
-    forward-backward rounds from it; a round that gains nothing `PATIENCE` times in a row ends it."""
+    forward-backward rounds from it; a round that gains nothing `PATIENCE` times in a row ends it,
+    and no round starts after `deadline` (`time.perf_counter()`) but the first."""
     tasks = step_tasks(graph, cluster, placement)
     best = current = plan
     idle = 0
-    for _ in range(rounds):
+    for i in range(rounds):
+        if i and deadline is not None and time.perf_counter() >= deadline:
+            break
         current = simulate_eager(graph, cluster, placement, backward_starts(tasks, current), plan.algorithm)
         if current.makespan < best.makespan * (1 - 1e-9):
             best, idle = current, 0
