@@ -3,6 +3,7 @@ devices, micro-batches, and both at once, on 8 CPU devices, against `jax.jit` on
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import jax
@@ -189,3 +190,31 @@ def test_a_batch_that_does_not_split_over_the_replicas_is_refused() -> None:
     with pytest.raises(pesto_ir.PestoError) as info:
         pesto_ir.parallelize(step, devices=jax.devices()[:3], param_argnums=0, data_parallel=3)(params, x, y)
     assert "does not split into 3" in info.value.format()
+
+
+def test_an_interleaved_pipeline_runs_like_jit() -> None:
+    """Chunks of the GPT's layers dealt round 2 devices (`passes/algo_pipeline.py`: each device
+    holds layers far apart in the step, values go back and forth), 4 micro-batches, the eager
+    schedule justified: the executable gives jax.jit's step."""
+    from pesto_ir.passes.algo_pipeline import INTERLEAVED, _layout, interleaved_layouts, pipeline_units
+    from pesto_ir.passes.justify import justified
+    from pesto_ir.passes.replicas import Strategy, as_hybrid, replica_graph
+    from pesto_ir.plan import write_plan_attrs
+    from pesto_ir.validate import check_plan
+
+    step, params, x, y = gpt()
+    cluster = Cluster.homogeneous(2, "cpu")
+    graph = PassManager("annotate-costs{model=roofline}", verify_each=False).run(
+        lower(step, params, x, y, param_argnums=(0,)), PassContext(cluster=cluster, quiet=True))
+    replica = replica_graph(graph, cluster, Strategy(1, 4))
+    units = pipeline_units(replica, cluster)
+    label, stage = max(interleaved_layouts(units.weights(), 2, alike=True), key=lambda lay: int(lay[0].split()[0]))
+    assert int(label.split()[0]) >= 4  # the devices take turns at least twice each
+    layout = _layout(replica, cluster, units, label, stage)
+    plan = check_plan(replica, cluster, justified(replica, cluster, layout.placement, layout.plan))
+    plan = as_hybrid(replica, cluster, dataclasses.replace(plan, algorithm=INTERLEAVED), Strategy(1, 4))
+    write_plan_attrs(replica, plan)
+    got = build(replica, jax.devices()[:2])(*jax.tree_util.tree_leaves((params, x, y)))
+    want = jax.tree_util.tree_leaves(jax.jit(step)(params, x, y))
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=RTOL, atol=ATOL)
