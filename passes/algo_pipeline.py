@@ -58,13 +58,14 @@ critical path / m) (`bench/bench_pipeline.py`).
 from __future__ import annotations
 
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from pesto_ir.cluster import Cluster
 from pesto_ir.costs import op_cost
 from pesto_ir.errors import PestoError
 from pesto_ir.ir import Graph, Op
+from pesto_ir.memory import fits_memory
 from pesto_ir.passes.algo_common import colocation_units
 from pesto_ir.passes.justify import justified
 from pesto_ir.placement import PlaceOptions
@@ -108,11 +109,12 @@ class Stages:
 
 
 def pipeline_plan(graph: Graph, cluster: Cluster, schedule: str, options: PlaceOptions) -> Plan:
-    """The `schedule` ("gpipe", "1f1b" or "eager") pipeline of `graph` over the devices of
-    `cluster`, stage s on `cluster.names[s]`, timed by the simulator and checked (memory too). The
-    schedules are rules, not searches, so `options` (time limits, seeds) changes nothing; a plan
-    that does not fit in memory raises the validator's PlanError, as the real systems would run
-    out of memory."""
+    """The `schedule` ("gpipe", "1f1b", "eager" or "interleaved") pipeline of `graph` over the
+    devices of `cluster`, timed by the simulator and checked (memory too): contiguous stages, stage
+    s on `cluster.names[s]`, or for "interleaved" the layouts of `_interleaved_plan`. Each is
+    deterministic and bounded by counts, not by time, so `options` (time limits, seeds) changes
+    nothing; a plan that does not fit in memory raises the validator's PlanError, as the real
+    systems would run out of memory."""
     if schedule not in PIPELINE_SCHEDULES:
         raise PestoError(f"unknown pipeline schedule '{schedule}' (schedules: {', '.join(PIPELINE_SCHEDULES)})")
     m = microbatch_count(graph)
@@ -122,7 +124,7 @@ def pipeline_plan(graph: Graph, cluster: Cluster, schedule: str, options: PlaceO
     where = stages.stage_of()
     placement = {name: cluster.names[s] for name, s in where.items()}
     if schedule == EAGER:
-        plan = _eager(graph, cluster, placement, schedule)
+        plan = justified(graph, cluster, placement, _eager_schedule(graph, cluster, placement, schedule))
     else:
         ticks = slot_ticks(schedule, len(cluster), m)
         order = order_from_priority(graph, placement, priorities(graph, where, ticks))
@@ -131,10 +133,9 @@ def pipeline_plan(graph: Graph, cluster: Cluster, schedule: str, options: PlaceO
     return check_plan(graph, cluster, plan)
 
 
-def _eager(graph: Graph, cluster: Cluster, placement: Mapping[str, str], algorithm: str) -> Plan:
-    """The eager schedule of `placement`, justified (`passes/justify.py`)."""
-    plan = simulate_eager(graph, cluster, placement, eager_priorities(graph, cluster, placement), algorithm=algorithm)
-    return justified(graph, cluster, placement, plan)
+def _eager_schedule(graph: Graph, cluster: Cluster, placement: Mapping[str, str], algorithm: str) -> Plan:
+    """The eager schedule of `placement` by `eager_priorities`."""
+    return simulate_eager(graph, cluster, placement, eager_priorities(graph, cluster, placement), algorithm=algorithm)
 
 
 @dataclass
@@ -150,9 +151,8 @@ class Layout:
 
 def _layout(graph: Graph, cluster: Cluster, units: Units, label: str, forward_stage: list[int]) -> Layout:
     stages = units.stages(graph, forward_stage, len(cluster))
-    placement = {op.name: cluster.names[s] for ops, s in zip(stages.units, stages.stage) for op in ops}
-    plan = simulate_eager(graph, cluster, placement, eager_priorities(graph, cluster, placement), INTERLEAVED)
-    return Layout(label, forward_stage, stages, placement, plan)
+    placement = {name: cluster.names[s] for name, s in stages.stage_of().items()}
+    return Layout(label, forward_stage, stages, placement, _eager_schedule(graph, cluster, placement, INTERLEAVED))
 
 
 def _interleaved_plan(graph: Graph, cluster: Cluster, m: int) -> Plan:
@@ -165,7 +165,7 @@ def _interleaved_plan(graph: Graph, cluster: Cluster, m: int) -> Plan:
     found = interleaved_layouts(weights, len(cluster), cluster.is_homogeneous())
     if not found:  # a unit too large for any slack: the contiguous stages
         found = [("contiguous stages", balanced_cut(weights, len(cluster)))]
-    balanced = sorted(found, key=lambda layout: max(_loads(weights, layout[1], len(cluster))))  # stable
+    balanced = sorted(found, key=lambda layout: max(units.stages(graph, layout[1], len(cluster)).costs))  # stable
     layouts = [_layout(graph, cluster, units, label, stage) for label, stage in balanced[:SIMULATED_LAYOUTS]]
     layouts.sort(key=lambda lay: lay.plan.makespan)
     layouts[0] = _moved_units(graph, cluster, units, layouts[0])
@@ -191,36 +191,36 @@ def _interleaved_plan(graph: Graph, cluster: Cluster, m: int) -> Plan:
     return best
 
 
-def _loads(weights: list[list[float]], forward_stage: list[int], k: int) -> list[float]:
-    """Each device's work when forward unit i (with what it owns) runs on `forward_stage[i]`."""
-    load = [0.0] * k
-    for w, d in zip(weights, forward_stage):
-        load[d] += w[d]
-    return load
-
-
 def _moved_units(graph: Graph, cluster: Cluster, units: Units, start: Layout) -> Layout:
     """First-improvement local search from `start`: a forward unit next to one on another device
-    moves there while that makes the eager schedule faster, for at most `MOVE_SIMULATED_OPS` ops
-    simulated (`MAX_MOVES` simulations): where chunks of whole units cannot balance the devices,
-    the units at their edges can (GNMT-8 over 6 devices: 1.160 to 1.147 times the bound)."""
+    moves there while that makes the eager schedule faster (and it fits in memory), for at most
+    `MOVE_SIMULATED_OPS` ops simulated (`MAX_MOVES` simulations): where chunks of whole units
+    cannot balance the devices, the units at their edges can (GNMT-8 over 6 devices: 1.160 to
+    1.147 times the bound)."""
     budget = min(MAX_MOVES, MOVE_SIMULATED_OPS // max(len(graph.ops), 1))
-    best, tried, improved = start, 0, True
-    while improved:
-        improved = False
-        stage = best.forward_stage
-        for i, j in ((i, j) for i in range(len(stage)) for j in (i - 1, i + 1)):
-            if not 0 <= j < len(stage) or stage[j] == stage[i]:
-                continue
+    capacity = {d.name: d.memory for d in cluster.devices}
+    best, tried = start, 0
+    while tried < budget:
+        for moved in _edge_moves(best.forward_stage):
             if tried == budget:
-                return best
-            tried += 1
-            moved = [*stage[:i], stage[j], *stage[i + 1:]]
-            found = _layout(graph, cluster, units, f"{best.label.split(', ')[0]}, units moved", moved)
-            if found.plan.makespan < best.plan.makespan * (1 - 1e-9):
-                best, improved = found, True
                 break
+            tried += 1
+            found = _layout(graph, cluster, units, f"{start.label}, units moved", moved)
+            if found.plan.makespan < best.plan.makespan * (1 - 1e-9) and fits_memory(graph, found.plan, capacity):
+                best = found
+                break
+        else:
+            break  # no move helps
     return best
+
+
+def _edge_moves(stage: list[int]) -> Iterator[list[int]]:
+    """`stage` with one forward unit moved to the device of a neighbour in forward order that is on
+    another device: first the first unit's moves, then the next's."""
+    for i, here in enumerate(stage):
+        for j in (i - 1, i + 1):
+            if 0 <= j < len(stage) and stage[j] != here:
+                yield [*stage[:i], stage[j], *stage[i + 1:]]
 
 
 def interleaved_layouts(weights: list[list[float]], k: int, alike: bool = False) -> list[tuple[str, list[int]]]:
@@ -236,8 +236,7 @@ def interleaved_layouts(weights: list[list[float]], k: int, alike: bool = False)
     for start in ("", " from the end"):
         for per_device in CHUNKS_PER_DEVICE:
             for name, order in orders.items():
-                found = next((f for slack in SLACKS if (f := interleaved_cut(weights[::-1] if start else weights,
-                                                                            order, per_device, slack)) is not None), None)
+                found = _first_cut(weights[::-1] if start else weights, order, per_device)
                 if found is None:
                     continue
                 found = found[::-1] if start else found
@@ -248,6 +247,15 @@ def interleaved_layouts(weights: list[list[float]], k: int, alike: bool = False)
                 chunks = 1 + sum(1 for a, b in zip(found, found[1:]) if a != b)
                 out.append((f"{chunks} chunks in {name} order{start}", found))
     return out
+
+
+def _first_cut(weights: list[list[float]], order: Sequence[int], per_device: int) -> list[int] | None:
+    """`interleaved_cut` with the first of `SLACKS` that gives one."""
+    for slack in SLACKS:
+        found = interleaved_cut(weights, order, per_device, slack)
+        if found is not None:
+            return found
+    return None
 
 
 def _renamed(devices: list[int]) -> tuple[int, ...]:
@@ -263,24 +271,23 @@ def interleaved_cut(weights: list[list[float]], order: Sequence[int], per_device
     stays within `slack` x the mean total / k; None when no device can take an item. A layout that
     puts every device's work early and late in the step: it fills and drains a pipeline sooner
     than k contiguous stages (Megatron-LM's interleaved stages), and balances it at a finer grain."""
-    k = len(weights[0])
+    k = len(weights[0]) if weights else 1
     total = sum(sum(w) / k for w in weights)
     target, cap = total / (k * per_device), slack * total / k
     load = [0.0] * k
     out: list[int] = []
     c, chunk = 0, 0.0
     for w in weights:
-        d = order[c % len(order)]
         mean = sum(w) / k
-        if chunk > 0 and (chunk + mean / 2 > target or load[d] + w[d] > cap):
+        if chunk > 0 and mean > 0 and chunk + mean / 2 > target:  # this chunk is full: the next device
             c, chunk = c + 1, 0.0
-            for _ in range(len(order)):
-                d = order[c % len(order)]
-                if load[d] + w[d] <= cap:
-                    break
-                c += 1
-            else:
-                return None
+        for _ in range(len(order)):  # past devices without room for the item
+            if load[order[c % len(order)]] + w[order[c % len(order)]] <= cap * (1 + 1e-12):
+                break
+            c, chunk = c + 1, 0.0
+        else:
+            return None
+        d = order[c % len(order)]
         out.append(d)
         load[d] += w[d]
         chunk += mean
@@ -391,9 +398,17 @@ class Units:
 
     def stages(self, graph: Graph, forward_stage: list[int], n_stages: int) -> Stages:
         """The stages when forward unit i (in order) goes to `forward_stage[i]`: every unit takes
-        its owner's, then `backward_flows_back`."""
-        of = dict(zip(self.forward, forward_stage))
-        stage = backward_flows_back(graph, self.units, self.kinds, [of[f] for f in self.owner])
+        its owner's run of consecutive forward units on one stage, `backward_flows_back` moves
+        backward units to later runs, and each run is on its stage. For contiguous stages the
+        runs are the stages; for interleaved ones, where the stages go round, a later run may be
+        on an earlier device, and the backward units follow the runs, not the device numbers."""
+        run = [0] * len(forward_stage)
+        for i in range(1, len(forward_stage)):
+            run[i] = run[i - 1] + (forward_stage[i] != forward_stage[i - 1])
+        device_of_run = {r: d for r, d in zip(run, forward_stage)}
+        of = dict(zip(self.forward, run))
+        runs = backward_flows_back(graph, self.units, self.kinds, [of[f] for f in self.owner])
+        stage = [device_of_run[r] for r in runs]
         costs = [0.0] * n_stages
         for u, s in enumerate(stage):
             costs[s] += self.cost[u][s]

@@ -169,8 +169,9 @@ class Rates:
 def screen(graph: Graph, cluster: Cluster, found: Candidate, options: PlaceOptions, heuristic: Solve,
            engines: Sequence[str] = ("heuristics",), rates: Rates | None = None) -> Candidate:
     """`found`'s replica graph (built once) and its best plan so far, trying `engines`: the
-    pipeline schedules ("gpipe", "1f1b", "eager": a simulation each, on replicas of several devices
-    with several micro-batches) or "heuristics" (list scheduling the whole graph). Where `rates`
+    pipeline schedules ("gpipe", "1f1b": a simulation each; "eager", "interleaved": several, as
+    `SCHEDULE_WORTH` counts them; on replicas of several devices with several micro-batches) or
+    "heuristics" (list scheduling the whole graph). Where `rates`
     allows it (`Rates.shard`), replicas that give no plan holding the whole optimizer state (it
     does not fit) are tried with it sharded across them (`passes/shard_state.py`), and the
     candidate becomes that strategy."""
@@ -465,7 +466,10 @@ def _screen_pipelines(graph: Graph, cluster: Cluster, todo: list[Strategy], opti
         promising = predicted is not None and other is not None and predicted < other * (1 - PROMISING)
         kept = 0.0 if promising else _one_batch_reserve([*before, *tried, *candidates.values()])
         end = (deadline if best is None or c.source is not None else stop) - kept
-        engines: tuple[str, ...] = (schedule,) if c.source is not None else (schedule, EAGER, INTERLEAVED)
+        # another schedule of a graph built, or one-device replicas (every schedule gives the same
+        # plan there): the fixed schedule alone
+        alone = c.source is not None or per_replica == 1
+        engines: tuple[str, ...] = (schedule,) if alone else (schedule, EAGER, INTERLEAVED)
         while len(engines) > 1 and time.perf_counter() + cost.estimate(c, engines) > end:
             engines = engines[:-1]  # down to the fixed schedule alone, as the model ranked it, if that fits
         estimate = cost.estimate(c, engines)

@@ -10,10 +10,11 @@ project scheduling, on devices and links instead of renewable resources.
 
 The backward pass is only a priority rule: it times transfers as tasks on their directed link
 (one at a time, by the same priorities), where the simulator sends them first come, first served.
-Every plan returned is the simulator's, so its timing is the plan's semantics. On the MSR layer
-graphs in 32-micro-batch pipelines over 6 devices, a few rounds take the eager schedule of an
-interleaved placement from 1.166 to 1.120 times its bound (BERT-24) and of a contiguous one from
-45.16 to 44.93 ms.
+Every plan returned is the simulator's, so its timing is the plan's semantics, and a round's
+plan is kept only where its peak memory fits the devices (another order can hold more at once).
+On the MSR layer graphs in 32-micro-batch pipelines over 6 devices, a few rounds take the eager
+schedule of an interleaved placement from 1.166 to 1.120 times its bound (BERT-24) and of a
+contiguous one from 45.16 to 44.93 ms.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from dataclasses import dataclass
 from pesto_ir.cluster import Cluster
 from pesto_ir.costs import op_cost
 from pesto_ir.ir import Graph
+from pesto_ir.memory import fits_memory
 from pesto_ir.plan import Plan
 from pesto_ir.simulate import simulate_eager, transfer_bytes
 
@@ -45,7 +47,7 @@ class Tasks:
     after: list[list[int]]
     message: dict[tuple[str, str], int]  # (producer, destination device) -> its task
 
-    def reversed(self) -> list[list[int]]:
+    def reversed_after(self) -> list[list[int]]:
         """`after` of the step run backward: each task waits for the tasks it fed."""
         before: list[list[int]] = [[] for _ in self.after]
         for t, succ in enumerate(self.after):
@@ -111,32 +113,35 @@ def list_schedule(tasks: Tasks, after: list[list[int]], priority: list[float]) -
                     heapq.heappush(ready.setdefault(tasks.resource[s], []), (priority[s], s))
 
 
-def backward_starts(tasks: Tasks, plan: Plan) -> dict[str, tuple[float]]:
-    """Each op's start in the step scheduled backward from `plan`'s ends, mirrored: the priorities
-    of the next forward pass."""
+def backward_starts(tasks: Tasks, backward: list[list[int]], plan: Plan) -> dict[str, tuple[float]]:
+    """Each op's start in the step scheduled backward (`backward`: `tasks.reversed_after()`) from
+    `plan`'s ends, mirrored: the priorities of the next forward pass."""
     ends = [plan.ops[n].end for n in tasks.names] + [0.0] * (len(tasks.seconds) - len(tasks.names))
     for tr in plan.transfers:
         t = tasks.message.get((tr.src, tr.to))
         if t is not None:
             ends[t] = tr.end
-    end = list_schedule(tasks, tasks.reversed(), [-e for e in ends])
+    end = list_schedule(tasks, backward, [-e for e in ends])
     last = max(end, default=0.0)
     return {n: (last - end[i],) for i, n in enumerate(tasks.names)}
 
 
 def justified(graph: Graph, cluster: Cluster, placement: Mapping[str, str], plan: Plan,
-              rounds: int = ROUNDS, deadline: float | None = None) -> Plan:
-    """The fastest of `plan` (a schedule of `placement`) and the eager schedules of up to `rounds`
-    forward-backward rounds from it; a round that gains nothing `PATIENCE` times in a row ends it,
-    and no round starts after `deadline` (`time.perf_counter()`) but the first."""
+              deadline: float | None = None) -> Plan:
+    """The fastest of `plan` (a schedule of `placement`) and the eager schedules of up to `ROUNDS`
+    forward-backward rounds from it that fit in the devices' memory; a round that gains nothing
+    `PATIENCE` times in a row ends it, and no round starts after `deadline` (`time.perf_counter()`)
+    but the first."""
     tasks = step_tasks(graph, cluster, placement)
+    backward = tasks.reversed_after()
+    capacity = {d.name: d.memory for d in cluster.devices}
     best = current = plan
     idle = 0
-    for i in range(rounds):
+    for i in range(ROUNDS):
         if i and deadline is not None and time.perf_counter() >= deadline:
             break
-        current = simulate_eager(graph, cluster, placement, backward_starts(tasks, current), plan.algorithm)
-        if current.makespan < best.makespan * (1 - 1e-9):
+        current = simulate_eager(graph, cluster, placement, backward_starts(tasks, backward, current), plan.algorithm)
+        if current.makespan < best.makespan * (1 - 1e-9) and fits_memory(graph, current, capacity):
             best, idle = current, 0
         else:
             idle += 1

@@ -22,7 +22,7 @@ from collections.abc import Iterator
 
 from pesto_ir.cluster import Cluster
 from pesto_ir.ir import Graph
-from pesto_ir.memory import peak_memory
+from pesto_ir.memory import fits_memory
 from pesto_ir.passes.algo_common import colocation_units
 from pesto_ir.placement import interrupted
 from pesto_ir.plan import Plan
@@ -82,7 +82,7 @@ def _search(graph: Graph, cluster: Cluster, state: _Moves, deadline: float) -> N
             trial = dict(placement)
             trial.update(dict.fromkeys(moving, device))
             plan = simulate(graph, cluster, trial, order_from_priority(graph, trial, priority), best.algorithm)
-            if plan.makespan < best.makespan * (1 - IMPROVEMENT) and _fits(graph, plan, capacity):
+            if plan.makespan < best.makespan * (1 - IMPROVEMENT) and fits_memory(graph, plan, capacity):
                 improved = plan
                 break
             failed.add(key)
@@ -93,10 +93,6 @@ def _search(graph: Graph, cluster: Cluster, state: _Moves, deadline: float) -> N
             retried = True
             continue
         state.best, state.moves, retried = improved, state.moves + 1, False
-
-
-def _fits(graph: Graph, plan: Plan, capacity: dict[str, float]) -> bool:
-    return all(p.nbytes <= capacity[d] for d, p in peak_memory(graph, plan).items())
 
 
 def _units(graph: Graph) -> dict[str, list[str]]:

@@ -15,7 +15,10 @@ the heuristics run on the fine graph, and the faster plan is recorded, with a no
 `auto` goes one step further, as multilevel partitioners do when they uncoarsen: it spends half its
 time on the coarse graph and the rest refining the faster fine plan on the fine graph, first with
 critical-path moves (`passes/local_search.py`, which needs only the simulator), then, on graphs of
-up to `lns.MAX_OPS` ops, where a step of it stays cheap, with LNS.
+up to `lns.MAX_OPS` ops, where a step of it stays cheap, with LNS. Last, in the `JUSTIFY_SHARE` of
+its time kept for it, auto justifies the fine plan's device orders (`passes/justify.py`): a list
+schedule run forward cannot know which ready op the end of the step waits for; run backward
+from the end it can.
 """
 
 from __future__ import annotations
@@ -47,8 +50,8 @@ from pesto_ir.placement import (  # COARSE_NOTE, PlaceError, require_cluster: sh
     require_cluster,
 )
 from pesto_ir.plan import OpSlot, Plan, write_plan_attrs
-from pesto_ir.units import human_time
 from pesto_ir.simulate import PlanError
+from pesto_ir.units import human_time
 from pesto_ir.validate import check_plan
 
 
@@ -99,6 +102,7 @@ REFINE_SHARE = 0.5  # ... with this share of its time limit
 REFINE_MIN_SECONDS = 0.3  # below this much time left, no refinement
 MIN_SOLVE_SECONDS = 0.05  # what the coarse solve gets when the fine heuristics used the whole limit
 FLOOR_SHARE = 0.5  # of the time limit, for the heuristics on the fine graph (the plan to beat)
+JUSTIFY_SHARE = 0.05  # of auto's time limit, kept for justifying its plan's orders last
 
 
 SCREEN_BOTH_MAX_OPS = 5000  # the hybrid search screens with m-SCT too up to this many ops
@@ -220,11 +224,13 @@ def place_graph(graph: Graph, cluster: Cluster, algo: str, options: PlaceOptions
     _check_placeable(graph)
     _check_memory(graph, cluster, "")
     started = time.perf_counter()
+    justify = algo == "auto" and len(cluster) > 1
+    budget = options.time_limit * (1 - JUSTIFY_SHARE) if justify else options.time_limit
     grouped = any("group" in op.attrs for op in graph.ops)
     if not grouped:
-        plan = solve(graph, cluster, algo, algorithm, options)
+        plan = solve(graph, cluster, algo, algorithm, dataclasses.replace(options, time_limit=budget))
         plan.lower_bound = lower_bound(graph, cluster)
-        if algo == "auto":
+        if justify:
             plan = justified_plan(graph, cluster, plan, started + options.time_limit)
         write_plan_attrs(graph, plan)
         return plan
@@ -233,7 +239,7 @@ def place_graph(graph: Graph, cluster: Cluster, algo: str, options: PlaceOptions
     if algo in EXACT_ALGOS and floor is None:
         floor = best_heuristic_plan(graph, cluster, dataclasses.replace(options, quiet=True, warm_start=None),
                                     until=started + options.time_limit * FLOOR_SHARE)
-    left = max(options.time_limit - (time.perf_counter() - started), MIN_SOLVE_SECONDS)
+    left = max(budget - (time.perf_counter() - started), MIN_SOLVE_SECONDS)
     refine = algo == "auto" and len(members) < len(graph.ops) <= REFINE_MAX_OPS and len(cluster) > 1
     coarse_options = dataclasses.replace(options, time_limit=left * (1 - REFINE_SHARE) if refine else left)
     try:
@@ -244,29 +250,33 @@ def place_graph(graph: Graph, cluster: Cluster, algo: str, options: PlaceOptions
     fine = project_coarse_plan(graph, plan, members)
     if algo in EXACT_ALGOS and floor is not None:
         fine = faster_than_fine_heuristics(graph, cluster, fine, floor, options)
-    if refine:
-        fine = refined_on_fine_graph(graph, cluster, fine, options, options.time_limit - (time.perf_counter() - started))
-    if algo == "auto":
-        fine = justified_plan(graph, cluster, fine, started + options.time_limit)
+    if refine:  # the plan is expanded there: its times are the fine ops' own, which justification compares
+        fine = refined_on_fine_graph(graph, cluster, fine, options, budget - (time.perf_counter() - started))
+        if justify:
+            fine = justified_plan(graph, cluster, fine, started + options.time_limit)
     write_plan_attrs(graph, fine)
     return fine
 
 
 def justified_plan(graph: Graph, cluster: Cluster, plan: Plan, deadline: float) -> Plan:
-    """`plan` with its devices' orders justified (`passes/justify.py`: same placement, the eager
-    schedule of the priorities a schedule run backward from the end gives), where that is faster
-    and fits in memory; auto's last step (MSR graphs at 4 devices: Inception-V3's layers 324.5 to
-    319.0 ms, BERT-3's ops 120.2 to 117.7 ms)."""
+    """`plan` (of the fine ops, one replica) with its devices' orders justified
+    (`passes/justify.py`: same placement, the eager schedule of the priorities a schedule run
+    backward from the end gives), where that is faster and valid; auto's last step (MSR graphs
+    at 4 devices, `bench/place_row.py`: Inception-V3's layers 324.1 to 315.1 ms, BERT-3's ops
+    118.5 to 117.0 ms)."""
     placement = {name: slot.device for name, slot in plan.ops.items()}
-    found = justified(graph, cluster, placement, plan, deadline=deadline)
+    try:
+        found = justified(graph, cluster, placement, plan, deadline=deadline)
+    except KeyboardInterrupt as e:
+        raise interrupted(e, graph, plan) from None
     if found is plan:
         return plan
     try:
         check_plan(graph, cluster, found)
-    except PlanError:  # another order holds more at once: the plan stands
+    except PlanError:
         return plan
-    return dataclasses.replace(found, algorithm=plan.algorithm, lower_bound=plan.lower_bound, solver=plan.solver,
-                               parallelism=plan.parallelism, collectives=plan.collectives,
+    solver = {**(plan.solver or {}), "winner": f"{(plan.solver or {}).get('winner') or plan.algorithm} + justified"}
+    return dataclasses.replace(found, algorithm=plan.algorithm, lower_bound=plan.lower_bound, solver=solver,
                                notes=[*plan.notes, f"justified: {plan.makespan:.6g}s -> {found.makespan:.6g}s"])
 
 

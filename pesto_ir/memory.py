@@ -189,3 +189,10 @@ def peak_memory(graph: Graph, plan: Plan) -> dict[str, DevicePeak]:
         alive = sorted((lt for lt in spans if lt.start <= at < lt.end), key=lambda lt: (-lt.nbytes, lt.what))
         peaks[d] = DevicePeak(d, nbytes, at, tuple(alive) if nbytes else ())
     return peaks
+
+
+def fits_memory(graph: Graph, plan: Plan, capacity: Mapping[str, float]) -> bool:
+    """Whether no device's peak passes its `capacity` (bytes by device name): what a search that
+    re-times a plan checks before it keeps it, beside the validator's other rules that the
+    simulator keeps by construction."""
+    return all(p.nbytes <= capacity[d] for d, p in peak_memory(graph, plan).items())

@@ -45,7 +45,8 @@ def test_justification_runs_first_what_the_end_waits_for() -> None:
 def test_backward_starts_mirror_a_schedule_run_from_the_end() -> None:
     cluster = two_devices()
     plan = simulate_eager(WAITS, cluster, PLACED, {n: (0.0,) for n in PLACED})
-    starts = backward_starts(step_tasks(WAITS, cluster, PLACED), plan)
+    tasks = step_tasks(WAITS, cluster, PLACED)
+    starts = backward_starts(tasks, tasks.reversed_after(), plan)
     assert starts["y"] < starts["z"] and starts["y"] < starts["x"]  # y feeds the longest tail
 
 
@@ -75,3 +76,9 @@ def test_justified_is_valid_and_never_slower(graph: Graph, cluster: Cluster, dat
     assert better.makespan <= plan.makespan
     assert all(better.ops[n].device == placement[n] for n in placement)
     assert validate_plan(graph, cluster, better) == []
+
+
+def test_no_round_is_kept_that_does_not_fit_in_memory() -> None:
+    tiny = Cluster.homogeneous(2, "v100", memory=100, latency=0.0, bandwidth=1e9)  # y's 1000 bytes never fit
+    graph_order = simulate_eager(WAITS, tiny, PLACED, {n: (0.0,) for n in PLACED})
+    assert justified(WAITS, tiny, PLACED, graph_order) is graph_order
