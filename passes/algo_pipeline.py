@@ -279,7 +279,7 @@ def interleaved_cut(weights: list[list[float]], order: Sequence[int], per_device
     c, chunk = 0, 0.0
     for w in weights:
         mean = sum(w) / k
-        if chunk > 0 and mean > 0 and chunk + mean / 2 > target:  # this chunk is full: the next device
+        if chunk > 0 and chunk + mean / 2 > target:  # this chunk is full: the next device
             c, chunk = c + 1, 0.0
         for _ in range(len(order)):  # past devices without room for the item
             if load[order[c % len(order)]] + w[order[c % len(order)]] <= cap * (1 + 1e-12):

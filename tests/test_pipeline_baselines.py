@@ -178,8 +178,7 @@ def test_interleaved_cut_goes_round_the_devices() -> None:
 def test_interleaved_cut_keeps_each_device_within_the_slack() -> None:
     assert interleaved_cut([[w] * 2 for w in (4.0, 1.0, 1.0, 1.0, 1.0)], [0, 1], 1, 1.0) == [0, 1, 1, 1, 1]
     assert interleaved_cut([[5.0] * 2, [5.0] * 2, [1.0] * 2], [0, 1], 1, 1.0) is None  # 6 s > 5.5 s anywhere
-    # the first item, and items after ones of no cost, keep within the cap too
-    assert interleaved_cut([[6.0] * 2, [0.0] * 2, [6.0] * 2], [0, 1], 3, 1.0) == [0, 0, 1]
+    assert interleaved_cut([[7.0] * 2, [1.0] * 2, [4.0] * 2], [0, 1], 1, 1.0) is None  # the first item too
     assert interleaved_cut([[0.0] * 2] * 3, [0, 1], 2, 1.1) == [0, 0, 0]  # no work: one chunk
 
 
