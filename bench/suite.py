@@ -516,11 +516,21 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--gantt-row", default="gnmt_training_layer:4", metavar="MODEL:K",
                     help="the row whose plan --gantt draws (default gnmt_training_layer:4)")
     ap.add_argument("-q", "--quiet", action="store_true", help="print only the final table")
+    ap.add_argument("--merge", nargs="+", type=Path, metavar="JSON",
+                    help="run nothing: put together the results (.json) of runs of parts of the zoo made with the "
+                         "same options (e.g. one per core), as one run would have written them; --gantt then names "
+                         "the chart a part wrote")
     return ap.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.merge:
+        if args.readme:
+            readme_parts(args.readme)
+        rows, header = merged(args.merge, "python -m bench " + " ".join(argv if argv is not None else sys.argv[1:]))
+        write_results(rows, header, args)
+        return 0
     ks = args.k or ([2, 4] if args.quick else [2, 4, 8])
     time_limit = args.time_limit if args.time_limit is not None else (2.0 if args.quick else 8.0)
     search_limit = args.time_limit if args.time_limit is not None else (2.0 if args.quick else None)
@@ -561,8 +571,14 @@ def main(argv: list[str] | None = None) -> int:
               "seconds": round(time.perf_counter() - started, 1),
               "environment": {"python": platform.python_version(), "machine": platform.machine(),
                               "cpus": os.cpu_count(), "pesto_ir": metadata.version("pesto-ir")}}
+    write_results(rows, header, args)
+    return 0
+
+
+def write_results(rows: list[Row], header: dict[str, Any], args: argparse.Namespace) -> None:
+    """The table as markdown and JSON in `args.out`, and in the README when asked; printed."""
     table = markdown(rows, header)
-    stem = "quick" if args.quick else "suite"
+    stem = "quick" if header["quick"] else "suite"
     args.out.mkdir(parents=True, exist_ok=True)
     write_atomic(args.out / f"{stem}.md", f"# Pesto IR benchmark results\n\n`{header['command']}`, "
                  f"{header['created']}, {header['seconds']:g} s\n\n{table}")
@@ -571,7 +587,46 @@ def main(argv: list[str] | None = None) -> int:
         image = os.path.relpath(args.gantt, args.readme.parent) if args.gantt else None
         update_readme(args.readme, table, image, header["command"], args.gantt_row if image else "")
     print(table)
-    return 0
+
+
+SAME_OPTIONS = ("quick", "time_limit", "search_time_limit", "target", "seed", "k")  # what parts must share
+
+
+def merged(paths: list[Path], command: str) -> tuple[list[Row], dict[str, Any]]:
+    """The rows of the runs in `paths` (their `.json`), in the zoo's order, and a header saying
+    how they were made: refuses parts made with other options, or that share a row."""
+    parts = [read_results(p) for p in paths]
+    first = parts[0][1]
+    for path, (_, header) in zip(paths, parts):
+        differ = [key for key in SAME_OPTIONS if header.get(key) != first.get(key)]
+        if differ:
+            raise SystemExit(f"error: {path}: made with other options than {paths[0]} ({', '.join(differ)})")
+    rows = [row for part, _ in parts for row in part]
+    seen: set[tuple[str, int]] = set()
+    for row in rows:
+        if (row.model, row.k) in seen:
+            raise SystemExit(f"error: the row {row.model} k={row.k} is in more than one part")
+        seen.add((row.model, row.k))
+    order: dict[str, int] = {}
+    for m in [*zoo(quick=False), *zoo(quick=True)]:  # the full zoo's order first
+        order.setdefault(m.name, len(order))
+    rows.sort(key=lambda r: (order.get(r.model, len(order)), r.k))
+    runs = " and ".join(str(h["command"]) for _, h in parts)
+    return rows, {**first, "command": f"{runs}, merged by {command}",
+                  "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                  "seconds": round(sum(float(h["seconds"]) for _, h in parts), 1)}
+
+
+def read_results(path: Path) -> tuple[list[Row], dict[str, Any]]:
+    """The rows and header of a run's `.json`."""
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise SystemExit(f"error: {path}: {getattr(e, 'strerror', None) or e}") from None
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise SystemExit(f"error: {path}: not a {FORMAT} file")
+    rows = [Row(**{**r, "results": {a: Outcome(**o) for a, o in r["results"].items()}}) for r in doc["rows"]]
+    return rows, {k: v for k, v in doc.items() if k not in ("format", "rows")}
 
 
 def progress_line(row: Row, elapsed: float) -> str:

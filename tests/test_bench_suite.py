@@ -119,3 +119,42 @@ def test_a_gantt_row_outside_the_run_is_refused(tmp_path: Path, capsys: pytest.C
     assert suite.main(argv) == 2
     assert "--gantt-row jax_gpt:4 is not among the rows" in capsys.readouterr().err
     assert not list(tmp_path.iterdir())
+
+
+def _part(tmp_path: Path, name: str, models: list[str], **header: object) -> Path:
+    """A run's `.json` with rows of `models` at k = 2 and 4 (each algorithm its own step time)."""
+    rows = [suite.Row(model=m, source="msr", description="", ops=10, k=k, cluster="", lower_bound=1e-3,
+                      bound="total work", coarse_lower_bound=1e-3, groups=10, free_comm=None, free_comm_bound=1e-3,
+                      results={a: suite.Outcome((1 + i / 10) * 1e-3, 0.1, place_seconds=0.1, time_limit=1.0)
+                               for i, a in enumerate(suite.ALGOS)})
+            for m in models for k in (2, 4)]
+    head = {"command": f"run {name}", "created": "2026-12-03T00:00:00Z", "quick": False, "time_limit": 8.0,
+            "search_time_limit": None, "target": 200, "seed": 0, "k": [2, 4], "seconds": 10.0, **header}
+    path = tmp_path / f"{name}.json"
+    path.write_text(suite.to_json(rows, head))
+    return path
+
+
+def test_parts_of_a_run_merge_in_the_zoo_order(tmp_path: Path) -> None:
+    late = _part(tmp_path, "b", ["jax_mlp", "gnmt_training_layer"])  # out of order: the merge sorts them back
+    early = _part(tmp_path, "a", ["bert24_training_layer"])
+    out = tmp_path / "merged"
+    assert suite.main(["--merge", str(late), str(early), "--out", str(out), "-q"]) == 0
+    doc = json.loads((out / "suite.json").read_text())
+    assert [(r["model"], r["k"]) for r in doc["rows"]] == [
+        ("bert24_training_layer", 2), ("bert24_training_layer", 4), ("gnmt_training_layer", 2),
+        ("gnmt_training_layer", 4), ("jax_mlp", 2), ("jax_mlp", 4)]
+    assert doc["command"].startswith("run b and run a, merged by python -m bench --merge") and doc["seconds"] == 20.0
+    table = (out / "suite.md").read_text()
+    assert table.count("| jax_mlp | 10 |") == 2 and "| gnmt_training_layer | 10 | 4 |" in table
+
+
+def test_parts_made_otherwise_or_sharing_a_row_are_refused(tmp_path: Path) -> None:
+    a, b = _part(tmp_path, "a", ["jax_mlp"]), _part(tmp_path, "b", ["jax_gpt"], seed=1)
+    with pytest.raises(SystemExit, match=r"b\.json: made with other options than .*a\.json \(seed\)"):
+        suite.main(["--merge", str(a), str(b), "--out", str(tmp_path)])
+    with pytest.raises(SystemExit, match="the row jax_mlp k=2 is in more than one part"):
+        suite.main(["--merge", str(a), str(a), "--out", str(tmp_path)])
+    b.write_text("{}")
+    with pytest.raises(SystemExit, match="not a pesto-bench/1 file"):
+        suite.main(["--merge", str(b), "--out", str(tmp_path)])
