@@ -338,3 +338,41 @@ def test_auto_uses_lns_on_larger_graphs_and_is_never_worse_than_its_start() -> N
     check_plan(graph, cluster, plan)
     assert plan.makespan < warm.makespan
     assert "cpsat-lns" in plan.solver["portfolio"] and plan.solver["winner"] == "cpsat-lns"
+
+
+def _memory_tight_lns_search(k: int) -> Any:
+    """An LNS run on ResNet-50's training layers on k V100s, started from ETF's plan: it fits the
+    16 GiB by tensor lifetimes, not by the models' whole-step count of memory."""
+    from bench.zoo import msr_cluster, msr_model
+    from pesto_ir.passes.cpsat_worker import shared_solver
+    from pesto_ir.passes.heuristic_portfolio import ALGORITHMS
+    from pesto_ir.passes.lns import _Search
+
+    model = msr_model("resnet50_training_layer")
+    graph, cluster = model.build(), msr_cluster(k)
+    options = PlaceOptions(time_limit=30, seed=0, quiet=True)
+    start = check_plan(graph, cluster, ALGORITHMS["etf"](graph, cluster, options))
+    return _Search(graph, cluster, options, "cpsat", start, time.perf_counter(), shared_solver())
+
+
+def test_lns_steps_on_a_memory_tight_plan_are_not_infeasible() -> None:
+    """Its own incumbent is a solution of every step's model: the step's memory rule lets each device
+    hold what the incumbent holds there, and the plans a step finds are kept only if their
+    lifetimes fit (ETF's plan broke the whole-step count, and every small step was infeasible)."""
+    search = _memory_tight_lns_search(4)
+    result, plan = search._solve(search._neighbourhood("time slice"))
+    assert result.status in ("optimal", "feasible"), result.status
+    assert plan is not None and plan.makespan <= search.best.makespan * (1 + 1e-9)
+    check_plan(search.graph, search.cluster, plan)
+
+
+def test_lns_offers_one_empty_device_of_each_kind() -> None:
+    """Five empty, interchangeable V100s are one choice, not five (a step searched them all)."""
+    search = _memory_tight_lns_search(8)
+    dev = search._devices()
+    used = set(dev)
+    assert 1 < len(used) < 7
+    offered = search._offered(dev)
+    assert used < offered and len(offered) == len(used) + 1
+    free = search._neighbourhood("subgraph")
+    assert all(set(devices) <= offered for devices in free.values())
