@@ -21,20 +21,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # `bench.zoo` when run as a script
 
 from bench.zoo import Model, zoo  # noqa: E402
-from pesto_ir.attributes import StringAttr  # noqa: E402
 from pesto_ir.bounds import lower_bound  # noqa: E402
-from pesto_ir.cluster import Cluster  # noqa: E402
 from pesto_ir.ir import Graph  # noqa: E402
-from pesto_ir.passes.coarsen import coarsen_groups, quotient_graph  # noqa: E402
-
-
-def grouped_bound(graph: Graph, cluster: Cluster, groups: list[str]) -> tuple[float, int]:
-    """The lower bound of `graph` contracted by `groups` (one name per op), and the group count."""
-    g = graph.clone()
-    for op, name in zip(g.ops, groups):
-        op.attrs["group"] = StringAttr(name)
-    coarse, members = quotient_graph(g, cluster)
-    return lower_bound(coarse, cluster), len(members)
+from pesto_ir.passes.coarsen import coarsen_groups, grouped_bound  # noqa: E402
 
 
 def row(model: Model, graph: Graph, k: int, target: int) -> tuple[str, float]:
@@ -42,11 +31,11 @@ def row(model: Model, graph: Graph, k: int, target: int) -> tuple[str, float]:
     fine = lower_bound(graph, cluster)
     kernels = math.nan
     if any(op.get("fusion") is not None for op in graph.ops):
-        kernels = grouped_bound(graph, cluster, [str(op.get("fusion") or op.name) for op in graph.ops])[0] / fine
+        kernels = grouped_bound(graph, cluster, [str(op.get("fusion") or op.name) for op in graph.ops]) / fine
     started = time.perf_counter()
     groups = coarsen_groups(graph, target, cluster)
     seconds = time.perf_counter() - started
-    coarse, count = grouped_bound(graph, cluster, groups)
+    coarse, count = grouped_bound(graph, cluster, groups), len(set(groups))
     kernel_cell = "-" if math.isnan(kernels) else f"{kernels:.3f}"
     return (f"| {model.name} | {k} | {len(graph.ops)} | {count} | {fine * 1e3:.3f} | {kernel_cell} | "
             f"{coarse * 1e3:.3f} | {coarse / fine:.3f} | {seconds:.1f} |", coarse / fine)

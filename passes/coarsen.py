@@ -22,17 +22,27 @@ Exact placement does not scale to thousands of ops, so ops are merged into coars
    whole batch safe together (two merges u1 -> v1, u2 -> v2 with u1 -> v2 and u2 -> v1 would
    otherwise close a cycle).
 
-3. Twice, keeping the grouping whose critical path (of node costs) is shorter: once with the
-   edges ordered as in 2., and once ordered first by how much each merge would lengthen the
-   critical path (the merged node starts when both parts' inputs are ready and holds back the
-   readers of its first part until its second is done). Merges that lengthen it not at all come
-   first, heaviest tensor first among them; once every merge lengthens it, at most
-   `LENGTHENING_SHARE` of the nodes merge per round, least first, and the levels are measured
-   again. On the JAX zoo at 200 groups the coarse bound went from 1.33-1.62 to 1.19-1.32 times
-   the fine one (resnet 1.46 -> 1.27, gpt 1.33 -> 1.22, lstm_seq2seq 1.57 -> 1.23; the fused
-   kernels alone account for 1.07-1.12), and the one-batch plans of lstm_seq2seq (k = 4) from
-   7.91 to 6.93 ms, resnet from 70.2 to 64.9 ms; the heaviest-first grouping still wins on the
-   MSR inceptionv3_training_layer (1.20 against 1.40).
+3. Three times, keeping the grouping whose coarse graph has the lowest lower bound
+   (`grouped_bound`: the bound `place` reports, transfers at joins included): once with the edges
+   ordered as in 2., once ordered first by how much each merge would lengthen the critical path
+   (the merged node starts when both parts' inputs are ready and holds back the readers of its
+   first part until its second is done), and once in that order with merges of siblings too.
+   Merges that lengthen it not at all come first, heaviest tensor first among them; once every
+   merge lengthens it, at most `LENGTHENING_SHARE` of the nodes merge per round, least first, and
+   the levels are measured again. On the JAX zoo at 200 groups this took the coarse bound from
+   1.33-1.62 to 1.19-1.32 times the fine one (resnet 1.46 -> 1.27, gpt 1.33 -> 1.22, lstm_seq2seq
+   1.57 -> 1.23; the fused kernels alone account for 1.07-1.12), and the one-batch plans of
+   lstm_seq2seq (k = 4) from 7.91 to 6.93 ms, resnet from 70.2 to 64.9 ms; the heaviest-first
+   grouping still wins on the MSR inceptionv3_training_layer (1.20 against 1.40).
+
+   Siblings are two nodes no path joins: two of one longest-path level, or two sinks. Edges alone
+   cannot merge an optimizer update with another, only into the backward pass it hangs off, which
+   it then holds back; merged with each other where they have slack, they lengthen nothing. A
+   round merges edges or siblings, not both, and at most `FREE_SHARE` of the nodes while the merges
+   are free by the round's levels. With siblings the JAX zoo's coarse bound went to 1.08-1.30
+   times the fine one (`python3 bench/coarse_bound.py`: resnet 1.28 -> 1.21, gpt 1.22 -> 1.08 at
+   4 devices, gpt24 1.30 -> 1.14 at 8, lstm_seq2seq 1.25 -> 1.17, inception 1.32 -> 1.30); no MSR
+   training graph got worse.
 
 Before step 2, ops of one fused kernel (the `fusion` label `annotate-costs{fusion=xla}` writes)
 are merged the same way, only along edges inside a kernel: XLA runs them as one kernel, so splitting
@@ -56,6 +66,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from pesto_ir.attributes import StringAttr
+from pesto_ir.bounds import lower_bound
 from pesto_ir.cluster import Cluster
 from pesto_ir.costs import op_cost, value_bytes
 from pesto_ir.ir import Graph, Op
@@ -83,7 +94,17 @@ CLASS_SHARE = 4  # a colocation class may force together up to 1 / (this * devic
 COLOCATION_MODES = ("connected", "whole")
 GROWTH_TOLERANCE = 1e-9  # of the critical path: a merge that lengthens it less is free
 LENGTHENING_SHARE = 0.05  # of the nodes: at most this many merges a round once every merge lengthens the path
+# of the nodes: at most this many merges a round while they lengthen nothing, by the least-lengthening
+# orders (each merge is free by the round's levels, not all of them together: lstm_seq2seq's coarse
+# bound at 200 groups is 1.17 times the fine one with 0.25, 1.20 without a limit)
+FREE_SHARE = 0.25
 DEFAULT_COLOCATION = "connected"
+SIBLING_REACH = 3  # a node may merge with the next this many of its level (or of the sinks) by top level
+EDGE, SIBLINGS = "edge", "siblings"  # what a merge joins: the two ends of an edge, or two nodes no path joins
+# the orders of merges tried (the grouping with the lowest coarse bound is kept): least lengthening
+# first, with siblings or edges only, and heaviest tensor first
+PATH_SIBLINGS, PATH, HEAVIEST = "path+siblings", "path", "heaviest"
+ORDERS = (PATH_SIBLINGS, PATH, HEAVIEST)
 
 
 @dataclass(frozen=True)
@@ -189,6 +210,13 @@ class _Contraction:
         after = max([0.0, *(bottom[w] for w in self.succ[u] if w != v), *(bottom[w] for w in self.succ[v])])
         return max(0.0, start + self.cost[u] + self.cost[v] + after - path)
 
+    def sibling_growth(self, a: int, b: int, top: dict[int, float], bottom: dict[int, float], path: float) -> float:
+        """How much merging a and b, joined by no path, lengthens the critical path: the merged node
+        starts when both parts' inputs are ready and holds back both parts' readers until both are done."""
+        start = max(top[a], top[b])
+        after = max([0.0, *(bottom[w] for w in self.succ[a]), *(bottom[w] for w in self.succ[b])])
+        return max(0.0, start + self.cost[a] + self.cost[b] + after - path)
+
     def safe(self, u: int, v: int, level: dict[int, int]) -> bool:
         """Whether contracting edge u -> v cannot close a cycle (see the module docstring)."""
         if len(self.pred[v]) == 1 or len(self.succ[u]) == 1 or level[v] == level[u] + 1:
@@ -249,30 +277,41 @@ def coarsen_groups(graph: Graph, target: int, cluster: Cluster | None = None,
     mem = [footprint[op.name] for op in graph.ops]
     label, split = _colocation_labels(graph, edges, colocation)
     fused = _fused_edges(graph)
-    best: _Contraction | None = None
-    for keep_path in (True, False):
+    best: tuple[float, list[str]] | None = None
+    for order in ORDERS:
         dag = _Contraction(n, edges, cost, mem)
         for members in _members_by_label(label).values():
             head = members[0]
             for m in members[1:]:
                 head = dag.contract(head, m)  # the group as a whole was checked acyclic
         class_of_op, classes = _split_classes(graph, split, cost, mem)
-        _contract(dag, target, sum(cost), cluster, _node_classes(dag, class_of_op), classes, fused, keep_path)
-        if best is None or dag.path_levels()[2] < best.path_levels()[2] * (1 - 1e-9):
-            best = dag
+        _contract(dag, target, sum(cost), cluster, _node_classes(dag, class_of_op), classes, fused, order)
+        groups = _name_groups(dag, n)
+        score = grouped_bound(graph, cluster, groups) if cluster is not None else dag.path_levels()[2]
+        if best is None or score < best[0] * (1 - 1e-9):
+            best = (score, groups)
     assert best is not None
-    return _name_groups(best, n)
+    return best[1]
+
+
+def grouped_bound(graph: Graph, cluster: Cluster, groups: list[str]) -> float:
+    """The lower bound (`pesto_ir.bounds`) of `graph` contracted by `groups` (a name per op): what
+    no plan of the coarse graph can beat, transfers at joins included."""
+    g = graph.clone()
+    for op, name in zip(g.ops, groups):
+        op.attrs["group"] = StringAttr(name)
+    return lower_bound(quotient_graph(g, cluster)[0], cluster)
 
 
 def _contract(dag: _Contraction, target: int, total: float, cluster: Cluster | None, node_class: dict[int, int],
-              classes: _Classes, fused: Callable[[_Contraction, int, int], bool] | None, keep_path: bool) -> None:
+              classes: _Classes, fused: Callable[[_Contraction, int, int], bool] | None, order: str) -> None:
     """Contract `dag` (colocation groups already contracted) toward `target` nodes under the caps:
     edges inside fused kernels first, then any edge."""
     devices = len(cluster) if cluster is not None else DEVICES_WITHOUT_CLUSTER
     caps = _Caps.initial(dag, target, total, cluster, devices)
     if fused is not None:
-        _contract_rounds(dag, target, caps, node_class, classes, keep_path, fused)
-    _contract_rounds(dag, target, caps, node_class, classes, keep_path)
+        _contract_rounds(dag, target, caps, node_class, classes, order, fused)
+    _contract_rounds(dag, target, caps, node_class, classes, order)
 
 
 def _fused_edges(graph: Graph) -> Callable[[_Contraction, int, int], bool] | None:
@@ -475,13 +514,13 @@ def _memory_cap(dag: _Contraction, cluster: Cluster | None) -> float:
 
 
 def _contract_rounds(dag: _Contraction, target: int, caps: _Caps, node_class: dict[int, int],
-                     classes: _Classes, keep_path: bool,
+                     classes: _Classes, order: str,
                      only: Callable[[_Contraction, int, int], bool] | None = None) -> None:
     """Merge edges in safe batches, heaviest first, until `target` nodes remain or none can merge.
     With `only`, merge only the edges it accepts (the node cost cap does not apply to them)."""
     while len(dag.alive) > target:
         level = dag.levels()
-        batch, capped = _choose_batch(dag, level, len(dag.alive) - target, caps, node_class, classes, keep_path, only)
+        batch, capped = _choose_batch(dag, level, len(dag.alive) - target, caps, node_class, classes, order, only)
         if not batch:
             if not capped or only is not None:
                 return
@@ -512,12 +551,13 @@ def _join_classes(dag: _Contraction, u: int, v: int, node_class: dict[int, int],
 
 
 def _choose_batch(dag: _Contraction, level: dict[int, int], budget: int, caps: _Caps,
-                  node_class: dict[int, int], classes: _Classes, keep_path: bool,
+                  node_class: dict[int, int], classes: _Classes, order: str,
                   only: Callable[[_Contraction, int, int], bool] | None = None,
                   ) -> tuple[list[tuple[int, int, int | None]], bool]:
     """Edges to contract this round (no shared endpoints, safe together, accepted by `only`); and
     whether the cost cap blocked any."""
     cands = []
+    keep_path = order != HEAVIEST
     top, bottom, path = dag.path_levels() if keep_path else ({}, {}, 0.0)
     for u in dag.alive:
         cu = node_class.get(u)
@@ -527,22 +567,27 @@ def _choose_batch(dag: _Contraction, level: dict[int, int], budget: int, caps: _
             cv = node_class.get(v)
             same = cu is not None and cv is not None and classes.find(cu) == classes.find(cv)
             growth = dag.growth(u, v, top, bottom, path) if keep_path else 0.0
-            cands.append((not same, growth, -nbytes, level[u], u, v))
+            cands.append((not same, growth, -nbytes, level[u], u, v, EDGE))
+    if order == PATH_SIBLINGS and only is None:
+        for a, b in _sibling_pairs(dag, level, top):
+            same = a in node_class and b in node_class and classes.find(node_class[a]) == classes.find(node_class[b])
+            cands.append((not same, dag.sibling_growth(a, b, top, bottom, path), 0, level[a], a, b, SIBLINGS))
     cands.sort()
     marked: set[int] = set()
     batch: list[tuple[int, int, int | None]] = []
     capped = False
     slack = GROWTH_TOLERANCE * path
-    limit = budget
-    for _, growth, _, _, u, v in cands:
+    limit = min(budget, max(1, int(len(dag.alive) * FREE_SHARE))) if order == PATH_SIBLINGS else budget
+    kind = ""
+    for _, growth, _, _, u, v, what in cands:
         if growth > slack:
             if batch:
                 break  # the levels moved: measure again before lengthening the path
             limit = min(budget, max(1, int(len(dag.alive) * LENGTHENING_SHARE)))
             slack = float("inf")
-        if u in marked or v in marked:
-            continue
-        if not dag.safe(u, v, level):
+        if u in marked or v in marked or (kind and what != kind):
+            continue  # a batch merges edges or siblings, not both: each kind is safe by its own rule
+        if what == EDGE and not dag.safe(u, v, level):
             continue
         blocked = _blocked_by(dag, u, v, caps, node_class, classes)
         if blocked == "cost" and only is not None:
@@ -551,13 +596,32 @@ def _choose_batch(dag: _Contraction, level: dict[int, int], budget: int, caps: _
             capped = capped or blocked == "cost"
             continue
         batch.append((u, v, _join_classes(dag, u, v, node_class, classes)))
+        kind = what
         marked.add(u)
         marked.add(v)
-        lu = level[u]
-        marked.update(p for p in dag.pred[v] if level[p] == lu)
+        if what == EDGE:
+            lu = level[u]
+            marked.update(p for p in dag.pred[v] if level[p] == lu)
         if len(batch) == limit:
             break
     return batch, capped
+
+
+def _sibling_pairs(dag: _Contraction, level: dict[int, int], top: dict[int, float]) -> list[tuple[int, int]]:
+    """Pairs of nodes no path joins, that may merge (Pesto's rules merge only along edges): nodes of
+    one longest-path level (every edge climbs a level, so merging any number of such pairs keeps
+    the levels a proof of acyclicity), and sinks (no path leaves one). Neighbours in order of
+    their top level, so that work ready at about the same time merges."""
+    by_level: dict[int, list[int]] = defaultdict(list)
+    for x in dag.alive:
+        by_level[level[x]].append(x)
+    sinks = [x for x in dag.alive if not dag.succ[x]]
+    pairs: set[tuple[int, int]] = set()
+    for nodes in [*by_level.values(), sinks]:
+        nodes.sort(key=lambda x: (top[x], x))
+        for gap in range(1, SIBLING_REACH + 1):
+            pairs.update((min(a, b), max(a, b)) for a, b in zip(nodes, nodes[gap:]))
+    return sorted(pairs)
 
 
 def _blocked_by(dag: _Contraction, u: int, v: int, caps: _Caps, node_class: dict[int, int],
