@@ -22,27 +22,32 @@ Exact placement does not scale to thousands of ops, so ops are merged into coars
    whole batch safe together (two merges u1 -> v1, u2 -> v2 with u1 -> v2 and u2 -> v1 would
    otherwise close a cycle).
 
-3. Three times, keeping the grouping whose coarse graph has the lowest lower bound
-   (`grouped_bound`: the bound `place` reports, transfers at joins included): once with the edges
-   ordered as in 2., once ordered first by how much each merge would lengthen the critical path
-   (the merged node starts when both parts' inputs are ready and holds back the readers of its
-   first part until its second is done), and once in that order with merges of siblings too.
-   Merges that lengthen it not at all come first, heaviest tensor first among them; once every
-   merge lengthens it, at most `LENGTHENING_SHARE` of the nodes merge per round, least first, and
-   the levels are measured again. On the JAX zoo at 200 groups this took the coarse bound from
-   1.33-1.62 to 1.19-1.32 times the fine one (resnet 1.46 -> 1.27, gpt 1.33 -> 1.22, lstm_seq2seq
-   1.57 -> 1.23; the fused kernels alone account for 1.07-1.12), and the one-batch plans of
-   lstm_seq2seq (k = 4) from 7.91 to 6.93 ms, resnet from 70.2 to 64.9 ms; the heaviest-first
-   grouping still wins on the MSR inceptionv3_training_layer (1.20 against 1.40).
+3. Twice, keeping the grouping whose critical path (of node costs) is shorter: once with the
+   edges ordered as in 2., and once ordered first by how much each merge would lengthen the
+   critical path (the merged node starts when both parts' inputs are ready and holds back the
+   readers of its first part until its second is done). Merges that lengthen it not at all come
+   first, heaviest tensor first among them; once every merge lengthens it, at most
+   `LENGTHENING_SHARE` of the nodes merge per round, least first, and the levels are measured
+   again. On the JAX zoo at 200 groups the coarse bound went from 1.33-1.62 to 1.19-1.32 times
+   the fine one (resnet 1.46 -> 1.27, gpt 1.33 -> 1.22, lstm_seq2seq 1.57 -> 1.23; the fused
+   kernels alone account for 1.07-1.12), and the one-batch plans of lstm_seq2seq (k = 4) from
+   7.91 to 6.93 ms, resnet from 70.2 to 64.9 ms; the heaviest-first grouping still wins on the
+   MSR inceptionv3_training_layer (1.20 against 1.40).
 
-   Siblings are two nodes no path joins: two of one longest-path level, or two sinks. Edges alone
-   cannot merge an optimizer update with another, only into the backward pass it hangs off, which
-   it then holds back; merged with each other where they have slack, they lengthen nothing. A
-   round merges edges or siblings, not both, and at most `FREE_SHARE` of the nodes while the merges
-   are free by the round's levels. With siblings the JAX zoo's coarse bound went to 1.08-1.30
-   times the fine one (`python3 bench/coarse_bound.py`: resnet 1.28 -> 1.21, gpt 1.22 -> 1.08 at
-   4 devices, gpt24 1.30 -> 1.14 at 8, lstm_seq2seq 1.25 -> 1.17, inception 1.32 -> 1.30); no MSR
-   training graph got worse.
+4. With `siblings=true`, a third time in the least-lengthening order with merges of siblings too,
+   keeping of the three the grouping whose coarse graph has the lowest lower bound
+   (`grouped_bound`: the bound `place` reports, transfers at joins included). Siblings are two
+   nodes no path joins: two of one longest-path level, or two sinks. Edges alone cannot merge an
+   optimizer update with another, only into the backward pass it hangs off, which it then holds
+   back; merged with each other where they have slack, they lengthen nothing. A round merges
+   edges or siblings, not both, and at most `FREE_SHARE` of the nodes while the merges are free
+   by the round's levels. It lowers the JAX zoo's coarse bound (`python3 bench/coarse_bound.py`,
+   its `siblings` column: resnet 1.28 -> 1.21 times the fine one, gpt 1.22 -> 1.08 at 4 devices,
+   gpt24 1.30 -> 1.14 at 8, lstm_seq2seq 1.25 -> 1.17, inception 1.32 -> 1.30; no MSR training
+   graph gets worse), but a lower bound is not a faster plan: `auto`'s one-batch plans
+   (`bench/place_row.py`, 22 s) got 4-9% faster on gpt, gpt24 and inception and 3-8% slower on
+   lstm_seq2seq, whose expanded coarse plans lost more to the fine schedule's transfers, and
+   `auto` picks one batch on lstm_seq2seq. So it is not the default.
 
 Before step 2, ops of one fused kernel (the `fusion` label `annotate-costs{fusion=xla}` writes)
 are merged the same way, only along edges inside a kernel: XLA runs them as one kernel, so splitting
@@ -105,6 +110,7 @@ EDGE, SIBLINGS = "edge", "siblings"  # what a merge joins: the two ends of an ed
 # first, with siblings or edges only, and heaviest tensor first
 PATH_SIBLINGS, PATH, HEAVIEST = "path+siblings", "path", "heaviest"
 ORDERS = (PATH_SIBLINGS, PATH, HEAVIEST)
+EDGE_ORDERS = (PATH, HEAVIEST)  # without `siblings`
 
 
 @dataclass(frozen=True)
@@ -114,15 +120,18 @@ class CoarsenPass(Pass):
     name = "coarsen"
     target: int = DEFAULT_TARGET
     colocation: str = DEFAULT_COLOCATION  # contract each colocation group "whole", or its "connected" pieces
+    siblings: bool = False  # also merge nodes no path joins, keeping the grouping of the lowest coarse bound
 
     def __post_init__(self) -> None:  # checked when the pipeline is built, before any model is loaded
         if isinstance(self.target, bool) or not isinstance(self.target, int) or self.target < 1:
             raise CoarsenError(f"target must be at least 1 (a whole number of groups), got {self.target!r}")
         if self.colocation not in COLOCATION_MODES:
             raise CoarsenError(f"colocation must be one of {', '.join(COLOCATION_MODES)}, got '{self.colocation}'")
+        if not isinstance(self.siblings, bool):
+            raise CoarsenError(f"siblings must be true or false, got {self.siblings!r}")
 
     def run(self, graph: Graph, ctx: PassContext) -> None:
-        groups = coarsen_groups(graph, self.target, ctx.cluster, self.colocation)
+        groups = coarsen_groups(graph, self.target, ctx.cluster, self.colocation, self.siblings)
         for op, g in zip(graph.ops, groups):
             op.attrs["group"] = StringAttr(g)
         ctx.progress(f"coarsen: {len(graph.ops)} ops -> {len(set(groups))} groups (target {self.target})")
@@ -265,8 +274,11 @@ class _Classes:
 # ---------------------------------------------------------------- coarsening
 
 def coarsen_groups(graph: Graph, target: int, cluster: Cluster | None = None,
-                   colocation: str = DEFAULT_COLOCATION) -> list[str]:
-    """Group name ("g0", "g1", ... in topological order) of every op of `graph`, in op order."""
+                   colocation: str = DEFAULT_COLOCATION, siblings: bool = False) -> list[str]:
+    """Group name ("g0", "g1", ... in topological order) of every op of `graph`, in op order: of the
+    groupings of `ORDERS` (with `siblings`) or of `EDGE_ORDERS`, the one with the lowest coarse
+    bound (`grouped_bound`, with `siblings` and a cluster), else the shortest critical path of node
+    costs."""
     n = len(graph.ops)
     if n == 0:
         return []
@@ -278,7 +290,7 @@ def coarsen_groups(graph: Graph, target: int, cluster: Cluster | None = None,
     label, split = _colocation_labels(graph, edges, colocation)
     fused = _fused_edges(graph)
     best: tuple[float, list[str]] | None = None
-    for order in ORDERS:
+    for order in ORDERS if siblings else EDGE_ORDERS:
         dag = _Contraction(n, edges, cost, mem)
         for members in _members_by_label(label).values():
             head = members[0]
@@ -287,7 +299,7 @@ def coarsen_groups(graph: Graph, target: int, cluster: Cluster | None = None,
         class_of_op, classes = _split_classes(graph, split, cost, mem)
         _contract(dag, target, sum(cost), cluster, _node_classes(dag, class_of_op), classes, fused, order)
         groups = _name_groups(dag, n)
-        score = grouped_bound(graph, cluster, groups) if cluster is not None else dag.path_levels()[2]
+        score = grouped_bound(graph, cluster, groups) if siblings and cluster is not None else dag.path_levels()[2]
         if best is None or score < best[0] * (1 - 1e-9):
             best = (score, groups)
     assert best is not None

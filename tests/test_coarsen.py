@@ -82,12 +82,15 @@ def test_quotient_invariants_on_random_dags(graph: Graph, cluster: Cluster | Non
 @given(parents=st.lists(st.integers(-1, 20), min_size=1, max_size=14), target=st.integers(1, 14))
 def test_forests_coarsen_down_to_the_target(parents: list[int], target: int) -> None:
     """Every edge of an in-forest (one producer per op) is safe, so merging along edges stops only at
-    the target or at one group per tree; merging siblings (trees' roots, or sinks) may go below."""
+    the target or at one group per tree; merging siblings too (roots, or sinks), it may go below."""
     nodes = [(f"n{i}", None) for i in range(len(parents))]
     edges = [(f"n{p}", f"n{i}", 8) for i, p in enumerate(parents) if 0 <= p < i]
     g = _doc(nodes, edges)
     components = len(parents) - len(edges)
     groups = coarsen_groups(g, target)
+    assert len(set(groups)) == max(target, components) or len(set(groups)) == len(parents) <= target
+    _check_quotient(_grouped(g, groups), None)
+    groups = coarsen_groups(g, target, siblings=True)
     assert min(target, len(parents)) <= len(set(groups)) <= max(target, components)
     _check_quotient(_grouped(g, groups), None)
 
@@ -219,7 +222,8 @@ def test_sinks_merge_with_each_other_rather_than_lengthen_the_chain() -> None:
 
     g = _chain_with_side_sinks(10)
     cluster = Cluster.homogeneous(4, "v100", latency=1e-9, bandwidth=1e15)
-    groups = coarsen_groups(g, 6, cluster)
+    assert grouped_bound(g, cluster, coarsen_groups(g, 6, cluster)) == pytest.approx(13.5e-3)
+    groups = coarsen_groups(g, 6, cluster, siblings=True)
     assert len(set(groups)) == 6
     assert grouped_bound(g, cluster, groups) <= 11e-3 * (1 + 1e-9)
     _check_quotient(_grouped(g, groups), cluster)
