@@ -99,9 +99,10 @@ CLASS_SHARE = 4  # a colocation class may force together up to 1 / (this * devic
 COLOCATION_MODES = ("connected", "whole")
 GROWTH_TOLERANCE = 1e-9  # of the critical path: a merge that lengthens it less is free
 LENGTHENING_SHARE = 0.05  # of the nodes: at most this many merges a round once every merge lengthens the path
-# of the nodes: at most this many merges a round while they lengthen nothing, by the least-lengthening
-# orders (each merge is free by the round's levels, not all of them together: lstm_seq2seq's coarse
-# bound at 200 groups is 1.17 times the fine one with 0.25, 1.20 without a limit)
+# of the nodes: at most this many merges a round while they lengthen nothing, in the order
+# `PATH_SIBLINGS` (its fused kernels' rounds too; the other orders as before, without a limit): each
+# merge is free by the round's levels, not all of them together (lstm_seq2seq's coarse bound at 200
+# groups is 1.17 times the fine one with 0.25, 1.20 without a limit)
 FREE_SHARE = 0.25
 DEFAULT_COLOCATION = "connected"
 SIBLING_REACH = 3  # a node may merge with the next this many of its level (or of the sinks) by top level
@@ -318,7 +319,7 @@ def grouped_bound(graph: Graph, cluster: Cluster, groups: list[str]) -> float:
 def _contract(dag: _Contraction, target: int, total: float, cluster: Cluster | None, node_class: dict[int, int],
               classes: _Classes, fused: Callable[[_Contraction, int, int], bool] | None, order: str) -> None:
     """Contract `dag` (colocation groups already contracted) toward `target` nodes under the caps:
-    edges inside fused kernels first, then any edge."""
+    edges inside fused kernels first, then any edge (and, in the order `PATH_SIBLINGS`, siblings)."""
     devices = len(cluster) if cluster is not None else DEVICES_WITHOUT_CLUSTER
     caps = _Caps.initial(dag, target, total, cluster, devices)
     if fused is not None:
@@ -528,8 +529,8 @@ def _memory_cap(dag: _Contraction, cluster: Cluster | None) -> float:
 def _contract_rounds(dag: _Contraction, target: int, caps: _Caps, node_class: dict[int, int],
                      classes: _Classes, order: str,
                      only: Callable[[_Contraction, int, int], bool] | None = None) -> None:
-    """Merge edges in safe batches, heaviest first, until `target` nodes remain or none can merge.
-    With `only`, merge only the edges it accepts (the node cost cap does not apply to them)."""
+    """Merge in safe batches, in `order`, until `target` nodes remain or none can merge. With
+    `only`, merge only the edges it accepts (the node cost cap does not apply to them)."""
     while len(dag.alive) > target:
         level = dag.levels()
         batch, capped = _choose_batch(dag, level, len(dag.alive) - target, caps, node_class, classes, order, only)
@@ -566,8 +567,8 @@ def _choose_batch(dag: _Contraction, level: dict[int, int], budget: int, caps: _
                   node_class: dict[int, int], classes: _Classes, order: str,
                   only: Callable[[_Contraction, int, int], bool] | None = None,
                   ) -> tuple[list[tuple[int, int, int | None]], bool]:
-    """Edges to contract this round (no shared endpoints, safe together, accepted by `only`); and
-    whether the cost cap blocked any."""
+    """Merges to make this round (edges, or in the order `PATH_SIBLINGS` siblings: no shared
+    endpoints, safe together, accepted by `only`); and whether the cost cap blocked any."""
     cands = []
     keep_path = order != HEAVIEST
     top, bottom, path = dag.path_levels() if keep_path else ({}, {}, 0.0)

@@ -35,7 +35,7 @@ from __future__ import annotations
 import dataclasses
 import random
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from pesto_ir.bounds import lower_bound
@@ -212,7 +212,13 @@ class _Search:
         want = max(MIN_SIZE, int(self.size[kind]))
         dev = self._devices()
         offered = self._offered(dev)
-        everywhere = {u: [d for d in prob.allowed[u] if d in offered] for u in range(len(prob.units))}
+        here = [dev[members[0]] for members in prob.units]  # each unit's device: always offered to it, as
+        # `allowed` (by the conservative count) may leave it out on a memory-tight plan
+
+        def choices(u: int, devices: Iterable[int]) -> list[int]:
+            return [d for d in devices if d == here[u] or d in prob.allowed[u]]
+
+        everywhere = {u: choices(u, sorted(offered)) for u in range(len(prob.units))}
         if kind == "time slice":
             by_start = sorted(range(prob.n), key=lambda i: (self.best.ops[prob.names[i]].start, i))
             first = rng.randrange(max(1, len(by_start) - want + 1))
@@ -227,7 +233,7 @@ class _Search:
             on = sorted((i for i in range(prob.n) if dev[i] in (a, b)),
                         key=lambda i: (abs(self.best.ops[prob.names[i]].start - at), i))
             pair = [a, b]
-            return {prob.unit_of[i]: [d for d in pair if d in prob.allowed[prob.unit_of[i]]] for i in on[:want]}
+            return {prob.unit_of[i]: choices(prob.unit_of[i], pair) for i in on[:want]}
         return {prob.unit_of[i]: everywhere[prob.unit_of[i]] for i in self._grow(seed, want)}
 
     def _offered(self, dev: list[int]) -> set[int]:
@@ -293,7 +299,8 @@ class _Search:
 
     # ------------------------------------------------------------------ one exact step
     def _solve(self, free: Mapping[int, list[int]]) -> tuple[Result, Plan | None]:
-        """Re-solve the neighbourhood; the best exact timing of the solution (None without one)."""
+        """Re-solve the neighbourhood; the best exact timing of the solution that fits in memory
+        (None without one)."""
         seconds = min(STEP_SECONDS if self.engine == "cpsat" else ILP_STEP_SECONDS, self.left())
         seed = self.rng.randrange(2**31)
         options = dataclasses.replace(self.quiet, seed=seed, time_limit=seconds)

@@ -72,7 +72,7 @@ def _check_quotient(graph: Graph, cluster: Cluster | None) -> None:
 def test_quotient_invariants_on_random_dags(graph: Graph, cluster: Cluster | None, data: st.DataObject) -> None:
     target = data.draw(st.integers(1, len(graph.ops) + 1))
     mode = data.draw(st.sampled_from(COLOCATION_MODES))
-    groups = coarsen_groups(graph, target, cluster, mode)
+    groups = coarsen_groups(graph, target, cluster, mode, siblings=data.draw(st.booleans()))
     assert len(groups) == len(graph.ops)
     assert all(g.startswith("g") for g in groups)
     _check_quotient(_grouped(graph, groups), cluster)
@@ -82,7 +82,8 @@ def test_quotient_invariants_on_random_dags(graph: Graph, cluster: Cluster | Non
 @given(parents=st.lists(st.integers(-1, 20), min_size=1, max_size=14), target=st.integers(1, 14))
 def test_forests_coarsen_down_to_the_target(parents: list[int], target: int) -> None:
     """Every edge of an in-forest (one producer per op) is safe, so merging along edges stops only at
-    the target or at one group per tree; merging siblings too (roots, or sinks), it may go below."""
+    the target or at one group per tree; merging siblings too (nodes of one level, roots among
+    them, or sinks), it may go below."""
     nodes = [(f"n{i}", None) for i in range(len(parents))]
     edges = [(f"n{p}", f"n{i}", 8) for i, p in enumerate(parents) if 0 <= p < i]
     g = _doc(nodes, edges)
@@ -227,3 +228,14 @@ def test_sinks_merge_with_each_other_rather_than_lengthen_the_chain() -> None:
     assert len(set(groups)) == 6
     assert grouped_bound(g, cluster, groups) <= 11e-3 * (1 + 1e-9)
     _check_quotient(_grouped(g, groups), cluster)
+
+
+def test_siblings_is_a_pass_option_checked_like_the_others() -> None:
+    g = _chain_with_side_sinks(10)
+    ctx = PassContext(cluster=Cluster.homogeneous(4, "v100", latency=1e-9, bandwidth=1e15), quiet=True)
+    on = PassManager("coarsen{target=6 siblings=true}").run(g.clone(), ctx)
+    off = PassManager("coarsen{target=6}").run(g.clone(), ctx)
+    assert [op.get("group") for op in on.ops] == coarsen_groups(g, 6, ctx.cluster, siblings=True)
+    assert [op.get("group") for op in off.ops] != [op.get("group") for op in on.ops]
+    with pytest.raises(PestoError, match="siblings"):
+        PassManager("coarsen{siblings=3}")

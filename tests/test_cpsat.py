@@ -40,7 +40,7 @@ from pesto_ir.passes.algo_auto import place_auto
 from pesto_ir.passes.algo_cpsat import Problem, Request, earliest_schedule, place_cpsat, tick_for
 from pesto_ir.passes.algo_ilp import place_ilp
 from pesto_ir.passes.cpsat_worker import SolverProcess
-from pesto_ir.passes.lns import improve_with_lns
+from pesto_ir.passes.lns import _Search, improve_with_lns, relaxed_memory
 from pesto_ir.placement import PlaceOptions
 from pesto_ir.validate import check_plan
 
@@ -340,13 +340,12 @@ def test_auto_uses_lns_on_larger_graphs_and_is_never_worse_than_its_start() -> N
     assert "cpsat-lns" in plan.solver["portfolio"] and plan.solver["winner"] == "cpsat-lns"
 
 
-def _memory_tight_lns_search(k: int) -> Any:
+def _memory_tight_lns_search(k: int) -> _Search:
     """An LNS run on ResNet-50's training layers on k V100s, started from ETF's plan: it fits the
     16 GiB by tensor lifetimes, not by the models' whole-step count of memory."""
     from bench.zoo import msr_cluster, msr_model
     from pesto_ir.passes.cpsat_worker import shared_solver
     from pesto_ir.passes.heuristic_portfolio import ALGORITHMS
-    from pesto_ir.passes.lns import _Search
 
     model = msr_model("resnet50_training_layer")
     graph, cluster = model.build(), msr_cluster(k)
@@ -360,6 +359,8 @@ def test_lns_steps_on_a_memory_tight_plan_are_not_infeasible() -> None:
     hold what the incumbent holds there, and the plans a step finds are kept only if their
     lifetimes fit (ETF's plan broke the whole-step count, and every small step was infeasible)."""
     search = _memory_tight_lns_search(4)
+    relaxed = relaxed_memory(search.problem, search._devices())
+    assert any(r > c for r, c in zip(relaxed, search.problem.memory))  # the case: the whole-step count overflows
     result, plan = search._solve(search._neighbourhood("time slice"))
     assert result.status in ("optimal", "feasible"), result.status
     assert plan is not None and plan.makespan <= search.best.makespan * (1 + 1e-9)
