@@ -5,6 +5,7 @@ last). For checking a row quickly; `--quick` takes the quick suite's models, `-v
 
     python3 bench/place_row.py jax_gpt 8 [auto | "auto data-parallel=1 microbatches=1"]
     python3 bench/place_row.py jax_lstm_seq2seq_quick 2 auto --quick --time-limit 1 -v
+    python3 bench/place_row.py jax_gpt 4 "auto data-parallel=1 microbatches=1" --coarsen siblings=true
 """
 
 from __future__ import annotations
@@ -43,6 +44,8 @@ def main(argv: list[str]) -> int:
     ap.add_argument("algo", nargs="?", default="auto", help="place's options after algo= (default auto)")
     ap.add_argument("--time-limit", type=_seconds, help="seconds (default: place's default for the coarse graph)")
     ap.add_argument("--quick", action="store_true", help="the quick suite's models")
+    ap.add_argument("--coarsen", default="", metavar="OPTIONS",
+                    help="more coarsen options, e.g. 'siblings=true' (target=200 is always set)")
     ap.add_argument("-v", "--verbose", action="store_true", help="show the passes' progress")
     args = ap.parse_args(argv)
     models = {m.name: m for m in zoo(quick=args.quick)}
@@ -50,7 +53,11 @@ def main(argv: list[str]) -> int:
         ap.error(f"unknown model {args.model} (known{' with --quick' if args.quick else ''}: {', '.join(models)})")
     model = models[args.model]
     ctx = PassContext(cluster=model.cluster(args.k), quiet=not args.verbose, seed=0)
-    graph = PassManager("coarsen{target=200}", verify_each=False).run(pesto_ir.parse(str(model.build())), ctx)
+    try:
+        coarsen = PassManager(f"coarsen{{target=200 {args.coarsen}}}".replace(" }", "}"), verify_each=False)
+    except pesto_ir.PestoError as e:
+        ap.error(f"--coarsen: {e}")
+    graph = coarsen.run(pesto_ir.parse(str(model.build())), ctx)
     groups = {op.get("group") for op in graph.ops if "group" in op.attrs}
     limit = args.time_limit or default_time_limit(len(groups) if groups else len(graph.ops))
     started = time.perf_counter()
