@@ -49,8 +49,7 @@ OPTIMIZER_STATE_CHOICES = ("auto", "replicated", "sharded")  # `optimizer-state`
 MAX_SCREEN_OPS = 150_000  # a rewritten graph larger than this is not built (memory)
 SCREEN_SHARE = 0.6  # of the time limit, for screening the strategies (the rest refines the best)
 MIN_REFINE_SECONDS = 0.25  # below this much time left, the best screening plan is not refined
-REFINE_RESERVE = MIN_REFINE_SECONDS + 0.15  # kept for refining a leading one-batch plan: the floor, and a margin for estimates,
-REFINE_RESERVE_SHARE = 0.3  # ... or this share of the time limit if more (`refine_reserve`)
+REFINE_RESERVE = MIN_REFINE_SECONDS + 0.15  # kept for refining a leading one-batch plan: the floor, and a margin for estimates
 PROMISING = 0.05  # ... except from a pipeline predicted this much faster than it (refining gains less)
 REFINE_MAX_OPS = 5_000  # nor on a replica graph larger than this (the engines' set-up alone takes seconds)
 MAX_HEURISTIC_OPS = 5_000  # the heuristics screen a pipelined replica graph up to this size (m-ETF: 60 s at 19,000)
@@ -432,9 +431,9 @@ def _screen_pipelines(graph: Graph, cluster: Cluster, todo: list[Strategy], opti
         expected = rates.screening(len(graph.ops), per_replica) or 0.0
         now = time.perf_counter()
         if strategy != ONE_BATCH and (before or tried) and \
-                (now > stop or now + expected > hard - _one_batch_reserve([*before, *tried], options.time_limit)):
+                (now > stop or now + expected > hard - _one_batch_reserve([*before, *tried])):
             why = ("not screened: its share of the time ran out" if now > stop
-                   else _no_time(expected, "to screen", now + expected <= hard, options.time_limit))
+                   else _no_time(expected, "to screen", now + expected <= hard))
             tried.append(Candidate(strategy, why_not=why))
         else:
             given = options if strategy != ONE_BATCH else dataclasses.replace(options, time_limit=max(until - now, 1e-3))
@@ -444,9 +443,8 @@ def _screen_pipelines(graph: Graph, cluster: Cluster, todo: list[Strategy], opti
         return tried
     rewrite = rates.rewrite_or_guess(MODEL_MICROBATCHES * len(graph.ops))
     now = time.perf_counter()
-    reserve = _one_batch_reserve([*before, *tried], options.time_limit)
-    if any(c.plan is not None for c in [*before, *tried]) and now + rewrite > hard - reserve:
-        why = _no_time(rewrite, "for the pipeline model", now + rewrite <= hard, options.time_limit)
+    if any(c.plan is not None for c in [*before, *tried]) and now + rewrite > hard - _one_batch_reserve([*before, *tried]):
+        why = _no_time(rewrite, "for the pipeline model", now + rewrite <= hard)
         return tried + [Candidate(s, why_not=why) for s in pipelined]
     ranked, candidates, cost = _ranked_pipelines(graph, cluster, pipelined, log, rates)
     best: tuple[float, float | None] | None = None  # (makespan, its prediction) of the fastest built
@@ -466,7 +464,7 @@ def _screen_pipelines(graph: Graph, cluster: Cluster, todo: list[Strategy], opti
             c.why_not = c.why_not or f"{schedule} not built: {why}"
             continue
         promising = predicted is not None and other is not None and predicted < other * (1 - PROMISING)
-        kept = 0.0 if promising else _one_batch_reserve([*before, *tried, *candidates.values()], options.time_limit)
+        kept = 0.0 if promising else _one_batch_reserve([*before, *tried, *candidates.values()])
         end = (deadline if best is None or c.source is not None else stop) - kept
         # another schedule of a graph built, or one-device replicas (every schedule gives the same
         # plan there): the fixed schedule alone
@@ -572,27 +570,20 @@ def _ranked_pipelines(graph: Graph, cluster: Cluster, todo: list[Strategy], log:
     return ranked, candidates, cost  # type: ignore[return-value]
 
 
-def refine_reserve(time_limit: float) -> float:
-    """The time kept for refining a leading one-batch plan: refining takes a one-batch plan much
-    further than a pipeline's or a mix's (jax_lstm_seq2seq at 4 devices: screened at 9.25 ms, refined
-    to 6.7), and with only `REFINE_RESERVE` kept, the mixes' screening left it 4 s of 22."""
-    return max(REFINE_RESERVE, REFINE_RESERVE_SHARE * time_limit)
-
-
-def _one_batch_reserve(screened: list[Candidate], time_limit: float) -> float:
-    """The time to keep for refining the one-batch plan when it is the fastest screened so far
-    (`refine_reserve`): refining it gains more than screening the pipelines and mixes."""
+def _one_batch_reserve(screened: list[Candidate]) -> float:
+    """The time to keep for refining the one-batch plan when it is the fastest screened so far:
+    under short limits refining it gains more than screening the pipelines and mixes."""
     fastest = min((c for c in screened if c.plan is not None), key=lambda c: c.plan.makespan, default=None)  # type: ignore[union-attr]
     if fastest is None or fastest.strategy != ONE_BATCH or fastest.graph is None or len(fastest.graph.ops) > REFINE_MAX_OPS:
         return 0.0
-    return refine_reserve(time_limit)
+    return REFINE_RESERVE
 
 
-def _no_time(seconds: float, what: str, kept: bool = False, time_limit: float = 0.0) -> str:
+def _no_time(seconds: float, what: str, kept: bool = False) -> str:
     """Why a step was not started: the time left, or (`kept`) the time kept for the refinement."""
     if kept:
-        return (f"not screened: its {seconds:.2g} s or so would use the last {refine_reserve(time_limit):.2g} s, "
-                "kept for refining the one-batch plan")
+        return (f"not screened: its {seconds:.2g} s or so would use the last {REFINE_RESERVE:g} s, kept for "
+                "refining the one-batch plan")
     return f"not screened: no time left {what} (about {seconds:.2g} s by the rates measured or guessed so far)"
 
 

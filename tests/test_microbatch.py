@@ -307,11 +307,10 @@ def test_place_auto_screens_the_eager_schedule_of_its_pipelines(resnet50_layer: 
 @pytest.mark.parametrize("seconds_left", [0.05, 60.0])
 def test_screening_keeps_time_to_refine_the_one_batch_plan_that_leads(resnet50_layer: Graph,
                                                                        seconds_left: float) -> None:
-    """With the one-batch plan screened and fastest, and only the time kept for refining it
-    (`refine_reserve`: 30% of the limit, at least `REFINE_RESERVE`) and a little more left, the
-    pipeline model (guessed at 0.18 s: 708 ops) is not built: the time goes to refining that plan.
-    With time, it is."""
-    from pesto_ir.passes.hybrid import ONE_BATCH, Candidate, Rates, _screen_pipelines, refine_reserve, screen
+    """With the one-batch plan screened and fastest, and only `REFINE_RESERVE` and a little more
+    left, the pipeline model (guessed at 0.18 s: 708 ops) is not built: the time goes to refining
+    that plan. With time, it is."""
+    from pesto_ir.passes.hybrid import ONE_BATCH, REFINE_RESERVE, Candidate, Rates, _screen_pipelines, screen
 
     cluster = Cluster.homogeneous(4, "v100", memory=16 * 2**30, latency=1e-5, bandwidth=50e9)
     options = PlaceOptions(quiet=True)
@@ -320,7 +319,7 @@ def test_screening_keeps_time_to_refine_the_one_batch_plan_that_leads(resnet50_l
 
     one_batch = screen(resnet50_layer, cluster, Candidate(ONE_BATCH), options, m_etf)
     assert one_batch.plan is not None, one_batch.why_not
-    hard = time.perf_counter() + refine_reserve(options.time_limit) + seconds_left
+    hard = time.perf_counter() + REFINE_RESERVE + seconds_left
     tried = _screen_pipelines(resnet50_layer, cluster, [Strategy(1, 2), Strategy(1, 4)], options, m_etf,
                               until=hard, stop=hard, deadline=hard, hard=hard, before=[one_batch], log=options,
                               rates=Rates())
@@ -519,10 +518,3 @@ def test_a_strategy_keeps_the_plan_of_a_heuristic_that_works(monkeypatch: pytest
     _, plan = hybrid_run("annotate-costs,place{algo=auto time-limit=3 data-parallel=2 microbatches=auto}")
     note = next(n for n in plan.notes if n.startswith("hybrid search"))
     assert re.search(r"d=2 m=1 [\d.]+ us", note), note
-
-
-def test_the_refinement_reserve_grows_with_the_time_limit() -> None:
-    from pesto_ir.passes.hybrid import REFINE_RESERVE, REFINE_RESERVE_SHARE, refine_reserve
-
-    assert refine_reserve(1.0) == REFINE_RESERVE  # short limits: the refinement's floor and a margin
-    assert refine_reserve(22.0) == pytest.approx(REFINE_RESERVE_SHARE * 22.0)
