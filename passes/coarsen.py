@@ -45,9 +45,10 @@ Exact placement does not scale to thousands of ops, so ops are merged into coars
    its `siblings` column: resnet 1.28 -> 1.21 times the fine one, gpt 1.22 -> 1.08 at 4 devices,
    gpt24 1.30 -> 1.14 at 8, lstm_seq2seq 1.25 -> 1.17, inception 1.32 -> 1.30; no MSR training
    graph gets worse), but a lower bound is not a faster plan: `auto`'s one-batch plans
-   (`bench/place_row.py`, 22 s) got 4-9% faster on gpt, gpt24 and inception and 3-8% slower on
-   lstm_seq2seq, whose expanded coarse plans lost more to the fine schedule's transfers, and
-   `auto` picks one batch on lstm_seq2seq. So it is not the default.
+   (`bench/place_row.py ... --coarsen siblings=true`, side by side with the default, 22 s) got
+   4-6% faster on gpt (k = 4, 8), gpt24 (8) and inception (8), and 3-8% slower on lstm_seq2seq
+   (k = 2, 4, 8), whose expanded coarse plans lost more to the fine schedule's transfers, and 2%
+   on multitower (4); `auto` picks one batch on those two. So it is not the default.
 
 Before step 2, ops of one fused kernel (the `fusion` label `annotate-costs{fusion=xla}` writes)
 are merged the same way, only along edges inside a kernel: XLA runs them as one kernel, so splitting
