@@ -17,13 +17,15 @@ The solution is timed exactly (`simulate`, and the solver's link order) and kept
 makespan is smaller and its peak memory (tensor lifetimes) fits, so the result is never worse than
 the start.
 
+Each kind's neighbourhoods grow while their sub-problems are solved to optimality and shrink while
+they time out.
+
 The models count memory conservatively (every byte held for the whole step), which a plan that fits
 by lifetimes may exceed: a heuristic's plan of a memory-tight graph (ResNet-50 training layers on 4
 or 8 V100s) broke that rule on some device, so every step that could not move enough off it was
 infeasible, and at 8 devices none ever got that far. So a CP-SAT step lets each device hold, by the
 model's count, as much as the incumbent holds there (`relaxed_memory`), and the exact lifetime check
-decides. Each kind's neighbourhoods grow
-while their sub-problems are solved to optimality and shrink while they time out.
+decides. (`ilp` steps keep the MILP's count as it is.)
 
 Every random choice comes from `options.seed`, and with one worker (`options.threads`) each
 CP-SAT sub-solve ends at a deterministic-time limit, so a run takes the same steps on any machine
@@ -239,8 +241,8 @@ class _Search:
     def _offered(self, dev: list[int]) -> set[int]:
         """The devices a step may move ops to: those the incumbent uses, and of the unused devices
         of each class of interchangeable ones only the first: a step that may open any of five
-        empty V100s searches five times over the same plans (ResNet-50's training layers at 8
-        devices, from ETF's plan on 3: the third step took 3.9 s, against 1.1 s at 4 devices;
+        empty V100s searches five times over the same plans (on ResNet-50's training layers at 8
+        devices, from ETF's plan on 3, the steps then took about 4 times as long as at 4 devices;
         with one empty device offered, the first steps are those of 4 devices)."""
         used = set(dev)
         offered = set(range(self.problem.k))
