@@ -29,7 +29,7 @@ from pesto_ir.costs import op_cost
 from pesto_ir.ir import Graph
 from pesto_ir.memory import fits_memory
 from pesto_ir.plan import Plan
-from pesto_ir.simulate import simulate_eager, transfer_bytes
+from pesto_ir.simulate import Prepared, simulate_eager, transfer_bytes
 
 ROUNDS = 8  # forward-backward rounds at most
 PATIENCE = 2  # rounds in a row that gain nothing end the search
@@ -135,12 +135,14 @@ def justified(graph: Graph, cluster: Cluster, placement: Mapping[str, str], plan
     tasks = step_tasks(graph, cluster, placement)
     backward = tasks.reversed_after()
     capacity = {d.name: d.memory for d in cluster.devices}
+    prepared = Prepared(graph, cluster)
     best = current = plan
     idle = 0
     for i in range(ROUNDS):
         if i and deadline is not None and time.perf_counter() >= deadline:
             break
-        current = simulate_eager(graph, cluster, placement, backward_starts(tasks, backward, current), plan.algorithm)
+        current = simulate_eager(graph, cluster, placement, backward_starts(tasks, backward, current), plan.algorithm,
+                                 prepared)
         if current.makespan < best.makespan * (1 - 1e-9) and fits_memory(graph, current, capacity):
             best, idle = current, 0
         else:

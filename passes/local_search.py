@@ -26,7 +26,7 @@ from pesto_ir.memory import fits_memory
 from pesto_ir.passes.algo_common import colocation_units
 from pesto_ir.placement import interrupted
 from pesto_ir.plan import Plan
-from pesto_ir.simulate import order_from_priority, simulate
+from pesto_ir.simulate import Prepared, order_from_priority, simulate
 from pesto_ir.validate import check_plan
 
 IMPROVEMENT = 1e-9  # relative: a move must shorten the plan by more than this
@@ -65,12 +65,13 @@ def _search(graph: Graph, cluster: Cluster, state: _Moves, deadline: float) -> N
     """Improving moves into `state` until `deadline`, or until no move helps."""
     unit = _units(graph)
     capacity = {d.name: d.memory for d in cluster.devices}
+    prepared = Prepared(graph, cluster)
     failed: set[tuple[str, str]] = set()  # moves that did not help, skipped until a pass finds nothing new
     retried = False
     while time.perf_counter() < deadline:
         best = state.best
         placement = {name: slot.device for name, slot in best.ops.items()}
-        priority = {name: slot.start for name, slot in best.ops.items()}
+        sequence = _by_start(graph, best)
         improved = None
         for ops, device in _candidates(graph, cluster, best, unit):
             if time.perf_counter() >= deadline:
@@ -81,7 +82,7 @@ def _search(graph: Graph, cluster: Cluster, state: _Moves, deadline: float) -> N
                 continue
             trial = dict(placement)
             trial.update(dict.fromkeys(moving, device))
-            plan = simulate(graph, cluster, trial, order_from_priority(graph, trial, priority), best.algorithm)
+            plan = simulate(graph, cluster, trial, _split(sequence, trial), best.algorithm, prepared)
             if plan.makespan < best.makespan * (1 - IMPROVEMENT) and fits_memory(graph, plan, capacity):
                 improved = plan
                 break
@@ -93,6 +94,27 @@ def _search(graph: Graph, cluster: Cluster, state: _Moves, deadline: float) -> N
             retried = True
             continue
         state.best, state.moves, retried = improved, state.moves + 1, False
+
+
+def _by_start(graph: Graph, plan: Plan) -> list[str]:
+    """The ops in the order of their start times in `plan` (then graph order): what
+    `order_from_priority` gives with the starts as priorities, whatever the placement, as a plan
+    starts no op before its producers (else its topological sort by them)."""
+    index = {op.name: i for i, op in enumerate(graph.ops)}
+    sequence = sorted(plan.ops, key=lambda n: (plan.ops[n].start, index[n]))
+    position = {n: i for i, n in enumerate(sequence)}
+    if all(position[p.name] < position[op.name] for op in graph.ops for p in op.producers()):
+        return sequence
+    priority = {name: slot.start for name, slot in plan.ops.items()}
+    return [n for names in order_from_priority(graph, {n: "" for n in plan.ops}, priority).values() for n in names]
+
+
+def _split(sequence: list[str], placement: dict[str, str]) -> dict[str, list[str]]:
+    """`sequence` as per-device orders."""
+    out: dict[str, list[str]] = {}
+    for name in sequence:
+        out.setdefault(placement[name], []).append(name)
+    return out
 
 
 def _units(graph: Graph) -> dict[str, list[str]]:
