@@ -70,7 +70,7 @@ from pesto_ir.passes.algo_common import colocation_units
 from pesto_ir.passes.justify import justified
 from pesto_ir.placement import PlaceOptions
 from pesto_ir.plan import Plan
-from pesto_ir.simulate import PlanError, order_from_priority, simulate, simulate_eager
+from pesto_ir.simulate import PlanError, Prepared, order_from_priority, simulate, simulate_eager
 from pesto_ir.types import TensorType
 from pesto_ir.units import human_time
 from pesto_ir.validate import check_plan
@@ -133,9 +133,12 @@ def pipeline_plan(graph: Graph, cluster: Cluster, schedule: str, options: PlaceO
     return check_plan(graph, cluster, plan)
 
 
-def _eager_schedule(graph: Graph, cluster: Cluster, placement: Mapping[str, str], algorithm: str) -> Plan:
+def _eager_schedule(graph: Graph, cluster: Cluster, placement: Mapping[str, str], algorithm: str,
+                    prepared: Prepared | None = None) -> Plan:
     """The eager schedule of `placement` by `eager_priorities`."""
-    return simulate_eager(graph, cluster, placement, eager_priorities(graph, cluster, placement), algorithm=algorithm)
+    prepared = prepared or Prepared(graph, cluster)
+    return simulate_eager(graph, cluster, placement, eager_priorities(graph, cluster, placement, prepared),
+                          algorithm, prepared)
 
 
 @dataclass
@@ -149,10 +152,12 @@ class Layout:
     plan: Plan
 
 
-def _layout(graph: Graph, cluster: Cluster, units: Units, label: str, forward_stage: list[int]) -> Layout:
+def _layout(graph: Graph, cluster: Cluster, units: Units, label: str, forward_stage: list[int],
+            prepared: Prepared) -> Layout:
     stages = units.stages(graph, forward_stage, len(cluster))
     placement = {name: cluster.names[s] for name, s in stages.stage_of().items()}
-    return Layout(label, forward_stage, stages, placement, _eager_schedule(graph, cluster, placement, INTERLEAVED))
+    return Layout(label, forward_stage, stages, placement,
+                  _eager_schedule(graph, cluster, placement, INTERLEAVED, prepared))
 
 
 def _interleaved_plan(graph: Graph, cluster: Cluster, m: int) -> Plan:
@@ -166,14 +171,15 @@ def _interleaved_plan(graph: Graph, cluster: Cluster, m: int) -> Plan:
     if not found:  # a unit too large for any slack: the contiguous stages
         found = [("contiguous stages", balanced_cut(weights, len(cluster)))]
     balanced = sorted(found, key=lambda layout: max(units.stages(graph, layout[1], len(cluster)).costs))  # stable
-    layouts = [_layout(graph, cluster, units, label, stage) for label, stage in balanced[:SIMULATED_LAYOUTS]]
+    prepared = Prepared(graph, cluster)  # for every layout's simulations
+    layouts = [_layout(graph, cluster, units, label, stage, prepared) for label, stage in balanced[:SIMULATED_LAYOUTS]]
     layouts.sort(key=lambda lay: lay.plan.makespan)
-    layouts[0] = _moved_units(graph, cluster, units, layouts[0])
+    layouts[0] = _moved_units(graph, cluster, units, layouts[0], prepared)
     best: Plan | None = None
     failed: PlanError | None = None
     kept = 0
     for lay in layouts:
-        plan = justified(graph, cluster, lay.placement, lay.plan)
+        plan = justified(graph, cluster, lay.placement, lay.plan, prepared=prepared)
         plan.notes.append(_note(INTERLEAVED, lay.stages, m, lay.label))
         try:
             plan = check_plan(graph, cluster, plan)
@@ -191,7 +197,7 @@ def _interleaved_plan(graph: Graph, cluster: Cluster, m: int) -> Plan:
     return best
 
 
-def _moved_units(graph: Graph, cluster: Cluster, units: Units, start: Layout) -> Layout:
+def _moved_units(graph: Graph, cluster: Cluster, units: Units, start: Layout, prepared: Prepared) -> Layout:
     """First-improvement local search from `start`: a forward unit next to one on another device
     moves there while that makes the eager schedule faster (and it fits in memory), for at most
     `MOVE_SIMULATED_OPS` ops simulated (`MAX_MOVES` simulations): where chunks of whole units
@@ -205,7 +211,7 @@ def _moved_units(graph: Graph, cluster: Cluster, units: Units, start: Layout) ->
             if tried == budget:
                 break
             tried += 1
-            found = _layout(graph, cluster, units, f"{start.label}, units moved", moved)
+            found = _layout(graph, cluster, units, f"{start.label}, units moved", moved, prepared)
             if found.plan.makespan < best.plan.makespan * (1 - 1e-9) and fits_memory(graph, found.plan, capacity):
                 best = found
                 break
@@ -593,7 +599,8 @@ def priorities(graph: Graph, stage_of: dict[str, int], ticks: dict[tuple[int, st
     return prio
 
 
-def eager_priorities(graph: Graph, cluster: Cluster, placement: Mapping[str, str]) -> dict[str, tuple[float, ...]]:
+def eager_priorities(graph: Graph, cluster: Cluster, placement: Mapping[str, str],
+                     prepared: Prepared | None = None) -> dict[str, tuple[float, ...]]:
     """The eager schedule's choice among ready ops: the oldest micro-batch first, then the longest
     path from the op to the step's end (its cost on its device included, transfers not). Oldest
     first keeps micro-batches moving through the stages, as a pipeline must; by longest path alone
@@ -601,17 +608,19 @@ def eager_priorities(graph: Graph, cluster: Cluster, placement: Mapping[str, str
     takes its latest producer's (a gradient sum, the update), else its earliest consumer's (an
     optimizer term that reads only state runs with the first micro-batch that needs it), else 0,
     as `priorities` places such ops in the fixed schedules."""
+    prepared = prepared.of(graph, cluster) if prepared else Prepared(graph, cluster)
+    consumers = prepared.consumers
     to_end: dict[str, float] = {}
     for op in reversed(graph.ops):
-        tail = max((to_end[c.name] for c in op.consumers()), default=0.0)
-        to_end[op.name] = op_cost(op, cluster.device(placement[op.name])) + tail
+        tail = max((to_end[c] for c in consumers[op.name]), default=0.0)
+        to_end[op.name] = prepared.cost(op.name, placement[op.name]) + tail
     batch: dict[str, int] = {}
     for op in graph.ops:
         i = op.get("microbatch")
-        found = [batch[p.name] for p in op.producers() if p.name in batch]
+        found = [batch[p] for p in prepared.producers[op.name] if p in batch]
         if i is not None or found:
             batch[op.name] = int(i) if i is not None else max(found)
     for op in reversed(graph.ops):
         if op.name not in batch:
-            batch[op.name] = min((batch[c.name] for c in op.consumers()), default=0)
+            batch[op.name] = min((batch[c] for c in consumers[op.name]), default=0)
     return {op.name: (float(batch[op.name]), -to_end[op.name]) for op in graph.ops}

@@ -127,15 +127,15 @@ def backward_starts(tasks: Tasks, backward: list[list[int]], plan: Plan) -> dict
 
 
 def justified(graph: Graph, cluster: Cluster, placement: Mapping[str, str], plan: Plan,
-              deadline: float | None = None) -> Plan:
+              deadline: float | None = None, prepared: Prepared | None = None) -> Plan:
     """The fastest of `plan` (a schedule of `placement`) and the eager schedules of up to `ROUNDS`
     forward-backward rounds from it that fit in the devices' memory; a round that gains nothing
     `PATIENCE` times in a row ends it, and no round starts after `deadline` (`time.perf_counter()`)
-    but the first."""
+    but the first (`prepared`: `simulate.Prepared(graph, cluster)`, where the caller has it)."""
     tasks = step_tasks(graph, cluster, placement)
     backward = tasks.reversed_after()
     capacity = {d.name: d.memory for d in cluster.devices}
-    prepared = Prepared(graph, cluster)
+    prepared = prepared.of(graph, cluster) if prepared else Prepared(graph, cluster)
     best = current = plan
     idle = 0
     for i in range(ROUNDS):

@@ -13,6 +13,7 @@ device starts its ready op of least priority), with the same timing of ops and t
 
 from __future__ import annotations
 
+import functools
 import heapq
 from collections.abc import Iterable, Mapping, Sequence
 
@@ -63,6 +64,11 @@ class Prepared:
                         for op in graph.ops}
         self._cost: dict[tuple[str, str], float] = {}
 
+    @functools.cached_property
+    def consumers(self) -> dict[str, list[str]]:
+        """Each op's consumers (for searches that walk the graph backward)."""
+        return {op.name: [c.name for c in op.consumers()] for op in self.graph.ops}
+
     def cost(self, name: str, device: str) -> float:
         key = (name, device)
         if key not in self._cost:
@@ -81,7 +87,7 @@ class Prepared:
     def of(self, graph: Graph, cluster: Cluster) -> Prepared:
         """Itself, if prepared for `graph` and `cluster`."""
         if graph is not self.graph or cluster is not self.cluster:
-            raise ValueError(f"prepared for graph '{self.graph.name}', not for graph '{graph.name}' on this cluster")
+            raise ValueError(f"a simulation prepared for another graph or cluster than graph '{graph.name}'")
         return self
 
 

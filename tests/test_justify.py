@@ -4,6 +4,7 @@ schedule cannot know (which ready op the end of the step waits for)."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from strategies import clusters, cost_graphs
@@ -82,3 +83,15 @@ def test_no_round_is_kept_that_does_not_fit_in_memory() -> None:
     tiny = Cluster.homogeneous(2, "v100", memory=100, latency=0.0, bandwidth=1e9)  # y's 1000 bytes never fit
     graph_order = simulate_eager(WAITS, tiny, PLACED, {n: (0.0,) for n in PLACED})
     assert justified(WAITS, tiny, PLACED, graph_order) is graph_order
+
+
+def test_the_time_kept_for_justification_is_what_its_rounds_take() -> None:
+    """`auto` keeps its share of the limit for justifying the plan, or as long as `ROUNDS`
+    simulations take if that is longer (so the rounds do not depend on the limit), but never more
+    than half the time left."""
+    from pesto_ir.passes.justify import ROUNDS
+    from pesto_ir.passes.place import justify_kept
+
+    assert justify_kept(share=0.3, simulation=0.1, seconds=10.0) == pytest.approx(ROUNDS * 0.1)
+    assert justify_kept(share=1.0, simulation=0.01, seconds=10.0) == 1.0
+    assert justify_kept(share=0.3, simulation=1.0, seconds=4.0) == 2.0

@@ -4,6 +4,7 @@ find the move a plan obviously needs."""
 from __future__ import annotations
 
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from strategies import placement_problems
 
 from pesto_ir.cluster import Cluster
@@ -61,3 +62,22 @@ def test_moves_keep_plans_valid_never_worse_and_deterministic(problem: tuple[Gra
         if group is not None:
             mates = {moved.ops[o.name].device for o in graph.ops if o.get("colocate") == group}
             assert len(mates) == 1
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(problem=placement_problems(), data=st.data())
+def test_the_start_time_sequence_is_the_orders_of_the_start_times(problem: tuple[Graph, Cluster],
+                                                                   data: st.DataObject) -> None:
+    """The moves split one sequence of the incumbent's ops by start time among the devices of each
+    trial placement: the orders `order_from_priority` gives with the start times as priorities."""
+    from pesto_ir.passes.local_search import _by_start, _split
+    from pesto_ir.simulate import order_from_priority
+
+    graph, cluster = problem
+    placement = {op.name: data.draw(st.sampled_from(cluster.names)) for op in graph.ops}
+    priority = {op.name: data.draw(st.floats(0.0, 1.0)) for op in graph.ops}
+    plan = simulate(graph, cluster, placement, order_from_priority(graph, placement, priority))
+    starts = {name: slot.start for name, slot in plan.ops.items()}
+    sequence = _by_start(graph, plan)
+    trial = {op.name: data.draw(st.sampled_from(cluster.names)) for op in graph.ops}
+    assert _split(sequence, trial) == order_from_priority(graph, trial, starts)

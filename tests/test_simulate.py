@@ -11,7 +11,7 @@ from pesto_ir import parse
 from pesto_ir.cluster import Cluster, Device, Link
 from pesto_ir.frontends.json_graph import graph_from_json
 from pesto_ir.ir import Graph
-from pesto_ir.simulate import PlanError, order_from_priority, simulate, simulate_eager
+from pesto_ir.simulate import PlanError, Prepared, order_from_priority, simulate, simulate_eager
 
 MS = 1e-3
 
@@ -250,3 +250,29 @@ def test_eager_plans_are_work_conserving_list_schedules(problem: tuple[Graph, Cl
         idle = mine.start - ready - sum(min(s.end, mine.start) - max(s.start, ready) for s in plan.ops.values()
                                         if s.device == d and s.end > ready and s.start < mine.start)
         assert idle <= 1e-12, f"{d} idled {idle} s while '{op.name}' was ready"
+
+
+@settings(max_examples=60, deadline=None)
+@given(problem=timed_problems(), data=st.data())
+def test_one_preparation_serves_every_placement(problem: tuple[Graph, Cluster], data: st.DataObject) -> None:
+    """A search prepares the graph once (`Prepared`) and simulates many placements with it: each
+    plan, fixed order or eager, is the one `simulate` gives unprepared."""
+    graph, cl = problem
+    prepared = Prepared(graph, cl)
+    for _ in range(3):
+        placement = {op.name: data.draw(st.sampled_from(cl.names)) for op in graph.ops}
+        priority = {op.name: (data.draw(st.floats(0.0, 1.0)),) for op in graph.ops}
+        order = order_from_priority(graph, placement, priority)
+        fixed = simulate(graph, cl, placement, order, prepared=prepared)
+        assert fixed == simulate(graph, cl, placement, order)
+        eager = simulate_eager(graph, cl, placement, priority, prepared=prepared)
+        assert eager == simulate_eager(graph, cl, placement, priority)
+
+
+def test_a_preparation_of_another_graph_is_refused() -> None:
+    """A `Prepared` of one graph handed to the simulation of another would time the wrong ops."""
+    doc = {"format": "pesto-graph/1", "name": "g", "nodes": [{"id": "a", "cost": 0.001}], "edges": []}
+    one, other = graph_from_json(doc), graph_from_json(doc)
+    cl = cluster()
+    with pytest.raises(ValueError, match="prepared for another graph or cluster than graph 'g'"):
+        simulate(other, cl, {"a": "gpu0"}, {"gpu0": ["a"]}, prepared=Prepared(one, cl))
