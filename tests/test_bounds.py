@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+import itertools
+import math
+from typing import Any
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from strategies import graph_docs
 
 from pesto_ir import parse
-from pesto_ir.bounds import lower_bound, memory_shortfall
+from pesto_ir.bounds import critical_path, fastest_costs, lower_bound, memory_cut_path, memory_shortfall
 from pesto_ir.cluster import Cluster, Device
+from pesto_ir.costs import op_cost, op_memory
+from pesto_ir.frontends.json_graph import graph_from_json
+from pesto_ir.ir import Graph
 
 MS = 1e-3
 CHAIN_AND_SIDE = parse("""
@@ -73,3 +83,70 @@ graph @g() {
         "colocation group 'layer' needs 1400 bytes on one device but the largest, gpu0, holds 1000 (short by 400 bytes)",
     ]
     assert memory_shortfall(g, Cluster.homogeneous(2, memory=2000)) == []
+
+
+def _chain_over_memory(first_edge_bytes: int, second_edge_bytes: int) -> Graph:
+    return graph_from_json({"format": "pesto-graph/1", "name": "chain", "nodes": [
+        {"id": "a", "cost": 0.001, "memory": 10}, {"id": "b", "cost": 0.001, "memory": 10},
+        {"id": "c", "cost": 0.001, "memory": 10}],
+        "edges": [{"src": "a", "dst": "b", "bytes": first_edge_bytes},
+                  {"src": "b", "dst": "c", "bytes": second_edge_bytes}]})
+
+
+def test_memory_that_splits_the_critical_path_adds_its_cheapest_cut() -> None:
+    """a -> b -> c, 1 ms and 10 resident bytes each, on devices of 20 bytes: the path is cut once,
+    and the cut costs at least the cheaper edge's transfer (1 MB over 1 GB/s: 1 ms)."""
+    cluster = Cluster.homogeneous(2, memory=20, latency=0.0, bandwidth=1e9)
+    assert lower_bound(_chain_over_memory(10**9, 10**6), cluster) == pytest.approx(4 * MS)
+    assert lower_bound(_chain_over_memory(10**6, 10**9), cluster) == pytest.approx(4 * MS)
+    roomy = Cluster.homogeneous(2, memory=30, latency=0.0, bandwidth=1e9)
+    assert lower_bound(_chain_over_memory(10**6, 10**9), roomy) == pytest.approx(3 * MS)
+
+
+def _path_with_transfers(graph: Graph, cluster: Cluster, placement: dict[str, str]) -> float:
+    """The longest path of `placement`, each edge between devices waiting for its bytes: no plan
+    of this placement is shorter."""
+    link = next(iter(cluster.links.values()))
+    finish: dict[str, float] = {}
+    for op in graph.topo_order():
+        start = 0.0
+        for r in op.operands:
+            p = r.owner
+            if p is None:
+                continue
+            wait = 0.0 if placement[p.name] == placement[op.name] else link.latency + r.type.nbytes / link.bandwidth
+            start = max(start, finish[p.name] + wait)
+        finish[op.name] = start + op_cost(op, cluster.devices[0])
+    return max(finish.values(), default=0.0)
+
+
+@settings(max_examples=150, deadline=None)
+@given(doc=graph_docs(max_ops=7, per_kind_costs=False), data=st.data())
+def test_the_memory_cut_path_never_passes_what_a_placement_that_fits_needs(doc: dict[str, Any],
+                                                                          data: st.DataObject) -> None:
+    """Over every placement on 2 or 3 devices that keeps colocated ops together and fits their
+    resident bytes, the fastest path bound (transfers on the edges it cuts) is at least the
+    memory-cut path: the bound never passes a plan that memory allows."""
+    graph = graph_from_json(doc)
+    k = data.draw(st.integers(2, 3))
+    total = sum(op_memory(op) for op in graph.ops)
+    cluster = Cluster.homogeneous(k, memory=data.draw(st.integers(0, total)) + max(op_memory(op) for op in graph.ops) + 1,
+                                  latency=data.draw(st.sampled_from((0.0, 1e-5))), bandwidth=1e9)
+    fast = fastest_costs(graph, cluster)
+    bound = memory_cut_path(graph, cluster, fast)
+    assert bound >= critical_path(graph, fast) - 1e-15
+    def key(op: Any) -> str:
+        return f"group {op.get('colocate')}" if op.get("colocate") is not None else f"op {op.name}"
+
+    units = [[op for op in graph.ops if key(op) == k] for k in dict.fromkeys(key(op) for op in graph.ops)]
+    best = math.inf
+    for devices in itertools.product(cluster.names, repeat=len(units)):
+        held = {d: 0 for d in cluster.names}
+        placement: dict[str, str] = {}
+        for unit, d in zip(units, devices):
+            held[d] += sum(op_memory(op) for op in unit)
+            placement.update(dict.fromkeys((op.name for op in unit), d))
+        if all(held[d] <= cluster.device(d).memory for d in cluster.names):
+            best = min(best, _path_with_transfers(graph, cluster, placement))
+    if best < math.inf:
+        assert bound <= best * (1 + 1e-9) + 1e-15
