@@ -200,6 +200,7 @@ def test_an_interleaved_pipeline_runs_like_jit() -> None:
     from pesto_ir.passes.justify import justified
     from pesto_ir.passes.replicas import Strategy, as_hybrid, replica_graph
     from pesto_ir.plan import write_plan_attrs
+    from pesto_ir.simulate import Prepared
     from pesto_ir.validate import check_plan
 
     step, params, x, y = gpt()
@@ -210,7 +211,7 @@ def test_an_interleaved_pipeline_runs_like_jit() -> None:
     units = pipeline_units(replica, cluster)
     label, stage = max(interleaved_layouts(units.weights(), 2, alike=True), key=lambda lay: int(lay[0].split()[0]))
     assert int(label.split()[0]) >= 4  # the devices take turns at least twice each
-    layout = _layout(replica, cluster, units, label, stage)
+    layout = _layout(replica, cluster, units, label, stage, Prepared(replica, cluster))
     plan = check_plan(replica, cluster, justified(replica, cluster, layout.placement, layout.plan))
     plan = as_hybrid(replica, cluster, dataclasses.replace(plan, algorithm=INTERLEAVED), Strategy(1, 4))
     write_plan_attrs(replica, plan)
