@@ -25,7 +25,7 @@ path's length. On the MSR training layer graphs over 16 GiB V100s it raises ResN
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import defaultdict, deque
 
 from pesto_ir.cluster import Cluster
 from pesto_ir.costs import op_cost, op_memory, value_bytes
@@ -37,11 +37,23 @@ def fastest_costs(graph: Graph, cluster: Cluster) -> dict[str, float]:
 
 
 def critical_path(graph: Graph, weight: dict[str, float]) -> float:
+    return sum(weight[n] for n in critical_path_ops(graph, weight))
+
+
+def critical_path_ops(graph: Graph, weight: dict[str, float]) -> list[str]:
+    """The ops of a longest path by `weight`, first to last."""
     finish: dict[str, float] = {}
+    previous: dict[str, str | None] = {}
     for op in graph.topo_order():
-        start = max((finish[p.name] for p in op.producers()), default=0.0)
-        finish[op.name] = start + weight[op.name]
-    return max(finish.values(), default=0.0)
+        before = max(op.producers(), key=lambda p: finish[p.name], default=None)
+        finish[op.name] = (finish[before.name] if before is not None else 0.0) + weight[op.name]
+        previous[op.name] = before.name if before is not None else None
+    name: str | None = max(finish, key=lambda n: finish[n]) if finish else None
+    path: list[str] = []
+    while name is not None:
+        path.append(name)
+        name = previous[name]
+    return path[::-1]
 
 
 def transfer_aware_path(graph: Graph, cluster: Cluster, fast: dict[str, float]) -> float:
@@ -92,7 +104,7 @@ def _best_split(inputs: list[tuple[str, float, float, float]]) -> float:
 def memory_cut_path(graph: Graph, cluster: Cluster, fast: dict[str, float]) -> float:
     """The critical path (fastest costs) with the least its transfers must cost when memory splits
     it across devices; see the module docstring."""
-    path = _critical_path_ops(graph, fast)
+    path = critical_path_ops(graph, fast)
     length = sum(fast[n] for n in path)
     unit = {op.name: ("colocate", str(op.get("colocate"))) if op.get("colocate") is not None else ("op", op.name)
             for op in graph.ops}
@@ -112,22 +124,6 @@ def memory_cut_path(graph: Graph, cluster: Cluster, fast: dict[str, float]) -> f
     return length + cost if cost is not None else length
 
 
-def _critical_path_ops(graph: Graph, fast: dict[str, float]) -> list[str]:
-    """The ops of a longest path by `fast`, first to last."""
-    finish: dict[str, float] = {}
-    previous: dict[str, str | None] = {}
-    for op in graph.topo_order():
-        before = max(op.producers(), key=lambda p: finish[p.name], default=None)
-        finish[op.name] = (finish[before.name] if before is not None else 0.0) + fast[op.name]
-        previous[op.name] = before.name if before is not None else None
-    name: str | None = max(finish, key=lambda n: finish[n]) if finish else None
-    path: list[str] = []
-    while name is not None:
-        path.append(name)
-        name = previous[name]
-    return path[::-1]
-
-
 def _edge_bytes(producer: Op, consumer: str) -> int:
     """The bytes of `producer`'s results that op `consumer` reads."""
     return sum(value_bytes(r) for r in producer.results if any(u.name == consumer for u in r.users()))
@@ -139,8 +135,6 @@ def _least_cut(path: list[str], cut: list[float], unit: dict[str, tuple[str, str
     `path` into runs whose units' resident bytes each fit in `capacity`; None if one unit does not.
     A run is feasible if every shorter run inside it is, so the feasible starts of runs ending at
     j form a window that only moves right: dynamic programming with a sliding-window minimum."""
-    from collections import deque
-
     best = [0.0] + [float("inf")] * len(path)  # best[j]: path[:j] cut into feasible runs, cuts paid
     window: deque[int] = deque()  # starts i of the current window, best[i] increasing
     count: dict[tuple[str, str], int] = defaultdict(int)
