@@ -57,6 +57,7 @@ critical path / m) (`bench/bench_pipeline.py`).
 
 from __future__ import annotations
 
+import time
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -81,9 +82,9 @@ INTERLEAVED = "interleaved"
 PIPELINE_SCHEDULES = (*SCHEDULES, EAGER, INTERLEAVED)
 CHUNKS_PER_DEVICE = (1, 2, 3, 4, 6, 8)  # interleaved layouts: chunks per device ...
 SLACKS = (1.1, 1.25)  # ... and how far past total / k a device's chunks may take it (the second if the first fails)
-# what each schedule costs in simulations of a fixed one (`pipeline_plan` on Inception-V3's 32
-# micro-batches over 6 devices: 0.9 s GPipe, 3.5 s eager, 10.5 s interleaved)
-SCHEDULE_WORTH = {"gpipe": 1, "1f1b": 1, EAGER: 4, INTERLEAVED: 12}
+# what the eager schedules' parts cost in simulations of a fixed schedule (`schedule_worth`)
+LAYOUT_WORTH = 0.4  # one layout's eager simulation
+JUSTIFY_WORTH = 3.5  # justifying and checking one eager schedule
 SIMULATED_LAYOUTS = 4  # interleaved layouts, best balanced first, whose eager schedules are simulated
 JUSTIFIED_LAYOUTS = 2  # interleaved layouts, fastest first, whose eager schedules are justified
 MAX_MOVES = 32  # simulations of the local search on the fastest interleaved layout (`_moved_units`) ...
@@ -108,18 +109,20 @@ class Stages:
         return {op.name: s for ops, s in zip(self.units, self.stage) for op in ops}
 
 
-def pipeline_plan(graph: Graph, cluster: Cluster, schedule: str, options: PlaceOptions) -> Plan:
+def pipeline_plan(graph: Graph, cluster: Cluster, schedule: str, options: PlaceOptions,
+                  moves_until: float | None = None) -> Plan:
     """The `schedule` ("gpipe", "1f1b", "eager" or "interleaved") pipeline of `graph` over the
     devices of `cluster`, timed by the simulator and checked (memory too): contiguous stages, stage
     s on `cluster.names[s]`, or for "interleaved" the layouts of `_interleaved_plan`. Each is
     deterministic and bounded by counts, not by time, so `options` (time limits, seeds) changes
-    nothing; a plan that does not fit in memory raises the validator's PlanError, as the real
-    systems would run out of memory."""
+    nothing, unless `moves_until` (a `time.perf_counter()` reading) stops the interleaved layouts'
+    unit moves before their count; a plan that does not fit in memory raises the validator's
+    PlanError, as the real systems would run out of memory."""
     if schedule not in PIPELINE_SCHEDULES:
         raise PestoError(f"unknown pipeline schedule '{schedule}' (schedules: {', '.join(PIPELINE_SCHEDULES)})")
     m = microbatch_count(graph)
     if schedule == INTERLEAVED:
-        return _interleaved_plan(graph, cluster, m)
+        return _interleaved_plan(graph, cluster, m, moves_until)
     stages = _stages_of(graph, cluster)
     where = stages.stage_of()
     placement = {name: cluster.names[s] for name, s in where.items()}
@@ -160,11 +163,13 @@ def _layout(graph: Graph, cluster: Cluster, units: Units, label: str, forward_st
                   _eager_schedule(graph, cluster, placement, INTERLEAVED, prepared))
 
 
-def _interleaved_plan(graph: Graph, cluster: Cluster, m: int) -> Plan:
+def _interleaved_plan(graph: Graph, cluster: Cluster, m: int, moves_until: float | None = None) -> Plan:
     """The fastest eager schedule of the interleaved layouts: the `SIMULATED_LAYOUTS` best
     balanced are simulated (on the MSR training graphs over 6 devices the fastest was always among
     the three best balanced), the fastest improved by moving units between neighbouring chunks
-    (`_moved_units`), and the `JUSTIFIED_LAYOUTS` fastest that fit in memory justified."""
+    (`_moved_units`, until `moves_until`), and the `JUSTIFIED_LAYOUTS` fastest that fit in memory
+    justified, and the improved one too (bert24_training_layer over 3 devices at m = 4: it was
+    faster simulated, slower justified)."""
     units = pipeline_units(graph, cluster)
     weights = units.weights()
     found = interleaved_layouts(weights, len(cluster), cluster.is_homogeneous())
@@ -172,9 +177,16 @@ def _interleaved_plan(graph: Graph, cluster: Cluster, m: int) -> Plan:
         found = [("contiguous stages", balanced_cut(weights, len(cluster)))]
     balanced = sorted(found, key=lambda layout: max(units.stages(graph, layout[1], len(cluster)).costs))  # stable
     prepared = Prepared(graph, cluster)  # for every layout's simulations
+    started = time.perf_counter()
     layouts = [_layout(graph, cluster, units, label, stage, prepared) for label, stage in balanced[:SIMULATED_LAYOUTS]]
+    each = (time.perf_counter() - started) / len(layouts)
     layouts.sort(key=lambda lay: lay.plan.makespan)
-    layouts[0] = _moved_units(graph, cluster, units, layouts[0], prepared)
+    moved = layouts[0]
+    if moves_until is None or time.perf_counter() + each <= moves_until:
+        moved = _moved_units(graph, cluster, units, layouts[0], prepared, moves_until)
+    improved = moved is not layouts[0]
+    if improved:  # justified too, before the layouts it came from (it may lose to them)
+        layouts.insert(0, moved)
     best: Plan | None = None
     failed: PlanError | None = None
     kept = 0
@@ -189,7 +201,7 @@ def _interleaved_plan(graph: Graph, cluster: Cluster, m: int) -> Plan:
         if best is None or plan.makespan < best.makespan:
             best = plan
         kept += 1
-        if kept == JUSTIFIED_LAYOUTS:
+        if kept == JUSTIFIED_LAYOUTS + improved:
             break
     if best is None:
         assert failed is not None
@@ -197,27 +209,65 @@ def _interleaved_plan(graph: Graph, cluster: Cluster, m: int) -> Plan:
     return best
 
 
-def _moved_units(graph: Graph, cluster: Cluster, units: Units, start: Layout, prepared: Prepared) -> Layout:
+def _moved_units(graph: Graph, cluster: Cluster, units: Units, start: Layout, prepared: Prepared,
+                 until: float | None = None) -> Layout:
     """First-improvement local search from `start`: a forward unit next to one on another device
     moves there while that makes the eager schedule faster (and it fits in memory), for at most
-    `MOVE_SIMULATED_OPS` ops simulated (`MAX_MOVES` simulations): where chunks of whole units
-    cannot balance the devices, the units at their edges can (GNMT-8 over 6 devices: 1.160 to
-    1.147 times the bound)."""
-    budget = min(MAX_MOVES, MOVE_SIMULATED_OPS // max(len(graph.ops), 1))
+    `MOVE_SIMULATED_OPS` ops simulated (`move_budget` simulations), none that would end after
+    `until` by the longest so far: where chunks of whole units cannot balance the devices, the
+    units at their edges can (GNMT-8 over 6 devices: 1.160 to 1.147 times the bound)."""
+    budget = move_budget(len(graph.ops))
     capacity = {d.name: d.memory for d in cluster.devices}
-    best, tried = start, 0
+    best, tried, longest = start, 0, 0.0
     while tried < budget:
         for moved in _edge_moves(best.forward_stage):
-            if tried == budget:
+            if tried == budget or (until is not None and time.perf_counter() + longest > until):
+                budget = tried  # the count or the time is spent: no more moves
                 break
             tried += 1
+            started = time.perf_counter()
             found = _layout(graph, cluster, units, f"{start.label}, units moved", moved, prepared)
-            if found.plan.makespan < best.plan.makespan * (1 - 1e-9) and fits_memory(graph, found.plan, capacity):
+            better = found.plan.makespan < best.plan.makespan * (1 - 1e-9) and fits_memory(graph, found.plan, capacity)
+            longest = max(longest, time.perf_counter() - started)
+            if better:
                 best = found
                 break
         else:
             break  # no move helps
     return best
+
+
+def move_budget(ops: int) -> int:
+    """The simulations `_moved_units` may run on a graph of `ops` ops."""
+    return min(MAX_MOVES, MOVE_SIMULATED_OPS // max(ops, 1))
+
+
+def schedule_worth(schedule: str, ops: int) -> float:
+    """About what `pipeline_plan` of `schedule` on a graph of `ops` ops costs, in runs of a fixed
+    schedule (the first on the graph, which also cuts its stages): the interleaved layouts'
+    simulations, all the unit moves they may make and their justifications; the eager schedule's
+    one simulation and justification. Measured on the MSR training layer graphs at m = 32 over 4
+    and 6 devices: a layout's eager simulation 0.2-0.5, justifying and checking one 0.6-5 (most
+    1.5-3); the whole interleaved search 3.7 (GNMT over 4 devices, 6 moves) to 26 (BERT-24, 32
+    moves)."""
+    if schedule == INTERLEAVED:
+        return interleaved_worth(move_budget(ops))
+    if schedule == EAGER:
+        return LAYOUT_WORTH + JUSTIFY_WORTH
+    if schedule in SCHEDULES:
+        return 1.0
+    raise PestoError(f"unknown pipeline schedule '{schedule}' (schedules: {', '.join(PIPELINE_SCHEDULES)})")
+
+
+def interleaved_worth(moves: int) -> float:
+    """`schedule_worth` of the interleaved layouts with `moves` unit moves."""
+    return (SIMULATED_LAYOUTS + moves) * LAYOUT_WORTH + justify_worth(moves > 0)
+
+
+def justify_worth(moved: bool) -> float:
+    """What justifying the interleaved layouts costs: `JUSTIFIED_LAYOUTS`, and the one the unit
+    moves found if they were made (`schedule_worth`)."""
+    return (JUSTIFIED_LAYOUTS + moved) * JUSTIFY_WORTH
 
 
 def _edge_moves(stage: list[int]) -> Iterator[list[int]]:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pesto_ir.cluster import Cluster
 from pesto_ir.errors import PestoError
 from pesto_ir.ir import Graph
-from pesto_ir.passes.algo_pipeline import EAGER, INTERLEAVED, SCHEDULE_WORTH
+from pesto_ir.passes.algo_pipeline import EAGER, INTERLEAVED, interleaved_worth, justify_worth, schedule_worth
 from pesto_ir.passes.batch_axes import MicrobatchError, batch_spec
 from pesto_ir.passes.pipeline_model import MODEL_MICROBATCHES
 from pesto_ir.passes.rebatch import MAX_MICROBATCHES
@@ -167,21 +167,23 @@ class Rates:
 
 
 def screen(graph: Graph, cluster: Cluster, found: Candidate, options: PlaceOptions, heuristic: Solve,
-           engines: Sequence[str] = ("heuristics",), rates: Rates | None = None) -> Candidate:
+           engines: Sequence[str] = ("heuristics",), rates: Rates | None = None,
+           moves_until: float | None = None) -> Candidate:
     """`found`'s replica graph (built once) and its best plan so far, trying `engines`: the
     pipeline schedules ("gpipe", "1f1b": a simulation each; "eager", "interleaved": several, as
     `SCHEDULE_WORTH` counts them; on replicas of several devices with several micro-batches) or
     "heuristics" (list scheduling the whole graph). Where `rates`
     allows it (`Rates.shard`), replicas that give no plan holding the whole optimizer state (it
     does not fit) are tried with it sharded across them (`passes/shard_state.py`), and the
-    candidate becomes that strategy."""
-    found = _screened(graph, cluster, found, options, heuristic, engines, rates)
+    candidate becomes that strategy. `moves_until` stops the interleaved layouts' unit moves
+    (`pipeline_plan`)."""
+    found = _screened(graph, cluster, found, options, heuristic, engines, rates, moves_until)
     strategy = found.strategy
     built = found.graph is not None and len(found.graph.ops) <= MAX_SCREEN_OPS  # else sharding changes nothing
     if rates is None or not rates.shard or found.plan is not None or not built or strategy.data_parallel < 2 \
             or strategy.optimizer_state == "sharded":
         return found
-    retry = _screened(graph, cluster, Candidate(strategy.sharded()), options, heuristic, engines, rates)
+    retry = _screened(graph, cluster, Candidate(strategy.sharded()), options, heuristic, engines, rates, moves_until)
     if retry.plan is None:
         found.why_not = f"{found.why_not}; with the optimizer state sharded: {retry.why_not}"
         return found
@@ -190,7 +192,7 @@ def screen(graph: Graph, cluster: Cluster, found: Candidate, options: PlaceOptio
 
 
 def _screened(graph: Graph, cluster: Cluster, found: Candidate, options: PlaceOptions, heuristic: Solve,
-              engines: Sequence[str], rates: Rates | None) -> Candidate:
+              engines: Sequence[str], rates: Rates | None, moves_until: float | None = None) -> Candidate:
     """`screen` for `found`'s own strategy."""
     strategy = found.strategy
     if found.graph is None:
@@ -218,7 +220,7 @@ def _screened(graph: Graph, cluster: Cluster, found: Candidate, options: PlaceOp
             else:
                 from pesto_ir.passes.algo_pipeline import pipeline_plan
 
-                plan = pipeline_plan(source, sub, engine, options)
+                plan = pipeline_plan(source, sub, engine, options, moves_until)
         except PestoError as e:
             found.why_not = found.why_not or f"{engine}: {str(e).splitlines()[0]}"
             continue
@@ -417,8 +419,10 @@ def _screen_pipelines(graph: Graph, cluster: Cluster, todo: list[Strategy], opti
     built already, may go on to `deadline`, the end of the time limit for the last degree
     screened: on large graphs they are what matters, and refining a pipeline gains little), then
     the heuristics on the fastest pipelined replica graph. The first schedule built on a replica
-    graph runs with the eager schedule of the same stages, which the model does not predict (on
-    the JAX zoo's GPT, LSTM and ResNet at k = 4 it was faster than both fixed schedules).
+    graph is followed by the eager schedules the model does not predict, those that fit in the
+    time by what the fixed one took (`_eager_schedules_that_fit`): the interleaved layouts, and the
+    eager schedule of the same stages (on the JAX zoo's GPT, LSTM and ResNet at k = 4 it was faster
+    than both fixed schedules).
 
     One batch is always screened, its heuristics given until `until`, the end of the screening (on
     a large graph they cannot all run in it). What does not fit is not started: one batch of
@@ -469,18 +473,19 @@ def _screen_pipelines(graph: Graph, cluster: Cluster, todo: list[Strategy], opti
         # another schedule of a graph built, or one-device replicas (every schedule gives the same
         # plan there): the fixed schedule alone
         alone = c.source is not None or per_replica == 1
-        engines: tuple[str, ...] = (schedule,) if alone else (schedule, EAGER, INTERLEAVED)
-        while len(engines) > 1 and time.perf_counter() + cost.estimate(c, engines) > end:
-            engines = engines[:-1]  # down to the fixed schedule alone, as the model ranked it, if that fits
-        estimate = cost.estimate(c, engines)
+        estimate = cost.estimate(c, (schedule,))
         if time.perf_counter() + estimate > end:
             past = "past the time limit" if not kept else f"into the {kept:g} s kept for refining the one-batch plan"
             c.why_not = c.why_not or f"{schedule} not built: it would take about {estimate:.2g} s, {past}"
             continue
         previous = c.plan.makespan if c.plan is not None else None
         started, built = time.perf_counter(), c.graph is not None
-        _logged(screen(graph, cluster, c, options, heuristic, engines), log, rates)
-        cost.learn(c, time.perf_counter() - started, built, engines)
+        _logged(screen(graph, cluster, c, options, heuristic, (schedule,)), log, rates)
+        cost.learn(c, time.perf_counter() - started, built, (schedule,))
+        eager = () if alone or c.source is None else _eager_schedules_that_fit(c, cost, end)
+        if eager:  # the time they take is not learnt: the unit moves take what is left
+            moves_until = end - cost.seconds(c, justify_worth(moved=True))
+            _logged(screen(graph, cluster, c, options, heuristic, eager, moves_until=moves_until), log, rates)
         if c.plan is None or c.plan.makespan == previous:
             continue
         slower = slower + 1 if best is not None and c.plan.makespan >= best[0] else 0
@@ -495,6 +500,17 @@ def _screen_pipelines(graph: Graph, cluster: Cluster, todo: list[Strategy], opti
     return tried
 
 
+def _eager_schedules_that_fit(c: Candidate, cost: BuildCost, end: float) -> tuple[str, ...]:
+    """The eager schedules to run on `c`'s graph (built, its fixed schedule timed: the estimate
+    scales what that took) that can end by `end` (the interleaved layouts' unit moves stop in
+    time): both, else the interleaved layouts (on the MSR training graphs the faster), else the
+    eager schedule of the fixed schedule's stages."""
+    for engines in ((EAGER, INTERLEAVED), (INTERLEAVED,), (EAGER,)):
+        if time.perf_counter() + cost.estimate(c, engines, moves=0) <= end:
+            return engines
+    return ()
+
+
 @dataclass
 class BuildCost:
     """Seconds per op of the rewrite and of a schedule's simulation and check, as measured so far
@@ -506,27 +522,37 @@ class BuildCost:
     once_ops: float = 0.0
     schedule: float | None = None
 
-    def estimate(self, c: Candidate, engines: Sequence[str]) -> float:
-        """Seconds to build `c`'s graph (unless built) and run `engines` on it (the heuristics as
-        three schedules)."""
-        ops = len(c.source.ops) if c.source is not None else self.once_ops + self.ops_per_microbatch * c.strategy.microbatches
+    def ops(self, c: Candidate) -> float:
+        """`c`'s ops, or before its rewrite is built, as many as it will have."""
+        return len(c.source.ops) if c.source is not None else self.once_ops + self.ops_per_microbatch * c.strategy.microbatches
+
+    def seconds(self, c: Candidate, worth: float) -> float:
+        """Seconds for `worth` simulations of a fixed schedule on `c`'s graph."""
         rate = self.schedule if self.schedule is not None else 2 * self.rewrite
-        build = 0.0 if c.source is not None else self.rewrite * ops
-        return build + rate * ops * _schedules_worth(engines)
+        return rate * self.ops(c) * worth
+
+    def estimate(self, c: Candidate, engines: Sequence[str], moves: int | None = None) -> float:
+        """Seconds to build `c`'s graph (unless built) and run `engines` on it (the heuristics as
+        three schedules; the interleaved layouts with `moves` unit moves, by default all they may
+        make)."""
+        build = 0.0 if c.source is not None else self.rewrite * self.ops(c)
+        return build + self.seconds(c, _schedules_worth(engines, self.ops(c), moves))
 
     def learn(self, c: Candidate, seconds: float, built: bool, engines: Sequence[str]) -> None:
         """`engines` on `c` took `seconds` (with the rewrite, unless `built` before)."""
         if c.source is None:
             return
         ops = len(c.source.ops)
-        worth = _schedules_worth(engines)
+        worth = _schedules_worth(engines, ops)
         self.schedule = max(seconds - (0.0 if built else self.rewrite * ops), 0.0) / max(ops * worth, 1)
 
 
-def _schedules_worth(engines: Sequence[str]) -> int:
-    """What `engines` cost in simulations of a fixed schedule: the heuristics three, a pipeline
-    schedule its `SCHEDULE_WORTH`."""
-    return sum(3 if engine == "heuristics" else SCHEDULE_WORTH[engine] for engine in engines)
+def _schedules_worth(engines: Sequence[str], ops: float, moves: int | None = None) -> float:
+    """What `engines` cost on `ops` ops in simulations of a fixed schedule: the heuristics three, a
+    pipeline schedule its `schedule_worth` (the interleaved layouts' with `moves` unit moves, if
+    given)."""
+    return sum(3.0 if engine == "heuristics" else interleaved_worth(moves) if engine == INTERLEAVED and moves is not None
+               else schedule_worth(engine, round(ops)) for engine in engines)
 
 
 def _ranked_pipelines(graph: Graph, cluster: Cluster, todo: list[Strategy], log: PlaceOptions, rates: Rates

@@ -328,21 +328,53 @@ def test_screening_keeps_time_to_refine_the_one_batch_plan_that_leads(resnet50_l
 
 
 def test_build_cost_counts_each_schedule_run() -> None:
+    from pesto_ir.passes.algo_pipeline import (
+        JUSTIFIED_LAYOUTS,
+        JUSTIFY_WORTH,
+        LAYOUT_WORTH,
+        MAX_MOVES,
+        SIMULATED_LAYOUTS,
+    )
     from pesto_ir.passes.hybrid import BuildCost, Candidate
 
     cost = BuildCost(rewrite=1e-4, ops_per_microbatch=10, once_ops=5)
     c = Candidate(Strategy(1, 4))  # not built: 5 + 4 x 10 ops to rewrite, then simulate
     assert cost.estimate(c, ("gpipe",)) == pytest.approx(45 * 1e-4 + 45 * 2e-4)
-    # the eager schedule is justified: SCHEDULE_WORTH counts it as 4 simulations
-    assert cost.estimate(c, ("gpipe", "eager")) == pytest.approx(45 * 1e-4 + 5 * 45 * 2e-4)
+    # the eager schedule is simulated and justified
+    eager = LAYOUT_WORTH + JUSTIFY_WORTH
+    assert cost.estimate(c, ("gpipe", "eager")) == pytest.approx(45 * 1e-4 + (1 + eager) * 45 * 2e-4)
     c.source = pesto_ir.load(MLP)
     n = len(c.source.ops)
-    cost.learn(c, 0.5, True, ("gpipe", "eager"))  # five simulations' worth took 0.5 s: 0.1 s each
+    cost.learn(c, 0.1 * (1 + eager), True, ("gpipe", "eager"))  # 0.1 s a simulation of a fixed schedule
     assert cost.estimate(c, ("1f1b",)) == pytest.approx(0.1)
     assert cost.estimate(c, ("heuristics",)) == pytest.approx(0.3)
-    assert cost.estimate(c, ("interleaved",)) == pytest.approx(1.2)
+    # a small graph: the interleaved layouts may make all their moves, and justify the layout they
+    # found too; or as many as asked
+    justified = JUSTIFIED_LAYOUTS * JUSTIFY_WORTH
+    assert cost.estimate(c, ("interleaved",)) == \
+        pytest.approx(0.1 * ((SIMULATED_LAYOUTS + MAX_MOVES) * LAYOUT_WORTH + justified + JUSTIFY_WORTH))
+    assert cost.estimate(c, ("interleaved",), moves=0) == pytest.approx(0.1 * (SIMULATED_LAYOUTS * LAYOUT_WORTH + justified))
     cost.learn(c, 1.0 + 1e-4 * n, False, ("gpipe",))  # with the rewrite: that part is not the schedule's
     assert cost.estimate(c, ("gpipe",)) == pytest.approx(1.0)
+
+
+def test_eager_schedules_run_as_far_as_the_time_left_allows() -> None:
+    """After the fixed schedule timed a graph: both eager schedules if they fit, else the
+    interleaved layouts (usually the faster), else the eager schedule of the fixed stages, else
+    none; the interleaved layouts counted without unit moves, which stop in time."""
+    import time
+
+    from pesto_ir.passes.algo_pipeline import EAGER, INTERLEAVED, interleaved_worth, schedule_worth
+    from pesto_ir.passes.hybrid import BuildCost, Candidate, _eager_schedules_that_fit
+
+    c = Candidate(Strategy(1, 4))
+    c.source = pesto_ir.load(MLP)
+    cost = BuildCost(rewrite=1e-4, schedule=1.0 / len(c.source.ops))  # a fixed schedule takes 1 s
+    eager, interleaved = schedule_worth(EAGER, len(c.source.ops)), interleaved_worth(0)
+    assert interleaved > eager  # else the order below would not be tested
+    for seconds, expected in [(eager + interleaved + 1, (EAGER, INTERLEAVED)), (interleaved + 0.5, (INTERLEAVED,)),
+                              (eager + 0.5, (EAGER,)), (eager - 0.5, ())]:
+        assert _eager_schedules_that_fit(c, cost, time.perf_counter() + seconds) == expected, seconds
 
 
 @pytest.mark.parametrize("options,message", [

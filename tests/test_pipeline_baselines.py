@@ -239,6 +239,28 @@ def test_bert24_interleaved_beats_contiguous_stages(bert24: Graph) -> None:
         {s: p.makespan for s, p in plans.items()}
 
 
+def test_interleaved_unit_moves_stop_at_their_deadline() -> None:
+    """GNMT-8 over 6 devices: chunks of whole layers cannot balance the devices, moving the units
+    at their edges can; with its deadline past, the search makes no move and keeps the layouts as
+    cut, a valid (slower) plan; a deadline far off changes nothing."""
+    import time
+
+    from conftest import BERT24
+
+    path = BERT24.parent / "gnmt_training_layer.json"
+    if not path.exists():
+        pytest.skip(f"{path} is not here")
+    step = rebatch(pesto_ir.load(path), 4)
+    cluster = v100s(6)
+    moved = pipeline_plan(step, cluster, INTERLEAVED, OPTIONS)
+    assert "units moved" in moved.notes[-1]
+    cut = pipeline_plan(step, cluster, INTERLEAVED, OPTIONS, moves_until=time.perf_counter())
+    check_plan_ok(step, cluster, cut)
+    assert "units moved" not in cut.notes[-1] and cut.makespan > moved.makespan
+    later = pipeline_plan(step, cluster, INTERLEAVED, OPTIONS, moves_until=time.perf_counter() + 3600)
+    assert later.makespan == moved.makespan and later.notes == moved.notes
+
+
 def test_bert24_refused_with_more_stages_than_layers(bert24: Graph) -> None:
     with pytest.raises(PestoError, match="fewer than the 40 pipeline stages"):
         pipeline_plan(bert24, v100s(40), "gpipe", OPTIONS)
