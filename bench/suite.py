@@ -46,7 +46,7 @@ from typing import Any
 
 import pesto_ir
 from bench.zoo import Model, zoo
-from pesto_ir.bounds import fastest_costs, lower_bound, memory_cut_path, transfer_aware_path
+from pesto_ir.bounds import colocated_path, fastest_costs, lower_bound, memory_cut_path, transfer_aware_path
 from pesto_ir.cluster import Cluster
 from pesto_ir.errors import PestoError
 from pesto_ir.ir import Graph
@@ -96,7 +96,7 @@ class Row:
     k: int
     cluster: str
     lower_bound: float
-    bound: str  # the term of the lower bound that binds: "critical path", "memory-cut path" or "total work"
+    bound: str  # the term of the lower bound that binds: "critical path", "memory-cut path", "colocated path" or "total work"
     coarse_lower_bound: float
     groups: int
     free_comm: float | None  # the best m-ETF/m-SCT plan with instant links ...
@@ -186,6 +186,9 @@ def _binding_term(graph: Graph, cluster: Cluster, lb: float) -> str:
     """Which term of `lower_bound` binds."""
     fast = fastest_costs(graph, cluster)
     path, cut = transfer_aware_path(graph, cluster, fast), memory_cut_path(graph, cluster, fast)
+    colocated = colocated_path(graph, fast)
+    if colocated > max(path, cut) and colocated >= lb * (1 - TIE):
+        return "colocated path"
     if cut > path and cut >= lb * (1 - TIE):
         return "memory-cut path"
     return "critical path" if path >= lb * (1 - TIE) else "total work"
@@ -398,8 +401,8 @@ def markdown(rows: list[Row], header: dict[str, Any]) -> str:
              f"the time auto's place pass took (plan s adds coarsen and expand). — means the algorithm found no plan (memory). "
              "The lower bound (LB) is the largest of the critical path on the fastest devices, counting a "
              "transfer only where a join cannot avoid one, the plain critical path with the transfers it must make where "
-             "its ops' resident memory does not fit on one device, and the total work spread over the "
-             "devices: a bound "
+             "its ops' resident memory does not fit on one device, the critical path where colocated ops wait "
+             "for each other, and the total work spread over the devices: a bound "
              "for one-batch plans, which data-parallel replicas and micro-batches can beat (their batch is "
              "split, so is the critical path). `dp`: every device a replica (d = k), gradients all-reduced in "
              "buckets; `gpipe`, `1f1b`: k contiguous stages balanced by cost, the fixed schedule, the best "

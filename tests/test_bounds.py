@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from strategies import graph_docs
+from strategies import KINDS, graph_docs
 
 from pesto_ir import parse
-from pesto_ir.bounds import critical_path, fastest_costs, lower_bound, memory_cut_path, memory_shortfall
+from pesto_ir.bounds import colocated_path, critical_path, fastest_costs, lower_bound, memory_cut_path, memory_shortfall
 from pesto_ir.cluster import Cluster, Device
 from pesto_ir.costs import op_cost, op_memory
 from pesto_ir.frontends.json_graph import graph_from_json
@@ -150,3 +150,46 @@ def test_the_memory_cut_path_never_passes_what_a_placement_that_fits_needs(doc: 
             best = min(best, _path_with_transfers(graph, cluster, placement))
     if best < math.inf:
         assert bound <= best * (1 + 1e-9) + 1e-15
+
+
+def test_colocated_siblings_wait_for_each_other() -> None:
+    """Two 2 ms branches from a fork to a join must share a device (one colocation group): the
+    join starts 4 ms after the fork, not 2, on any number of devices."""
+    graph = parse("""
+graph @g() {
+  %f = opaque() {cost = 1ms} : blob[0]
+  %x = opaque(%f) {cost = 2ms, colocate = "w"} : blob[0]
+  %y = opaque(%f) {cost = 2ms, colocate = "w"} : blob[0]
+  %j = opaque(%x, %y) {cost = 1ms} : blob[0]
+}
+""")
+    fast = fastest_costs(graph, Cluster.homogeneous(4))
+    assert critical_path(graph, fast) == pytest.approx(4 * MS)
+    assert colocated_path(graph, fast) == pytest.approx(6 * MS)
+    assert lower_bound(graph, Cluster.homogeneous(4)) == pytest.approx(6 * MS)
+
+
+@settings(max_examples=150, deadline=None)
+@given(doc=graph_docs(max_ops=7), data=st.data())
+def test_the_colocated_path_never_passes_a_plan(doc: dict[str, Any], data: st.DataObject) -> None:
+    """Every placement that keeps colocated ops together (on 2 or 3 devices, per-kind costs on
+    devices of two kinds), each timed in topological order and in a drawn priority order, takes
+    at least the colocated path."""
+    from pesto_ir.simulate import order_from_priority, simulate
+
+    graph = graph_from_json(doc)
+    k = data.draw(st.integers(2, 3))
+    devices = [Device.of_kind(f"d{i}", data.draw(st.sampled_from(KINDS)), 1e15) for i in range(k)]
+    cluster = Cluster.fully_connected(devices, data.draw(st.sampled_from((0.0, 1e-5))), 1e9)
+    bound = colocated_path(graph, fastest_costs(graph, cluster))
+    def key(op: Any) -> str:
+        return f"group {op.get('colocate')}" if op.get("colocate") is not None else f"op {op.name}"
+
+    units = [[op.name for op in graph.ops if key(op) == u] for u in dict.fromkeys(key(op) for op in graph.ops)]
+    drawn = {op.name: data.draw(st.floats(0.0, 1.0)) for op in graph.ops}
+    topological = {op.name: float(i) for i, op in enumerate(graph.topo_order())}
+    for chosen in itertools.product(cluster.names, repeat=len(units)):
+        placement = {name: d for unit, d in zip(units, chosen) for name in unit}
+        for priority in (topological, drawn):
+            plan = simulate(graph, cluster, placement, order_from_priority(graph, placement, priority))
+            assert bound <= plan.makespan * (1 + 1e-9) + 1e-15, (placement, plan.makespan, bound)
