@@ -158,3 +158,25 @@ def test_parts_made_otherwise_or_sharing_a_row_are_refused(tmp_path: Path) -> No
     b.write_text("{}")
     with pytest.raises(SystemExit, match="not a pesto-bench/1 file"):
         suite.main(["--merge", str(b), "--out", str(tmp_path)])
+
+
+def test_bound_gap_recomputes_the_bound_of_recorded_rows(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A recorded row keeps its plan; the bound is the current code's, the ratios both."""
+    from bench import bound_gap
+    from bench.zoo import msr_model
+    from pesto_ir.bounds import lower_bound
+
+    if not (MSR / "bert24_training_layer.json").exists():
+        pytest.skip(f"{MSR} is not here")
+    model = msr_model("bert24_training_layer")
+    now = lower_bound(model.build(), model.cluster(4))
+    row = {"model": model.name, "source": "msr", "k": 4, "lower_bound": now / 2,
+           "results": {"auto-1b": {"makespan": now * 1.1}}}
+    path = tmp_path / "suite.json"
+    path.write_text(json.dumps({"rows": [row]}))
+    assert bound_gap.main([str(path)]) == 0
+    out = capsys.readouterr().out
+    assert f"| {now * 1e3:.4g} | critical path | 2.200 | 1.100 |" in out
+    assert "k=4 MSR graphs (1 rows): geometric mean auto-1b / LB 2.2000 then, 1.1000 now" in out
+    with pytest.raises(SystemExit):
+        bound_gap.main([str(tmp_path / "missing.json")])
