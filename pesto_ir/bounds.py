@@ -141,11 +141,12 @@ def colocated_path(graph: Graph, fast: dict[str, float]) -> float:
     group's ancestors u of the op (the op too) taken from the latest start bound down: that start
     bound, plus the costs of those ops, plus the least path from one of them to the op's end. Only
     ancestors within `_COLOCATION_WINDOW` of the op's end by that path are kept (fewer ops still
-    give a bound), at most `_COLOCATION_KEPT` per group: the waits that matter are those of
-    siblings near their join."""
+    give a bound), at most `_COLOCATION_KEPT` per group, none shorter than `_COLOCATION_LEAST`:
+    the waits that matter are those of long siblings near their join."""
     if not fast:
         return 0.0
     window = _COLOCATION_WINDOW * max(fast.values())
+    least = _COLOCATION_LEAST * max(fast.values())
     finish: dict[str, float] = {}
     # per op: per colocation group, ancestor (or the op) -> (its start bound, its cost, path to the
     # op's end less the offset), and the offset; an op with one producer shares the producer's table
@@ -154,7 +155,7 @@ def colocated_path(graph: Graph, fast: dict[str, float]) -> float:
         cost = fast[op.name]
         producers = op.producers()
         start = max((finish[p.name] for p in producers), default=0.0)
-        own = op.get("colocate")
+        own = op.get("colocate") if cost >= least else None  # a short op's wait is not worth tracking
         end = start + cost
         if len(producers) == 1:  # every path grows by this op's cost: no new wait but the op's own
             table, offset = near[producers[0].name]
@@ -193,7 +194,8 @@ def colocated_path(graph: Graph, fast: dict[str, float]) -> float:
 
 
 _COLOCATION_WINDOW = 1.0  # colocated_path: how far back, in the largest op's cost ...
-_COLOCATION_KEPT = 4  # ... and how many ops of one group an op keeps
+_COLOCATION_KEPT = 4  # ... how many ops of one group an op keeps ...
+_COLOCATION_LEAST = 0.02  # ... and the shortest op kept, in the largest op's cost
 
 
 def _latest(entries: dict[str, tuple[float, float, float]]) -> dict[str, tuple[float, float, float]]:
