@@ -38,6 +38,17 @@ def resnet50_layer():  # type: ignore[no-untyped-def]
     return pesto_ir.load(path)
 
 
+@pytest.fixture(scope="module")
+def gnmt_layer():  # type: ignore[no-untyped-def]
+    """The MSR GNMT-8 training layer graph (192 ops, measured costs)."""
+    import pesto_ir
+
+    path = BERT24.parent / "gnmt_training_layer.json"
+    if not path.exists():
+        pytest.skip(f"{path} is not here")
+    return pesto_ir.load(path)
+
+
 @pytest.fixture
 def sigint_reaches_python() -> Iterator[None]:
     """Takes JAX's garbage-collection callback out for a test that sends itself SIGINT. JAX,

@@ -239,18 +239,13 @@ def test_bert24_interleaved_beats_contiguous_stages(bert24: Graph) -> None:
         {s: p.makespan for s, p in plans.items()}
 
 
-def test_interleaved_unit_moves_stop_at_their_deadline() -> None:
+def test_interleaved_unit_moves_stop_at_their_deadline(gnmt_layer: Graph) -> None:
     """GNMT-8 over 6 devices: chunks of whole layers cannot balance the devices, moving the units
     at their edges can; with its deadline past, the search makes no move and keeps the layouts as
     cut, a valid (slower) plan; a deadline far off changes nothing."""
     import time
 
-    from conftest import BERT24
-
-    path = BERT24.parent / "gnmt_training_layer.json"
-    if not path.exists():
-        pytest.skip(f"{path} is not here")
-    step = rebatch(pesto_ir.load(path), 4)
+    step = rebatch(gnmt_layer, 4)
     cluster = v100s(6)
     moved = pipeline_plan(step, cluster, INTERLEAVED, OPTIONS)
     assert "units moved" in moved.notes[-1]
