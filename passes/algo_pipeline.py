@@ -84,7 +84,9 @@ CHUNKS_PER_DEVICE = (1, 2, 3, 4, 6, 8)  # interleaved layouts: chunks per device
 SLACKS = (1.1, 1.25)  # ... and how far past total / k a device's chunks may take it (the second if the first fails)
 # what the eager schedules' parts cost in simulations of a fixed schedule (`schedule_worth`)
 LAYOUT_WORTH = 0.4  # one layout's eager simulation
-JUSTIFY_WORTH = 3.5  # justifying and checking one eager schedule
+JUSTIFY_WORTH = 3.5  # justifying and checking one eager schedule ...
+LEAST_JUSTIFY_WORTH = 2.0  # ... cut short by a deadline (one round; its set-up and memory checks weigh on large graphs)
+JUSTIFY_SIMULATIONS = 6  # a justification, in simulations of a layout (kept for after the unit moves)
 SIMULATED_LAYOUTS = 4  # interleaved layouts, best balanced first, whose eager schedules are simulated
 JUSTIFIED_LAYOUTS = 2  # interleaved layouts, fastest first, whose eager schedules are justified
 MAX_MOVES = 32  # simulations of the local search on the fastest interleaved layout (`_moved_units`) ...
@@ -110,24 +112,25 @@ class Stages:
 
 
 def pipeline_plan(graph: Graph, cluster: Cluster, schedule: str, options: PlaceOptions,
-                  moves_until: float | None = None) -> Plan:
+                  until: float | None = None) -> Plan:
     """The `schedule` ("gpipe", "1f1b", "eager" or "interleaved") pipeline of `graph` over the
     devices of `cluster`, timed by the simulator and checked (memory too): contiguous stages, stage
     s on `cluster.names[s]`, or for "interleaved" the layouts of `_interleaved_plan`. Each is
     deterministic and bounded by counts, not by time, so `options` (time limits, seeds) changes
-    nothing, unless `moves_until` (a `time.perf_counter()` reading) stops the interleaved layouts'
-    unit moves before their count; a plan that does not fit in memory raises the validator's
+    nothing, unless `until` (a `time.perf_counter()` reading) stops the eager schedules' searches
+    before their counts: the interleaved layouts' unit moves, and the justification rounds after
+    the first; a plan that does not fit in memory raises the validator's
     PlanError, as the real systems would run out of memory."""
     if schedule not in PIPELINE_SCHEDULES:
         raise PestoError(f"unknown pipeline schedule '{schedule}' (schedules: {', '.join(PIPELINE_SCHEDULES)})")
     m = microbatch_count(graph)
     if schedule == INTERLEAVED:
-        return _interleaved_plan(graph, cluster, m, moves_until)
+        return _interleaved_plan(graph, cluster, m, until)
     stages = _stages_of(graph, cluster)
     where = stages.stage_of()
     placement = {name: cluster.names[s] for name, s in where.items()}
     if schedule == EAGER:
-        plan = justified(graph, cluster, placement, _eager_schedule(graph, cluster, placement, schedule))
+        plan = justified(graph, cluster, placement, _eager_schedule(graph, cluster, placement, schedule), until)
     else:
         ticks = slot_ticks(schedule, len(cluster), m)
         order = order_from_priority(graph, placement, priorities(graph, where, ticks))
@@ -163,11 +166,11 @@ def _layout(graph: Graph, cluster: Cluster, units: Units, label: str, forward_st
                   _eager_schedule(graph, cluster, placement, INTERLEAVED, prepared))
 
 
-def _interleaved_plan(graph: Graph, cluster: Cluster, m: int, moves_until: float | None = None) -> Plan:
+def _interleaved_plan(graph: Graph, cluster: Cluster, m: int, until: float | None = None) -> Plan:
     """The fastest eager schedule of the interleaved layouts: the `SIMULATED_LAYOUTS` best
     balanced are simulated (on the MSR training graphs over 6 devices the fastest was always among
     the three best balanced), the fastest improved by moving units between neighbouring chunks
-    (`_moved_units`, until `moves_until`), and the `JUSTIFIED_LAYOUTS` fastest that fit in memory
+    (`_moved_units`, leaving time before `until` for the justifications), and the `JUSTIFIED_LAYOUTS` fastest that fit in memory
     justified, and the improved one too (bert24_training_layer over 3 devices at m = 4: it was
     faster simulated, slower justified)."""
     units = pipeline_units(graph, cluster)
@@ -182,6 +185,7 @@ def _interleaved_plan(graph: Graph, cluster: Cluster, m: int, moves_until: float
     each = (time.perf_counter() - started) / len(layouts)
     layouts.sort(key=lambda lay: lay.plan.makespan)
     moved = layouts[0]
+    moves_until = None if until is None else until - (JUSTIFIED_LAYOUTS + 1) * JUSTIFY_SIMULATIONS * each
     if moves_until is None or time.perf_counter() + each <= moves_until:
         moved = _moved_units(graph, cluster, units, layouts[0], prepared, moves_until)
     improved = moved is not layouts[0]
@@ -191,7 +195,7 @@ def _interleaved_plan(graph: Graph, cluster: Cluster, m: int, moves_until: float
     failed: PlanError | None = None
     kept = 0
     for lay in layouts:
-        plan = justified(graph, cluster, lay.placement, lay.plan, prepared=prepared)
+        plan = justified(graph, cluster, lay.placement, lay.plan, until, prepared)
         plan.notes.append(_note(INTERLEAVED, lay.stages, m, lay.label))
         try:
             plan = check_plan(graph, cluster, plan)
@@ -261,13 +265,18 @@ def schedule_worth(schedule: str, ops: int) -> float:
 
 def interleaved_worth(moves: int) -> float:
     """`schedule_worth` of the interleaved layouts with `moves` unit moves."""
-    return (SIMULATED_LAYOUTS + moves) * LAYOUT_WORTH + justify_worth(moves > 0)
+    return (SIMULATED_LAYOUTS + moves) * LAYOUT_WORTH + (JUSTIFIED_LAYOUTS + (moves > 0)) * JUSTIFY_WORTH
 
 
-def justify_worth(moved: bool) -> float:
-    """What justifying the interleaved layouts costs: `JUSTIFIED_LAYOUTS`, and the one the unit
-    moves found if they were made (`schedule_worth`)."""
-    return (JUSTIFIED_LAYOUTS + moved) * JUSTIFY_WORTH
+def least_worth(schedule: str) -> float:
+    """`schedule_worth` when a deadline cuts the search short (`pipeline_plan`'s `until`): the
+    interleaved layouts' simulations and one justification round for each layout kept; the
+    eager schedule's simulation and one round."""
+    if schedule == INTERLEAVED:
+        return SIMULATED_LAYOUTS * LAYOUT_WORTH + JUSTIFIED_LAYOUTS * LEAST_JUSTIFY_WORTH
+    if schedule == EAGER:
+        return LAYOUT_WORTH + LEAST_JUSTIFY_WORTH
+    return schedule_worth(schedule, 1)
 
 
 def _edge_moves(stage: list[int]) -> Iterator[list[int]]:

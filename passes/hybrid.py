@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pesto_ir.cluster import Cluster
 from pesto_ir.errors import PestoError
 from pesto_ir.ir import Graph
-from pesto_ir.passes.algo_pipeline import EAGER, INTERLEAVED, interleaved_worth, justify_worth, schedule_worth
+from pesto_ir.passes.algo_pipeline import EAGER, INTERLEAVED, least_worth, schedule_worth
 from pesto_ir.passes.batch_axes import MicrobatchError, batch_spec
 from pesto_ir.passes.pipeline_model import MODEL_MICROBATCHES
 from pesto_ir.passes.rebatch import MAX_MICROBATCHES
@@ -168,22 +168,22 @@ class Rates:
 
 def screen(graph: Graph, cluster: Cluster, found: Candidate, options: PlaceOptions, heuristic: Solve,
            engines: Sequence[str] = ("heuristics",), rates: Rates | None = None,
-           moves_until: float | None = None) -> Candidate:
+           until: float | None = None) -> Candidate:
     """`found`'s replica graph (built once) and its best plan so far, trying `engines`: the
     pipeline schedules ("gpipe", "1f1b": a simulation each; "eager", "interleaved": several, as
     `SCHEDULE_WORTH` counts them; on replicas of several devices with several micro-batches) or
     "heuristics" (list scheduling the whole graph). Where `rates`
     allows it (`Rates.shard`), replicas that give no plan holding the whole optimizer state (it
     does not fit) are tried with it sharded across them (`passes/shard_state.py`), and the
-    candidate becomes that strategy. `moves_until` stops the interleaved layouts' unit moves
+    candidate becomes that strategy. `until` cuts the eager schedules' searches short
     (`pipeline_plan`)."""
-    found = _screened(graph, cluster, found, options, heuristic, engines, rates, moves_until)
+    found = _screened(graph, cluster, found, options, heuristic, engines, rates, until)
     strategy = found.strategy
     built = found.graph is not None and len(found.graph.ops) <= MAX_SCREEN_OPS  # else sharding changes nothing
     if rates is None or not rates.shard or found.plan is not None or not built or strategy.data_parallel < 2 \
             or strategy.optimizer_state == "sharded":
         return found
-    retry = _screened(graph, cluster, Candidate(strategy.sharded()), options, heuristic, engines, rates, moves_until)
+    retry = _screened(graph, cluster, Candidate(strategy.sharded()), options, heuristic, engines, rates, until)
     if retry.plan is None:
         found.why_not = f"{found.why_not}; with the optimizer state sharded: {retry.why_not}"
         return found
@@ -192,7 +192,7 @@ def screen(graph: Graph, cluster: Cluster, found: Candidate, options: PlaceOptio
 
 
 def _screened(graph: Graph, cluster: Cluster, found: Candidate, options: PlaceOptions, heuristic: Solve,
-              engines: Sequence[str], rates: Rates | None, moves_until: float | None = None) -> Candidate:
+              engines: Sequence[str], rates: Rates | None, until: float | None = None) -> Candidate:
     """`screen` for `found`'s own strategy."""
     strategy = found.strategy
     if found.graph is None:
@@ -220,7 +220,7 @@ def _screened(graph: Graph, cluster: Cluster, found: Candidate, options: PlaceOp
             else:
                 from pesto_ir.passes.algo_pipeline import pipeline_plan
 
-                plan = pipeline_plan(source, sub, engine, options, moves_until)
+                plan = pipeline_plan(source, sub, engine, options, until)
         except PestoError as e:
             found.why_not = found.why_not or f"{engine}: {str(e).splitlines()[0]}"
             continue
@@ -483,9 +483,9 @@ def _screen_pipelines(graph: Graph, cluster: Cluster, todo: list[Strategy], opti
         _logged(screen(graph, cluster, c, options, heuristic, (schedule,)), log, rates)
         cost.learn(c, time.perf_counter() - started, built, (schedule,))
         eager = () if alone or c.source is None else _eager_schedules_that_fit(c, cost, end)
-        if eager:  # the time they take is not learnt: the unit moves take what is left
-            moves_until = end - cost.seconds(c, justify_worth(moved=True))
-            _logged(screen(graph, cluster, c, options, heuristic, eager, moves_until=moves_until), log, rates)
+        for i, engine in enumerate(eager):  # not learnt: their searches take what is left, the first the most
+            until = end - cost.estimate(c, eager[i + 1:], least=True)
+            _logged(screen(graph, cluster, c, options, heuristic, (engine,), until=until), log, rates)
         if c.plan is None or c.plan.makespan == previous:
             continue
         slower = slower + 1 if best is not None and c.plan.makespan >= best[0] else 0
@@ -502,11 +502,11 @@ def _screen_pipelines(graph: Graph, cluster: Cluster, todo: list[Strategy], opti
 
 def _eager_schedules_that_fit(c: Candidate, cost: BuildCost, end: float) -> tuple[str, ...]:
     """The eager schedules to run on `c`'s graph (built, its fixed schedule timed: the estimate
-    scales what that took) that can end by `end` (the interleaved layouts' unit moves stop in
-    time): both, else the interleaved layouts (on the MSR training graphs the faster), else the
-    eager schedule of the fixed schedule's stages."""
-    for engines in ((EAGER, INTERLEAVED), (INTERLEAVED,), (EAGER,)):
-        if time.perf_counter() + cost.estimate(c, engines, moves=0) <= end:
+    scales what that took) that can end by `end` (their searches stop in time, after one
+    justification round), in the order to run them: both, else the interleaved layouts (on the
+    MSR training graphs the faster), else the eager schedule of the fixed schedule's stages."""
+    for engines in ((INTERLEAVED, EAGER), (INTERLEAVED,), (EAGER,)):
+        if time.perf_counter() + cost.estimate(c, engines, least=True) <= end:
             return engines
     return ()
 
@@ -531,12 +531,11 @@ class BuildCost:
         rate = self.schedule if self.schedule is not None else 2 * self.rewrite
         return rate * self.ops(c) * worth
 
-    def estimate(self, c: Candidate, engines: Sequence[str], moves: int | None = None) -> float:
+    def estimate(self, c: Candidate, engines: Sequence[str], least: bool = False) -> float:
         """Seconds to build `c`'s graph (unless built) and run `engines` on it (the heuristics as
-        three schedules; the interleaved layouts with `moves` unit moves, by default all they may
-        make)."""
+        three schedules; with `least`, the eager schedules' searches cut short by a deadline)."""
         build = 0.0 if c.source is not None else self.rewrite * self.ops(c)
-        return build + self.seconds(c, _schedules_worth(engines, self.ops(c), moves))
+        return build + self.seconds(c, _schedules_worth(engines, self.ops(c), least))
 
     def learn(self, c: Candidate, seconds: float, built: bool, engines: Sequence[str]) -> None:
         """`engines` on `c` took `seconds` (with the rewrite, unless `built` before)."""
@@ -547,11 +546,11 @@ class BuildCost:
         self.schedule = max(seconds - (0.0 if built else self.rewrite * ops), 0.0) / max(ops * worth, 1)
 
 
-def _schedules_worth(engines: Sequence[str], ops: float, moves: int | None = None) -> float:
+def _schedules_worth(engines: Sequence[str], ops: float, least: bool = False) -> float:
     """What `engines` cost on `ops` ops in simulations of a fixed schedule: the heuristics three, a
-    pipeline schedule its `schedule_worth` (the interleaved layouts' with `moves` unit moves, if
-    given)."""
-    return sum(3.0 if engine == "heuristics" else interleaved_worth(moves) if engine == INTERLEAVED and moves is not None
+    pipeline schedule its `schedule_worth`, or with `least` what it takes when a deadline cuts its
+    search short (`least_worth`)."""
+    return sum(3.0 if engine == "heuristics" else least_worth(engine) if least
                else schedule_worth(engine, round(ops)) for engine in engines)
 
 

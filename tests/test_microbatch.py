@@ -332,6 +332,7 @@ def test_build_cost_counts_each_schedule_run() -> None:
         JUSTIFIED_LAYOUTS,
         JUSTIFY_WORTH,
         LAYOUT_WORTH,
+        LEAST_JUSTIFY_WORTH,
         MAX_MOVES,
         SIMULATED_LAYOUTS,
     )
@@ -349,31 +350,32 @@ def test_build_cost_counts_each_schedule_run() -> None:
     assert cost.estimate(c, ("1f1b",)) == pytest.approx(0.1)
     assert cost.estimate(c, ("heuristics",)) == pytest.approx(0.3)
     # a small graph: the interleaved layouts may make all their moves, and justify the layout they
-    # found too; or as many as asked
+    # found too; or cut short by a deadline
     justified = JUSTIFIED_LAYOUTS * JUSTIFY_WORTH
     assert cost.estimate(c, ("interleaved",)) == \
         pytest.approx(0.1 * ((SIMULATED_LAYOUTS + MAX_MOVES) * LAYOUT_WORTH + justified + JUSTIFY_WORTH))
-    assert cost.estimate(c, ("interleaved",), moves=0) == pytest.approx(0.1 * (SIMULATED_LAYOUTS * LAYOUT_WORTH + justified))
+    assert cost.estimate(c, ("interleaved",), least=True) == \
+        pytest.approx(0.1 * (SIMULATED_LAYOUTS * LAYOUT_WORTH + JUSTIFIED_LAYOUTS * LEAST_JUSTIFY_WORTH))
     cost.learn(c, 1.0 + 1e-4 * n, False, ("gpipe",))  # with the rewrite: that part is not the schedule's
     assert cost.estimate(c, ("gpipe",)) == pytest.approx(1.0)
 
 
 def test_eager_schedules_run_as_far_as_the_time_left_allows() -> None:
-    """After the fixed schedule timed a graph: both eager schedules if they fit, else the
-    interleaved layouts (usually the faster), else the eager schedule of the fixed stages, else
-    none; the interleaved layouts counted without unit moves, which stop in time."""
+    """After the fixed schedule timed a graph: both eager schedules if they fit, the interleaved
+    layouts first (usually the faster), else those alone, else the eager schedule of the fixed
+    stages, else none; each counted as a deadline cuts it short (one justification round)."""
     import time
 
-    from pesto_ir.passes.algo_pipeline import EAGER, INTERLEAVED, interleaved_worth, schedule_worth
+    from pesto_ir.passes.algo_pipeline import EAGER, INTERLEAVED, least_worth
     from pesto_ir.passes.hybrid import BuildCost, Candidate, _eager_schedules_that_fit
 
     c = Candidate(Strategy(1, 4))
     c.source = pesto_ir.load(MLP)
     cost = BuildCost(rewrite=1e-4, schedule=1.0 / len(c.source.ops))  # a fixed schedule takes 1 s
-    eager, interleaved = schedule_worth(EAGER, len(c.source.ops)), interleaved_worth(0)
+    eager, interleaved = least_worth(EAGER), least_worth(INTERLEAVED)
     assert interleaved > eager  # else the order below would not be tested
-    for seconds, expected in [(eager + interleaved + 1, (EAGER, INTERLEAVED)), (interleaved + 0.5, (INTERLEAVED,)),
-                              (eager + 0.5, (EAGER,)), (eager - 0.5, ())]:
+    for seconds, expected in [(eager + interleaved + 0.5, (INTERLEAVED, EAGER)), (interleaved + 0.25, (INTERLEAVED,)),
+                              (eager + 0.25, (EAGER,)), (eager - 0.25, ())]:
         assert _eager_schedules_that_fit(c, cost, time.perf_counter() + seconds) == expected, seconds
 
 

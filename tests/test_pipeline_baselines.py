@@ -239,21 +239,26 @@ def test_bert24_interleaved_beats_contiguous_stages(bert24: Graph) -> None:
         {s: p.makespan for s, p in plans.items()}
 
 
-def test_interleaved_unit_moves_stop_at_their_deadline(gnmt_layer: Graph) -> None:
+def test_interleaved_search_stops_at_its_deadline(gnmt_layer: Graph) -> None:
     """GNMT-8 over 6 devices: chunks of whole layers cannot balance the devices, moving the units
     at their edges can; with its deadline past, the search makes no move and keeps the layouts as
-    cut, a valid (slower) plan; a deadline far off changes nothing."""
+    cut (one justification round each), a valid (slower) plan; a deadline far off changes
+    nothing."""
     import time
 
     step = rebatch(gnmt_layer, 4)
     cluster = v100s(6)
     moved = pipeline_plan(step, cluster, INTERLEAVED, OPTIONS)
     assert "units moved" in moved.notes[-1]
-    cut = pipeline_plan(step, cluster, INTERLEAVED, OPTIONS, moves_until=time.perf_counter())
+    cut = pipeline_plan(step, cluster, INTERLEAVED, OPTIONS, until=time.perf_counter())
     check_plan_ok(step, cluster, cut)
     assert "units moved" not in cut.notes[-1] and cut.makespan > moved.makespan
-    later = pipeline_plan(step, cluster, INTERLEAVED, OPTIONS, moves_until=time.perf_counter() + 3600)
+    later = pipeline_plan(step, cluster, INTERLEAVED, OPTIONS, until=time.perf_counter() + 3600)
     assert later.makespan == moved.makespan and later.notes == moved.notes
+    eager = pipeline_plan(step, cluster, EAGER, OPTIONS)
+    one_round = pipeline_plan(step, cluster, EAGER, OPTIONS, until=time.perf_counter())
+    check_plan_ok(step, cluster, one_round)
+    assert one_round.makespan >= eager.makespan
 
 
 def test_bert24_refused_with_more_stages_than_layers(bert24: Graph) -> None:
