@@ -27,26 +27,26 @@ def bert24():  # type: ignore[no-untyped-def]
     return pesto_ir.load(BERT24)
 
 
-@pytest.fixture(scope="module")
-def resnet50_layer():  # type: ignore[no-untyped-def]
-    """The MSR ResNet-50 training layer graph (354 ops, measured costs)."""
+def _msr_graph(name: str):  # type: ignore[no-untyped-def]
+    """The shared MSR graph `name`, or the test skipped where the shared folder lacks it."""
     import pesto_ir
 
-    path = BERT24.parent / "resnet50_training_layer.json"
+    path = BERT24.parent / f"{name}.json"
     if not path.exists():
         pytest.skip(f"{path} is not here")
     return pesto_ir.load(path)
+
+
+@pytest.fixture(scope="module")
+def resnet50_layer():  # type: ignore[no-untyped-def]
+    """The MSR ResNet-50 training layer graph (354 ops, measured costs)."""
+    return _msr_graph("resnet50_training_layer")
 
 
 @pytest.fixture(scope="module")
 def gnmt_layer():  # type: ignore[no-untyped-def]
     """The MSR GNMT-8 training layer graph (192 ops, measured costs)."""
-    import pesto_ir
-
-    path = BERT24.parent / "gnmt_training_layer.json"
-    if not path.exists():
-        pytest.skip(f"{path} is not here")
-    return pesto_ir.load(path)
+    return _msr_graph("gnmt_training_layer")
 
 
 @pytest.fixture
