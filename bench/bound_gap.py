@@ -38,7 +38,9 @@ def rows_with_bounds(rows: list[dict[str, Any]], models: set[str] | None) -> lis
         plan = row["results"].get(ONE_BATCH, {}).get("makespan")
         if not plan or (models and name not in models) or name not in by_name:
             continue
-        graph = graphs.get(name) or graphs.setdefault(name, pesto_ir.parse(str(by_name[name].build())))
+        if name not in graphs:
+            graphs[name] = pesto_ir.parse(str(by_name[name].build()))
+        graph = graphs[name]
         cluster = by_name[name].cluster(row["k"])
         now = lower_bound(graph, cluster)
         out.append({**row, "now": now, "term": _binding_term(graph, cluster, now), "plan": plan})

@@ -84,8 +84,7 @@ CHUNKS_PER_DEVICE = (1, 2, 3, 4, 6, 8)  # interleaved layouts: chunks per device
 SLACKS = (1.1, 1.25)  # ... and how far past total / k a device's chunks may take it (the second if the first fails)
 # what the eager schedules' parts cost in simulations of a fixed schedule (`schedule_worth`)
 LAYOUT_WORTH = 0.4  # one layout's eager simulation
-JUSTIFY_WORTH = 3.5  # justifying and checking one eager schedule ...
-LEAST_JUSTIFY_WORTH = 2.0  # ... cut short by a deadline (one round; its set-up and memory checks weigh on large graphs)
+JUSTIFY_WORTH = 2.0  # justifying and checking one eager schedule cut short by a deadline (one round; its set-up and memory checks weigh on large graphs)
 JUSTIFY_SIMULATIONS = 6  # a justification, in simulations of a layout (kept for after the unit moves)
 SIMULATED_LAYOUTS = 4  # interleaved layouts, best balanced first, whose eager schedules are simulated
 JUSTIFIED_LAYOUTS = 2  # interleaved layouts, fastest first, whose eager schedules are justified
@@ -217,10 +216,10 @@ def _moved_units(graph: Graph, cluster: Cluster, units: Units, start: Layout, pr
                  until: float | None = None) -> Layout:
     """First-improvement local search from `start`: a forward unit next to one on another device
     moves there while that makes the eager schedule faster (and it fits in memory), for at most
-    `MOVE_SIMULATED_OPS` ops simulated (`move_budget` simulations), none that would end after
+    `MOVE_SIMULATED_OPS` ops simulated (`MAX_MOVES` simulations), none that would end after
     `until` by the longest so far: where chunks of whole units cannot balance the devices, the
     units at their edges can (GNMT-8 over 6 devices: 1.160 to 1.147 times the bound)."""
-    budget = move_budget(len(graph.ops))
+    budget = min(MAX_MOVES, MOVE_SIMULATED_OPS // max(len(graph.ops), 1))
     capacity = {d.name: d.memory for d in cluster.devices}
     best, tried, longest = start, 0, 0.0
     while tried < budget:
@@ -241,42 +240,20 @@ def _moved_units(graph: Graph, cluster: Cluster, units: Units, start: Layout, pr
     return best
 
 
-def move_budget(ops: int) -> int:
-    """The simulations `_moved_units` may run on a graph of `ops` ops."""
-    return min(MAX_MOVES, MOVE_SIMULATED_OPS // max(ops, 1))
-
-
-def schedule_worth(schedule: str, ops: int) -> float:
-    """About what `pipeline_plan` of `schedule` on a graph of `ops` ops costs, in runs of a fixed
-    schedule (the first on the graph, which also cuts its stages): the interleaved layouts'
-    simulations, all the unit moves they may make and their justifications; the eager schedule's
-    one simulation and justification. Measured on the MSR training layer graphs at m = 32 over 4
-    and 6 devices: a layout's eager simulation 0.2-0.5, justifying and checking one 0.6-5 (most
-    1.5-3); the whole interleaved search 3.7 (GNMT over 4 devices, 6 moves) to 26 (BERT-24, 32
-    moves)."""
+def schedule_worth(schedule: str) -> float:
+    """What `pipeline_plan` of `schedule` takes at least, in runs of a fixed schedule (the first on
+    the graph, which also cuts its stages), when `until` cuts its search short: the interleaved
+    layouts' simulations and one justification round for each layout kept; the eager schedule's
+    simulation and one round. Uncut, on the MSR training layer graphs at m = 32 over 4 and 6
+    devices, a layout's eager simulation took 0.2-0.5, justifying and checking one 0.6-5, the
+    whole interleaved search 3.7 (GNMT over 4 devices, 6 moves) to 26 (BERT-24, 32 moves)."""
     if schedule == INTERLEAVED:
-        return interleaved_worth(move_budget(ops))
+        return SIMULATED_LAYOUTS * LAYOUT_WORTH + JUSTIFIED_LAYOUTS * JUSTIFY_WORTH
     if schedule == EAGER:
         return LAYOUT_WORTH + JUSTIFY_WORTH
     if schedule in SCHEDULES:
         return 1.0
     raise PestoError(f"unknown pipeline schedule '{schedule}' (schedules: {', '.join(PIPELINE_SCHEDULES)})")
-
-
-def interleaved_worth(moves: int) -> float:
-    """`schedule_worth` of the interleaved layouts with `moves` unit moves."""
-    return (SIMULATED_LAYOUTS + moves) * LAYOUT_WORTH + (JUSTIFIED_LAYOUTS + (moves > 0)) * JUSTIFY_WORTH
-
-
-def least_worth(schedule: str) -> float:
-    """`schedule_worth` when a deadline cuts the search short (`pipeline_plan`'s `until`): the
-    interleaved layouts' simulations and one justification round for each layout kept; the
-    eager schedule's simulation and one round."""
-    if schedule == INTERLEAVED:
-        return SIMULATED_LAYOUTS * LAYOUT_WORTH + JUSTIFIED_LAYOUTS * LEAST_JUSTIFY_WORTH
-    if schedule == EAGER:
-        return LAYOUT_WORTH + LEAST_JUSTIFY_WORTH
-    return schedule_worth(schedule, 1)
 
 
 def _edge_moves(stage: list[int]) -> Iterator[list[int]]:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pesto_ir.cluster import Cluster
 from pesto_ir.errors import PestoError
 from pesto_ir.ir import Graph
-from pesto_ir.passes.algo_pipeline import EAGER, INTERLEAVED, least_worth, schedule_worth
+from pesto_ir.passes.algo_pipeline import EAGER, INTERLEAVED, schedule_worth
 from pesto_ir.passes.batch_axes import MicrobatchError, batch_spec
 from pesto_ir.passes.pipeline_model import MODEL_MICROBATCHES
 from pesto_ir.passes.rebatch import MAX_MICROBATCHES
@@ -171,7 +171,7 @@ def screen(graph: Graph, cluster: Cluster, found: Candidate, options: PlaceOptio
            until: float | None = None) -> Candidate:
     """`found`'s replica graph (built once) and its best plan so far, trying `engines`: the
     pipeline schedules ("gpipe", "1f1b": a simulation each; "eager", "interleaved": several, as
-    `SCHEDULE_WORTH` counts them; on replicas of several devices with several micro-batches) or
+    `schedule_worth` counts them; on replicas of several devices with several micro-batches) or
     "heuristics" (list scheduling the whole graph). Where `rates`
     allows it (`Rates.shard`), replicas that give no plan holding the whole optimizer state (it
     does not fit) are tried with it sharded across them (`passes/shard_state.py`), and the
@@ -484,7 +484,7 @@ def _screen_pipelines(graph: Graph, cluster: Cluster, todo: list[Strategy], opti
         cost.learn(c, time.perf_counter() - started, built, (schedule,))
         eager = () if alone or c.source is None else _eager_schedules_that_fit(c, cost, end)
         for i, engine in enumerate(eager):  # not learnt: their searches take what is left, the first the most
-            until = end - cost.estimate(c, eager[i + 1:], least=True)
+            until = end - cost.estimate(c, eager[i + 1:])
             _logged(screen(graph, cluster, c, options, heuristic, (engine,), until=until), log, rates)
         if c.plan is None or c.plan.makespan == previous:
             continue
@@ -506,7 +506,7 @@ def _eager_schedules_that_fit(c: Candidate, cost: BuildCost, end: float) -> tupl
     justification round), in the order to run them: both, else the interleaved layouts (on the
     MSR training graphs the faster), else the eager schedule of the fixed schedule's stages."""
     for engines in ((INTERLEAVED, EAGER), (INTERLEAVED,), (EAGER,)):
-        if time.perf_counter() + cost.estimate(c, engines, least=True) <= end:
+        if time.perf_counter() + cost.estimate(c, engines) <= end:
             return engines
     return ()
 
@@ -522,36 +522,28 @@ class BuildCost:
     once_ops: float = 0.0
     schedule: float | None = None
 
-    def ops(self, c: Candidate) -> float:
-        """`c`'s ops, or before its rewrite is built, as many as it will have."""
-        return len(c.source.ops) if c.source is not None else self.once_ops + self.ops_per_microbatch * c.strategy.microbatches
-
-    def seconds(self, c: Candidate, worth: float) -> float:
-        """Seconds for `worth` simulations of a fixed schedule on `c`'s graph."""
-        rate = self.schedule if self.schedule is not None else 2 * self.rewrite
-        return rate * self.ops(c) * worth
-
-    def estimate(self, c: Candidate, engines: Sequence[str], least: bool = False) -> float:
+    def estimate(self, c: Candidate, engines: Sequence[str]) -> float:
         """Seconds to build `c`'s graph (unless built) and run `engines` on it (the heuristics as
-        three schedules; with `least`, the eager schedules' searches cut short by a deadline)."""
-        build = 0.0 if c.source is not None else self.rewrite * self.ops(c)
-        return build + self.seconds(c, _schedules_worth(engines, self.ops(c), least))
+        three schedules; the eager schedules cut short by a deadline, as `schedule_worth` counts
+        them)."""
+        ops = len(c.source.ops) if c.source is not None else self.once_ops + self.ops_per_microbatch * c.strategy.microbatches
+        rate = self.schedule if self.schedule is not None else 2 * self.rewrite
+        build = 0.0 if c.source is not None else self.rewrite * ops
+        return build + rate * ops * _schedules_worth(engines)
 
     def learn(self, c: Candidate, seconds: float, built: bool, engines: Sequence[str]) -> None:
         """`engines` on `c` took `seconds` (with the rewrite, unless `built` before)."""
         if c.source is None:
             return
         ops = len(c.source.ops)
-        worth = _schedules_worth(engines, ops)
+        worth = _schedules_worth(engines)
         self.schedule = max(seconds - (0.0 if built else self.rewrite * ops), 0.0) / max(ops * worth, 1)
 
 
-def _schedules_worth(engines: Sequence[str], ops: float, least: bool = False) -> float:
-    """What `engines` cost on `ops` ops in simulations of a fixed schedule: the heuristics three, a
-    pipeline schedule its `schedule_worth`, or with `least` what it takes when a deadline cuts its
-    search short (`least_worth`)."""
-    return sum(3.0 if engine == "heuristics" else least_worth(engine) if least
-               else schedule_worth(engine, round(ops)) for engine in engines)
+def _schedules_worth(engines: Sequence[str]) -> float:
+    """What `engines` cost in simulations of a fixed schedule: the heuristics three, a pipeline
+    schedule its `schedule_worth`."""
+    return sum(3.0 if engine == "heuristics" else schedule_worth(engine) for engine in engines)
 
 
 def _ranked_pipelines(graph: Graph, cluster: Cluster, todo: list[Strategy], log: PlaceOptions, rates: Rates
