@@ -68,7 +68,7 @@ from pesto_ir.errors import PestoError
 from pesto_ir.ir import Graph, Op
 from pesto_ir.memory import fits_memory
 from pesto_ir.passes.algo_common import colocation_units
-from pesto_ir.passes.justify import justified
+from pesto_ir.passes.justify import RoundClock, justified
 from pesto_ir.placement import PlaceOptions
 from pesto_ir.plan import Plan
 from pesto_ir.simulate import PlanError, Prepared, order_from_priority, simulate, simulate_eager
@@ -117,8 +117,9 @@ def pipeline_plan(graph: Graph, cluster: Cluster, schedule: str, options: PlaceO
     s on `cluster.names[s]`, or for "interleaved" the layouts of `_interleaved_plan`. Each is
     deterministic and bounded by counts, not by time, so `options` (time limits, seeds) changes
     nothing, unless `until` (a `time.perf_counter()` reading) stops the eager schedules' searches
-    before their counts: the interleaved layouts' unit moves, and the justification rounds after
-    the first; a plan that does not fit in memory raises the validator's
+    before their counts: the interleaved layouts' unit moves, their justifications after the
+    first, and the justification rounds that would end past it (`justify.RoundClock`); a plan that
+    does not fit in memory raises the validator's
     PlanError, as the real systems would run out of memory."""
     if schedule not in PIPELINE_SCHEDULES:
         raise PestoError(f"unknown pipeline schedule '{schedule}' (schedules: {', '.join(PIPELINE_SCHEDULES)})")
@@ -171,7 +172,8 @@ def _interleaved_plan(graph: Graph, cluster: Cluster, m: int, until: float | Non
     the three best balanced), the fastest improved by moving units between neighbouring chunks
     (`_moved_units`, leaving time before `until` for the justifications), and the `JUSTIFIED_LAYOUTS` fastest that fit in memory
     justified, and the improved one too (bert24_training_layer over 3 devices at m = 4: it was
-    faster simulated, slower justified)."""
+    faster simulated, slower justified); after the first, none whose justification and check
+    would end past `until` by the longest so far."""
     units = pipeline_units(graph, cluster)
     weights = units.weights()
     found = interleaved_layouts(weights, len(cluster), cluster.is_homogeneous())
@@ -193,14 +195,20 @@ def _interleaved_plan(graph: Graph, cluster: Cluster, m: int, until: float | Non
     best: Plan | None = None
     failed: PlanError | None = None
     kept = 0
+    clock, checking = RoundClock(), 0.0  # the longest justification's first round and check, for `until`
     for lay in layouts:
-        plan = justified(graph, cluster, lay.placement, lay.plan, until, prepared)
+        if best is not None and until is not None and time.perf_counter() + clock.first + checking > until:
+            break
+        plan = justified(graph, cluster, lay.placement, lay.plan, until, prepared, clock)
         plan.notes.append(_note(INTERLEAVED, lay.stages, m, lay.label))
+        started = time.perf_counter()
         try:
             plan = check_plan(graph, cluster, plan)
         except PlanError as e:
             failed = failed or e
             continue
+        finally:
+            checking = max(checking, time.perf_counter() - started)
         if best is None or plan.makespan < best.makespan:
             best = plan
         kept += 1

@@ -484,6 +484,8 @@ def _screen_pipelines(graph: Graph, cluster: Cluster, todo: list[Strategy], opti
         cost.learn(c, time.perf_counter() - started, built, (schedule,))
         eager = () if alone or c.source is None else _eager_schedules_that_fit(c, cost, end)
         for i, engine in enumerate(eager):  # not learnt: their searches take what is left, the first the most
+            if i and time.perf_counter() + cost.estimate(c, eager[i:]) > end:
+                break  # the first ran past its estimate
             until = end - cost.estimate(c, eager[i + 1:])
             _logged(screen(graph, cluster, c, options, heuristic, (engine,), until=until), log, rates)
         if c.plan is None or c.plan.makespan == previous:

@@ -126,12 +126,28 @@ def backward_starts(tasks: Tasks, backward: list[list[int]], plan: Plan) -> dict
     return {n: (last - end[i],) for i, n in enumerate(tasks.names)}
 
 
+@dataclass
+class RoundClock:
+    """The longest justification set-up with its first round, and the longest round after it,
+    timed so far: shared by a caller's calls, so that none starts a round that would end past
+    its deadline by what the rounds before took."""
+
+    first: float = 0.0
+    round: float = 0.0
+
+
 def justified(graph: Graph, cluster: Cluster, placement: Mapping[str, str], plan: Plan,
-              deadline: float | None = None, prepared: Prepared | None = None) -> Plan:
+              deadline: float | None = None, prepared: Prepared | None = None,
+              clock: RoundClock | None = None) -> Plan:
     """The fastest of `plan` (a schedule of `placement`) and the eager schedules of up to `ROUNDS`
     forward-backward rounds from it that fit in the devices' memory; a round that gains nothing
-    `PATIENCE` times in a row ends it, and no round starts after `deadline` (`time.perf_counter()`)
-    but the first (`prepared`: `simulate.Prepared(graph, cluster)`, where the caller has it)."""
+    `PATIENCE` times in a row ends it, and with a `deadline` (`time.perf_counter()`) no round
+    starts that would end past it by `clock`'s timings (the first starts unless it has passed)
+    (`prepared`: `simulate.Prepared(graph, cluster)`, where the caller has it)."""
+    clock = clock if clock is not None else RoundClock()
+    started = time.perf_counter()
+    if deadline is not None and started + clock.first > deadline:
+        return plan
     tasks = step_tasks(graph, cluster, placement)
     backward = tasks.reversed_after()
     capacity = {d.name: d.memory for d in cluster.devices}
@@ -139,11 +155,17 @@ def justified(graph: Graph, cluster: Cluster, placement: Mapping[str, str], plan
     best = current = plan
     idle = 0
     for i in range(ROUNDS):
-        if i and deadline is not None and time.perf_counter() >= deadline:
+        now = time.perf_counter()
+        if i and deadline is not None and now + clock.round > deadline:
             break
         current = simulate_eager(graph, cluster, placement, backward_starts(tasks, backward, current), plan.algorithm,
                                  prepared)
-        if current.makespan < best.makespan * (1 - 1e-9) and fits_memory(graph, current, capacity):
+        kept = current.makespan < best.makespan * (1 - 1e-9) and fits_memory(graph, current, capacity)
+        ended = time.perf_counter()
+        clock.round = max(clock.round, ended - now)
+        if not i:
+            clock.first = max(clock.first, ended - started)
+        if kept:
             best, idle = current, 0
         else:
             idle += 1
