@@ -57,13 +57,14 @@ critical path / m) (`bench/bench_pipeline.py`).
 
 from __future__ import annotations
 
+import functools
 import time
 import weakref
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from pesto_ir.cluster import Cluster
-from pesto_ir.costs import op_cost
+from pesto_ir.costs import summed_costs
 from pesto_ir.errors import PestoError
 from pesto_ir.ir import Graph, Op
 from pesto_ir.memory import fits_memory
@@ -110,8 +111,35 @@ class Stages:
         return {op.name: s for ops, s in zip(self.units, self.stage) for op in ops}
 
 
+class PipelineGraph:
+    """`graph` over `cluster` as the pipeline schedules see it, worked out once for all the
+    schedules tried on it: its placement units, the contiguous stages, and the simulator's
+    preparation (on a 64,000-op pipeline each took about a second per schedule)."""
+
+    def __init__(self, graph: Graph, cluster: Cluster) -> None:
+        self.graph, self.cluster = graph, cluster
+
+    @functools.cached_property
+    def units(self) -> Units:
+        return pipeline_units(self.graph, self.cluster)
+
+    @functools.cached_property
+    def stages(self) -> Stages:
+        return _stages_of(self.graph, self.cluster, lambda: self.units)
+
+    @functools.cached_property
+    def prepared(self) -> Prepared:
+        return Prepared(self.graph, self.cluster)
+
+    def of(self, graph: Graph, cluster: Cluster) -> PipelineGraph:
+        """Itself, if worked out for `graph` and `cluster`."""
+        if graph is not self.graph or cluster is not self.cluster:
+            raise ValueError(f"pipeline units worked out for another graph or cluster than graph '{graph.name}'")
+        return self
+
+
 def pipeline_plan(graph: Graph, cluster: Cluster, schedule: str, options: PlaceOptions,
-                  until: float | None = None) -> Plan:
+                  until: float | None = None, pipeline: PipelineGraph | None = None) -> Plan:
     """The `schedule` ("gpipe", "1f1b", "eager" or "interleaved") pipeline of `graph` over the
     devices of `cluster`, timed by the simulator and checked (memory too): contiguous stages, stage
     s on `cluster.names[s]`, or for "interleaved" the layouts of `_interleaved_plan`. Each is
@@ -120,21 +148,24 @@ def pipeline_plan(graph: Graph, cluster: Cluster, schedule: str, options: PlaceO
     before their counts: the interleaved layouts' unit moves, their justifications after the
     first, and the justification rounds that would end past it (`justify.RoundClock`); a plan that
     does not fit in memory raises the validator's
-    PlanError, as the real systems would run out of memory."""
+    PlanError, as the real systems would run out of memory. `pipeline`: `PipelineGraph(graph,
+    cluster)`, where the caller tries several schedules."""
     if schedule not in PIPELINE_SCHEDULES:
         raise PestoError(f"unknown pipeline schedule '{schedule}' (schedules: {', '.join(PIPELINE_SCHEDULES)})")
     m = microbatch_count(graph)
+    pipeline = pipeline.of(graph, cluster) if pipeline else PipelineGraph(graph, cluster)
     if schedule == INTERLEAVED:
-        return _interleaved_plan(graph, cluster, m, until)
-    stages = _stages_of(graph, cluster)
+        return _interleaved_plan(pipeline, m, until)
+    stages, prepared = pipeline.stages, pipeline.prepared
     where = stages.stage_of()
     placement = {name: cluster.names[s] for name, s in where.items()}
     if schedule == EAGER:
-        plan = justified(graph, cluster, placement, _eager_schedule(graph, cluster, placement, schedule), until)
+        plan = justified(graph, cluster, placement, _eager_schedule(graph, cluster, placement, schedule, prepared),
+                         until, prepared)
     else:
         ticks = slot_ticks(schedule, len(cluster), m)
         order = order_from_priority(graph, placement, priorities(graph, where, ticks))
-        plan = simulate(graph, cluster, placement, order, algorithm=schedule)
+        plan = simulate(graph, cluster, placement, order, schedule, prepared)
     plan.notes.append(_note(schedule, stages, m))
     return check_plan(graph, cluster, plan)
 
@@ -166,7 +197,7 @@ def _layout(graph: Graph, cluster: Cluster, units: Units, label: str, forward_st
                   _eager_schedule(graph, cluster, placement, INTERLEAVED, prepared))
 
 
-def _interleaved_plan(graph: Graph, cluster: Cluster, m: int, until: float | None = None) -> Plan:
+def _interleaved_plan(pipeline: PipelineGraph, m: int, until: float | None = None) -> Plan:
     """The fastest eager schedule of the interleaved layouts: the `SIMULATED_LAYOUTS` best
     balanced are simulated (on the MSR training graphs over 6 devices the fastest was always among
     the three best balanced), the fastest improved by moving units between neighbouring chunks
@@ -174,13 +205,13 @@ def _interleaved_plan(graph: Graph, cluster: Cluster, m: int, until: float | Non
     justified, and the improved one too (bert24_training_layer over 3 devices at m = 4: it was
     faster simulated, slower justified); after the first, none whose justification and check
     would end past `until` by the longest so far."""
-    units = pipeline_units(graph, cluster)
+    graph, cluster, units = pipeline.graph, pipeline.cluster, pipeline.units
     weights = units.weights()
     found = interleaved_layouts(weights, len(cluster), cluster.is_homogeneous())
     if not found:  # a unit too large for any slack: the contiguous stages
         found = [("contiguous stages", balanced_cut(weights, len(cluster)))]
     balanced = sorted(found, key=lambda layout: max(units.stages(graph, layout[1], len(cluster)).costs))  # stable
-    prepared = Prepared(graph, cluster)  # for every layout's simulations
+    prepared = pipeline.prepared  # for every layout's simulations
     started = time.perf_counter()
     layouts = [_layout(graph, cluster, units, label, stage, prepared) for label, stage in balanced[:SIMULATED_LAYOUTS]]
     each = (time.perf_counter() - started) / len(layouts)
@@ -238,7 +269,7 @@ def _moved_units(graph: Graph, cluster: Cluster, units: Units, start: Layout, pr
             tried += 1
             started = time.perf_counter()
             found = _layout(graph, cluster, units, f"{start.label}, units moved", moved, prepared)
-            better = found.plan.makespan < best.plan.makespan * (1 - 1e-9) and fits_memory(graph, found.plan, capacity)
+            better = found.plan.makespan < best.plan.makespan * (1 - 1e-9) and fits_memory(graph, found.plan, capacity, prepared.memory)
             longest = max(longest, time.perf_counter() - started)
             if better:
                 best = found
@@ -347,13 +378,14 @@ def interleaved_cut(weights: list[list[float]], order: Sequence[int], per_device
 _SPLITS: weakref.WeakKeyDictionary[Graph, dict[tuple[str, ...], Stages]] = weakref.WeakKeyDictionary()
 
 
-def _stages_of(graph: Graph, cluster: Cluster) -> Stages:
-    """`split_stages`, once per graph and devices: both schedules of one graph share the cut (the
-    graph must not change in between, as no caller of the schedules changes it)."""
+def _stages_of(graph: Graph, cluster: Cluster, units: Callable[[], Units] | None = None) -> Stages:
+    """`split_stages` (of `units()`, where the caller has them), once per graph and devices: the
+    schedules of one graph share the cut (the graph must not change in between, as no caller of
+    the schedules changes it)."""
     per_graph = _SPLITS.setdefault(graph, {})
     key = tuple(cluster.names)
     if key not in per_graph:
-        per_graph[key] = split_stages(graph, cluster)
+        per_graph[key] = split_stages(graph, cluster, units() if units else None)
     return per_graph[key]
 
 
@@ -477,13 +509,14 @@ def pipeline_units(graph: Graph, cluster: Cluster) -> Units:
         raise PestoError(f"graph '{graph.name}' has {len(forward)} forward placement unit(s), fewer than the "
                          f"{len(cluster)} pipeline stages: a stage would be empty")
     devices = [cluster.device(n) for n in cluster.names]
-    cost = [[sum(op_cost(op, d) for op in ops) for d in devices] for ops in units]
+    cost = [summed_costs(ops, devices) for ops in units]
     return Units(units, kinds, unit_owners(units, kinds), forward, cost)
 
 
-def split_stages(graph: Graph, cluster: Cluster) -> Stages:
-    """Units, their kinds and stages, and the stage costs, cut into contiguous stages."""
-    units = pipeline_units(graph, cluster)
+def split_stages(graph: Graph, cluster: Cluster, units: Units | None = None) -> Stages:
+    """Units, their kinds and stages, and the stage costs, cut into contiguous stages (`units`:
+    `pipeline_units(graph, cluster)`, where the caller has them)."""
+    units = units or pipeline_units(graph, cluster)
     return units.stages(graph, balanced_cut(units.weights(), len(cluster)), len(cluster))
 
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pesto_ir.cluster import Cluster
 from pesto_ir.errors import PestoError
 from pesto_ir.ir import Graph
-from pesto_ir.passes.algo_pipeline import EAGER, INTERLEAVED, schedule_worth
+from pesto_ir.passes.algo_pipeline import EAGER, INTERLEAVED, PipelineGraph, pipeline_plan, schedule_worth
 from pesto_ir.passes.batch_axes import MicrobatchError, batch_spec
 from pesto_ir.passes.pipeline_model import MODEL_MICROBATCHES
 from pesto_ir.passes.rebatch import MAX_MICROBATCHES
@@ -71,6 +71,7 @@ class Candidate:
     plan: Plan | None = None
     why_not: str = ""
     engine: str = ""
+    pipeline: PipelineGraph | None = None  # `source` over replica 0's devices, for its pipeline schedules
 
 
 # ---------------------------------------------------------------- strategies
@@ -218,9 +219,9 @@ def _screened(graph: Graph, cluster: Cluster, found: Candidate, options: PlaceOp
                 if rates is not None and strategy == ONE_BATCH:
                     rates.heuristic = (time.perf_counter() - started) / max(len(source.ops) * len(sub), 1)
             else:
-                from pesto_ir.passes.algo_pipeline import pipeline_plan
-
-                plan = pipeline_plan(source, sub, engine, options, until)
+                if found.pipeline is None or found.pipeline.graph is not source:
+                    found.pipeline = PipelineGraph(source, sub)
+                plan = pipeline_plan(source, found.pipeline.cluster, engine, options, until, found.pipeline)
         except PestoError as e:
             found.why_not = found.why_not or f"{engine}: {str(e).splitlines()[0]}"
             continue
@@ -499,6 +500,8 @@ def _screen_pipelines(graph: Graph, cluster: Cluster, todo: list[Strategy], opti
         if c.source is not None and len(c.source.ops) <= MAX_HEURISTIC_OPS and \
                 time.perf_counter() + cost.estimate(c, ("heuristics",)) <= stop:
             _logged(screen(graph, cluster, c, options, heuristic), log, rates)
+    for c in candidates.values():
+        c.pipeline = None  # the schedules are done: their graphs' preparations need not stay in memory
     return tried
 
 

@@ -87,30 +87,38 @@ def list_schedule(tasks: Tasks, after: list[list[int]], priority: list[float]) -
         for s in succ:
             waiting[s] += 1
     ready: dict[tuple[str, ...], list[tuple[float, int]]] = {}
+    idle: set[tuple[str, ...]] = set()  # resources free with a ready task: the only ones to look at
     for t, n in enumerate(waiting):
         if n == 0:
             heapq.heappush(ready.setdefault(tasks.resource[t], []), (priority[t], t))
+            idle.add(tasks.resource[t])
     end = [0.0] * len(after)
     busy: set[tuple[str, ...]] = set()
     events: list[tuple[float, int]] = []
     now = 0.0
     while True:
-        for res, queue in ready.items():
-            if res not in busy and queue:
-                _, t = heapq.heappop(queue)
-                end[t] = now + tasks.seconds[t]
-                busy.add(res)
-                heapq.heappush(events, (end[t], t))
+        for res in idle:  # each starts at `now`: the order they start in changes nothing
+            _, t = heapq.heappop(ready[res])
+            end[t] = now + tasks.seconds[t]
+            busy.add(res)
+            heapq.heappush(events, (end[t], t))
+        idle.clear()
         if not events:
             return end
         now = events[0][0]
         while events and events[0][0] == now:
             _, t = heapq.heappop(events)
-            busy.discard(tasks.resource[t])
+            res = tasks.resource[t]
+            busy.discard(res)
+            if ready.get(res):
+                idle.add(res)
             for s in after[t]:
                 waiting[s] -= 1
                 if waiting[s] == 0:
-                    heapq.heappush(ready.setdefault(tasks.resource[s], []), (priority[s], s))
+                    queue = ready.setdefault(tasks.resource[s], [])
+                    heapq.heappush(queue, (priority[s], s))
+                    if tasks.resource[s] not in busy:
+                        idle.add(tasks.resource[s])
 
 
 def backward_starts(tasks: Tasks, backward: list[list[int]], plan: Plan) -> dict[str, tuple[float]]:
@@ -160,7 +168,7 @@ def justified(graph: Graph, cluster: Cluster, placement: Mapping[str, str], plan
             break
         current = simulate_eager(graph, cluster, placement, backward_starts(tasks, backward, current), plan.algorithm,
                                  prepared)
-        kept = current.makespan < best.makespan * (1 - 1e-9) and fits_memory(graph, current, capacity)
+        kept = current.makespan < best.makespan * (1 - 1e-9) and fits_memory(graph, current, capacity, prepared.memory)
         ended = time.perf_counter()
         clock.round = max(clock.round, ended - now)
         if not i:

@@ -85,7 +85,7 @@ def _search(graph: Graph, cluster: Cluster, state: _Moves, deadline: float) -> N
             trial = dict(placement)
             trial.update(dict.fromkeys(moving, device))
             plan = simulate(graph, cluster, trial, _split(sequence, trial), best.algorithm, prepared)
-            if plan.makespan < best.makespan * (1 - IMPROVEMENT) and fits_memory(graph, plan, capacity):
+            if plan.makespan < best.makespan * (1 - IMPROVEMENT) and fits_memory(graph, plan, capacity, prepared.memory):
                 improved = plan
                 break
             failed.add(key)

@@ -12,6 +12,8 @@ read them only through the functions here, so there is one meaning of `cost`:
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
+
 from pesto_ir.attributes import DictAttr
 from pesto_ir.cluster import Device
 from pesto_ir.errors import PestoError
@@ -34,6 +36,15 @@ def op_cost(op: Op, device: Device) -> float:
                             f"(kind {device.kind}); it has costs for: {', '.join(k for k, _ in a.entries)}")
         return float(entry.value)
     return float(a.value)
+
+
+def summed_costs(ops: Iterable[Op], devices: Sequence[Device]) -> list[float]:
+    """Seconds `ops` take one after another on each of `devices`; summed once where no op's cost
+    depends on the device."""
+    ops = list(ops)
+    if not devices or any(isinstance(op.attrs.get("cost"), DictAttr) for op in ops):
+        return [sum(op_cost(op, d) for op in ops) for d in devices]
+    return [sum(op_cost(op, devices[0]) for op in ops)] * len(devices)
 
 
 def op_memory(op: Op) -> int:

@@ -29,7 +29,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from pesto_ir.costs import op_memory
-from pesto_ir.ir import Graph, Op, Value
+from pesto_ir.ir import Graph, Op
 from pesto_ir.plan import OpSlot, Plan
 from pesto_ir.units import human_bytes, human_time
 
@@ -97,48 +97,81 @@ def footprints(graph: Graph) -> dict[str, int]:
 
 # ---------------------------------------------------------------- lifetimes of a plan
 
-def lifetimes(graph: Graph, plan: Plan) -> list[Lifetime]:
+_OpBytes = tuple[str, int, int, int | None, tuple[tuple[str, int, bool, tuple[str, ...]], ...]]
+# (name, resident bytes, workspace bytes, the `activation` attribute's bytes (the whole output as one
+# tensor) or None, its results as (name, bytes, a graph output, readers))
+
+
+class GraphBytes:
+    """What the lifetimes of any plan of `graph` are made of (each op's resident, workspace and
+    output bytes, its results' readers): a search that checks the memory of many plans of one
+    graph prepares it once (`simulate.Prepared.memory`)."""
+
+    def __init__(self, graph: Graph) -> None:
+        self.graph = graph
+        self.inputs = [(v.name, v.type.nbytes, tuple(u.name for u in v.users())) for v in graph.inputs]
+        outputs = {id(v) for v in graph.outputs}
+        self.ops: list[_OpBytes] = [
+            (op.name, op_memory(op), workspace_bytes(op), output_bytes(op) if "activation" in op.attrs else None,
+             tuple((r.name, r.type.nbytes, id(r) in outputs, tuple([u.name for u in r.users()])) for r in op.results))
+            for op in graph.ops]
+
+    def of(self, graph: Graph) -> GraphBytes:
+        """Itself, if prepared for `graph`."""
+        if graph is not self.graph:
+            raise ValueError(f"memory prepared for another graph than graph '{graph.name}'")
+        return self
+
+
+Interval = tuple[str, float, float, int, str]  # a `Lifetime`'s fields
+
+
+def lifetimes(graph: Graph, plan: Plan, prepared: GraphBytes | None = None) -> list[Lifetime]:
     """Every interval of bytes held on a device during the step, by the rules of this module."""
+    return [Lifetime(*held) for held in _intervals(prepared.of(graph) if prepared else GraphBytes(graph), plan, True)]
+
+
+def _intervals(graph: GraphBytes, plan: Plan, named: bool) -> list[Interval]:
+    """`lifetimes` as tuples, their `what` left empty unless `named` (checks need only bytes)."""
     slots = plan.ops
-    out: list[Lifetime] = []
-    for v in graph.inputs:
-        for d in sorted({slots[u.name].device for u in v.users() if u.name in slots}):
-            out.append(Lifetime(d, 0.0, STEP_END, v.type.nbytes, f"input %{v.name}"))
+    out: list[Interval] = []
+    for name, nbytes, readers in graph.inputs:
+        for d in sorted({slots[u].device for u in readers if u in slots}):
+            out.append((d, 0.0, STEP_END, nbytes, f"input %{name}" if named else ""))
     sent: dict[str, dict[str, tuple[float, float, int]]] = defaultdict(dict)  # op -> device -> transfer
     for t in plan.transfers:
         sent[t.src][t.to] = (t.start, t.end, t.nbytes)
-    outputs = {id(v) for v in graph.outputs}
-    for op in graph.ops:
-        slot = slots.get(op.name)
+    for op, resident, workspace, activation, results in graph.ops:
+        slot = slots.get(op)
         if slot is None:
             continue
         d = slot.device
-        if op_memory(op):
-            out.append(Lifetime(d, 0.0, STEP_END, op_memory(op), f"resident of '{op.name}'"))
-        if workspace_bytes(op):
-            out.append(Lifetime(d, slot.start, slot.end, workspace_bytes(op), f"workspace of '{op.name}'"))
-        copies = sent.get(op.name, {})
-        released = {id(r): _release(r, d, slot.end, slots, copies, outputs) for r in op.results}
-        if "activation" in op.attrs:
-            end = max(released.values(), default=slot.end)
-            out.append(Lifetime(d, slot.start, end, output_bytes(op), f"output of '{op.name}'"))
+        if resident:
+            out.append((d, 0.0, STEP_END, resident, f"resident of '{op}'" if named else ""))
+        if workspace:
+            out.append((d, slot.start, slot.end, workspace, f"workspace of '{op}'" if named else ""))
+        copies = sent.get(op, {})
+        released = [STEP_END if is_output else _release(readers, d, slot.end, slots, copies)
+                    for _, _, is_output, readers in results]
+        if activation is not None:
+            out.append((d, slot.start, max(released, default=slot.end), activation,
+                        f"output of '{op}'" if named else ""))
         else:
-            out.extend(Lifetime(d, slot.start, released[id(r)], r.type.nbytes, f"%{r.name}") for r in op.results)
+            out.extend((d, slot.start, end, nbytes, f"%{name}" if named else "")
+                       for (name, nbytes, _, _), end in zip(results, released))
         for dst, (start, end, nbytes) in copies.items():
-            readers_end = max((slots[u.name].end for r in op.results for u in r.users()
-                               if u.name in slots and slots[u.name].device == dst), default=end)
-            out.append(Lifetime(dst, start, max(end, readers_end), nbytes, f"copy of '{op.name}' from {d}"))
-    return [lt for lt in out if lt.nbytes > 0 and lt.end > lt.start]
+            readers_end = max((slots[u].end for _, _, _, readers in results for u in readers
+                               if u in slots and slots[u].device == dst), default=end)
+            out.append((dst, start, max(end, readers_end), nbytes, f"copy of '{op}' from {d}" if named else ""))
+    return [held for held in out if held[3] > 0 and held[2] > held[1]]
 
 
-def _release(r: Value, device: str, op_end: float, slots: Mapping[str, OpSlot],
-             copies: dict[str, tuple[float, float, int]], outputs: set[int]) -> float:
-    """When result `r` of an op on `device` may be freed there."""
-    if id(r) in outputs:
-        return STEP_END
+def _release(readers: tuple[str, ...], device: str, op_end: float, slots: Mapping[str, OpSlot],
+             copies: dict[str, tuple[float, float, int]]) -> float:
+    """When a result of an op on `device`, read by `readers`, may be freed there."""
     end = op_end
-    for u in r.users():
-        s = slots.get(u.name)
+    for u in readers:
+        s = slots.get(u)
         if s is None:
             continue
         if s.device == device:
@@ -148,13 +181,14 @@ def _release(r: Value, device: str, op_end: float, slots: Mapping[str, OpSlot],
     return end
 
 
-def _sweep(spans: Iterable[Lifetime]) -> list[tuple[float, int]]:
-    """(time, bytes held from then on) at each instant the sum changes; frees before allocations."""
+def _sweep(spans: Iterable[tuple[float, float, int]]) -> list[tuple[float, int]]:
+    """(time, bytes held from then on) at each instant the sum of the (start, end, bytes) spans
+    changes; frees before allocations."""
     events: list[tuple[float, int, int]] = []
-    for lt in spans:
-        events.append((lt.start, 1, lt.nbytes))
-        if lt.end != STEP_END:
-            events.append((lt.end, 0, -lt.nbytes))
+    for start, end, nbytes in spans:
+        events.append((start, 1, nbytes))
+        if end != STEP_END:
+            events.append((end, 0, -nbytes))
     events.sort()
     steps: list[tuple[float, int]] = []
     live = 0
@@ -172,27 +206,31 @@ def live_bytes(graph: Graph, plan: Plan) -> dict[str, list[tuple[float, int]]]:
     per_device: dict[str, list[Lifetime]] = {d: [] for d in plan.devices}
     for lt in lifetimes(graph, plan):
         per_device.setdefault(lt.device, []).append(lt)
-    return {d: _sweep(spans) for d, spans in per_device.items()}
+    return {d: _sweep((lt.start, lt.end, lt.nbytes) for lt in spans) for d, spans in per_device.items()}
 
 
-def peak_memory(graph: Graph, plan: Plan) -> dict[str, DevicePeak]:
+def peak_memory(graph: Graph, plan: Plan, prepared: GraphBytes | None = None) -> dict[str, DevicePeak]:
     """Each device's peak, when it is first reached and what is alive then."""
-    per_device: dict[str, list[Lifetime]] = {d: [] for d in plan.devices}
-    for lt in lifetimes(graph, plan):
-        per_device.setdefault(lt.device, []).append(lt)
+    per_device: dict[str, list[Interval]] = {d: [] for d in plan.devices}
+    for held in _intervals(prepared.of(graph) if prepared else GraphBytes(graph), plan, True):
+        per_device.setdefault(held[0], []).append(held)
     peaks: dict[str, DevicePeak] = {}
     for d, spans in per_device.items():
         nbytes, at = 0, 0.0
-        for t, live in _sweep(spans):
+        for t, live in _sweep(held[1:4] for held in spans):
             if live > nbytes:
                 nbytes, at = live, t
-        alive = sorted((lt for lt in spans if lt.start <= at < lt.end), key=lambda lt: (-lt.nbytes, lt.what))
+        alive = sorted((Lifetime(*held) for held in spans if held[1] <= at < held[2]),
+                       key=lambda lt: (-lt.nbytes, lt.what))
         peaks[d] = DevicePeak(d, nbytes, at, tuple(alive) if nbytes else ())
     return peaks
 
 
-def fits_memory(graph: Graph, plan: Plan, capacity: Mapping[str, float]) -> bool:
+def fits_memory(graph: Graph, plan: Plan, capacity: Mapping[str, float], prepared: GraphBytes | None = None) -> bool:
     """Whether no device's peak passes its `capacity` (bytes by device name): what a search that
     re-times a plan checks before it keeps it, beside the validator's other rules that the
-    simulator keeps by construction."""
-    return all(p.nbytes <= capacity[d] for d, p in peak_memory(graph, plan).items())
+    simulator keeps by construction (`prepared`: `GraphBytes(graph)`, where the caller has it)."""
+    per_device: dict[str, list[tuple[float, float, int]]] = {d: [] for d in plan.devices}
+    for d, start, end, nbytes, _ in _intervals(prepared.of(graph) if prepared else GraphBytes(graph), plan, False):
+        per_device.setdefault(d, []).append((start, end, nbytes))
+    return all(max((live for _, live in _sweep(spans)), default=0) <= capacity[d] for d, spans in per_device.items())

@@ -7,7 +7,7 @@ import pytest
 import pesto_ir
 from pesto_ir.attributes import DictAttr, DurationAttr
 from pesto_ir.cluster import Cluster, Device
-from pesto_ir.costs import CostError, op_cost
+from pesto_ir.costs import CostError, op_cost, summed_costs
 from pesto_ir.memory import footprints
 from pesto_ir.passes.annotate_costs import AnnotateCostsPass
 from pesto_ir.passmanager import PassContext, PassManager, Pipeline
@@ -342,3 +342,16 @@ def test_roofline_warns_once_about_an_opcode_it_can_only_guess(capsys: pytest.Ca
     run_pass(text, "annotate-costs{model=roofline}", Cluster.homogeneous(1, "h100"), quiet=False)
     err = capsys.readouterr().err
     assert err.count("warning: annotate-costs: 'my_custom' is not a JAX primitive") == 1 and "tanh" not in err
+
+
+def test_summed_costs_per_device_where_a_cost_depends_on_the_device() -> None:
+    g = pesto_ir.parse("""
+graph @g() {
+  %a = opaque() {cost = 2ms} : blob[0]
+  %b = opaque(%a) {cost = {fast = 3ms, slow = 6ms}} : blob[0]
+}
+""")
+    fast, slow = Device("fast", "fast", 1e12, 1e11, 1e9), Device("slow", "slow", 1e12, 1e11, 1e9)
+    assert summed_costs(g.ops, [fast, slow, fast]) == pytest.approx([5e-3, 8e-3, 5e-3])
+    assert summed_costs(g.ops[:1], [fast, slow]) == pytest.approx([2e-3, 2e-3])
+    assert summed_costs(g.ops, []) == []

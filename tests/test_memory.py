@@ -20,7 +20,7 @@ from pesto_ir.cluster import Cluster
 from pesto_ir.errors import ParseError
 from pesto_ir.frontends.json_graph import graph_from_json, graph_to_json, parse_json_graph
 from pesto_ir.ir import Graph
-from pesto_ir.memory import live_bytes, peak_memory
+from pesto_ir.memory import GraphBytes, fits_memory, live_bytes, peak_memory
 from pesto_ir.plan import Plan
 from pesto_ir.simulate import PlanError, order_from_priority, simulate
 from pesto_ir.types import BlobType
@@ -311,6 +311,13 @@ def test_peaks_and_live_bytes_match_a_brute_force(problem: tuple[Graph, Cluster,
             assert before and before[-1] == sum(sp[3] for sp in held_at(spans, d, t))
     check_plan(graph, cluster, plan)
     assert plan.peak_memory == {d: p.nbytes for d, p in peaks.items()}
+    # the searches' check, prepared once per graph, says the same at every capacity around the peaks
+    prepared = GraphBytes(graph)
+    assert peak_memory(graph, plan, prepared) == peaks
+    for d in cluster.names:
+        for capacity in (peaks[d].nbytes, peaks[d].nbytes - 1):
+            limits = {n: capacity if n == d else math.inf for n in cluster.names}
+            assert fits_memory(graph, plan, limits, prepared) == (peaks[d].nbytes <= capacity)
 
 
 # ---------------------------------------------------------------- pesto-graph/1 memory fields

@@ -24,6 +24,7 @@ from pesto_ir.passes.algo_pipeline import (
     INTERLEAVED,
     PIPELINE_SCHEDULES,
     SCHEDULES,
+    PipelineGraph,
     interleaved_cut,
     interleaved_layouts,
     is_backward,
@@ -241,9 +242,8 @@ def test_bert24_interleaved_beats_contiguous_stages(bert24: Graph) -> None:
 
 def test_interleaved_search_stops_at_its_deadline(gnmt_layer: Graph) -> None:
     """GNMT-8 over 6 devices: chunks of whole layers cannot balance the devices, moving the units
-    at their edges can; with its deadline past, the search makes no move and keeps the layouts as
-    cut (one justification round each), a valid (slower) plan; a deadline far off changes
-    nothing."""
+    at their edges can; with its deadline past, the search makes no move and keeps the fastest
+    layout as cut (not justified), a valid (slower) plan; a deadline far off changes nothing."""
     import time
 
     step = rebatch(gnmt_layer, 4)
@@ -256,9 +256,23 @@ def test_interleaved_search_stops_at_its_deadline(gnmt_layer: Graph) -> None:
     later = pipeline_plan(step, cluster, INTERLEAVED, OPTIONS, until=time.perf_counter() + 3600)
     assert later.makespan == moved.makespan and later.notes == moved.notes
     eager = pipeline_plan(step, cluster, EAGER, OPTIONS)
-    one_round = pipeline_plan(step, cluster, EAGER, OPTIONS, until=time.perf_counter())
-    check_plan_ok(step, cluster, one_round)
-    assert one_round.makespan >= eager.makespan
+    unjustified = pipeline_plan(step, cluster, EAGER, OPTIONS, until=time.perf_counter())
+    check_plan_ok(step, cluster, unjustified)
+    assert unjustified.makespan >= eager.makespan
+
+
+def test_schedules_of_one_graph_share_its_units(gnmt_layer: Graph) -> None:
+    """A `PipelineGraph` worked out once gives every schedule the plan it gives alone, and refuses
+    another graph."""
+    step = rebatch(gnmt_layer, 4)
+    cluster = v100s(4)
+    shared = PipelineGraph(step, cluster)
+    for schedule in PIPELINE_SCHEDULES:
+        alone = pipeline_plan(step, cluster, schedule, OPTIONS)
+        together = pipeline_plan(step, cluster, schedule, OPTIONS, pipeline=shared)
+        assert together.makespan == alone.makespan and together.ops == alone.ops, schedule
+    with pytest.raises(ValueError, match="another graph"):
+        pipeline_plan(rebatch(gnmt_layer, 2), cluster, "gpipe", OPTIONS, pipeline=shared)
 
 
 def test_bert24_refused_with_more_stages_than_layers(bert24: Graph) -> None:
