@@ -483,12 +483,13 @@ def _screen_pipelines(graph: Graph, cluster: Cluster, todo: list[Strategy], opti
         started, built = time.perf_counter(), c.graph is not None
         _logged(screen(graph, cluster, c, options, heuristic, (schedule,)), log, rates)
         cost.learn(c, time.perf_counter() - started, built, (schedule,))
-        eager = () if alone or c.source is None else _eager_schedules_that_fit(c, cost, end)
-        for i, engine in enumerate(eager):  # not learnt: their searches take what is left, the first the most
-            if i and time.perf_counter() + cost.estimate(c, eager[i:]) > end:
-                break  # the first ran past its estimate
-            until = end - cost.estimate(c, eager[i + 1:])
-            _logged(screen(graph, cluster, c, options, heuristic, (engine,), until=until), log, rates)
+        left = [] if alone or c.source is None else [INTERLEAVED, EAGER]
+        while eager := _eager_schedules_that_fit(c, cost, end, left):
+            # not learnt: their searches take what is left, the first the most; one left out may
+            # still fit once the first has ended (its search may not need all it was given)
+            until = end - cost.estimate(c, eager[1:])
+            _logged(screen(graph, cluster, c, options, heuristic, eager[:1], until=until), log, rates)
+            left.remove(eager[0])
         if c.plan is None or c.plan.makespan == previous:
             continue
         slower = slower + 1 if best is not None and c.plan.makespan >= best[0] else 0
@@ -505,13 +506,14 @@ def _screen_pipelines(graph: Graph, cluster: Cluster, todo: list[Strategy], opti
     return tried
 
 
-def _eager_schedules_that_fit(c: Candidate, cost: BuildCost, end: float) -> tuple[str, ...]:
-    """The eager schedules to run on `c`'s graph (built, its fixed schedule timed: the estimate
-    scales what that took) that can end by `end` (their searches stop in time, after one
-    justification round), in the order to run them: both, else the interleaved layouts (on the
-    MSR training graphs the faster), else the eager schedule of the fixed schedule's stages."""
+def _eager_schedules_that_fit(c: Candidate, cost: BuildCost, end: float, left: Sequence[str]) -> tuple[str, ...]:
+    """Of the eager schedules `left` to run on `c`'s graph (built, its fixed schedule timed: the
+    estimate scales what that took), those that can end by `end` (their searches stop in time,
+    after one justification round), in the order to run them: both, else the interleaved layouts
+    (on the MSR training graphs the faster), else the eager schedule of the fixed schedule's
+    stages."""
     for engines in ((INTERLEAVED, EAGER), (INTERLEAVED,), (EAGER,)):
-        if time.perf_counter() + cost.estimate(c, engines) <= end:
+        if all(e in left for e in engines) and time.perf_counter() + cost.estimate(c, engines) <= end:
             return engines
     return ()
 

@@ -352,7 +352,8 @@ def test_build_cost_counts_each_schedule_run() -> None:
 def test_eager_schedules_run_as_far_as_the_time_left_allows() -> None:
     """After the fixed schedule timed a graph: both eager schedules if they fit, the interleaved
     layouts first (usually the faster), else those alone, else the eager schedule of the fixed
-    stages, else none; each counted as a deadline cuts it short (one justification round)."""
+    stages, else none; each counted as a deadline cuts it short (one justification round). Once
+    one has run, the other runs if it still fits."""
     import time
 
     from pesto_ir.passes.algo_pipeline import EAGER, INTERLEAVED, schedule_worth
@@ -365,7 +366,12 @@ def test_eager_schedules_run_as_far_as_the_time_left_allows() -> None:
     assert interleaved > eager  # else the order below would not be tested
     for seconds, expected in [(eager + interleaved + 0.5, (INTERLEAVED, EAGER)), (interleaved + 0.25, (INTERLEAVED,)),
                               (eager + 0.25, (EAGER,)), (eager - 0.25, ())]:
-        assert _eager_schedules_that_fit(c, cost, time.perf_counter() + seconds) == expected, seconds
+        assert _eager_schedules_that_fit(c, cost, time.perf_counter() + seconds, [INTERLEAVED, EAGER]) == expected, \
+            seconds
+    assert _eager_schedules_that_fit(c, cost, time.perf_counter() + interleaved + 0.25, [EAGER]) == (EAGER,)
+    assert _eager_schedules_that_fit(c, cost, time.perf_counter() + interleaved + eager + 0.5, [INTERLEAVED]) == \
+        (INTERLEAVED,)
+    assert _eager_schedules_that_fit(c, cost, time.perf_counter() + 3600, []) == ()
 
 
 @pytest.mark.parametrize("options,message", [
