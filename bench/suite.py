@@ -225,12 +225,13 @@ def winner_of(plan: Plan, algo: str) -> str:
 
 
 def strategy_of(plan: Plan) -> str:
-    """`d=2 m=4` (and the pipeline's stage count, and whether the optimizer state is sharded), or ""
-    for a one-batch plan."""
+    """`d=2 m=4` (and the pipeline's stage count: the devices of a replica its ops use, and whether
+    the optimizer state is sharded), or "" for a one-batch plan."""
     par = plan.parallelism
     if par is None:
         return ""
-    stages = len(par.replicas[0])
+    used = {slot.device for slot in plan.ops.values()}
+    stages = sum(1 for device in par.replicas[0] if device in used)
     return (f"d={par.data_parallel} m={par.microbatches}" + (f", {stages} stages" if stages > 1 else "")
             + (", state sharded" if par.optimizer_state == "sharded" else ""))
 

@@ -51,18 +51,20 @@ def gnmt_layer():  # type: ignore[no-untyped-def]
 
 @pytest.fixture
 def sigint_reaches_python() -> Iterator[None]:
-    """Takes JAX's garbage-collection callback out for a test that sends itself SIGINT. JAX,
-    imported by other tests in this process, registers one; a SIGINT that comes while it runs is
-    printed and dropped ("Exception ignored in: <function _xla_gc_callback>"), and the interrupt
-    under test is lost (1 run in 3 to 8 of tests/test_cli_hardening.py, with other work on the
-    machine). `pesto-compile` on a cost graph never imports JAX. The list is changed in place: the
-    collector holds it, not the module attribute."""
+    """Takes JAX's and Hypothesis's garbage-collection callbacks out for a test that sends itself
+    SIGINT. Both register one once other tests in this process have used them; a SIGINT that comes
+    while one runs is printed and dropped ("Exception ignored in: <function _xla_gc_callback>", or
+    hypothesis's `gc_callback`), and the interrupt under test is lost (1 run in 3 to 8 of
+    tests/test_cli_hardening.py, with other work on the machine, for JAX's; once in a full run for
+    Hypothesis's). `pesto-compile` imports neither on a cost graph. The list is changed in place:
+    the collector holds it, not the module attribute."""
     import gc
 
-    jax_callbacks = [cb for cb in gc.callbacks if (getattr(cb, "__module__", "") or "").startswith("jax")]
-    for cb in jax_callbacks:
+    theirs = [cb for cb in gc.callbacks
+              if (getattr(cb, "__module__", "") or "").startswith(("jax", "hypothesis"))]
+    for cb in theirs:
         gc.callbacks.remove(cb)
     try:
         yield
     finally:
-        gc.callbacks.extend(jax_callbacks)
+        gc.callbacks.extend(theirs)

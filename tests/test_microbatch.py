@@ -374,6 +374,33 @@ def test_eager_schedules_run_as_far_as_the_time_left_allows() -> None:
     assert _eager_schedules_that_fit(c, cost, time.perf_counter() + 3600, []) == ()
 
 
+@pytest.mark.parametrize("k,half_wins", [(4, False), (8, True)])
+def test_a_pipeline_over_half_the_devices_is_kept_where_faster(gnmt_layer: Graph, k: int, half_wins: bool) -> None:
+    """The best pipeline's schedule is tried over the first half of the devices: a plan on fewer
+    devices is a plan on all of them, so the search keeps whichever is faster, and the kept plan
+    is valid and uses only the devices it says. GNMT's layers over 1 GB/s links: 8 stages send
+    more than they gain, 4 do not."""
+    from pesto_ir.passes.algo_pipeline import pipeline_plan
+    from pesto_ir.passes.hybrid import BuildCost, Candidate, Rates, _on_fewer_devices
+
+    cluster = Cluster.homogeneous(k, "v100", latency=1e-5, bandwidth=1e9)
+    strategy = Strategy(1, 4)
+    source = rebatch(gnmt_layer, 4)
+    whole = as_hybrid(source, cluster, pipeline_plan(source, cluster, "gpipe", PlaceOptions(quiet=True)), strategy)
+    half = sub_cluster(cluster, cluster.names[:k // 2])
+    alone = as_hybrid(source, cluster, pipeline_plan(source, half, "gpipe", PlaceOptions(quiet=True)), strategy)
+    assert (alone.makespan < whole.makespan) == half_wins
+    c = Candidate(strategy, graph=source, source=source, plan=whole, engine="gpipe")
+    options = PlaceOptions(quiet=True)
+    _on_fewer_devices(cluster, c, options, BuildCost(rewrite=1e-6, schedule=1e-7), time.perf_counter() + 3600,
+                      options, Rates())
+    assert c.plan is not None and c.plan.makespan == min(whole.makespan, alone.makespan)
+    check_plan(source, cluster, c.plan)
+    used = {slot.device for slot in c.plan.ops.values()}
+    assert used == set(half.names if alone.makespan < whole.makespan else cluster.names)
+    assert c.plan.devices == cluster.names
+
+
 @pytest.mark.parametrize("options,message", [
     ("microbatches=0", "microbatches must be from 1"),
     ("data-parallel=x", "data-parallel must be a whole number or auto"),
