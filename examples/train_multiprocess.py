@@ -76,6 +76,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model", choices=("mlp", "gpt"), default="mlp")
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--algo", default="expert", help="placement algorithm (process 0 plans)")
+    ap.add_argument("--optimizer", choices=("adam", "sgd"), default="adam",
+                    help="adam (default), or sgd to compare every parameter closely: Adam divides each gradient by "
+                         "its own size, so an entry whose gradient is zero in exact arithmetic (the GPT's attention "
+                         "key bias: softmax ignores a shift common to all keys) moves by up to the learning rate on "
+                         "rounding noise, which replicas summing in another order round differently")
     ap.add_argument("--data-parallel", type=lambda t: [int(x) for x in t.split(",")], default=[1],
                     help="replicas; a list like 1,2 trains once per value (2: one replica per process, each in "
                          "stages over its own devices)")
@@ -91,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     import pesto_ir
 
     init, loss_fn, batch = mlp() if opts.model == "mlp" else gpt()
-    optimizer = optax.adam(1e-3)
+    optimizer = optax.adam(1e-3) if opts.optimizer == "adam" else optax.sgd(1e-2)
     train_step = make_train_step(loss_fn, optimizer)
 
     me = jax.process_index()
