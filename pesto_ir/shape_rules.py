@@ -197,6 +197,8 @@ def _slice(op: Op, ts: Sequence[TensorType]) -> list[Type]:
         raise ShapeError(f"slice indices do not match the rank of {t}")
     if any(not 0 <= s <= lim <= n for s, lim, n in zip(start, limit, t.shape)):
         raise ShapeError(f"slice out of bounds for {t}")
+    if any(st < 1 for st in strides):
+        raise ShapeError(f"slice strides must be at least 1, not {list(strides)}")
     return [TensorType(t.dtype, tuple((lim - s + st - 1) // st for s, lim, st in zip(start, limit, strides)))]
 
 

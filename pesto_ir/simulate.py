@@ -88,10 +88,6 @@ class Prepared:
             self._cost[key] = op_cost(self.ops[name], self.cluster.device(device))
         return self._cost[key]
 
-    def sends(self, name: str, placement: Mapping[str, str]) -> dict[str, int]:
-        """`transfer_bytes` of op `name`."""
-        return _sends(self.results[name], placement[name], placement)
-
     def placed(self, placement: Mapping[str, str]) -> Placed:
         """`Placed` for `placement` (every op placed), kept for the last placement asked: the
         rounds of a justification simulate one placement again and again (on a 64,000-op

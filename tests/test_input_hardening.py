@@ -389,3 +389,16 @@ def test_a_failed_write_names_the_output_not_its_temporary_file(tmp_path: Path,
         write_atomic(target, "text")
     assert e.value.filename == str(target) and e.value.filename2 is None
     assert list(tmp_path.iterdir()) == []  # the temporary file is gone too
+
+
+@pytest.mark.parametrize("stride", [0, -1])
+def test_a_slice_stride_below_one_is_a_located_error(stride: int) -> None:
+    """Found by the mutation test of the examples: a zero stride divided by zero in the slice rule."""
+    text = f"""graph @g(%x: f32[4,8]) {{
+  %y = slice(%x) {{start_indices = [0, 0], limit_indices = [4, 8], strides = [1, {stride}]}} : f32[4,8]
+  return %y
+}}
+"""
+    with pytest.raises(PestoError, match=r"strides must be at least 1") as e:
+        pesto_ir.verify(pesto_ir.parse(text))
+    assert ":2:" in str(e.value) and "op 'y'" in str(e.value)  # the line and the op
