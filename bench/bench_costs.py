@@ -48,6 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # `bench.zoo_ja
 
 from pesto_ir.cluster import Cluster
 from pesto_ir.ir import Graph
+from pesto_ir.machine import describe, elsewhere_note, machine_of
 from pesto_ir.passmanager import PassContext, PassManager
 from pesto_ir.plan import read_plan_attrs
 from pesto_ir.timing import call_time, hold_xla_to_one_core
@@ -269,13 +270,16 @@ def main() -> int:
     device = jax.devices()[0]
     cluster = Cluster.from_jax_devices([device])
     calibrated = [_calibrated(path, cluster) for path in args.cluster]
-    print(f"device: {device.device_kind} ({device.platform}), jax {jax.__version__}, "
-          f"{os.cpu_count()} cores, {args.stat} of {args.runs} runs by {args.clock} clock"
+    print(f"device: {describe(machine_of(device))}, {args.stat} of {args.runs} runs by {args.clock} clock"
           + (f" in each of {args.processes} processes (their median)" if args.processes > 1 else "") + ", "
           f"load average {os.getloadavg()[0]:.2f}")
     cal_names = ["roof cal"] if len(calibrated) == 1 else [f"roof cal {i + 1}" for i in range(len(calibrated))]
-    for column, path in zip(cal_names, args.cluster):
-        print(f"{column}: calibrated figures from {path}")
+    for column, path, cal in zip(cal_names, args.cluster, calibrated):
+        print(f"{column}: calibrated figures from {path}, "
+              + (f"measured on {describe(cal.calibrated_on)}" if cal.calibrated_on else "which does not say where they were measured"))
+        elsewhere = elsewhere_note(cal.calibrated_on, machine_of(device), "  these figures")
+        if elsewhere:
+            print(elsewhere)
     profiles = () if args.no_profile else ("none", "xla")
     columns = (["jit step"] + [{"none": "per op", "xla": "per kernel"}[f] for f in profiles] + ["roof none", "roof xla"]
                + cal_names[:len(calibrated)])
@@ -376,8 +380,8 @@ def _calibrated(path: str, local: Cluster) -> Cluster:
     """A one-device cluster with the first device of the calibrated file, named like the local one."""
     import dataclasses
 
-    device = Cluster.load(path).devices[0]
-    return Cluster([dataclasses.replace(device, name=local.devices[0].name)])
+    whole = Cluster.load(path)
+    return Cluster([dataclasses.replace(whole.devices[0], name=local.devices[0].name)], calibrated_on=whole.calibrated_on)
 
 
 if __name__ == "__main__":

@@ -42,6 +42,7 @@ from typing import Any
 from pesto_ir.cluster import OP_FAMILIES, PARENT_FAMILY, Cluster, ClusterError, Device, family_efficiency, family_figure
 from pesto_ir.errors import PestoError
 from pesto_ir.ir import Graph, Op
+from pesto_ir.machine import describe, machine_of
 from pesto_ir.timing import hold_xla_to_one_core
 
 # A family is calibrated only when its kernels spend at least this share of their measured time,
@@ -504,12 +505,13 @@ def step_table(steps: Sequence[Step], launch: float, efficiency: dict[str, float
 def calibrated_cluster(devices: Sequence[Any], kind: str | None, launch: float,
                        efficiency: dict[str, float], setup: dict[str, float] | None = None) -> Cluster:
     """The cluster of `devices` with links and all-reduce measured now (no disk cache), every
-    device carrying the calibrated launch overhead, efficiencies and setups."""
+    device carrying the calibrated launch overhead, efficiencies and setups, and the machine they
+    describe (`calibrated_on`)."""
     cluster = Cluster.from_jax_devices(devices, kind=kind, measure=True, cache=False)
     calibrated = [dataclasses.replace(d, launch_overhead=launch, efficiency=tuple(efficiency.items()),
                                       setup=tuple((setup or {}).items()))
                   for d in cluster.devices]
-    return dataclasses.replace(cluster, devices=calibrated)
+    return dataclasses.replace(cluster, devices=calibrated, calibrated_on=machine_of(devices[0]))
 
 
 # ---------------------------------------------------------------- report
@@ -553,7 +555,8 @@ def _efficiency(value: float | None, why: str) -> str:
 def summary(cluster: Cluster) -> str:
     """Launch overhead, a link's and the all-reduce's fitted figures."""
     d = cluster.devices[0]
-    lines = [f"launch overhead: {d.launch_overhead * 1e6:.2f} us per kernel"]  # type: ignore[operator]
+    lines = [f"calibrated on {describe(cluster.calibrated_on)}"] if cluster.calibrated_on else []
+    lines.append(f"launch overhead: {d.launch_overhead * 1e6:.2f} us per kernel")  # type: ignore[operator]
     if len(cluster) > 1:
         lk = cluster.link(cluster.names[0], cluster.names[1])
         lines.append(f"link {lk.src}->{lk.dst}: latency {lk.latency * 1e6:.2f} us, bandwidth {lk.bandwidth / 1e9:.3g} GB/s")

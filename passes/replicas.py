@@ -63,7 +63,8 @@ def sub_cluster(cluster: Cluster, names: Sequence[str]) -> Cluster:
     """The devices `names` of `cluster` and the links between them."""
     keep = set(names)
     return Cluster([cluster.device(n) for n in names],
-                   {pair: link for pair, link in cluster.links.items() if pair[0] in keep and pair[1] in keep})
+                   {pair: link for pair, link in cluster.links.items() if pair[0] in keep and pair[1] in keep},
+                   calibrated_on=cluster.calibrated_on)
 
 
 def all_reduce_cost(cluster: Cluster, groups: tuple[tuple[str, ...], ...]) -> Callable[[int], float]:

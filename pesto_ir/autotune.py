@@ -145,7 +145,7 @@ def with_speed(cluster: Cluster, factor: float) -> Cluster:
     devices = [dataclasses.replace(d, peak_flops=d.peak_flops / factor if d.peak_flops else d.peak_flops,
                                    mem_bandwidth=d.mem_bandwidth / factor if d.mem_bandwidth else d.mem_bandwidth)
                for d in cluster.devices]
-    return Cluster(devices, dict(cluster.links), cluster.all_reduce)
+    return dataclasses.replace(cluster, devices=devices, links=dict(cluster.links))
 
 
 __all__ = ["Candidate", "DEFAULT_STEPS", "check_steps", "choose", "report", "speed_factor", "time_step",

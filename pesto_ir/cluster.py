@@ -26,6 +26,7 @@ from typing import Any
 from pesto_ir.cluster_figures import AllReduceFit, is_real
 from pesto_ir.cluster_figures import ClusterError as ClusterError  # re-exported: where callers import it from
 from pesto_ir.loader import brief
+from pesto_ir.machine import Machine, machine_from_json
 
 
 @dataclass(frozen=True)
@@ -209,6 +210,7 @@ class Cluster:
     devices: list[Device]
     links: dict[tuple[str, str], Link] = field(default_factory=dict)
     all_reduce: AllReduceFit | None = None  # measured all-reduce within one host (`ring_all_reduce_time`)
+    calibrated_on: Machine | None = None  # the machine the calibrated figures were measured on (`pesto_ir.machine`)
 
     def __post_init__(self) -> None:
         if self.all_reduce is not None and not isinstance(self.all_reduce, AllReduceFit):
@@ -310,6 +312,8 @@ class Cluster:
         }
         if self.all_reduce is not None:
             out["all_reduce"] = {"latency": self.all_reduce.latency, "bandwidth": self.all_reduce.bandwidth}
+        if self.calibrated_on is not None:
+            out["calibrated_on"] = dict(self.calibrated_on)
         return out
 
     @staticmethod
@@ -361,7 +365,11 @@ class Cluster:
                 raise bad(f"{where}: src and dst are both '{src}'; a link joins two different devices")
             links[(src, dst)] = Link(src, dst, _link_figure(lk, "latency", lat0, bad, where),
                                      _link_figure(lk, "bandwidth", bw0, bad, where))
-        return Cluster(devices, links, _all_reduce_from_json(data.get("all_reduce"), bad))
+        try:
+            calibrated_on = machine_from_json(data.get("calibrated_on"))
+        except ValueError as e:
+            raise bad(f"calibrated_on: {e}") from None
+        return Cluster(devices, links, _all_reduce_from_json(data.get("all_reduce"), bad), calibrated_on)
 
     @staticmethod
     def load(path: str | Path) -> Cluster:
@@ -385,8 +393,8 @@ class Cluster:
         """The same cluster with every device's capacity set to `memory` bytes (`inf`: no limit)."""
         if not is_real(memory) or not memory > 0:
             raise ClusterError(f"memory must be a positive number of bytes, got {brief(repr(memory))}")
-        devices = [dataclasses.replace(d, memory=memory) for d in self.devices]
-        return Cluster(devices, dict(self.links), self.all_reduce)
+        return dataclasses.replace(self, devices=[dataclasses.replace(d, memory=memory) for d in self.devices],
+                                   links=dict(self.links))
 
     # ---------------------------------------------------------------- real JAX devices
     @staticmethod

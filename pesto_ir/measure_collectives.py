@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from pesto_ir.cluster_figures import AllReduceFit, ClusterError
+from pesto_ir.machine import machine_key
 
 # Transfer sizes `measure_links` times: 4 KiB to 16 MiB, enough to separate latency from bandwidth.
 LINK_PROBE_SIZES: tuple[int, ...] = tuple(4096 * 4**i for i in range(7))
@@ -73,7 +74,7 @@ def measure_links(devices: Sequence[Any], sizes: Sequence[int] = LINK_PROBE_SIZE
 
     own = [d for d in devices if getattr(d, "process_index", 0) == jax.process_index()]  # devices of other
     a, b = own[:2] if len(own) >= 2 else devices[:2]  # processes are not this process's to time
-    key = f"links-v2/{a.platform}/{a.device_kind}/{len(devices)}/{tuple(sizes)}"
+    key = f"links-v3/{machine_key(a)}/{len(devices)}/{tuple(sizes)}"
     hit = cache_get("links", key) if cache else None
     if hit is not None:
         return float(hit[0]), float(hit[1])
@@ -155,7 +156,7 @@ def measure_all_reduce(devices: Sequence[Any], sizes: Sequence[int] = ALL_REDUCE
     if len(own) < 2:
         return None
     groups = all_reduce_group_sizes(len(own))
-    key = f"all-reduce-v1/{own[0].platform}/{own[0].device_kind}/{len(own)}/{tuple(sizes)}/{repeats}"
+    key = f"all-reduce-v2/{machine_key(own[0])}/{len(own)}/{tuple(sizes)}/{repeats}"
     hit = cache_get("all-reduce", key) if cache else None
     if hit is not None:
         return AllReduceFit(float(hit[0]), float(hit[1]))

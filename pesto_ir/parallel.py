@@ -49,6 +49,7 @@ from pesto_ir.cluster import Cluster, Device, Link
 from pesto_ir.distributed import is_multiprocess, shared_text
 from pesto_ir.errors import PestoError
 from pesto_ir.ir import Graph
+from pesto_ir.machine import elsewhere_note, machine_of
 from pesto_ir.plan import Plan, read_plan_attrs
 from pesto_ir.units import human_time
 
@@ -196,6 +197,10 @@ class Parallelized:
         if not last.candidates:
             return f"{self.__name__}: not autotuned (autotune=False): runs the {last.plan.algorithm} plan"
         table = report(last.candidates, next((c for c in last.candidates if c.name == last.chosen), None))
+        devices, cluster = _devices_and_cluster(self.options)
+        first = next(iter(devices.values())) if isinstance(devices, Mapping) else devices[0]
+        elsewhere = elsewhere_note(cluster.calibrated_on, machine_of(first), "the cluster's calibrated figures")
+        table += f"\n\n{elsewhere}" if elsewhere else ""
         if last.speed_factor is None:
             return f"{table}\n\nno speed calibration: {last.speed_note}"
         return (f"{table}\n\nspeed factor {last.speed_factor:.3g}: the one-device step, less the host's "
@@ -550,7 +555,7 @@ def _renamed(cluster: Cluster, names: list[str]) -> Cluster:
     new = dict(zip(cluster.names, names))
     devices = [dataclasses.replace(d, name=new[d.name]) for d in cluster.devices]
     links = {(new[a], new[b]): Link(new[a], new[b], lk.latency, lk.bandwidth) for (a, b), lk in cluster.links.items()}
-    return Cluster(devices, links, cluster.all_reduce)
+    return dataclasses.replace(cluster, devices=devices, links=links)
 
 
 def _flat_indices(args: tuple[Any, ...], argnums: Sequence[int]) -> list[int]:

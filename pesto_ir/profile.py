@@ -23,6 +23,7 @@ from pesto_ir.cluster import ClusterError, Device, jax_device_kind
 from pesto_ir.errors import PestoError
 from pesto_ir.fusion import FusionGroup
 from pesto_ir.ir import Graph, Op, Value
+from pesto_ir.machine import machine_key
 from pesto_ir.printer import print_attr_dict
 from pesto_ir.timing import CLOCKS, STATS, call_time
 from pesto_ir.types import TensorType
@@ -223,10 +224,7 @@ class Profiler:
         return max(t - self.baseline(device), 0.0)
 
     def _cache_key(self, signature: str, device: Any) -> str:
-        import jax
-
-        where = f"{device.platform} {device.device_kind}"
-        return f"jax {jax.__version__} | {where} | {self.stat} of {self.runs} by {self.clock} clock | {signature}"
+        return f"{machine_key(device)} | {self.stat} of {self.runs} by {self.clock} clock | {signature}"
 
     def _measure(self, op: Op, device: Any) -> float:
         import jax

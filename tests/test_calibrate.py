@@ -22,6 +22,7 @@ from bench.calibrate import (
 )
 from pesto_ir.cli import main as pesto_compile
 from pesto_ir.cluster import OP_FAMILIES, Cluster
+from pesto_ir.machine import describe, machine_of
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -47,6 +48,10 @@ def test_quick_calibration_writes_a_cluster_pesto_compile_reads(tmp_path: Path) 
         assert all(0 < e <= MAX_EFFICIENCY for _, e in d.efficiency)
     fit = cluster.all_reduce
     assert fit is not None and math.isfinite(fit.latency) and fit.bandwidth > 0
+    import jax
+
+    assert cluster.calibrated_on == machine_of(jax.devices()[0]), "the file says which machine it describes"
+    assert f"calibrated on {describe(machine_of(jax.devices()[0]))}" in done.stdout
     assert not (tmp_path / "cache").exists(), "calibration measures; it neither reads nor fills the disk cache"
     assert pesto_compile(["examples/mlp_train_step.pir", "--cluster", str(out), "-o", str(tmp_path / "x.pir"),
                           "-q"]) == 0
