@@ -27,7 +27,9 @@ from pesto_ir.ir import Graph  # noqa: E402
 from pesto_ir.passes.coarsen import coarsen_groups, grouped_bound  # noqa: E402
 
 
-def row(model: Model, graph: Graph, k: int, target: int) -> tuple[str, float, float]:
+def row(model: Model, graph: Graph, k: int, target: int) -> tuple[str, float, float, float]:
+    """The table row, coarse / fine, siblings / fine and the fused kernels' bound / fine (NaN
+    when the graph has no fused kernels: the MSR graphs)."""
     cluster = model.cluster(k)
     fine = lower_bound(graph, cluster)
     kernels = math.nan
@@ -38,10 +40,13 @@ def row(model: Model, graph: Graph, k: int, target: int) -> tuple[str, float, fl
     seconds = time.perf_counter() - started
     coarse, count = grouped_bound(graph, cluster, groups), len(set(groups))
     siblings = grouped_bound(graph, cluster, coarsen_groups(graph, target, cluster, siblings=True))
-    kernel_cell = "-" if math.isnan(kernels) else f"{kernels:.3f}"
-    return (f"| {model.name} | {k} | {len(graph.ops)} | {count} | {fine * 1e3:.3f} | {kernel_cell} | "
-            f"{coarse * 1e3:.3f} | {coarse / fine:.3f} | {siblings / fine:.3f} | {seconds:.1f} |", coarse / fine,
-            siblings / fine)
+
+    def cell(x: float) -> str:
+        return "-" if math.isnan(x) else f"{x:.3f}"
+
+    return (f"| {model.name} | {k} | {len(graph.ops)} | {count} | {fine * 1e3:.3f} | {cell(kernels)} | "
+            f"{coarse * 1e3:.3f} | {coarse / fine:.3f} | {siblings / fine:.3f} | {cell(coarse / fine / kernels)} | "
+            f"{cell(siblings / fine / kernels)} | {seconds:.1f} |", coarse / fine, siblings / fine, kernels)
 
 
 def main() -> int:
@@ -63,21 +68,27 @@ def main() -> int:
     if unknown:
         ap.error(f"unknown model(s) {', '.join(unknown)} (models: {', '.join(models)})")
     print("| model | k | ops | groups | fine bound ms | kernels / fine | coarse bound ms | coarse / fine | "
-          "siblings / fine | coarsen s |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    ratios, with_siblings = [], []
+          "siblings / fine | coarse / kernels | siblings / kernels | coarsen s |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    ratios, with_siblings, over_kernels, siblings_over_kernels = [], [], [], []
     for name in names:
         graph = models[name].build()
         for k in ks:
-            line, ratio, sibling_ratio = row(models[name], graph, k, args.target)
+            line, ratio, sibling_ratio, kernels = row(models[name], graph, k, args.target)
             ratios.append(ratio)
             with_siblings.append(sibling_ratio)
+            if not math.isnan(kernels):
+                over_kernels.append(ratio / kernels)
+                siblings_over_kernels.append(sibling_ratio / kernels)
             print(line, flush=True)
-    for what, values in (("coarse / fine", ratios), ("siblings / fine", with_siblings)):
+    for what, values in (("coarse / fine", ratios), ("siblings / fine", with_siblings),
+                         ("coarse / kernels", over_kernels), ("siblings / kernels", siblings_over_kernels)):
+        if not values:
+            continue
         print(f"\n{what}: geometric mean {math.exp(sum(map(math.log, values)) / len(values)):.3f}, "
               f"max {max(values):.3f}")
     print("kernels / fine: the bound with each fused kernel one node; siblings: coarsen{siblings=true}; "
-          "coarsen s: the default's")
+          "coarse / kernels: the coarse bound over the fused kernels' (JAX models); coarsen s: the default's")
     return 0
 
 

@@ -65,7 +65,7 @@ def main(argv: list[str]) -> int:
     plan = read_plan_attrs(graph)
     assert plan is not None
     print(f"{args.model} k={args.k} {args.algo}: place {time.perf_counter() - started:.2f} s (limit {limit:g} s), "
-          f"makespan {plan.makespan * 1e3:.4g} ms")
+          f"makespan {plan.makespan * 1e3:.6g} ms")
     for note in plan.notes:
         print(f"  {note}")
     return 0
