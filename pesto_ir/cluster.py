@@ -26,7 +26,7 @@ from typing import Any
 from pesto_ir.cluster_figures import AllReduceFit, is_real
 from pesto_ir.cluster_figures import ClusterError as ClusterError  # re-exported: where callers import it from
 from pesto_ir.loader import brief
-from pesto_ir.machine import Machine, machine_from_json
+from pesto_ir.machine import Machine, machine_from_json, machine_of
 
 
 @dataclass(frozen=True)
@@ -421,7 +421,7 @@ class Cluster:
                               int(getattr(d, "process_index", 0))) for d in devices]
         latency, bandwidth = k.link_latency, k.link_bandwidth
         across = HOST_LINK if len({d.host for d in out}) > 1 else None
-        all_reduce = None
+        all_reduce, measured_on = None, None
         if measure and len(devices) > 1:
             from pesto_ir.measure_collectives import measure_all_reduce, measure_host_link, measure_links
 
@@ -429,8 +429,9 @@ class Cluster:
             if across is not None:
                 across = measure_host_link(devices)
             all_reduce = measure_all_reduce(devices, cache=cache)
+            measured_on = machine_of(devices[0])  # the links and all-reduce describe this machine
         cluster = Cluster.fully_connected(out, latency, bandwidth, across)
-        return dataclasses.replace(cluster, all_reduce=all_reduce)
+        return dataclasses.replace(cluster, all_reduce=all_reduce, calibrated_on=measured_on)
 
 
 def ring_all_reduce_time(cluster: Cluster, group: Sequence[str], nbytes: int) -> float:

@@ -211,7 +211,8 @@ class Parallelized:
         """The cluster of these devices corrected by what autotuning measured: peak FLOP/s and memory
         bandwidth divided by the speed factor (`pesto_ir.autotune`), and, unless a cluster was given
         or `measure_links=False`, links fitted to timed copies between the devices. Pass it as
-        `parallelize(..., cluster=...)` to plan with what these devices really do."""
+        `parallelize(..., cluster=...)` to plan with what these devices really do; it says it
+        describes this machine (`calibrated_on`)."""
         from pesto_ir.autotune import with_speed
 
         last = self.last
@@ -224,7 +225,9 @@ class Parallelized:
                                                kind=cluster.devices[0].kind, measure=True)
             if isinstance(devices, Mapping):
                 cluster = _renamed(cluster, list(devices))
-        return with_speed(cluster, last.speed_factor)
+        first = next(iter(devices.values())) if isinstance(devices, Mapping) else devices[0]
+        # the speed factor was measured here, whoever measured the rest
+        return dataclasses.replace(with_speed(cluster, last.speed_factor), calibrated_on=machine_of(first))
 
     # ---------------------------------------------------------------- compiling
     def _compile(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Compiled:

@@ -104,6 +104,7 @@ def test_the_measured_speed_calibrates_the_cluster() -> None:
     """The jit candidate's measured step gives the speed factor s; the calibrated cluster's devices
     are s times slower, so the one-device roofline time of the step equals the measured time."""
     from pesto_ir.autotune import speed_factor
+    from pesto_ir.machine import machine_of
     from pesto_ir.roofline import graph_time
 
     p, x, y = _inputs()
@@ -115,6 +116,7 @@ def test_the_measured_speed_calibrates_the_cluster() -> None:
     cluster = run.calibrated_cluster(measure_links=False)
     before = Cluster.from_jax_devices(jax.devices()[:2])
     assert cluster.names == before.names and cluster.links == before.links
+    assert cluster.calibrated_on == machine_of(jax.devices()[0]), "the speed factor describes this machine"
     assert np.isclose(cluster.devices[1].peak_flops * s, before.devices[1].peak_flops)
     graph = run.compile(p, x, y).lowered.graph
     assert run.last.dispatch is not None and 0 < run.last.dispatch < jit.measured

@@ -18,6 +18,7 @@ from pesto_ir.cluster import (
     jax_device_kind,
     ring_all_reduce_time,
 )
+from pesto_ir.machine import machine_of
 from pesto_ir.measure_collectives import fit_all_reduce, fit_link, measure_links
 
 
@@ -143,6 +144,8 @@ def test_measure_links_on_cpu_devices_and_cache(tmp_path: Path, monkeypatch: pyt
     assert measure_links(devices, sizes=(1 << 12, 1 << 16, 1 << 20, 1 << 22), repeats=3) == (lat, bw)
     c = Cluster.from_jax_devices(devices, measure=True)
     assert c.link("cpu0", "cpu1").bandwidth > 0
+    assert c.calibrated_on == machine_of(devices[0]), "measured figures say where they were measured"
+    assert Cluster.from_jax_devices(devices).calibrated_on is None, "datasheet figures describe no machine"
 
 
 def test_a_custom_kind_needs_its_figures_only_for_the_roofline_model() -> None:
