@@ -57,11 +57,19 @@ def main(argv: list[str]) -> int:
         coarsen = PassManager(f"coarsen{{target=200 {args.coarsen}}}".replace(" }", "}"), verify_each=False)
     except pesto_ir.PestoError as e:
         ap.error(f"--coarsen: {e}")
+    try:
+        PassManager(f"place{{algo={args.algo} seed=0}}", verify_each=False)  # bad options fail before the model is built
+    except pesto_ir.PestoError as e:
+        ap.error(f"algo: {e}")
     graph = coarsen.run(pesto_ir.parse(str(model.build())), ctx)
     groups = {op.get("group") for op in graph.ops if "group" in op.attrs}
     limit = args.time_limit or default_time_limit(len(groups) if groups else len(graph.ops))
     started = time.perf_counter()
-    graph = PassManager(f"place{{algo={args.algo} time-limit={limit:g} seed=0}}", verify_each=False).run(graph, ctx)
+    try:
+        graph = PassManager(f"place{{algo={args.algo} time-limit={limit:g} seed=0}}", verify_each=False).run(graph, ctx)
+    except pesto_ir.PestoError as e:
+        print(f"{args.model} k={args.k} {args.algo}: no plan: {e}", file=sys.stderr)
+        return 1
     plan = read_plan_attrs(graph)
     assert plan is not None
     print(f"{args.model} k={args.k} {args.algo}: place {time.perf_counter() - started:.2f} s (limit {limit:g} s), "
