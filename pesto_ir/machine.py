@@ -10,6 +10,7 @@ keeps it (`calibrated_on`, docs/contracts.md), and measurements kept on disk are
 
 from __future__ import annotations
 
+import functools
 import os
 import platform
 from collections.abc import Mapping
@@ -34,6 +35,7 @@ def machine_of(device: Any) -> dict[str, str | int]:
     return out
 
 
+@functools.cache  # read once: disk-cache keys ask for it per measurement
 def cpu_model() -> str:
     """The processor's model name with its family, model and stepping where the OS tells them
     (virtual machines often report a bare 'AMD EPYC' for several generations)."""
