@@ -27,9 +27,13 @@ from pesto_ir.ir import Graph  # noqa: E402
 from pesto_ir.passes.coarsen import coarsen_groups, grouped_bound  # noqa: E402
 
 
+def _cell(x: float) -> str:
+    return "-" if math.isnan(x) else f"{x:.3f}"
+
+
 def row(model: Model, graph: Graph, k: int, target: int) -> tuple[str, float, float, float]:
     """The table row, coarse / fine, siblings / fine and the fused kernels' bound / fine (NaN
-    when the graph has no fused kernels: the MSR graphs)."""
+    when the graph has no fused kernels: the MSR graphs; all NaN when coarsening merged nothing)."""
     cluster = model.cluster(k)
     fine = lower_bound(graph, cluster)
     kernels = math.nan
@@ -40,13 +44,12 @@ def row(model: Model, graph: Graph, k: int, target: int) -> tuple[str, float, fl
     seconds = time.perf_counter() - started
     coarse, count = grouped_bound(graph, cluster, groups), len(set(groups))
     siblings = grouped_bound(graph, cluster, coarsen_groups(graph, target, cluster, siblings=True))
-
-    def cell(x: float) -> str:
-        return "-" if math.isnan(x) else f"{x:.3f}"
-
-    return (f"| {model.name} | {k} | {len(graph.ops)} | {count} | {fine * 1e3:.3f} | {cell(kernels)} | "
-            f"{coarse * 1e3:.3f} | {coarse / fine:.3f} | {siblings / fine:.3f} | {cell(coarse / fine / kernels)} | "
-            f"{cell(siblings / fine / kernels)} | {seconds:.1f} |", coarse / fine, siblings / fine, kernels)
+    line = (f"| {model.name} | {k} | {len(graph.ops)} | {count} | {fine * 1e3:.3f} | {_cell(kernels)} | "
+            f"{coarse * 1e3:.3f} | {coarse / fine:.3f} | {siblings / fine:.3f} | {_cell(coarse / fine / kernels)} | "
+            f"{_cell(siblings / fine / kernels)} | {seconds:.1f} |")
+    if count == len(graph.ops):  # nothing merged (coarsen's memory cap): no coarsening to measure
+        return line, math.nan, math.nan, math.nan
+    return line, coarse / fine, siblings / fine, kernels
 
 
 def main() -> int:
@@ -75,12 +78,14 @@ def main() -> int:
         graph = models[name].build()
         for k in ks:
             line, ratio, sibling_ratio, kernels = row(models[name], graph, k, args.target)
+            print(line, flush=True)
+            if math.isnan(ratio):
+                continue
             ratios.append(ratio)
             with_siblings.append(sibling_ratio)
             if not math.isnan(kernels):
                 over_kernels.append(ratio / kernels)
                 siblings_over_kernels.append(sibling_ratio / kernels)
-            print(line, flush=True)
     for what, values in (("coarse / fine", ratios), ("siblings / fine", with_siblings),
                          ("coarse / kernels", over_kernels), ("siblings / kernels", siblings_over_kernels)):
         if not values:
@@ -88,7 +93,8 @@ def main() -> int:
         print(f"\n{what}: geometric mean {math.exp(sum(map(math.log, values)) / len(values)):.3f}, "
               f"max {max(values):.3f}")
     print("kernels / fine: the bound with each fused kernel one node; siblings: coarsen{siblings=true}; "
-          "coarse / kernels: the coarse bound over the fused kernels' (JAX models); coarsen s: the default's")
+          "coarse / kernels: the coarse bound over the fused kernels' (JAX models); coarsen s: the default's; "
+          "rows where coarsening merged nothing (groups = ops) are left out of the means and maxima")
     return 0
 
 

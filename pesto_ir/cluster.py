@@ -21,6 +21,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from pesto_ir.cluster_figures import AllReduceFit, is_real
@@ -215,6 +216,12 @@ class Cluster:
     def __post_init__(self) -> None:
         if self.all_reduce is not None and not isinstance(self.all_reduce, AllReduceFit):
             raise ClusterError(f"a cluster's all_reduce is an AllReduceFit or None, got {brief(repr(self.all_reduce))}")
+        try:  # checked as a file's is, and kept as a read-only copy: derived clusters share it
+            fields = machine_from_json(dict(self.calibrated_on) if isinstance(self.calibrated_on, Mapping)
+                                       else self.calibrated_on)
+        except ValueError as e:
+            raise ClusterError(f"a cluster's calibrated_on {e}") from None
+        self.calibrated_on = MappingProxyType(fields) if fields is not None else None
         names = [d.name for d in self.devices]
         if not names:
             raise ClusterError("a cluster needs at least one device")

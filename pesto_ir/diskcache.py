@@ -1,7 +1,7 @@
 """A small on-disk JSON cache for measurements (profiled op times, fitted link figures).
 
-Measuring on real devices is slow, and the answers only change with the op, the device kind and
-the JAX version, so they are kept under `$PESTO_CACHE` (default `~/.cache/pesto-ir`), one small
+Measuring on real devices is slow, and the answers only change with the op and the machine
+(`pesto_ir.machine.machine_key`: device kind, processor, cores, JAX version), so they are kept under `$PESTO_CACHE` (default `~/.cache/pesto-ir`), one small
 JSON file per key, each written atomically. A broken or unreadable entry counts as missing.
 """
 

@@ -51,7 +51,10 @@ def cpu_model() -> str:
         pass
     name = fields.get("model name") or platform.processor() or platform.machine() or "unknown"
     detail = [f"{k} {fields[k]}" for k in ("cpu family", "model", "stepping") if fields.get(k)]
-    return f"{name} ({fields.get('vendor_id', '')} {', '.join(detail)})".replace("( ", "(") if detail else name
+    if not detail:
+        return name
+    vendor = fields.get("vendor_id", "")
+    return f"{name} ({vendor + ' ' if vendor else ''}{', '.join(detail)})"
 
 
 def describe(machine: Machine) -> str:
@@ -71,14 +74,15 @@ def differences(recorded: Machine, current: Machine) -> list[str]:
 
 
 def elsewhere_note(recorded: Machine | None, current: Machine, what: str) -> str | None:
-    """A sentence saying that `what` (e.g. "the cluster's figures") were measured on another machine
-    than `current`, or None when they were measured here or nothing says where."""
+    """A sentence saying that `what` (e.g. "the cluster's figures") were measured elsewhere than on
+    `current` (another machine, or another JAX release), or None when they were measured here or
+    nothing says where."""
     if recorded is None:
         return None
     diff = differences(recorded, current)
     if not diff:
         return None
-    return (f"{what} were measured on another machine ({describe(recorded)}); this one differs in "
+    return (f"{what} were measured elsewhere ({describe(recorded)}); here differs in "
             f"{'; '.join(diff)}: run `python -m bench.calibrate` here for figures of this machine")
 
 
@@ -88,12 +92,15 @@ def machine_key(device: Any) -> str:
 
 
 def machine_from_json(raw: Any) -> dict[str, str | int] | None:
-    """A cluster file's `calibrated_on` object (absent or null: not said). Raises ValueError with
-    the reason when it is not an object of the known fields: strings, and `cores` a whole number >= 1."""
+    """A cluster file's `calibrated_on` object (absent or null: not said), as a new dict in field
+    order. Raises ValueError with the reason when it is not a non-empty object of the known fields:
+    strings, and `cores` a whole number >= 1."""
     if raw is None:
         return None
-    if not isinstance(raw, dict):
-        raise ValueError(f"must be an object with the fields {', '.join(MACHINE_FIELDS)}, got a {type(raw).__name__}")
+    if not isinstance(raw, dict) or not raw:
+        got = "an empty object" if isinstance(raw, dict) else f"a {type(raw).__name__}"
+        raise ValueError(f"must be an object with the fields {', '.join(MACHINE_FIELDS)}, got {got} "
+                         "(leave it out or null when nothing says where the figures were measured)")
     out: dict[str, str | int] = {}
     for key, value in raw.items():
         if key not in MACHINE_FIELDS:

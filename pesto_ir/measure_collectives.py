@@ -64,7 +64,7 @@ def measure_links(devices: Sequence[Any], sizes: Sequence[int] = LINK_PROBE_SIZE
 
     Copies of each size go both ways between the first two devices; the median time of each is
     fitted by least squares to `latency + bytes / bandwidth`. The fit is cached on disk per
-    platform, device kind and device count, since it only changes with the machine.
+    machine (`pesto_ir.machine.machine_key`) and device count, since it only changes with them.
     """
     from pesto_ir.diskcache import cache_get, cache_put
 
@@ -145,8 +145,8 @@ def measure_all_reduce(devices: Sequence[Any], sizes: Sequence[int] = ALL_REDUCE
 
     Each point is the fastest of `repeats` calls (other work on the machine only ever adds time),
     less the fastest of the same `shard_map` without the `psum`: dispatching one executable to n
-    devices, which a training step pays once, not per all-reduce. Cached on disk per platform,
-    device kind and device count.
+    devices, which a training step pays once, not per all-reduce. Cached on disk per machine
+    (`pesto_ir.machine.machine_key`) and device count.
     """
     import jax
 

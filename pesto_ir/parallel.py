@@ -49,7 +49,7 @@ from pesto_ir.cluster import Cluster, Device, Link
 from pesto_ir.distributed import is_multiprocess, shared_text
 from pesto_ir.errors import PestoError
 from pesto_ir.ir import Graph
-from pesto_ir.machine import elsewhere_note, machine_of
+from pesto_ir.machine import differences, elsewhere_note, machine_of
 from pesto_ir.plan import Plan, read_plan_attrs
 from pesto_ir.units import human_time
 
@@ -198,8 +198,7 @@ class Parallelized:
             return f"{self.__name__}: not autotuned (autotune=False): runs the {last.plan.algorithm} plan"
         table = report(last.candidates, next((c for c in last.candidates if c.name == last.chosen), None))
         devices, cluster = _devices_and_cluster(self.options)
-        first = next(iter(devices.values())) if isinstance(devices, Mapping) else devices[0]
-        elsewhere = elsewhere_note(cluster.calibrated_on, machine_of(first), "the cluster's calibrated figures")
+        elsewhere = elsewhere_note(cluster.calibrated_on, machine_of(_first(devices)), "the cluster's calibrated figures")
         table += f"\n\n{elsewhere}" if elsewhere else ""
         if last.speed_factor is None:
             return f"{table}\n\nno speed calibration: {last.speed_note}"
@@ -211,8 +210,8 @@ class Parallelized:
         """The cluster of these devices corrected by what autotuning measured: peak FLOP/s and memory
         bandwidth divided by the speed factor (`pesto_ir.autotune`), and, unless a cluster was given
         or `measure_links=False`, links fitted to timed copies between the devices. Pass it as
-        `parallelize(..., cluster=...)` to plan with what these devices really do; it says it
-        describes this machine (`calibrated_on`)."""
+        `parallelize(..., cluster=...)` to plan with what these devices really do. It says it
+        describes this machine (`calibrated_on`), unless the cluster given was measured on another."""
         from pesto_ir.autotune import with_speed
 
         last = self.last
@@ -225,9 +224,11 @@ class Parallelized:
                                                kind=cluster.devices[0].kind, measure=True)
             if isinstance(devices, Mapping):
                 cluster = _renamed(cluster, list(devices))
-        first = next(iter(devices.values())) if isinstance(devices, Mapping) else devices[0]
-        # the speed factor was measured here, whoever measured the rest
-        return dataclasses.replace(with_speed(cluster, last.speed_factor), calibrated_on=machine_of(first))
+        # the speed factor was measured here; a given cluster measured elsewhere keeps saying so
+        here = machine_of(_first(devices))
+        mixed = cluster.calibrated_on is not None and bool(differences(cluster.calibrated_on, here))
+        return dataclasses.replace(with_speed(cluster, last.speed_factor),
+                                   calibrated_on=cluster.calibrated_on if mixed else here)
 
     # ---------------------------------------------------------------- compiling
     def _compile(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Compiled:
@@ -551,6 +552,11 @@ def _devices_and_cluster(o: ParallelizeOptions) -> tuple[Sequence[Any] | Mapping
         raise PestoError(f"the devices dict is keyed {', '.join(devices)} but the cluster's devices are "
                          f"{', '.join(cluster.names)}")
     return devices, cluster
+
+
+def _first(devices: Sequence[Any] | Mapping[str, Any]) -> Any:
+    """The first JAX device of a list or of a dict keyed by cluster device name."""
+    return next(iter(devices.values())) if isinstance(devices, Mapping) else devices[0]
 
 
 def _renamed(cluster: Cluster, names: list[str]) -> Cluster:

@@ -8,8 +8,8 @@ median time of an empty jitted call on the same device: what is left is the op's
 not Python dispatch, which a whole-graph executable pays once and not once per op.
 
 Results are cached on disk (`pesto_ir.diskcache`) by op signature (opcode, operand and result
-types, primitive parameters), JAX device kind and JAX version; ops with the same signature in one
-graph are measured once.
+types, primitive parameters) and machine (`pesto_ir.machine.machine_key`: device kind, processor,
+cores, JAX version); ops with the same signature in one graph are measured once.
 """
 
 from __future__ import annotations
