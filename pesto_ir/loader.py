@@ -84,8 +84,21 @@ def span_at(filename: str, text: str, offset: int) -> SourceSpan:
 
 
 def write_atomic(path: str | os.PathLike[str], data: str | bytes) -> None:
-    """Write to a temporary file beside `path`, then rename: readers never see half a file."""
-    target = Path(path)
+    """Write to a temporary file beside `path`, then rename: readers never see half a file.
+
+    A symbolic link stays a link: the file it points to is written. A path that is neither a
+    regular file nor a folder (`/dev/null`, a FIFO) is written in place: renaming over it would
+    replace the device or pipe with a plain file."""
+    target = Path(os.path.realpath(path))
+    payload = data.encode("utf-8") if isinstance(data, str) else data
+    if target.exists() and not target.is_file() and not target.is_dir():
+        try:
+            with open(target, "wb") as f:
+                f.write(payload)
+        except OSError as e:
+            e.filename, e.filename2 = str(path), None
+            raise
+        return
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent or ".")
     except OSError as e:
@@ -94,7 +107,7 @@ def write_atomic(path: str | os.PathLike[str], data: str | bytes) -> None:
     try:
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the file ordinary permissions
         with os.fdopen(fd, "wb") as f:
-            f.write(data.encode("utf-8") if isinstance(data, str) else data)
+            f.write(payload)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, target)

@@ -391,6 +391,30 @@ def test_a_failed_write_names_the_output_not_its_temporary_file(tmp_path: Path,
     assert list(tmp_path.iterdir()) == []  # the temporary file is gone too
 
 
+def test_writing_through_a_link_or_into_a_device_keeps_them(tmp_path: Path) -> None:
+    """`-o link.pir` writes the file the link points to; `-o /dev/null` and a FIFO are written in
+    place (the atomic rename used to replace the device node or pipe with a plain file)."""
+    import os
+    import stat
+    import threading
+
+    real, link = tmp_path / "real.pir", tmp_path / "link.pir"
+    real.write_text("old")
+    link.symlink_to(real)
+    write_atomic(link, "new")
+    assert link.is_symlink() and real.read_text() == "new"
+    write_atomic(os.devnull, "discarded")
+    assert stat.S_ISCHR(os.stat(os.devnull).st_mode)
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()))
+    reader.start()
+    write_atomic(fifo, "through the pipe")
+    reader.join(timeout=10)
+    assert got == [b"through the pipe"] and stat.S_ISFIFO(os.stat(fifo).st_mode)
+
+
 @pytest.mark.parametrize("stride", [0, -1])
 def test_a_slice_stride_below_one_is_a_located_error(stride: int) -> None:
     """Found by the mutation test of the examples: a zero stride divided by zero in the slice rule."""
