@@ -24,7 +24,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from pesto_ir.cluster_figures import AllReduceFit, is_real
+from pesto_ir.cluster_figures import AllReduceFit, is_real, out_of_range
 from pesto_ir.cluster_figures import ClusterError as ClusterError  # re-exported: where callers import it from
 from pesto_ir.loader import brief
 from pesto_ir.machine import Machine, machine_from_json, machine_of
@@ -110,6 +110,8 @@ class Device:
                 continue  # only the roofline model needs the figures; it says so when they are missing
             if not is_real(v) or not v > 0:  # NaN fails `> 0`; infinite memory means no limit
                 raise ClusterError(f"device {self.name}: {key} must be a positive number, got {brief(repr(v))}")
+            if (why := out_of_range(key, v)) is not None:
+                raise ClusterError(f"device {self.name}: {why}")
 
     @staticmethod
     def of_kind(name: str, kind: str, memory: float | None = None, host: int = 0) -> Device:
@@ -138,6 +140,8 @@ def _check_calibration(who: str, launch: Any, efficiency: Any, setup: Any = ()) 
     if launch is not None and (not is_real(launch) or not 0 <= launch < math.inf):
         raise ClusterError(f"{who}: launch_overhead must be a finite number of seconds >= 0, "
                            f"got {brief(repr(launch))}")
+    if launch is not None and (why := out_of_range("launch_overhead", launch)) is not None:
+        raise ClusterError(f"{who}: {why}")
     _check_family_figures(who, "efficiency", efficiency, lambda v: 0 < v < math.inf,
                           "a positive finite factor (the fraction of the roofline reached)")
     _check_family_figures(who, "setup", setup, lambda v: 0 <= v < math.inf,
@@ -158,6 +162,8 @@ def _check_family_figures(who: str, key: str, figures: Any, ok: Callable[[float]
         seen.add(family)
         if not is_real(value) or not ok(value):
             raise ClusterError(f"{who}: {key} of '{family}' must be {want}, got {brief(repr(value))}")
+        if (why := out_of_range(key, value)) is not None:
+            raise ClusterError(f"{who}: {why.replace(key, f'{key} of {family!r}', 1)}")
 
 
 @dataclass(frozen=True)
@@ -174,6 +180,9 @@ class Link:
         if not is_real(self.bandwidth) or not self.bandwidth > 0:
             raise ClusterError(f"link {self.src}->{self.dst}: bandwidth must be positive (bytes per second), "
                                f"got {brief(repr(self.bandwidth))}")
+        for key in ("latency", "bandwidth"):
+            if (why := out_of_range(key, getattr(self, key))) is not None:
+                raise ClusterError(f"link {self.src}->{self.dst}: {why}")
 
     def time(self, nbytes: float) -> float:
         return self.latency + nbytes / self.bandwidth
@@ -400,6 +409,8 @@ class Cluster:
         """The same cluster with every device's capacity set to `memory` bytes (`inf`: no limit)."""
         if not is_real(memory) or not memory > 0:
             raise ClusterError(f"memory must be a positive number of bytes, got {brief(repr(memory))}")
+        if (why := out_of_range("memory", memory)) is not None:
+            raise ClusterError(why)
         return dataclasses.replace(self, devices=[dataclasses.replace(d, memory=memory) for d in self.devices],
                                    links=dict(self.links))
 
@@ -559,6 +570,8 @@ def _device_from_json(i: int, d: Any, source: str) -> Device:
         v = _float(v)
         if not math.isfinite(v) or v <= 0:
             raise ClusterError(f"{source}: devices[{i}] ({d['name']}): \"{key}\" must be a positive number")
+        if (why := out_of_range(key, v)) is not None:
+            raise ClusterError(f"{source}: devices[{i}] ({d['name']}): {why}")
         return v
 
     host = d.get("host", 0)
@@ -607,6 +620,8 @@ def _link_figure(obj: dict[str, Any], key: str, default: float, bad: Any, where:
     if not math.isfinite(v) or v < 0 or (key == "bandwidth" and v == 0):
         want = "a finite number of seconds >= 0" if key == "latency" else "positive and finite (bytes per second)"
         raise bad(f"{where}: {key} must be {want}, got {brief(repr(raw))}")
+    if (why := out_of_range(key, v)) is not None:
+        raise bad(f"{where}: {why}")
     return v
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -399,3 +400,35 @@ def test_a_data_parallel_plan_times_its_all_reduces_by_the_fit(tmp_path: Path) -
     assert collectives
     for c in collectives:
         assert c["end"] - c["start"] == pytest.approx(2 * (1e-4 + c["bytes"] / 2 / 1e9))
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"link": {"bandwidth": 5e-324}}, "link: bandwidth 4.94066e-324 is out of range: from 1 to 1e+21 bytes per second"),
+    ({"link": {"latency": 1e300}}, "link: latency 1e+300 is out of range: from 0 to 1e+06 seconds"),
+    ({"all_reduce": {"latency": 0.0, "bandwidth": 1e30}}, "all_reduce: bandwidth 1e+30 is out of range"),
+    ({"devices": [{"name": "a", "kind": "cpu", "launch_overhead": 1e308}, {"name": "b"}]},
+     "devices[0] (a): launch_overhead 1e+308 is out of range: from 0 to 1e+06 seconds"),
+    ({"devices": [{"name": "a", "kind": "cpu", "efficiency": {"matmul": 5e-324}}, {"name": "b"}]},
+     "devices[0] (a): efficiency of 'matmul' 4.94066e-324 is out of range: from 1e-06 to 1e+06"),
+    ({"devices": [{"name": "a", "kind": "cpu", "setup": {"conv": 1e308}}, {"name": "b"}]},
+     "devices[0] (a): setup of 'conv' 1e+308 is out of range"),
+    ({"devices": [{"name": "a", "kind": "cpu", "memory": 1e308}, {"name": "b"}]},
+     "devices[0] (a): memory 1e+308 is out of range: from 1 to 9.22337e+18 bytes"),
+    ({"devices": [{"name": "a", "kind": "cpu", "peak_flops": 1e-300}, {"name": "b"}]},
+     "devices[0] (a): peak_flops 1e-300 is out of range: from 1 to 1e+21 FLOP per second"),
+])
+def test_figures_no_device_or_link_has_are_refused(change: dict[str, object], message: str) -> None:
+    """Finite but extreme figures made every makespan inf (a plan file could not be written) or
+    blamed the placement algorithm for times that had overflowed."""
+    raw: dict[str, object] = {"format": "pesto-cluster/1", "devices": [{"name": "a", "kind": "cpu"},
+                                                                         {"name": "b", "kind": "cpu"}], **change}
+    with pytest.raises(ClusterError) as e:
+        Cluster.from_json(raw, "c.json")
+    assert str(e.value).startswith("c.json: " + message), str(e.value)
+
+
+def test_memory_beyond_any_device_is_refused_but_no_limit_is_allowed() -> None:
+    cluster = Cluster.from_json({"format": "pesto-cluster/1", "devices": [{"name": "a", "kind": "cpu"}]})
+    with pytest.raises(ClusterError, match="memory 1e\\+308 is out of range"):
+        cluster.with_memory(1e308)
+    assert cluster.with_memory(math.inf).devices[0].memory == math.inf
