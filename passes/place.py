@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
-import math
 import time
 from dataclasses import dataclass
 
@@ -49,6 +48,8 @@ from pesto_ir.placement import (  # COARSE_NOTE, PlaceError, require_cluster: sh
     carried_plan,
     interrupted,
     require_cluster,
+    seed_problem,
+    time_limit_problem,
 )
 from pesto_ir.plan import OpSlot, Plan, write_plan_attrs
 from pesto_ir.simulate import PlanError
@@ -141,12 +142,10 @@ class PlacePass(Pass):
         if self.optimizer_state not in OPTIMIZER_STATE_CHOICES:
             raise PlaceError(f"optimizer-state must be one of {', '.join(OPTIMIZER_STATE_CHOICES)}, "
                              f"not {self.optimizer_state!r}")
-        t = self.time_limit
-        if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t)
-                              or t <= 0):
-            raise PlaceError(f"time-limit must be a positive, finite number of seconds, not {t!r}")
-        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)):
-            raise PlaceError(f"seed must be a whole number, not {self.seed!r}")
+        if self.time_limit is not None and (why := time_limit_problem(self.time_limit)) is not None:
+            raise PlaceError(f"time-limit {why}")
+        if self.seed is not None and (why := seed_problem(self.seed)) is not None:
+            raise PlaceError(f"seed {why}")
 
     def run(self, graph: Graph, ctx: PassContext) -> Graph:
         cluster = require_cluster(ctx, self.name)

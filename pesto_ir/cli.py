@@ -24,6 +24,7 @@ from pesto_ir.frontends import load
 from pesto_ir.ir import Graph
 from pesto_ir.loader import write_atomic
 from pesto_ir.passmanager import PassContext, PassManager, Pipeline
+from pesto_ir.placement import MAX_SEED, seed_problem, time_limit_problem
 from pesto_ir.verifier import verify
 
 DEFAULT_PIPELINE = "annotate-costs,coarsen,place,expand,simulate"
@@ -65,7 +66,19 @@ def _positive_seconds(text: str) -> float:
         t = math.nan
     if not (math.isfinite(t) and t > 0):
         raise argparse.ArgumentTypeError(f"'{text}' is not a positive, finite number of seconds")
+    if (why := time_limit_problem(t)) is not None:
+        raise argparse.ArgumentTypeError(why)
     return t
+
+
+def _seed(text: str) -> int:
+    try:
+        seed = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a whole number") from None
+    if (why := seed_problem(seed)) is not None:
+        raise argparse.ArgumentTypeError(why)
+    return seed
 
 
 def _degree(text: str) -> str:
@@ -119,7 +132,8 @@ def build_arg_parser() -> argparse.ArgumentParser:
                             "or 1/N of it and updates that part (sharded, ZeRO-1); auto shards it where "
                             "replicas running one batch each do not fit with the whole state, and for "
                             "one-device replicas where that is faster (default: auto)")
-    place.add_argument("--seed", type=int, default=0, help="seed for every random choice (default 0)")
+    place.add_argument("--seed", type=_seed, default=0,
+                       help=f"seed for every random choice, 0 to {MAX_SEED} (default 0)")
     out = ap.add_argument_group("reports")
     out.add_argument("--plan-json", metavar="FILE", help="write the plan as pesto-plan/1 JSON")
     out.add_argument("--trace", metavar="FILE", help="write a Chrome trace (open in Perfetto)")

@@ -37,7 +37,6 @@ Defaults, and why:
 from __future__ import annotations
 
 import dataclasses
-import math
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -50,6 +49,7 @@ from pesto_ir.distributed import is_multiprocess, shared_text
 from pesto_ir.errors import PestoError
 from pesto_ir.ir import Graph
 from pesto_ir.machine import differences, elsewhere_note, machine_of
+from pesto_ir.placement import seed_problem, time_limit_problem
 from pesto_ir.plan import Plan, read_plan_attrs
 from pesto_ir.units import human_time
 
@@ -477,11 +477,10 @@ def _check_options(o: ParallelizeOptions) -> None:
         raise PestoError(f"unknown placement algorithm '{o.algo}' (known: {', '.join(sorted(ALGORITHMS))})")
     if o.cost_model not in MODELS:
         raise PestoError(f"unknown cost model '{o.cost_model}' (known: {', '.join(MODELS)})")
-    if isinstance(o.time_limit, bool) or not isinstance(o.time_limit, (int, float)) \
-            or not math.isfinite(o.time_limit) or o.time_limit <= 0:
-        raise PestoError(f"time_limit must be a positive, finite number of seconds, got {o.time_limit!r}")
-    if isinstance(o.seed, bool) or not isinstance(o.seed, int):
-        raise PestoError(f"seed must be a whole number, got {o.seed!r}")
+    if (why := time_limit_problem(o.time_limit)) is not None:
+        raise PestoError(f"time_limit {why}")
+    if (why := seed_problem(o.seed)) is not None:
+        raise PestoError(f"seed {why}")
     for name, nums in (("param_argnums", o.param_argnums), ("donate_argnums", o.donate_argnums)):
         if any(isinstance(i, bool) or not isinstance(i, int) or i < 0 for i in nums):
             raise PestoError(f"{name} must be argument positions (whole numbers from 0), got {nums!r}")

@@ -8,6 +8,7 @@ op and transfer. The `place` pass validates that plan before it is recorded.
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -32,6 +33,28 @@ def require_cluster(ctx: PassContext, pass_name: str) -> Cluster:
         raise PlaceError(f"{pass_name} needs a cluster to place on: give --devices N (with --device-kind) "
                          "or --cluster FILE")
     return ctx.cluster
+
+
+MAX_TIME_LIMIT = 1e6  # seconds (11.6 days): the solvers turn a limit into a deadline the OS must hold
+MAX_SEED = 2 ** 31 - 1  # CP-SAT and CBC take 32-bit seeds
+
+
+def time_limit_problem(t: object) -> str | None:
+    """Why `t` is no time limit (None when it is one): a positive finite number of seconds, at
+    most `MAX_TIME_LIMIT` (1e300 s overflowed CP-SAT's deadline into a crash)."""
+    if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t <= 0:
+        return f"must be a positive, finite number of seconds, not {t!r}"
+    if t > MAX_TIME_LIMIT:
+        return f"must be at most {MAX_TIME_LIMIT:g} seconds, not {t:g}"
+    return None
+
+
+def seed_problem(seed: object) -> str | None:
+    """Why `seed` is no seed (None when it is one): a whole number from 0 to `MAX_SEED` (CP-SAT
+    refused 2147483648 with a four-line binding error)."""
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
+        return f"must be a whole number from 0 to {MAX_SEED}, not {seed!r}"
+    return None
 
 
 @dataclass(frozen=True)

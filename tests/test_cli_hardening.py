@@ -61,6 +61,21 @@ def test_time_limit_flag_refuses_what_is_not_a_positive_finite_time(value: str,
     assert f"argument --time-limit: '{value}' is not a positive, finite number of seconds" in err
 
 
+@pytest.mark.parametrize("flag, value, message", [
+    ("--time-limit", "1e300", "argument --time-limit: must be at most 1e+06 seconds, not 1e+300"),
+    ("--seed", "2147483648", "argument --seed: must be a whole number from 0 to 2147483647, not 2147483648"),
+    ("--seed", "-1", "argument --seed: must be a whole number from 0 to 2147483647, not -1"),
+    ("--seed", "1.5", "argument --seed: '1.5' is not a whole number"),
+])
+def test_time_limits_and_seeds_past_what_the_solvers_take_are_refused(flag: str, value: str, message: str,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """CP-SAT crashed on a deadline of 1e300 s (time_t overflow) and printed a four-line binding
+    error for a seed past 32 bits."""
+    with pytest.raises(SystemExit) as e:
+        main([str(EXAMPLE), "--algo", "cpsat", f"{flag}={value}", "-q"])
+    assert e.value.code == 2 and message in capsys.readouterr().err
+
+
 def test_time_limit_flag_takes_a_fraction_of_a_second(tmp_path: Path) -> None:
     out = tmp_path / "out.pir"
     assert main([str(EXAMPLE), "--devices", "2", "--algo", "m-etf", "--time-limit", "0.5", "-o", str(out), "-q"]) == 0
