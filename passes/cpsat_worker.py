@@ -257,7 +257,26 @@ def _solve(model_class: Any, request: Request, answers: IO[bytes] | None, sink: 
     return result
 
 
+PARENT_POLL_SECONDS = 1.0  # how often a worker looks whether the process that started it is gone
+
+
+def exit_with_parent() -> None:
+    """Stop this worker once the process that started it is gone. A caller killed by SIGTERM or
+    SIGKILL cannot stop its workers, and a solve runs in native code until its time limit: an ILP
+    worker of a killed `pesto-compile` went on at 100% CPU alone. A thread watches the parent
+    (the solvers release the GIL while they work)."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(PARENT_POLL_SECONDS)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
+
+
 def main() -> None:
+    exit_with_parent()
     answers = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # nothing but messages may reach the caller's pipe, not even native code's output
     sys.stdout = sys.stderr

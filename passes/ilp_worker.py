@@ -159,8 +159,9 @@ def serve() -> int:
     from pesto_ir.cluster import Cluster
     from pesto_ir.frontends.text import parse
     from pesto_ir.passes.algo_ilp import place_ilp
-    from pesto_ir.passes.cpsat_worker import read_message, write_message
+    from pesto_ir.passes.cpsat_worker import exit_with_parent, read_message, write_message
 
+    exit_with_parent()
     # Messages go out on a descriptor of their own: CBC's log capture points fd 1 at a pipe while it
     # solves, and a message written there would be lost in the log (or block on a full pipe).
     out = os.fdopen(os.dup(1), "wb", buffering=0)

@@ -112,3 +112,57 @@ def test_the_solvers_live_progress_reaches_the_caller() -> None:
     log = io.StringIO()
     place_ilp_in_worker(graph, cluster, PlaceOptions(time_limit=3, log=log, warm_start=warm))
     assert re.search(r"ilp: +\d+\.\ds +incumbent .* bound", log.getvalue()), log.getvalue()
+
+
+def _gone(pid: int) -> bool:
+    """Whether process `pid` has exited (a zombie nobody reaped counts as exited)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return any(line.startswith("State:") and "Z" in line.split()[1] for line in f)
+    except FileNotFoundError:
+        return True
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads process states from /proc")
+def test_a_worker_whose_caller_is_killed_stops_on_its_own(tmp_path: Path) -> None:
+    """A caller killed by SIGKILL (or SIGTERM: `timeout`) cannot stop its worker; the worker notices
+    that its parent is gone and exits, instead of solving on alone until its time limit."""
+    import subprocess
+    import sys
+
+    pid_file = tmp_path / "worker.pid"
+    script = f"""
+import subprocess
+from pesto_ir.passes.ilp_worker import place_ilp_in_worker
+from pesto_ir.placement import PlaceOptions
+from tests.test_ilp_worker import costed_mlp
+
+class Recorded(subprocess.Popen):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        open({str(pid_file)!r}, "w").write(str(self.pid))
+
+subprocess.Popen = Recorded
+graph, cluster = costed_mlp()
+place_ilp_in_worker(graph, cluster, PlaceOptions(time_limit=600, quiet=True))
+"""
+    env = {**os.environ, HANG_ENV: "progress"}  # the worker then sleeps an hour: only its watch can end it
+    caller = subprocess.Popen([sys.executable, "-c", script], cwd=Path(__file__).resolve().parents[1], env=env)
+    try:
+        deadline = time.monotonic() + 60
+        while not pid_file.exists() or not pid_file.read_text():
+            assert time.monotonic() < deadline and caller.poll() is None, "the caller never started its worker"
+            time.sleep(0.1)
+        worker = int(pid_file.read_text())
+        time.sleep(2.0)  # the worker is up and hanging
+        assert not _gone(worker)
+        caller.kill()
+        caller.wait()
+        deadline = time.monotonic() + 15
+        while not _gone(worker):
+            assert time.monotonic() < deadline, "the worker outlived its caller"
+            time.sleep(0.2)
+    finally:
+        caller.kill()
+        if pid_file.exists() and pid_file.read_text() and not _gone(int(pid_file.read_text())):
+            os.kill(int(pid_file.read_text()), signal.SIGKILL)
