@@ -46,7 +46,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # `bench.zoo_jax` when run as a script
 
-from pesto_ir.cluster import Cluster
+from pesto_ir.cluster import Cluster, ClusterError
 from pesto_ir.ir import Graph
 from pesto_ir.machine import describe, elsewhere_note, machine_of
 from pesto_ir.passmanager import PassContext, PassManager
@@ -251,7 +251,9 @@ def main() -> int:
         os.environ.setdefault("JAX_PLATFORMS", "cpu")
         print(zoo_table())
         return 0
-    names = [args.step_of] if args.step_of else args.models.split(",")
+    names = [args.step_of] if args.step_of else [n for n in args.models.split(",") if n]
+    if not names:
+        ap.error(f"--models names no model (models: {', '.join(MODELS)})")
     unknown = [n for n in names if n not in MODELS]
     if unknown or args.runs < 1 or args.processes < 1:
         ap.error(f"unknown model(s) {', '.join(unknown)} (models: {', '.join(MODELS)})" if unknown
@@ -269,7 +271,10 @@ def main() -> int:
 
     device = jax.devices()[0]
     cluster = Cluster.from_jax_devices([device])
-    calibrated = [_calibrated(path, cluster) for path in args.cluster]
+    try:
+        calibrated = [_calibrated(path, cluster) for path in args.cluster]
+    except ClusterError as e:
+        ap.error(f"--cluster: {e}")
     print(f"device: {describe(machine_of(device))}, {args.stat} of {args.runs} runs by {args.clock} clock"
           + (f" in each of {args.processes} processes (their median)" if args.processes > 1 else "") + ", "
           f"load average {os.getloadavg()[0]:.2f}")

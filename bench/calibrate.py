@@ -32,11 +32,13 @@ import argparse
 import dataclasses
 import json
 import math
+import os
 import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from pesto_ir.cluster import OP_FAMILIES, PARENT_FAMILY, Cluster, ClusterError, Device, family_efficiency, family_figure
@@ -583,10 +585,25 @@ def _whole_at_least(least: int) -> Callable[[str], int]:
     return parse
 
 
+def _out_file(text: str) -> str:
+    """--out, checked before minutes of timing: a file name in a folder that exists and can be written."""
+    if not text:
+        raise argparse.ArgumentTypeError("must name a file")
+    path = Path(text)
+    folder = path.parent if str(path.parent) else Path(".")
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is a folder, not a file")
+    if not folder.is_dir():
+        raise argparse.ArgumentTypeError(f"{text}: the folder {folder} does not exist")
+    if not os.access(folder, os.W_OK):
+        raise argparse.ArgumentTypeError(f"{text}: the folder {folder} cannot be written")
+    return text
+
+
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench.calibrate", description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="one small MLP (under a minute on a 2-core CPU)")
-    p.add_argument("--out", help="the pesto-cluster/1 file to write (default: calibrated-<kind>.json)")
+    p.add_argument("--out", type=_out_file, help="the pesto-cluster/1 file to write (default: calibrated-<kind>.json)")
     p.add_argument("--runs", type=_whole_at_least(1), default=5, help="timed runs per kernel (default 5)")
     p.add_argument("--warmup", type=_whole_at_least(0), default=2, help="untimed runs first (default 2)")
     p.add_argument("--stat", choices=("min", "median"), default="min",

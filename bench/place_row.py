@@ -25,16 +25,23 @@ from pesto_ir.plan import read_plan_attrs  # noqa: E402
 
 
 def _seconds(text: str) -> float:
-    value = float(text)
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
     if not math.isfinite(value) or value <= 0:
         raise argparse.ArgumentTypeError(f"must be a finite number of seconds > 0, not {text}")
     return value
 
 
 def _devices(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
         raise argparse.ArgumentTypeError(f"must be a whole number of devices >= 1, not {text}")
-    return int(text)
+    return value
 
 
 def main(argv: list[str]) -> int:
@@ -52,7 +59,13 @@ def main(argv: list[str]) -> int:
     if args.model not in models:
         ap.error(f"unknown model {args.model} (known{' with --quick' if args.quick else ''}: {', '.join(models)})")
     model = models[args.model]
-    ctx = PassContext(cluster=model.cluster(args.k), quiet=not args.verbose, seed=0)
+    if not args.algo.strip() or "time-limit" in args.algo or "seed" in args.algo:
+        ap.error("algo: give the algorithm and its options (e.g. 'auto microbatches=1'); the time limit "
+                 "is --time-limit, and the seed is 0")
+    try:
+        ctx = PassContext(cluster=model.cluster(args.k), quiet=not args.verbose, seed=0)
+    except pesto_ir.PestoError as e:
+        ap.error(f"k: {e}")
     try:
         coarsen = PassManager(f"coarsen{{target=200 {args.coarsen}}}".replace(" }", "}"), verify_each=False)
     except pesto_ir.PestoError as e:

@@ -20,6 +20,13 @@ from typing import Any
 MACHINE_FIELDS = ("platform", "device_kind", "processor", "cores", "jax")
 
 Machine = Mapping[str, str | int]
+MAX_CORES = 1 << 20  # a field of a file: a count no machine reaches is a broken file
+MAX_TEXT = 200  # characters of a field: printed in warnings, so no control characters either
+
+
+def _brief(value: object) -> str:
+    text = ascii(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def machine_of(device: Any) -> dict[str, str | int]:
@@ -98,7 +105,8 @@ def machine_from_json(raw: Any) -> dict[str, str | int] | None:
     if raw is None:
         return None
     if not isinstance(raw, dict) or not raw:
-        got = "an empty object" if isinstance(raw, dict) else f"a {type(raw).__name__}"
+        name = type(raw).__name__
+        got = "an empty object" if isinstance(raw, dict) else f"{'an' if name[0] in 'aeiou' else 'a'} {name}"
         raise ValueError(f"must be an object with the fields {', '.join(MACHINE_FIELDS)}, got {got} "
                          "(leave it out or null when nothing says where the figures were measured)")
     out: dict[str, str | int] = {}
@@ -106,9 +114,10 @@ def machine_from_json(raw: Any) -> dict[str, str | int] | None:
         if key not in MACHINE_FIELDS:
             raise ValueError(f"unknown field {key!r} (fields: {', '.join(MACHINE_FIELDS)})")
         if key == "cores":
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"cores must be a whole number >= 1, got {value!r}")
-        elif not isinstance(value, str):
-            raise ValueError(f"{key} must be a string, got {value!r}")
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_CORES:
+                raise ValueError(f"cores must be a whole number from 1 to {MAX_CORES}, got {_brief(value)}")
+        elif not isinstance(value, str) or not value.isprintable() or len(value) > MAX_TEXT:
+            raise ValueError(f"{key} must be a string of at most {MAX_TEXT} printable characters, "
+                             f"got {_brief(value)}")
         out[key] = value
     return {k: out[k] for k in MACHINE_FIELDS if k in out}

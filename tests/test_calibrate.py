@@ -61,7 +61,11 @@ def test_bad_options_are_clear_errors(tmp_path: Path, capsys: pytest.CaptureFixt
     for argv, message in ((["--runs", "0"], "must be a whole number >= 1, got 0"),
                           (["--runs", "two"], "must be a whole number >= 1, got 'two'"),
                           (["--warmup", "-1"], "must be a whole number >= 0, got -1"),
-                          (["--stat", "mean"], "invalid choice")):
+                          (["--stat", "mean"], "invalid choice"),
+                          # checked before minutes of timing, not when the file is written
+                          (["--out", str(tmp_path / "no" / "c.json")], f"the folder {tmp_path / 'no'} does not exist"),
+                          (["--out", str(tmp_path)], f"{tmp_path} is a folder, not a file"),
+                          (["--out", ""], "--out: must name a file")):
         with pytest.raises(SystemExit):
             parse_args(argv)
         assert message in capsys.readouterr().err
