@@ -223,7 +223,7 @@ def with_place_options(pipeline: Pipeline, args: argparse.Namespace) -> Pipeline
         return pipeline
     if not any(p.name == "place" for p in pipeline.passes):
         flags = " and ".join(f"--{k.replace('_', '-')}" for k in changes)
-        raise PestoError(f"{flags} need a place pass in the pipeline ({pipeline})")
+        raise PestoError(f"{flags} {'needs' if len(changes) == 1 else 'need'} a place pass in the pipeline ({pipeline})")
     passes, explicit = [], []
     for p, keys in zip(pipeline.passes, pipeline.explicit):
         if p.name == "place":

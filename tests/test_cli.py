@@ -104,7 +104,7 @@ def test_reports_without_a_place_pass_are_a_clear_error(tmp_path: Path, capsys: 
 
 def test_algo_without_place_pass_is_an_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert main([str(EXAMPLE), "-p", "verify", "--algo", "m-etf"]) == 1
-    assert "--algo need a place pass" in capsys.readouterr().err
+    assert "--algo needs a place pass" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("text, nbytes", [("16GiB", 16 * 2**30), ("80e9", 80 * 10**9), ("3 MiB", 3 * 2**20),
