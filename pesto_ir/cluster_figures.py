@@ -33,7 +33,7 @@ FIGURE_RANGES: dict[str, tuple[float, float, str]] = {
     "mem_bandwidth": (1.0, 1e21, "bytes per second"),
     "peak_flops": (1.0, 1e21, "FLOP per second"),
     "efficiency": (1e-6, 1e6, "(the fraction of the roofline reached)"),
-    "memory": (1.0, 2.0 ** 63, "bytes (or infinite: no limit)"),
+    "memory": (0.0, 2.0 ** 63, "bytes (or infinite: no limit)"),
 }
 
 

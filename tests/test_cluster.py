@@ -413,7 +413,7 @@ def test_a_data_parallel_plan_times_its_all_reduces_by_the_fit(tmp_path: Path) -
     ({"devices": [{"name": "a", "kind": "cpu", "setup": {"conv": 1e308}}, {"name": "b"}]},
      "devices[0] (a): setup of 'conv' 1e+308 is out of range"),
     ({"devices": [{"name": "a", "kind": "cpu", "memory": 1e308}, {"name": "b"}]},
-     "devices[0] (a): memory 1e+308 is out of range: from 1 to 9.22337e+18 bytes"),
+     "devices[0] (a): memory 1e+308 is out of range: from 0 to 9.22337e+18 bytes"),
     ({"devices": [{"name": "a", "kind": "cpu", "peak_flops": 1e-300}, {"name": "b"}]},
      "devices[0] (a): peak_flops 1e-300 is out of range: from 1 to 1e+21 FLOP per second"),
 ])
