@@ -29,6 +29,8 @@ from pesto_ir.cluster_figures import ClusterError as ClusterError  # re-exported
 from pesto_ir.loader import brief
 from pesto_ir.machine import Machine, machine_from_json, machine_of
 
+MAX_HOST = (1 << 20) - 1  # a process index; a larger one is a broken file, not a machine
+
 
 @dataclass(frozen=True)
 class DeviceKind:
@@ -101,8 +103,8 @@ class Device:
         # sorted pairs: hashable, and equal devices compare equal whatever order the families came in
         object.__setattr__(self, "efficiency", tuple(sorted(self.efficiency)))
         object.__setattr__(self, "setup", tuple(sorted(self.setup)))
-        if isinstance(self.host, bool) or not isinstance(self.host, int) or self.host < 0:
-            raise ClusterError(f"device {self.name}: host must be a whole number >= 0 (a process index), "
+        if isinstance(self.host, bool) or not isinstance(self.host, int) or not 0 <= self.host <= MAX_HOST:
+            raise ClusterError(f"device {self.name}: host must be a whole number from 0 to {MAX_HOST} (a process index), "
                                f"got {brief(repr(self.host))}")
         for key in ("peak_flops", "mem_bandwidth", "memory"):
             v = getattr(self, key)
@@ -575,9 +577,9 @@ def _device_from_json(i: int, d: Any, source: str) -> Device:
         return v
 
     host = d.get("host", 0)
-    if isinstance(host, bool) or not isinstance(host, int) or host < 0:
-        raise ClusterError(f"{source}: devices[{i}] ({d['name']}): \"host\" must be a whole number >= 0 "
-                           f"(the process the device belongs to), got {brief(repr(host))}")
+    if isinstance(host, bool) or not isinstance(host, int) or not 0 <= host <= MAX_HOST:
+        raise ClusterError(f"{source}: devices[{i}] ({d['name']}): \"host\" must be a whole number from 0 to "
+                           f"{MAX_HOST} (the process the device belongs to), got {brief(repr(host))}")
     launch = d.get("launch_overhead")
     who = f"{source}: devices[{i}] ({d['name']})"
     efficiency = _family_figures_from_json(d, "efficiency", "factor", who)
