@@ -9,6 +9,7 @@ from __future__ import annotations
 from pesto_ir.attributes import Attr, DictAttr, GraphAttr, ListAttr
 from pesto_ir.errors import Diagnostic, SourceSpan, VerifyError
 from pesto_ir.ir import Graph, Location, Op, Value
+from pesto_ir.loader import brief
 from pesto_ir.shape_rules import ShapeError, infer_result_types
 
 
@@ -25,6 +26,7 @@ def verify_diagnostics(graph: Graph) -> list[Diagnostic]:
     _check_order(graph, diags)
     for op in graph.ops:
         _check_attrs(op, diags)
+        _check_trip_counts(op, diags)
         _check_types(op, diags)
         for sub in op.subgraphs():
             for d in verify_diagnostics(sub):
@@ -141,6 +143,21 @@ def _check_attrs(op: Op, diags: list[Diagnostic]) -> None:
     for key, a in op.attrs.items():
         if not ok(a):
             diags.append(Diagnostic(op.where(), op.name, f"attribute '{key}' has unknown type {type(a).__name__}"))
+
+
+MAX_TRIPS = 10 ** 9  # a loop's trip count; past it, its cost is no time a step could take
+
+
+def _check_trip_counts(op: Op, diags: list[Diagnostic]) -> None:
+    """A scan's `length` and any op's `trip_count` (what the cost models multiply a loop body by)
+    are whole numbers from 0 to `MAX_TRIPS`: a negative one gave a negative cost and makespan."""
+    for key in ("length", "trip_count"):
+        if key not in op.attrs or (key == "length" and op.opcode != "scan"):
+            continue
+        v = op.get(key)
+        if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= MAX_TRIPS:
+            diags.append(Diagnostic(op.where(), op.name, f"{op.opcode}: {key} must be a whole number from 0 to "
+                                                         f"{MAX_TRIPS}, not {brief(repr(v))}"))
 
 
 def _check_types(op: Op, diags: list[Diagnostic]) -> None:

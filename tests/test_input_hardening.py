@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import math
 from pathlib import Path
 from typing import Any
@@ -426,3 +427,23 @@ def test_a_slice_stride_below_one_is_a_located_error(stride: int) -> None:
     with pytest.raises(PestoError, match=r"strides must be at least 1") as e:
         pesto_ir.verify(pesto_ir.parse(text))
     assert ":2:" in str(e.value) and "op 'y'" in str(e.value)  # the line and the op
+
+
+@pytest.mark.parametrize("attr, shown", [("length = -10", "-10"), ("length = 2.5", "2.5"), ("length = nan", "nan"),
+                                         ('length = "x"', "'x'"), ("length = 1e308", "1e+308"),
+                                         ("length = 10, trip_count = -5", "-5")])
+def test_a_loop_count_is_a_whole_number_the_cost_models_can_multiply_by(attr: str, shown: str) -> None:
+    """A scan of length -10 was costed -45 us and planned into a negative makespan, silently; NaN
+    or a 400-digit count crashed the roofline."""
+    text = f"""graph @s(%c: f32[8,8], %xs: f32[10,8,8]) {{
+  %out, %ys = scan(%c, %xs) {{{attr}, jaxpr = graph @body(%h: f32[8,8], %x: f32[8,8]) {{
+        %m = dot_general(%h, %x) {{dimension_numbers = [[[1], [0]], [[], []]]}} : f32[8,8]
+        return %m, %m
+      }}}} : f32[8,8], f32[10,8,8]
+  return %out
+}}
+"""
+    key = "trip_count" if "trip_count" in attr else "length"
+    with pytest.raises(PestoError, match=f"loop.pir:2:15: error: op 'out': scan: {key} must be a whole number "
+                                         f"from 0 to 1000000000, not {re.escape(shown)}"):
+        pesto_ir.verify(pesto_ir.parse(text, "loop.pir"))
