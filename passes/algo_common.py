@@ -322,7 +322,8 @@ def timed_plan(pg: PlaceGraph, device_of: Sequence[int], order: Sequence[Sequenc
     plan = simulated_plan(pg, device_of, order, algorithm)
     peaks = peak_memory(pg.graph, plan)
     devices = pg.cluster.devices
-    over = [max(0, math.ceil(peaks[d.name].nbytes - d.memory)) for d in devices]
+    over = [math.ceil(peaks[d.name].nbytes - d.memory) if peaks[d.name].nbytes > d.memory else 0
+            for d in devices]  # infinite memory: never over
     if any(over):
         described = [peaks[d.name].describe(d.memory) for d, o in zip(devices, over) if o]
         raise MemoryOvershoot(f"{algorithm}: its plan does not fit in memory once timed:\n  " + "\n  ".join(described),

@@ -28,6 +28,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from pesto_ir.cluster import Cluster
+from pesto_ir.cluster_figures import FIGURE_RANGES
 from pesto_ir.errors import PestoError
 from pesto_ir.ir import Graph
 from pesto_ir.passes.ilp_model import MIN_CBC_SECONDS
@@ -64,12 +65,20 @@ class IlpRequest:
 
 # ---------------------------------------------------------------- the caller's side
 
+def _finite_memory(cluster: Cluster) -> Cluster:
+    """`cluster` with infinite memory (no limit) written as the largest a file may hold, which no
+    graph reaches: a cluster file, the worker's request, holds finite figures only."""
+    devices = [replace(d, memory=min(d.memory, FIGURE_RANGES["memory"][1])) for d in cluster.devices]
+    return replace(cluster, devices=devices)
+
+
 def place_ilp_in_worker(graph: Graph, cluster: Cluster, options: PlaceOptions) -> Plan:
     """`place_ilp` in a worker process: its plan, or on Ctrl-C or a worker crash the best plan
     it had sent (with a note), or an error when it had sent none."""
     from pesto_ir.passes.cpsat_worker import read_message, write_message
 
-    request = IlpRequest(str(graph), cluster.to_json(), options.warm_start.to_json() if options.warm_start else None,
+    request = IlpRequest(str(graph), _finite_memory(cluster).to_json(),
+                         options.warm_start.to_json() if options.warm_start else None,
                          options.time_limit, options.seed, options.solver, options.threads)
     errors = tempfile.TemporaryFile()
     env = dict(os.environ)

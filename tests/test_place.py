@@ -262,3 +262,19 @@ def test_expand_orders_a_zero_length_producer_before_its_consumer_despite_roundi
     assert plan.ops["z"].start > plan.ops["b"].start
     fine = expand_plan(graph, cluster, plan)
     assert fine.device_order("gpu0") == ["a", "z", "b"]
+
+
+@pytest.mark.parametrize("algo", ["m-etf", "ilp", "auto"])
+def test_infinite_memory_means_no_limit_for_every_engine(algo: str) -> None:
+    """`Cluster.with_memory(inf)` (no limit, as documented) crashed the timed plan's overshoot
+    (ceil of -inf) and the MILP worker's request (a cluster file holds finite figures only)."""
+    import math
+
+    from pesto_ir import load
+
+    cluster = Cluster.homogeneous(2, "h100").with_memory(math.inf)
+    graph = PassManager(f"annotate-costs,place{{algo={algo} time-limit=2}},simulate").run(
+        load(Path(__file__).resolve().parents[1] / "examples" / "mlp_train_step.pir"),
+        PassContext(cluster=cluster, quiet=True))
+    plan = read_plan_attrs(graph)
+    assert plan is not None and math.isfinite(plan.makespan) and plan.makespan > 0
