@@ -15,6 +15,7 @@ import sys
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from pesto_ir import __version__
 from pesto_ir.attributes import parse_size
@@ -22,7 +23,7 @@ from pesto_ir.cluster import KINDS, Cluster, ClusterError
 from pesto_ir.errors import PestoError
 from pesto_ir.frontends import load
 from pesto_ir.ir import Graph
-from pesto_ir.loader import write_atomic
+from pesto_ir.loader import brief, write_atomic
 from pesto_ir.passmanager import PassContext, PassManager, Pipeline
 from pesto_ir.placement import MAX_SEED, seed_problem, time_limit_problem
 from pesto_ir.verifier import verify
@@ -244,11 +245,28 @@ def make_cluster(args: argparse.Namespace, graph: Graph) -> Cluster:
             raise ClusterError("give either --cluster or --devices/--device-kind, not both")
         cluster = Cluster.load(args.cluster)
         return cluster.with_memory(args.memory) if args.memory is not None else cluster
-    suggested = graph.attrs.get("suggested_cluster")
-    hint = suggested.value if suggested is not None else {}
-    n = args.devices or int(hint.get("devices", DEFAULT_DEVICES))
+    hint = _suggested_cluster(graph)
+    n = args.devices or hint.get("devices", DEFAULT_DEVICES)
     memory = args.memory if args.memory is not None else hint.get("memory")
     return Cluster.homogeneous(n, args.device_kind or DEFAULT_KIND, memory=memory)
+
+
+def _suggested_cluster(graph: Graph) -> dict[str, Any]:
+    """The graph's `suggested_cluster` hint, checked as the JSON reader checks it: an object whose
+    `devices` is a whole number from 1 and whose `memory` is a positive number of bytes."""
+    suggested = graph.attrs.get("suggested_cluster")
+    if suggested is None:
+        return {}
+    hint = suggested.value
+    where = f"graph '{graph.name}': suggested_cluster"
+    if not isinstance(hint, dict):
+        raise PestoError(f"{where} must be a dict like {{devices = 4, memory = 80GB}}, got {brief(repr(hint))}")
+    devices, memory = hint.get("devices", DEFAULT_DEVICES), hint.get("memory")
+    if isinstance(devices, bool) or not isinstance(devices, int) or devices < 1:
+        raise PestoError(f"{where}: devices must be a whole number >= 1, got {brief(repr(devices))}")
+    if memory is not None and (isinstance(memory, bool) or not isinstance(memory, (int, float)) or not memory > 0):
+        raise PestoError(f"{where}: memory must be a positive number of bytes, got {brief(repr(memory))}")
+    return {"devices": devices, **({"memory": memory} if memory is not None else {})}
 
 
 def write_outputs(graph: Graph, args: argparse.Namespace, cluster: Cluster | None = None) -> None:

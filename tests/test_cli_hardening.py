@@ -389,3 +389,21 @@ def test_an_interrupted_cpsat_request_leaves_no_stale_answer() -> None:
         assert solver.proc is None  # killed, not left to finish the request
         result = solver.solve(Request(Problem.build(small, cluster, None, 0.003), None, 10.0, time.monotonic() + 10.0))
         assert result.status == "optimal" and result.solution is not None and len(result.solution.device) == 2
+
+
+@pytest.mark.parametrize("hint, message", [
+    ('"x"', "graph 'g': suggested_cluster must be a dict like {devices = 4, memory = 80GB}, got 'x'"),
+    ("{devices = 2.5}", "graph 'g': suggested_cluster: devices must be a whole number >= 1, got 2.5"),
+    ("{devices = -3}", "graph 'g': suggested_cluster: devices must be a whole number >= 1, got -3"),
+    ("{devices = true}", "graph 'g': suggested_cluster: devices must be a whole number >= 1, got True"),
+    ('{memory = "big"}', "graph 'g': suggested_cluster: memory must be a positive number of bytes, got 'big'"),
+])
+def test_a_bad_suggested_cluster_in_text_is_a_clear_error(hint: str, message: str, tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """The JSON reader checked the hint; from .pir text a string crashed the CLI (AttributeError)
+    and 2.5 devices were quietly taken as 2."""
+    model = tmp_path / "g.pir"
+    model.write_text(f"graph @g(%x: f32[4,4]) attributes {{suggested_cluster = {hint}}} {{\n"
+                     "  %y = neg(%x) : f32[4,4]\n  return %y\n}\n")
+    assert main([str(model), "-q", "-o", str(tmp_path / "out.pir")]) == 1
+    assert message in capsys.readouterr().err and not (tmp_path / "out.pir").exists()
