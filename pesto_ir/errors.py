@@ -116,8 +116,10 @@ class PassError(PestoError):
         self.done = done
         self.cause = cause
         after = f" (after {', '.join(done)})" if done else ""
-        super().__init__(f"error in pass {pass_name}{after}")
+        self.headline = f"error in pass {pass_name}{after}"
+        # the reason in str() too: `except PestoError as e: print(e)` must not lose it
+        super().__init__(f"{self.headline}: {cause}")
 
     def format(self) -> str:
         inner = self.cause.format() if isinstance(self.cause, PestoError) else f"error: {self.cause}"
-        return f"{self}:\n{inner}"
+        return f"{self.headline}:\n{inner}"

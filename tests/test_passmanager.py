@@ -84,8 +84,11 @@ def test_verifier_runs_after_each_pass_and_failure_names_the_pass() -> None:
     g = parse(TEXT)
     with pytest.raises(PassError) as info:
         PassManager("verify,rename-outputs,break-ir,verify").run(g, PassContext(quiet=True))
-    assert str(info.value) == "error in pass break-ir (after verify, rename-outputs)"
+    assert info.value.headline == "error in pass break-ir (after verify, rename-outputs)"
+    assert str(info.value).startswith("error in pass break-ir (after verify, rename-outputs): ")
+    assert "result %y is f32[3] but neg gives f32[2]" in str(info.value), "str() keeps the reason"
     assert "result %y is f32[3] but neg gives f32[2]" in info.value.format()
+    assert info.value.format().startswith("error in pass break-ir (after verify, rename-outputs):\n")
 
 
 def test_no_verify_skips_verification() -> None:
