@@ -360,8 +360,8 @@ def parallelize(fn: Callable[..., Any] | None = None, *, devices: Sequence[Any] 
                 autotune_steps: int = 5, optimizer_state: str = "auto") -> Any:
     """`fn` planned with Pesto and run across `devices` (a list, or a dict from cluster device name to
     JAX device); used bare or as `@parallelize(devices=...)`. See the module docstring."""
-    options = ParallelizeOptions(devices, algo, time_limit, cluster, cost_model, _tuple(param_argnums),
-                                 _tuple(donate_argnums), coarsen_target, seed, quiet, compiler_options,
+    options = ParallelizeOptions(devices, algo, time_limit, cluster, cost_model, _argnums(param_argnums),
+                                 _argnums(donate_argnums), coarsen_target, seed, quiet, compiler_options,
                                  data_parallel=data_parallel, microbatches=microbatches,
                                  batch_argnums=_argnums_or_none(batch_argnums), autotune=autotune,
                                  autotune_steps=autotune_steps, optimizer_state=optimizer_state)
@@ -434,8 +434,12 @@ def _guarded_jit(fn: Callable[..., Any], key: Any, device: Any, donate_argnums: 
     return jax.jit(guarded, in_shardings=sharding, out_shardings=sharding, donate_argnums=tuple(donate_argnums))
 
 
-def _tuple(x: int | Sequence[int]) -> tuple[int, ...]:
-    return (x,) if isinstance(x, int) else tuple(x)
+def _argnums(x: Any) -> Any:
+    """Argument positions as a tuple; what is not positions is kept as given for `_check_options`
+    to refuse by name."""
+    if isinstance(x, int) and not isinstance(x, bool):
+        return (x,)
+    return tuple(x) if isinstance(x, Sequence) and not isinstance(x, (str, bytes)) else x
 
 
 def _argnums_or_none(x: Any) -> Any:
@@ -473,16 +477,21 @@ def _check_options(o: ParallelizeOptions) -> None:
     from pesto_ir.passes.annotate_costs import MODELS
     from pesto_ir.passes.place import ALGORITHMS
 
-    if o.algo not in ALGORITHMS:
-        raise PestoError(f"unknown placement algorithm '{o.algo}' (known: {', '.join(sorted(ALGORITHMS))})")
-    if o.cost_model not in MODELS:
-        raise PestoError(f"unknown cost model '{o.cost_model}' (known: {', '.join(MODELS)})")
+    if not isinstance(o.algo, str) or o.algo not in ALGORITHMS:
+        raise PestoError(f"unknown placement algorithm {o.algo!r} (known: {', '.join(sorted(ALGORITHMS))})")
+    if not isinstance(o.cost_model, str) or o.cost_model not in MODELS:
+        raise PestoError(f"unknown cost model {o.cost_model!r} (known: {', '.join(MODELS)})")
+    target = o.coarsen_target
+    if target is not None and (isinstance(target, bool) or not isinstance(target, int) or target < 1):
+        raise PestoError(f"coarsen_target must be a whole number of groups >= 1 (or None), got {target!r}")
+    if not isinstance(o.quiet, bool):
+        raise PestoError(f"quiet must be True or False, got {o.quiet!r}")
     if (why := time_limit_problem(o.time_limit)) is not None:
         raise PestoError(f"time_limit {why}")
     if (why := seed_problem(o.seed)) is not None:
         raise PestoError(f"seed {why}")
     for name, nums in (("param_argnums", o.param_argnums), ("donate_argnums", o.donate_argnums)):
-        if any(isinstance(i, bool) or not isinstance(i, int) or i < 0 for i in nums):
+        if not isinstance(nums, tuple) or any(isinstance(i, bool) or not isinstance(i, int) or i < 0 for i in nums):
             raise PestoError(f"{name} must be argument positions (whole numbers from 0), got {nums!r}")
     _check_batch_options(o)
     from pesto_ir.loader import ArgumentError

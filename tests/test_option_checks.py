@@ -30,6 +30,13 @@ def _f(x: jax.Array) -> jax.Array:
     ({"param_argnums": (-1,)}, "param_argnums must be argument positions"),
     ({"donate_argnums": ("x",)}, "donate_argnums must be argument positions"),
     ({"algo": "turbo"}, "unknown placement algorithm 'turbo'"),
+    ({"algo": []}, r"unknown placement algorithm \[\]"),
+    ({"cost_model": {}}, r"unknown cost model \{\}"),
+    ({"param_argnums": None}, "param_argnums must be argument positions"),
+    ({"donate_argnums": 1.5}, "donate_argnums must be argument positions"),
+    ({"coarsen_target": "x"}, r"coarsen_target must be a whole number of groups >= 1 \(or None\), got 'x'"),
+    ({"coarsen_target": 0}, "coarsen_target must be a whole number of groups >= 1"),
+    ({"quiet": "no"}, "quiet must be True or False, got 'no'"),
 ])
 def test_bad_arguments_are_refused_by_name(kwargs: dict[str, Any], message: str) -> None:
     with pytest.raises(PestoError, match=message):
