@@ -84,6 +84,21 @@ class Semantics:
         self.text = text
         self._types: dict[str, Type] = {}
 
+    def unquoted(self, tok: Any, text: str) -> str:
+        """A name or string as written (quoted or bare), refused at `tok` when it escapes a lone
+        surrogate (\\ud800-\\udfff): no file or terminal can take that text back out."""
+        value = unquote(text)
+        if any("\ud800" <= c <= "\udfff" for c in value):
+            raise self.fail(tok, f"{brief(text)} escapes a lone surrogate (\\ud800-\\udfff), which is not text")
+        return value
+
+    def _whole(self, tok: Any) -> int:
+        """A line or column number of a `loc(...)`."""
+        try:
+            return int(str(tok))
+        except ValueError:  # more digits than Python converts (4300)
+            raise self.fail(tok, f"{brief(str(tok))} has more digits than a line or column number") from None
+
     def fail(self, tok: Any, message: str) -> ParseError:
         return ParseError(message, SourceSpan(self.filename, tok.line or 0, tok.column or 0, self.text,
                                               len(str(tok))))
@@ -126,7 +141,7 @@ class Semantics:
         return TensorType(key_dtype(impl), dims)
 
     def location(self, file: Any, line: Any, col: Any | None) -> Location:
-        return Location(unquote(str(file)), int(str(line)), int(str(col)) if col is not None else 0)
+        return Location(self.unquoted(file, str(file)), self._whole(line), self._whole(col) if col is not None else 0)
 
     def op_record(self, label: Any, results: list[Any], opcode: Any, operands: list[Any],
                   attrs: dict[str, Attr], type_toks: list[Any], loc: Location | None) -> OpRecord:
@@ -142,7 +157,7 @@ class Semantics:
     def _check_costs(self, name_tok: Any, opcode: Any, attrs: dict[str, Attr]) -> None:
         """`cost` is seconds (or a dict of seconds per device), the byte counts whole numbers: all
         finite and not negative, as in `pesto-graph/1` (the planners would fail on them much later)."""
-        where = f"op '{unquote(str(name_tok)[1:])}'"
+        where = f"op '{self.unquoted(name_tok, str(name_tok)[1:])}'"
         cost = attrs.get("cost")
         entries = cost.entries if isinstance(cost, DictAttr) else [("", cost)] if cost is not None else []
         for key, a in entries:
@@ -162,7 +177,7 @@ class Semantics:
                                         f"got {brief(str(b))}")
 
     def add_entry(self, out: dict[str, Attr], key_tok: Any, value: Attr) -> None:
-        key = unquote(str(key_tok))
+        key = self.unquoted(key_tok, str(key_tok))
         if key in out:
             raise self.fail(key_tok, f"duplicate attribute '{key}'")
         out[key] = value
@@ -179,7 +194,7 @@ class Semantics:
         if kind == "FLOAT":
             return FloatAttr(float(text))
         if kind == "STRING":
-            return StringAttr(unquote(text))
+            return StringAttr(self.unquoted(tok, text))
         if kind == "DURATION":
             unit = text[-2:] if text[-2:] in ("ns", "us", "ms") else "s"
             return DurationAttr(parse_duration(text[: -len(unit)], unit))
@@ -188,7 +203,7 @@ class Semantics:
         if kind == "TYPE":
             return TypeAttr(self.type_of(tok))
         if kind == "AT_NAME":
-            return DeviceAttr(unquote(text[1:]))
+            return DeviceAttr(self.unquoted(tok, text[1:]))
         named = _NAMED_VALUES.get(text)
         if named is not None:
             return named
@@ -200,21 +215,24 @@ class Semantics:
         m = _BYTES_RE.fullmatch(text)
         assert m is not None
         number, unit = m.group(1), BYTE_UNITS[m.group(2)]
-        if "." not in number:
-            return int(number) * unit
-        n = float(number) * unit
-        if n != int(n):
-            raise self.fail(tok, f"{text} is not a whole number of bytes")
-        return int(n)
+        try:
+            if "." not in number:
+                return int(number) * unit
+            n = float(number) * unit
+            if n != int(n):
+                raise self.fail(tok, f"{text} is not a whole number of bytes")
+            return int(n)
+        except (ValueError, OverflowError):  # more digits than Python converts, or past a float
+            raise self.fail(tok, f"{brief(text)} is more bytes than can be read") from None
 
     def graph(self, name_tok: Any, inputs: list[tuple[bool, Any, Type]], attrs: dict[str, Attr] | None,
               body: list[OpRecord | ReturnRecord]) -> Graph:
-        graph = Graph(unquote(str(name_tok)[1:]))
+        graph = Graph(self.unquoted(name_tok, str(name_tok)[1:]))
         graph.pos = Location(self.filename, name_tok.line or 0, name_tok.column or 0)
         graph.source_text = self.text
         values: dict[str, Value] = {}
         for param, tok, typ in inputs:
-            name = unquote(str(tok)[1:])
+            name = self.unquoted(tok, str(tok)[1:])
             if name in values:
                 raise self.fail(tok, f"duplicate value name %{name}")
             v = graph.add_input(name, typ, param=param)
@@ -241,11 +259,11 @@ class Semantics:
         return graph
 
     def _make_op(self, graph: Graph, rec: OpRecord, values: dict[str, Value]) -> Op:
-        result_names = [unquote(str(t)[1:]) for t in rec.results]
+        result_names = [self.unquoted(t, str(t)[1:]) for t in rec.results]
         for t, n in zip(rec.results, result_names):
             if n in values:
                 raise self.fail(t, f"duplicate value name %{n}")
-        name = unquote(str(rec.label)[1:]) if rec.label is not None else result_names[0]
+        name = self.unquoted(rec.label, str(rec.label)[1:]) if rec.label is not None else result_names[0]
         if graph.has_op(name):
             raise self.fail(rec.label or rec.results[0], f"duplicate op name '{name}'")
         op = Op(name, str(rec.opcode), (), rec.types, None, result_names, rec.loc)
@@ -258,7 +276,7 @@ class Semantics:
         return op
 
     def _lookup(self, tok: Any, values: dict[str, Value]) -> Value:
-        name = unquote(str(tok)[1:])
+        name = self.unquoted(tok, str(tok)[1:])
         v = values.get(name)
         if v is None:
             raise self.fail(tok, f"use of undefined value %{name}")

@@ -447,3 +447,24 @@ def test_a_loop_count_is_a_whole_number_the_cost_models_can_multiply_by(attr: st
     with pytest.raises(PestoError, match=f"loop.pir:2:15: error: op 'out': scan: {key} must be a whole number "
                                          f"from 0 to 1000000000, not {re.escape(shown)}"):
         pesto_ir.verify(pesto_ir.parse(text, "loop.pir"))
+
+
+@pytest.mark.parametrize("line, message", [
+    ('%"\\ud800" = neg(%x) : f32[4,4]', r'escapes a lone surrogate \(\\ud800-\\udfff\), which is not text'),
+    ('%y = neg(%x) {s = "\\udfff"} : f32[4,4]', r'escapes a lone surrogate'),
+    ('%y = neg(%x) : f32[4,4] loc("a.py":' + "9" * 5000 + ":1)", "has more digits than a line or column number"),
+    ("%y = neg(%x) {memory = 1" + "0" * 400 + ".5TiB} : f32[4,4]", "is more bytes than can be read"),
+])
+def test_text_that_cannot_be_written_back_or_read_as_a_number_is_a_located_error(line: str, message: str) -> None:
+    """A lone surrogate parsed and then crashed every output; a 5000-digit line number and a
+    400-digit size crashed the reader (ValueError, OverflowError)."""
+    text = "graph @g(%x: f32[4,4]) {\n  " + line + "\n  return %" + ("y" if "%y" in line else '"\\ud800"') + "\n}\n"
+    for engine in ("fast", "lark"):
+        with pytest.raises(ParseError, match=r"^t.pir:2:\d+: .*" + message):
+            pesto_ir.parse(text, "t.pir", engine=engine)
+
+
+def test_a_json_string_escaping_a_lone_surrogate_is_refused_where_it_is() -> None:
+    text = '{"format": "pesto-graph/1", "nodes": [{"id": "\\ud800", "cost": 1}], "edges": []}'
+    with pytest.raises(ParseError, match=r"^g.json:1:\d+: a string escapes a lone surrogate"):
+        parse_json_graph(text, "g.json")
