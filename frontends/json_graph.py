@@ -25,7 +25,16 @@ from typing import Any
 from pesto_ir.attributes import Attr, BoolAttr, BytesAttr, DictAttr, DurationAttr, StringAttr, to_attr
 from pesto_ir.errors import ParseError, SourceSpan
 from pesto_ir.ir import Graph, Op, Value
-from pesto_ir.loader import MAX_NESTING, ArgumentError, brief, finite, read_source_text, span_at, too_deep
+from pesto_ir.loader import (
+    MAX_NESTING,
+    MAX_OP_SECONDS,
+    ArgumentError,
+    brief,
+    finite,
+    read_source_text,
+    span_at,
+    too_deep,
+)
 from pesto_ir.memory import output_bytes
 from pesto_ir.types import BlobType
 
@@ -131,6 +140,8 @@ def _cost_attr(raw: Any, where: str, filename: str, at: tuple[str | int, ...]) -
         if v is None or v < 0:
             raise _error(filename, f"{where}: {what} must be a non-negative number of seconds, got {brief(repr(x))}",
                          *at)
+        if v > MAX_OP_SECONDS:
+            raise _error(filename, f"{where}: {what} {v:g} s is more than an op may take ({MAX_OP_SECONDS:g} s)", *at)
         return DurationAttr(v)
 
     if isinstance(raw, dict):

@@ -30,6 +30,11 @@ def read_source_text(path: str | os.PathLike[str]) -> str:
                          SourceSpan(str(path), 1, 1)) from None
 
 
+# The longest an op may take, in seconds (11.6 days): beside an op of 1e12 s, a float cannot tell
+# a 1 ms op from 0.98 ms, and the plan's own validator refused the times it computed.
+MAX_OP_SECONDS = 1e6
+
+
 def finite(x: Any) -> float | None:
     """`x` as a float when it is a real number (not a boolean) that a float holds finitely, else None."""
     if isinstance(x, bool) or not isinstance(x, (int, float)):

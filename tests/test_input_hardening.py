@@ -103,6 +103,7 @@ def test_deep_suggested_cluster_is_refused() -> None:
 @pytest.mark.parametrize(("field", "literal", "message"), [
     ("cost", "1" + "0" * 400, "node 'a': cost must be a non-negative number of seconds, got 1000"),
     ("cost", "NaN", "node 'a': cost must be a non-negative number of seconds, got nan"),
+    ("cost", "1e12", r"node 'a': cost 1e\+12 s is more than an op may take \(1e\+06 s\)"),
     ("cost", '{"v100": Infinity}', r"node 'a': cost\['v100'\] must be a non-negative number of seconds, got inf"),
     ("memory", "1" + "0" * 400, "node 'a': memory must be a whole non-negative number of bytes"),
     ("activation", "Infinity", "node 'a': activation must be a whole non-negative number of bytes"),
@@ -126,6 +127,7 @@ def test_json_huge_edge_bytes() -> None:
     ("cost = 1e400", "op 'x': cost must be a non-negative number of seconds, got inf"),
     ("cost = 1e400s", "op 'x': cost must be a non-negative number of seconds, got inf"),
     ("cost = nan", "op 'x': cost must be a non-negative number of seconds, got nan"),
+    ("cost = 2e6s", r"op 'x': cost 2e\+06 s is more than an op may take \(1e\+06 s\)"),
     ("cost = -1ms", "op 'x': cost must be a non-negative number of seconds"),
     ("cost = 1" + "0" * 400, "op 'x': cost must be a non-negative number of seconds, got 1000"),
     ("cost = {v100 = 1ms, cpu = inf}", r"op 'x': cost\['cpu'\] must be a non-negative number of seconds, got inf"),
