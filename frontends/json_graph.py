@@ -69,8 +69,10 @@ def parse_json_graph(text: str, filename: str = "<json>") -> Graph:
         raise ParseError(f"invalid JSON: {e.msg}", SourceSpan(filename, e.lineno, e.colno, text)) from None
     except RecursionError:
         raise too_deep(text, filename) from None
-    except ValueError as e:  # an integer literal longer than Python converts (4300 digits)
-        raise ParseError(f"invalid JSON: {e}", SourceSpan(filename, 1, 1)) from None
+    except ValueError:  # an integer literal longer than Python converts (4300 digits)
+        found = re.search(r"\d{4300,}", text)
+        span = span_at(filename, text, found.start()) if found else SourceSpan(filename, 1, 1)
+        raise ParseError("a number has more digits than can be read (4300 at most)", span) from None
     _refuse_lone_surrogates(data, text, filename)
     try:
         return graph_from_json(data, filename)

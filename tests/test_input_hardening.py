@@ -470,3 +470,11 @@ def test_a_json_string_escaping_a_lone_surrogate_is_refused_where_it_is() -> Non
     text = '{"format": "pesto-graph/1", "nodes": [{"id": "\\ud800", "cost": 1}], "edges": []}'
     with pytest.raises(ParseError, match=r"^g.json:1:\d+: a string escapes a lone surrogate"):
         parse_json_graph(text, "g.json")
+
+
+def test_a_json_number_too_long_to_read_is_located_without_python_advice() -> None:
+    """It said `invalid JSON: Exceeds the limit ... use sys.set_int_max_str_digits()` at 1:1."""
+    text = '{"format": "pesto-graph/1", "nodes": [{"id": "a", "cost": ' + "1" * 5000 + '}], "edges": []}'
+    with pytest.raises(ParseError) as e:
+        parse_json_graph(text, "g.json")
+    assert str(e.value) == "g.json:1:59: a number has more digits than can be read (4300 at most)"
