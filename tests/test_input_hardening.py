@@ -327,7 +327,7 @@ def test_a_string_with_an_invalid_escape_is_a_located_error(engine: str, text: s
 
 def test_a_number_with_too_many_digits_is_a_clean_error(tmp_path: Path) -> None:
     huge = "1" * 5000
-    with pytest.raises(ParseError, match="invalid JSON"):
+    with pytest.raises(ParseError, match=r"<json>:1:61: a number has more digits than can be read \(4300 at most\)"):
         parse_json_graph('{"format": "pesto-graph/1", "nodes": [{"id": "a", "memory": ' + huge + "}]}")
     path = tmp_path / "c.json"
     path.write_text('{"format": "pesto-cluster/1", "devices": [{"name": "a", "kind": "h100", "memory": ' + huge + "}]}")
