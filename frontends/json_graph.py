@@ -27,7 +27,7 @@ from pesto_ir.errors import ParseError, SourceSpan
 from pesto_ir.ir import Graph, Op, Value
 from pesto_ir.loader import (
     MAX_NESTING,
-    MAX_OP_SECONDS,
+    MAX_SECONDS,
     ArgumentError,
     brief,
     finite,
@@ -142,8 +142,8 @@ def _cost_attr(raw: Any, where: str, filename: str, at: tuple[str | int, ...]) -
         if v is None or v < 0:
             raise _error(filename, f"{where}: {what} must be a non-negative number of seconds, got {brief(repr(x))}",
                          *at)
-        if v > MAX_OP_SECONDS:
-            raise _error(filename, f"{where}: {what} {v:g} s is more than an op may take ({MAX_OP_SECONDS:g} s)", *at)
+        if v > MAX_SECONDS:
+            raise _error(filename, f"{where}: {what} {v:g} s is more than an op may take ({MAX_SECONDS:g} s)", *at)
         return DurationAttr(v)
 
     if isinstance(raw, dict):

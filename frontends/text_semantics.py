@@ -32,7 +32,7 @@ from pesto_ir.attributes import (
 )
 from pesto_ir.errors import ParseError, SourceSpan
 from pesto_ir.ir import Graph, Location, Op, Value
-from pesto_ir.loader import MAX_OP_SECONDS, brief, finite
+from pesto_ir.loader import MAX_SECONDS, brief, finite
 from pesto_ir.types import DTYPES, KEY_IMPLS, BlobType, TensorType, Type, key_dtype
 
 _NAMED_VALUES: dict[str, Attr] = {
@@ -167,9 +167,9 @@ class Semantics:
                 shown = str(a.value) if isinstance(a, DurationAttr) else str(a)
                 raise self.fail(opcode, f"{where}: {what} must be a non-negative number of seconds, "
                                         f"got {brief(shown)}")
-            if v > MAX_OP_SECONDS:
+            if v > MAX_SECONDS:
                 what = f"cost[{key!r}]" if key else "cost"
-                raise self.fail(opcode, f"{where}: {what} {v:g} s is more than an op may take ({MAX_OP_SECONDS:g} s)")
+                raise self.fail(opcode, f"{where}: {what} {v:g} s is more than an op may take ({MAX_SECONDS:g} s)")
         for key in _BYTE_ATTRS:
             b = attrs.get(key)
             if b is None:

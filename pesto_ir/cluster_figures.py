@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any, TypeGuard
 
 from pesto_ir.errors import PestoError
-from pesto_ir.loader import brief
+from pesto_ir.loader import MAX_SECONDS, brief
 
 
 class ClusterError(PestoError):
@@ -26,9 +26,9 @@ def is_real(v: Any) -> TypeGuard[int | float]:
 # or rounds to nothing, and every plan's times with it: a link of 5e-324 bytes per second gave
 # makespans of inf, which no plan file, chart or trace can hold.
 FIGURE_RANGES: dict[str, tuple[float, float, str]] = {
-    "latency": (0.0, 1e6, "seconds"),
-    "launch_overhead": (0.0, 1e6, "seconds"),
-    "setup": (0.0, 1e6, "seconds"),
+    "latency": (0.0, MAX_SECONDS, "seconds"),
+    "launch_overhead": (0.0, MAX_SECONDS, "seconds"),
+    "setup": (0.0, MAX_SECONDS, "seconds"),
     "bandwidth": (1.0, 1e21, "bytes per second"),
     "mem_bandwidth": (1.0, 1e21, "bytes per second"),
     "peak_flops": (1.0, 1e21, "FLOP per second"),

@@ -30,9 +30,10 @@ def read_source_text(path: str | os.PathLike[str]) -> str:
                          SourceSpan(str(path), 1, 1)) from None
 
 
-# The longest an op may take, in seconds (11.6 days): beside an op of 1e12 s, a float cannot tell
-# a 1 ms op from 0.98 ms, and the plan's own validator refused the times it computed.
-MAX_OP_SECONDS = 1e6
+# The longest any time that enters may be, in seconds (11.6 days): an op's cost, a latency, a time
+# limit. Beside an op of 1e12 s a float cannot tell a 1 ms op from 0.98 ms (the plan's validator
+# refused the times it computed), and a limit of 1e300 s overflowed a solver's deadline.
+MAX_SECONDS = 1e6
 
 
 def finite(x: Any) -> float | None:

@@ -17,6 +17,7 @@ from typing import TextIO
 from pesto_ir.cluster import Cluster
 from pesto_ir.errors import PestoError
 from pesto_ir.ir import Graph
+from pesto_ir.loader import MAX_SECONDS
 from pesto_ir.passmanager import PassContext
 from pesto_ir.plan import Plan
 
@@ -35,17 +36,16 @@ def require_cluster(ctx: PassContext, pass_name: str) -> Cluster:
     return ctx.cluster
 
 
-MAX_TIME_LIMIT = 1e6  # seconds (11.6 days): the solvers turn a limit into a deadline the OS must hold
 MAX_SEED = 2 ** 31 - 1  # CP-SAT and CBC take 32-bit seeds
 
 
 def time_limit_problem(t: object) -> str | None:
     """Why `t` is no time limit (None when it is one): a positive finite number of seconds, at
-    most `MAX_TIME_LIMIT` (1e300 s overflowed CP-SAT's deadline into a crash)."""
+    most `MAX_SECONDS` (1e300 s overflowed CP-SAT's deadline into a crash)."""
     if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t <= 0:
         return f"must be a positive, finite number of seconds, not {t!r}"
-    if t > MAX_TIME_LIMIT:
-        return f"must be at most {MAX_TIME_LIMIT:g} seconds, not {t:g}"
+    if t > MAX_SECONDS:
+        return f"must be at most {MAX_SECONDS:g} seconds, not {t:g}"
     return None
 
 
