@@ -6,7 +6,7 @@ and raises one `VerifyError` carrying them all.
 
 from __future__ import annotations
 
-from pesto_ir.attributes import Attr, DictAttr, GraphAttr, ListAttr
+from pesto_ir.attributes import Attr, DictAttr, GraphAttr, ListAttr, StringAttr
 from pesto_ir.errors import Diagnostic, SourceSpan, VerifyError
 from pesto_ir.ir import Graph, Location, Op, Value
 from pesto_ir.loader import brief
@@ -27,6 +27,7 @@ def verify_diagnostics(graph: Graph) -> list[Diagnostic]:
     for op in graph.ops:
         _check_attrs(op, diags)
         _check_trip_counts(op, diags)
+        _check_colocate(op, diags)
         _check_types(op, diags)
         for sub in op.subgraphs():
             for d in verify_diagnostics(sub):
@@ -158,6 +159,15 @@ def _check_trip_counts(op: Op, diags: list[Diagnostic]) -> None:
         if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= MAX_TRIPS:
             diags.append(Diagnostic(op.where(), op.name, f"{op.opcode}: {key} must be a whole number from 0 to "
                                                          f"{MAX_TRIPS}, not {brief(repr(v))}"))
+
+
+def _check_colocate(op: Op, diags: list[Diagnostic]) -> None:
+    """`colocate` names a group (docs/pir-format.md): a list or a number there was planned as if it
+    were a name, where the JSON reader refuses it."""
+    a = op.attrs.get("colocate")
+    if a is not None and not isinstance(a, StringAttr):
+        diags.append(Diagnostic(op.where(), op.name, f"colocate must be a group name in quotes (colocate = \"g1\"), "
+                                                     f"not {brief(str(a))}"))
 
 
 def _check_types(op: Op, diags: list[Diagnostic]) -> None:

@@ -478,3 +478,13 @@ def test_a_json_number_too_long_to_read_is_located_without_python_advice() -> No
     with pytest.raises(ParseError) as e:
         parse_json_graph(text, "g.json")
     assert str(e.value) == "g.json:1:59: a number has more digits than can be read (4300 at most)"
+
+
+@pytest.mark.parametrize("value, shown", [("[1]", "[1]"), ("5", "5")])
+def test_colocate_is_a_group_name(value: str, shown: str) -> None:
+    """`colocate = [1]` passed the verifier and was planned as if it were a name (the JSON reader
+    refuses it)."""
+    text = f"graph @g(%x: f32[4,4]) {{\n  %y = neg(%x) {{colocate = {value}}} : f32[4,4]\n  return %y\n}}\n"
+    with pytest.raises(PestoError, match=re.escape(f"t.pir:2:8: error: op 'y': colocate must be a group name in "
+                                                   f'quotes (colocate = "g1"), not {shown}')):
+        pesto_ir.verify(pesto_ir.parse(text, "t.pir"))
