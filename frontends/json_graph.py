@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from pesto_ir.attributes import Attr, BoolAttr, BytesAttr, DictAttr, DurationAttr, StringAttr, to_attr
+from pesto_ir.cluster import suggestion_problem
 from pesto_ir.errors import ParseError, SourceSpan
 from pesto_ir.ir import Graph, Op, Value
 from pesto_ir.loader import (
@@ -156,19 +157,8 @@ def _cost_attr(raw: Any, where: str, filename: str, at: tuple[str | int, ...]) -
 def _suggested_cluster(raw: Any, filename: str) -> Attr:
     """The `suggested_cluster` hint: an object whose `devices` and `memory`, when given, are usable."""
     at = ("suggested_cluster",)
-    if not isinstance(raw, dict):
-        raise _error(filename, f"suggested_cluster must be an object like {{\"devices\": 4, \"memory\": 8e10}}, "
-                               f"got {brief(repr(raw))}", *at)
-    if "devices" in raw:
-        n = finite(raw["devices"])
-        if n is None or n < 1 or n != int(n):
-            raise _error(filename, f"suggested_cluster: devices must be a whole number >= 1, "
-                                   f"got {brief(repr(raw['devices']))}", *at)
-    if "memory" in raw:
-        m = finite(raw["memory"])
-        if m is None or m <= 0:
-            raise _error(filename, f"suggested_cluster: memory must be a positive number of bytes, "
-                                   f"got {brief(repr(raw['memory']))}", *at)
+    if (why := suggestion_problem(raw)) is not None:
+        raise _error(filename, f"suggested_cluster{'' if why.startswith('must') else ':'} {why}", *at)
     if _depth(raw) > MAX_NESTING:
         raise _error(filename, f"suggested_cluster: nesting deeper than {MAX_NESTING} levels of lists and dicts", *at)
     return to_attr(raw)

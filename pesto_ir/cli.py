@@ -19,11 +19,11 @@ from typing import Any
 
 from pesto_ir import __version__
 from pesto_ir.attributes import parse_size
-from pesto_ir.cluster import KINDS, Cluster, ClusterError
+from pesto_ir.cluster import KINDS, Cluster, ClusterError, suggestion_problem
 from pesto_ir.errors import PestoError
 from pesto_ir.frontends import load
 from pesto_ir.ir import Graph
-from pesto_ir.loader import brief, write_atomic
+from pesto_ir.loader import write_atomic
 from pesto_ir.passmanager import PassContext, PassManager, Pipeline
 from pesto_ir.placement import MAX_SEED, seed_problem, time_limit_problem
 from pesto_ir.verifier import verify
@@ -252,22 +252,16 @@ def make_cluster(args: argparse.Namespace, graph: Graph) -> Cluster:
 
 
 def _suggested_cluster(graph: Graph) -> dict[str, Any]:
-    """The graph's `suggested_cluster` hint, checked as the JSON reader checks it: an object whose
-    `devices` is a whole number from 1 and whose `memory` is a positive number of bytes."""
+    """The graph's `suggested_cluster` hint, checked as the JSON reader checks it
+    (`suggestion_problem`): `.pir` text reaches here unchecked."""
     suggested = graph.attrs.get("suggested_cluster")
     if suggested is None:
         return {}
     hint = suggested.value
-    where = f"graph '{graph.name}': suggested_cluster"
-    if not isinstance(hint, dict):
-        raise PestoError(f"{where} must be a dict like {{devices = 4, memory = 80GB}}, got {brief(repr(hint))}")
-    devices, memory = hint.get("devices", DEFAULT_DEVICES), hint.get("memory")
-    if isinstance(devices, bool) or not isinstance(devices, int) or devices < 1:
-        raise PestoError(f"{where}: devices must be a whole number >= 1, got {brief(repr(devices))}")
-    if memory is not None and (isinstance(memory, bool) or not isinstance(memory, (int, float)) or not memory > 0):
-        raise PestoError(f"{where}: memory must be a positive number of bytes, got {brief(repr(memory))}")
-    return {"devices": devices, **({"memory": memory} if memory is not None else {})}
-
+    if (why := suggestion_problem(hint)) is not None:
+        raise PestoError(f"graph '{graph.name}': suggested_cluster{'' if why.startswith('must') else ':'} {why}")
+    return {"devices": int(hint.get("devices", DEFAULT_DEVICES)),
+            **({"memory": hint["memory"]} if "memory" in hint else {})}
 
 def write_outputs(graph: Graph, args: argparse.Namespace, cluster: Cluster | None = None) -> None:
     """Render every requested output first, then write each atomically."""

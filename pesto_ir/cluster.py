@@ -26,7 +26,7 @@ from typing import Any
 
 from pesto_ir.cluster_figures import AllReduceFit, is_real, out_of_range
 from pesto_ir.cluster_figures import ClusterError as ClusterError  # re-exported: where callers import it from
-from pesto_ir.loader import brief
+from pesto_ir.loader import brief, finite
 from pesto_ir.machine import Machine, machine_from_json, machine_of
 
 MAX_HOST = (1 << 20) - 1  # a process index; a larger one is a broken file, not a machine
@@ -203,6 +203,20 @@ def _float(v: Any) -> float:
         return math.nan
     except OverflowError:
         return math.inf
+
+
+def suggestion_problem(hint: Any) -> str | None:
+    """Why a graph's `suggested_cluster` hint (from JSON or `.pir` text) is unusable, or None:
+    an object whose `devices`, when given, is a whole number >= 1 and whose `memory`, when given,
+    a positive finite number of bytes."""
+    if not isinstance(hint, Mapping):
+        return f"must be an object like {{devices: 4, memory: 8e10}}, got {brief(repr(hint))}"
+    devices, memory = finite(hint.get("devices", 1)), finite(hint.get("memory", 1))
+    if devices is None or devices < 1 or devices != int(devices):
+        return f"devices must be a whole number >= 1, got {brief(repr(hint['devices']))}"
+    if memory is None or memory <= 0:
+        return f"memory must be a positive number of bytes, got {brief(repr(hint['memory']))}"
+    return None
 
 
 def kind_named(kind: str) -> DeviceKind:

@@ -392,7 +392,7 @@ def test_an_interrupted_cpsat_request_leaves_no_stale_answer() -> None:
 
 
 @pytest.mark.parametrize("hint, message", [
-    ('"x"', "graph 'g': suggested_cluster must be a dict like {devices = 4, memory = 80GB}, got 'x'"),
+    ('"x"', "graph 'g': suggested_cluster must be an object like {devices: 4, memory: 8e10}, got 'x'"),
     ("{devices = 2.5}", "graph 'g': suggested_cluster: devices must be a whole number >= 1, got 2.5"),
     ("{devices = -3}", "graph 'g': suggested_cluster: devices must be a whole number >= 1, got -3"),
     ("{devices = true}", "graph 'g': suggested_cluster: devices must be a whole number >= 1, got True"),
