@@ -445,13 +445,7 @@ def _argnums(x: Any) -> Any:
 def _argnums_or_none(x: Any) -> Any:
     """`batch_argnums` as a tuple; None stays None, and anything that is not positions is kept as
     given for `_check_options` to refuse by name."""
-    if x is None:
-        return None
-    if isinstance(x, int) and not isinstance(x, bool):
-        return (x,)
-    if isinstance(x, Sequence) and not isinstance(x, (str, bytes)):
-        return tuple(x)
-    return x
+    return None if x is None else _argnums(x)
 
 
 _ARRAY_SIGNATURE = attrgetter("shape", "dtype", "weak_type")
