@@ -10,6 +10,7 @@ For every model of the zoo (`bench/zoo.py`) and k devices, the suite places the 
 - Pesto as `pesto-compile` runs it: `coarsen{target=200},place{algo=A time-limit=T},expand` for
   A in `ilp`, `auto-1b` (the portfolio of heuristics, CP-SAT and LNS on one batch) and `auto`
   (the search over data-parallel replicas x micro-batches x placement; Pesto's plan in the tables),
+  `auto-1b` and `auto` at each k starting from their own plans at the k before (`place{start=FILE}`),
 
 and reports each plan's simulated step time, the makespan lower bound, Pesto's gap to it and the
 planning time. Every plan has passed the plan validator. Rows where `auto` is not the fastest plan
@@ -38,6 +39,7 @@ import math
 import os
 import platform
 import sys
+import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from importlib import metadata
@@ -63,6 +65,7 @@ HYBRID_BASELINES = ("dp", "gpipe", "1f1b")  # pure data parallelism; pipelines w
 EXACT = ("ilp", "auto-1b", "auto")
 ONE_BATCH = "auto-1b"  # Pesto's one-batch plan: place{algo=auto data-parallel=1 microbatches=1}
 PESTO = "auto"  # the algorithm whose plan the tables call Pesto's: the hybrid search
+STARTED = (ONE_BATCH, PESTO)  # each k starts from its plan at the k before (`Starts`)
 ALGOS = (*BASELINES, *HYBRID_BASELINES, *EXACT)
 PURE = ("single", "dp", "gpipe", "1f1b", ONE_BATCH)  # what auto must match or beat
 MIX_GAIN = 0.05  # a mix "beats the pure strategies" when it is this much faster than all of them
@@ -120,10 +123,11 @@ class Row:
 # ---------------------------------------------------------------- running one row
 
 def run_row(model: Model, base: Graph, k: int, time_limit: float, target: int, seed: int,
-            pipelines: dict[str, Outcome] | None = None, search_limit: float | None = None
-            ) -> tuple[Row, Plan | None, Graph]:
+            pipelines: dict[str, Outcome] | None = None, search_limit: float | None = None,
+            starts: Starts | None = None) -> tuple[Row, Plan | None, Graph]:
     """Every algorithm on `base` over k devices (`auto-1b` and `auto` with `search_limit`, or place's
-    default time limit); also returns Pesto's plan and its placed graph."""
+    default time limit, each from its plan at the k before in `starts`, where it has one); also
+    returns Pesto's plan and its placed graph."""
     cluster = model.cluster(k)
     text = str(base)
     fine = pesto_ir.parse(text)
@@ -146,6 +150,9 @@ def run_row(model: Model, base: Graph, k: int, time_limit: float, target: int, s
         settle_heap()
         graph = pesto_ir.parse(text)
         engine = "auto data-parallel=1 microbatches=1" if algo == ONE_BATCH else algo
+        start = starts.before(algo, k) if starts is not None and algo in STARTED else None
+        if start is not None:
+            engine += f" start={start}"
         limit = time_limit if algo == "ilp" else search_limit
         started = time.perf_counter()
         try:
@@ -156,6 +163,8 @@ def run_row(model: Model, base: Graph, k: int, time_limit: float, target: int, s
         seconds = time.perf_counter() - started
         plan = read_plan_attrs(graph)
         assert plan is not None, "expand records a plan"
+        if starts is not None and algo in STARTED:
+            starts.keep(algo, k, plan)
         row.results[algo] = Outcome(plan.makespan, seconds, winner_of(plan, algo), strategy=strategy_of(plan),
                                     place_seconds=place_seconds, time_limit=limit)
         if algo == ONE_BATCH:
@@ -165,6 +174,27 @@ def run_row(model: Model, base: Graph, k: int, time_limit: float, target: int, s
             pesto_plan, pesto_graph = plan, graph
     row.findings = findings(row)
     return row, pesto_plan, pesto_graph
+
+
+class Starts:
+    """The plans `auto-1b` and `auto` found at each k of one model, as files: each k's search starts
+    from its plan at the k before (`place{start=FILE}`), so more devices never give a slower plan."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.ks: dict[str, list[int]] = {}
+
+    def before(self, algo: str, k: int) -> Path | None:
+        """The file of `algo`'s plan at the largest k below `k`, if any."""
+        smaller = [j for j in self.ks.get(algo, []) if j < k]
+        return self._path(algo, max(smaller)) if smaller else None
+
+    def keep(self, algo: str, k: int, plan: Plan) -> None:
+        write_atomic(self._path(algo, k), json.dumps(plan.to_json()))
+        self.ks.setdefault(algo, []).append(k)
+
+    def _path(self, algo: str, k: int) -> Path:
+        return self.folder / f"{algo}-k{k}.json"
 
 
 def settle_heap() -> None:
@@ -410,7 +440,9 @@ def markdown(rows: list[Row], header: dict[str, Any]) -> str:
              "buckets; `gpipe`, `1f1b`: k contiguous stages balanced by cost, the fixed schedule, the best "
              "micro-batch count up to 32; `auto-1b`: Pesto's one-batch plan (`data-parallel=1 microbatches=1`); "
              "`auto`: the search over replicas x micro-batches x placement (the strategy it chose is in the "
-             "last column).",
+             "last column). `auto-1b` and `auto` at each k start from their own plans at the k before "
+             "(`place{start=FILE}`: a plan on fewer devices is a plan on more), so more devices never give a "
+             "slower plan; T and place s are the later search's alone.",
              "",
              "| model | ops | k | LB | " + " | ".join(algos) + " | gap | T | place s | plan s | auto's strategy |",
              "|---|---:|---:|---:|" + "---:|" * len(algos) + "---:|---:|---:|---:|---|"]
@@ -567,19 +599,8 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     rows: list[Row] = []
     for model in models:
-        base = model.build()
-        pipelines = pipeline_baselines(base, model, ks, PlaceOptions(seed=args.seed, quiet=True))
-        for k in ks:
-            row, plan, graph = run_row(model, base, k, time_limit, args.target, args.seed, pipelines[k],
-                                       search_limit)
-            rows.append(row)
-            if not args.quiet:
-                print(progress_line(row, time.perf_counter() - started), flush=True)
-            if args.gantt and plan is not None and (model.name, str(k)) == (gantt_model, gantt_k):
-                from pesto_ir.backends.gantt import gantt_for_path
-
-                args.gantt.parent.mkdir(parents=True, exist_ok=True)
-                write_atomic(args.gantt, gantt_for_path(plan, graph, args.gantt))
+        with tempfile.TemporaryDirectory(prefix="pesto-starts-") as folder:
+            rows.extend(_model_rows(model, ks, time_limit, search_limit, Starts(Path(folder)), args, started))
     header = {"command": command.strip(), "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
               "quick": args.quick, "time_limit": time_limit, "search_time_limit": search_limit,
               "target": args.target, "seed": args.seed, "k": ks,
@@ -588,6 +609,28 @@ def main(argv: list[str] | None = None) -> int:
                               "cpus": os.cpu_count(), "pesto_ir": metadata.version("pesto-ir")}}
     write_results(rows, header, args)
     return 0
+
+
+def _model_rows(model: Model, ks: list[int], time_limit: float, search_limit: float | None, starts: Starts,
+                args: argparse.Namespace, started: float) -> list[Row]:
+    """One model's rows, k ascending (each k's auto starts from its plan at the k before); the
+    Gantt chart of the row `--gantt-row` names."""
+    base = model.build()
+    pipelines = pipeline_baselines(base, model, ks, PlaceOptions(seed=args.seed, quiet=True))
+    gantt_model, _, gantt_k = args.gantt_row.partition(":")
+    rows = []
+    for k in sorted(ks):
+        row, plan, graph = run_row(model, base, k, time_limit, args.target, args.seed, pipelines[k],
+                                   search_limit, starts)
+        rows.append(row)
+        if not args.quiet:
+            print(progress_line(row, time.perf_counter() - started), flush=True)
+        if args.gantt and plan is not None and (model.name, str(k)) == (gantt_model, gantt_k):
+            from pesto_ir.backends.gantt import gantt_for_path
+
+            args.gantt.parent.mkdir(parents=True, exist_ok=True)
+            write_atomic(args.gantt, gantt_for_path(plan, graph, args.gantt))
+    return rows
 
 
 def write_results(rows: list[Row], header: dict[str, Any], args: argparse.Namespace) -> None:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import heapq
 import json
 import json.decoder
-import re
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +30,7 @@ from pesto_ir.loader import (
     MAX_SECONDS,
     ArgumentError,
     brief,
+    decode_json,
     finite,
     read_source_text,
     span_at,
@@ -47,34 +47,10 @@ def load_json_graph(path: str | Path) -> Graph:
     return parse_json_graph(read_source_text(path), str(path))
 
 
-_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
-
-
-def _refuse_lone_surrogates(data: Any, text: str, filename: str) -> None:
-    """JSON may escape half of a UTF-16 pair (\\ud800) alone; such a name is not text, and writing
-    it out (a .pir file, a plan) failed after all the work. Refused at the first such escape."""
-    try:
-        json.dumps(data, ensure_ascii=False).encode("utf-8")
-    except UnicodeEncodeError:
-        found = _SURROGATE_ESCAPE.search(text)
-        span = span_at(filename, text, found.start()) if found else SourceSpan(filename, 1, 1)
-        raise ParseError("a string escapes a lone surrogate (\\ud800-\\udfff), which is not text", span) from None
-
-
 def parse_json_graph(text: str, filename: str = "<json>") -> Graph:
     if not isinstance(text, str):
         raise ArgumentError(f"parse_json_graph() takes the JSON text as a str, got {type(text).__name__}")
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ParseError(f"invalid JSON: {e.msg}", SourceSpan(filename, e.lineno, e.colno, text)) from None
-    except RecursionError:
-        raise too_deep(text, filename) from None
-    except ValueError:  # an integer literal longer than Python converts (4300 digits)
-        found = re.search(r"\d{4300,}", text)
-        span = span_at(filename, text, found.start()) if found else SourceSpan(filename, 1, 1)
-        raise ParseError("a number has more digits than can be read (4300 at most)", span) from None
-    _refuse_lone_surrogates(data, text, filename)
+    data = decode_json(text, filename)
     try:
         return graph_from_json(data, filename)
     except JsonGraphError as e:

@@ -47,6 +47,7 @@ from pesto_ir.passes.replicas import (  # noqa: F401 (all_reduce_cost, place_rew
     sub_cluster,
 )
 from pesto_ir.passes.shard_state import has_optimizer_state
+from pesto_ir.passes.start_plan import START, StartPlan
 from pesto_ir.placement import Interrupted, PlaceOptions, carried_plan
 from pesto_ir.plan import Plan, write_plan_attrs
 from pesto_ir.units import human_time
@@ -249,9 +250,10 @@ Refine = Callable[[Graph, Cluster, PlaceOptions, Plan | None], Plan]  # the full
 
 def search(graph: Graph, cluster: Cluster, options: PlaceOptions, data_parallel: int | None,
            microbatches: int | None, heuristic: Solve, refine: Refine,
-           optimizer_state: str = "auto") -> tuple[Graph, Plan]:
+           optimizer_state: str = "auto", start: StartPlan | None = None) -> tuple[Graph, Plan]:
     """The fastest plan over the strategies within the time limit: screening, then `refine` (the
-    full engine, warm-started) on the best strategy's replica graph; its graph and plan."""
+    full engine, warm-started) on the best strategy's replica graph; its graph and plan. A `start`
+    plan is its strategy's plan so far where it is faster than that strategy's screening plan."""
     started = time.perf_counter()
     deadline = started + options.time_limit
     todo = strategies(graph, cluster, data_parallel, microbatches, optimizer_state)
@@ -268,6 +270,8 @@ def search(graph: Graph, cluster: Cluster, options: PlaceOptions, data_parallel:
         options.progress("place: hybrid search interrupted while screening; keeping the fastest plan screened")
         fastest_graph, fastest = rates.fastest or (graph, None)
         raise Interrupted(fastest, fastest_graph) from None
+    if start is not None:
+        _offer_start(tried, start)
     screened = [c for c in tried if c.plan is not None]
     if screened:
         best = min(screened, key=lambda c: c.plan.makespan if c.plan is not None else math.inf)
@@ -304,6 +308,17 @@ def search(graph: Graph, cluster: Cluster, options: PlaceOptions, data_parallel:
     plan.notes = [*plan.notes, _summary(tried, best.strategy, plan)]
     write_plan_attrs(best.graph, plan)
     return best.graph, plan
+
+
+def _offer_start(tried: list[Candidate], start: StartPlan) -> None:
+    """`start` as its strategy's plan where it is faster than the screening's (that strategy a
+    candidate of its own where it was not tried)."""
+    c = next((c for c in tried if c.strategy == start.strategy), None)
+    if c is None:
+        c = Candidate(start.strategy)
+        tried.append(c)
+    if c.plan is None or start.plan.makespan < c.plan.makespan:
+        c.graph, c.source, c.plan, c.engine, c.why_not = start.graph, start.graph, start.plan, START, ""
 
 
 def _refine_best(graph: Graph, cluster: Cluster, best: Candidate, options: PlaceOptions, deadline: float,
@@ -672,7 +687,8 @@ def _summary(tried: list[Candidate], chosen: Strategy, plan: Plan) -> str:
     for c in sorted(tried, key=lambda c: c.strategy):
         if c.plan is not None:
             why = f" ({c.why_not})" if c.why_not and c.strategy.optimizer_state == "sharded" else ""
-            parts.append(f"{c.strategy} {human_time(c.plan.makespan, 4)}{why}")
+            start = " (the start plan)" if c.engine == START else ""
+            parts.append(f"{c.strategy} {human_time(c.plan.makespan, 4)}{start}{why}")
         else:
             parts.append(f"{c.strategy} none ({c.why_not})" if c.why_not else f"{c.strategy} not screened")
     return (f"hybrid search: chose {chosen} (data-parallel {chosen.data_parallel} x {chosen.microbatches} "

@@ -38,6 +38,8 @@ from pesto_ir.passes.heuristic_portfolio import WARM_START_ALGOS as WARM_START_A
 from pesto_ir.passes.heuristic_portfolio import best_heuristic_plan
 from pesto_ir.passes.justify import ROUNDS as JUSTIFY_ROUNDS
 from pesto_ir.passes.justify import justified
+from pesto_ir.passes.replicas import ONE_BATCH
+from pesto_ir.passes.start_plan import StartPlan, apply_start, read_start_plan
 from pesto_ir.passmanager import Pass, PassContext
 from pesto_ir.placement import (  # COARSE_NOTE, PlaceError, require_cluster: shared with expand, importable here too
     COARSE_NOTE,
@@ -132,6 +134,7 @@ class PlacePass(Pass):
     # sharded where a strategy's replicas with the whole state give no plan (memory), and for
     # one-device replicas where that is faster
     optimizer_state: str = "auto"
+    start: str | None = None  # a pesto-plan/1 file: the plan to start from and to beat (passes/start_plan.py)
 
     def __post_init__(self) -> None:
         _algorithm(self.algo)
@@ -173,7 +176,50 @@ class PlacePass(Pass):
         return graph
 
     def place(self, graph: Graph, cluster: Cluster, options: PlaceOptions) -> tuple[Graph, Plan]:
-        """The graph placed (the replica graph of a hybrid plan) and its plan."""
+        """The graph placed (the replica graph of a hybrid plan) and its plan: with a start plan,
+        the faster of it and what the search found from it, in the time limit."""
+        if self.start is None:
+            return self.search(graph, cluster, options, None)
+        began = time.perf_counter()
+        start = apply_start(graph, cluster, read_start_plan(self.start), self.start)
+        self._check_start(graph, start)
+        spent = time.perf_counter() - began
+        options.progress(f"place: start plan {self.start} ({start.strategy}): {human_time(start.plan.makespan, 4)} "
+                         f"here, applied in {spent:.1f}s")
+        options = dataclasses.replace(options, time_limit=max(options.time_limit - spent, MIN_SOLVE_SECONDS))
+        try:
+            found_graph, found = self.search(graph, cluster, options, start)
+        except Interrupted as e:
+            if e.plan is None or start.plan.makespan < e.plan.makespan:
+                raise Interrupted(self._kept_start(start, e.plan), start.graph) from None
+            raise
+        if start.plan.makespan < found.makespan * (1 - 1e-12):
+            return start.graph, self._kept_start(start, found)
+        return found_graph, found
+
+    def _check_start(self, graph: Graph, start: StartPlan) -> None:
+        """A start plan's strategy must be one this pass may return."""
+        d, m = self.degrees()
+        asked = [(what, n, have) for what, n, have in (("data-parallel", d, start.strategy.data_parallel),
+                                                         ("microbatches", m, start.strategy.microbatches))
+                 if n is not None and n != have]
+        if asked or ("microbatched" in graph.attrs and start.strategy != ONE_BATCH):
+            why = (f"place asks for {asked[0][0]} {asked[0][1]}" if asked else
+                   "the graph is already one replica's micro-batched step")
+            raise PlaceError(f"{self.start}: the start plan is {start.strategy}, but {why}")
+
+    def _kept_start(self, start: StartPlan, found: Plan | None) -> Plan:
+        """The start plan as this pass's result, recorded in its graph, saying what it beat."""
+        beat = "the search found nothing" if found is None else \
+            f"the search's best plan took {human_time(found.makespan, 4)}"
+        plan = dataclasses.replace(start.plan, algorithm=self.algo,
+                                   notes=[f"kept the start plan {start.source} ({start.strategy}): {beat}"])
+        write_plan_attrs(start.graph, plan)
+        return plan
+
+    def search(self, graph: Graph, cluster: Cluster, options: PlaceOptions,
+               start: StartPlan | None) -> tuple[Graph, Plan]:
+        """`algo`'s plan: of the graph, of a micro-batched replica graph, or over strategies."""
         rewritten = graph.attrs.get("microbatched")
         d, m = self.degrees()
         if rewritten is not None:  # the microbatch pass ran: place its replica graph as it is
@@ -190,7 +236,7 @@ class PlacePass(Pass):
                              "with data-parallel 1 there is nothing to split it across")
         if d == 1 and m == 1:
             return graph, place_graph(graph, cluster, self.algo, options)
-        return place_hybrid(graph, cluster, self.algo, options, d, m, self.optimizer_state)
+        return place_hybrid(graph, cluster, self.algo, options, d, m, self.optimizer_state, start)
 
     def degrees(self) -> tuple[int | None, int | None]:
         """(data-parallel, microbatches): a number, or None to search; unset means search for
@@ -297,9 +343,11 @@ def _coarse_interrupted(caught: KeyboardInterrupt, graph: Graph, cluster: Cluste
 
 
 def place_hybrid(graph: Graph, cluster: Cluster, algo: str, options: PlaceOptions, data_parallel: int | None,
-                 microbatches: int | None, optimizer_state: str = "auto") -> tuple[Graph, Plan]:
+                 microbatches: int | None, optimizer_state: str = "auto",
+                 start: StartPlan | None = None) -> tuple[Graph, Plan]:
     """The fastest plan over data-parallel replicas x micro-batches (`passes/hybrid.py`), `algo`
-    placing each replica; the replica graph it is a plan of, and the plan."""
+    placing each replica, the search taking `start` as its strategy's plan so far; the replica
+    graph it is a plan of, and the plan."""
     from pesto_ir.passes.hybrid import search
 
     def heuristic(g: Graph, c: Cluster, o: PlaceOptions) -> Plan:
@@ -330,7 +378,8 @@ def place_hybrid(graph: Graph, cluster: Cluster, algo: str, options: PlaceOption
         return place_graph(g, c, algo, o, floor)
 
     try:
-        out, plan = search(graph, cluster, options, data_parallel, microbatches, heuristic, refine, optimizer_state)
+        out, plan = search(graph, cluster, options, data_parallel, microbatches, heuristic, refine, optimizer_state,
+                           start)
     except Interrupted as e:
         if e.plan is not None:
             _labelled(e.plan, algo)

@@ -133,6 +133,9 @@ def build_arg_parser() -> argparse.ArgumentParser:
                             "or 1/N of it and updates that part (sharded, ZeRO-1); auto shards it where "
                             "replicas running one batch each do not fit with the whole state, and for "
                             "one-device replicas where that is faster (default: auto)")
+    place.add_argument("--start", metavar="FILE",
+                       help="a pesto-plan/1 plan of this model to start from (e.g. --plan-json's for fewer "
+                            "devices); the plan returned is never slower than it")
     place.add_argument("--seed", type=_seed, default=0,
                        help=f"seed for every random choice, 0 to {MAX_SEED} (default 0)")
     out = ap.add_argument_group("reports")
@@ -214,11 +217,11 @@ def _check_writable(option: str, path: str, key: Path) -> None:
 
 
 def with_place_options(pipeline: Pipeline, args: argparse.Namespace) -> Pipeline:
-    """Apply --algo, --time-limit, --data-parallel, --microbatches and --optimizer-state to the
-    pipeline's place passes (an error if it has none)."""
+    """Apply --algo, --time-limit, --data-parallel, --microbatches, --optimizer-state and --start to
+    the pipeline's place passes (an error if it has none)."""
     changes = {k: v for k, v in (("algo", args.algo), ("time_limit", args.time_limit),
                                  ("data_parallel", args.data_parallel), ("microbatches", args.microbatches),
-                                 ("optimizer_state", args.optimizer_state))
+                                 ("optimizer_state", args.optimizer_state), ("start", args.start))
                if v is not None}
     if not changes:
         return pipeline

@@ -4,6 +4,7 @@ builds on this module."""
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import re
@@ -28,6 +29,36 @@ def read_source_text(path: str | os.PathLike[str]) -> str:
     except UnicodeDecodeError as e:
         raise ParseError(f"file is not UTF-8 text ({e.reason} at byte {e.start})",
                          SourceSpan(str(path), 1, 1)) from None
+
+
+def decode_json(text: str, filename: str) -> Any:
+    """The JSON value of a file's text; what cannot be read is a ParseError at its place."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ParseError(f"invalid JSON: {e.msg}", SourceSpan(filename, e.lineno, e.colno, text)) from None
+    except RecursionError:
+        raise too_deep(text, filename) from None
+    except ValueError:  # an integer literal longer than Python converts (4300 digits)
+        found = re.search(r"\d{4300,}", text)
+        span = span_at(filename, text, found.start()) if found else SourceSpan(filename, 1, 1)
+        raise ParseError("a number has more digits than can be read (4300 at most)", span) from None
+    _refuse_lone_surrogates(data, text, filename)
+    return data
+
+
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+
+
+def _refuse_lone_surrogates(data: Any, text: str, filename: str) -> None:
+    """JSON may escape half of a UTF-16 pair (\\ud800) alone; such a name is not text, and writing
+    it out (a .pir file, a plan) failed after all the work. Refused at the first such escape."""
+    try:
+        json.dumps(data, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        found = _SURROGATE_ESCAPE.search(text)
+        span = span_at(filename, text, found.start()) if found else SourceSpan(filename, 1, 1)
+        raise ParseError("a string escapes a lone surrogate (\\ud800-\\udfff), which is not text", span) from None
 
 
 # The longest any time that enters may be, in seconds (11.6 days): an op's cost, a latency, a time

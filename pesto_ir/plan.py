@@ -191,16 +191,70 @@ class Plan:
         return out
 
     @staticmethod
-    def from_json(data: dict[str, Any]) -> Plan:
+    def from_json(data: Any) -> Plan:
+        """A `pesto-plan/1` document as a plan; a field of the wrong shape is a PestoError naming it
+        (whether the plan is valid for a graph and cluster is `check_plan`'s to say)."""
         if not isinstance(data, dict) or data.get("format") != PLAN_FORMAT:
-            raise PestoError(f"not a {PLAN_FORMAT} document")
-        ops = {o["id"]: OpSlot(o["device"], float(o["start"]), float(o["end"])) for o in data["ops"]}
-        transfers = [Transfer(t["src"], t.get("from") or ops[t["src"]].device, t["to"], float(t["start"]),
-                              float(t["end"]), int(t.get("bytes", 0))) for t in data.get("transfers", [])]
-        return Plan(data.get("graph", ""), data.get("algorithm", ""), list(data["devices"]), ops, transfers,
-                    data.get("lower_bound"), data.get("solver"), list(data.get("notes", [])),
-                    _peaks(data.get("peak_memory")), _parallelism(data.get("parallelism")),
+            raise PestoError(f"not a {PLAN_FORMAT} document (its \"format\" must be \"{PLAN_FORMAT}\")")
+        devices = data.get("devices")
+        if not isinstance(devices, list) or not all(isinstance(d, str) for d in devices):
+            raise PestoError(f"devices must be a list of device names, not {brief(repr(devices))}")
+        ops = {}
+        for i, o in enumerate(_objects(data.get("ops"), "ops", "{id, device, start, end}")):
+            where = f"ops[{i}]"
+            for key in ("id", "device"):
+                if not isinstance(o.get(key), str):
+                    raise PestoError(f"{where}: {key} must be a string, not {brief(repr(o.get(key)))}")
+            if o["id"] in ops:
+                raise PestoError(f"{where}: op '{brief(o['id'])}' is placed twice")
+            ops[o["id"]] = OpSlot(o["device"], *_span(o, where))
+        transfers = []
+        for i, t in enumerate(_objects(data.get("transfers", []), "transfers", "{src, from, to, start, end, bytes}")):
+            where = f"transfers[{i}]"
+            if t.get("src") not in ops:
+                raise PestoError(f"{where}: src must name a placed op, not {brief(repr(t.get('src')))}")
+            for key, value in (("from", t.get("from") or ops[t["src"]].device), ("to", t.get("to"))):
+                if not isinstance(value, str):
+                    raise PestoError(f"{where}: {key} must be a device name, not {brief(repr(value))}")
+            if not _whole(t.get("bytes", 0)) or t.get("bytes", 0) < 0:
+                raise PestoError(f"{where}: bytes must be a whole number >= 0, not {brief(repr(t.get('bytes')))}")
+            transfers.append(Transfer(t["src"], t.get("from") or ops[t["src"]].device, t["to"], *_span(t, where),
+                                      int(t.get("bytes", 0))))
+        bound, solver, notes = data.get("lower_bound"), data.get("solver"), data.get("notes", [])
+        if bound is not None and not _time(bound):
+            raise PestoError(f"lower_bound must be a finite number of seconds or null, not {brief(repr(bound))}")
+        if solver is not None and not isinstance(solver, dict):
+            raise PestoError(f"solver must be an object or null, not {brief(repr(solver))}")
+        if not isinstance(notes, list) or not all(isinstance(n, str) for n in notes):
+            raise PestoError(f"notes must be a list of strings, not {brief(repr(notes))}")
+        graph = data.get("graph", "")
+        algorithm = data.get("algorithm", "")
+        for key, value in (("graph", graph), ("algorithm", algorithm)):
+            if not isinstance(value, str):
+                raise PestoError(f"{key} must be a string, not {brief(repr(value))}")
+        return Plan(graph, algorithm, list(devices), ops, transfers, None if bound is None else float(bound),
+                    solver, list(notes), _peaks(data.get("peak_memory")), _parallelism(data.get("parallelism")),
                     _collectives(data.get("collectives")))
+
+
+def _objects(raw: Any, key: str, fields: str) -> list[dict[str, Any]]:
+    """`raw`, which must be a list of objects (the plan's `key`)."""
+    if not isinstance(raw, list):
+        raise PestoError(f"{key} must be a list of {fields} objects, not {brief(repr(raw))}")
+    for i, item in enumerate(raw):
+        if not isinstance(item, dict):
+            raise PestoError(f"{key}[{i}] must be an object {fields}, not {brief(repr(item))}")
+    return raw
+
+
+def _span(item: dict[str, Any], where: str) -> tuple[float, float]:
+    """An op's or transfer's (start, end): finite seconds, the end not before the start."""
+    for key in ("start", "end"):
+        if not _time(item.get(key)):
+            raise PestoError(f"{where}: {key} must be a finite number of seconds, not {brief(repr(item.get(key)))}")
+    if item["end"] < item["start"]:
+        raise PestoError(f"{where}: end {item['end']!r} is before start {item['start']!r}")
+    return float(item["start"]), float(item["end"])
 
 
 # ---------------------------------------------------------------- collectives

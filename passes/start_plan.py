@@ -1,0 +1,134 @@
+"""A start plan: a plan made before, which `place` starts from and must beat.
+
+`place{start=FILE}` (`pesto-compile --start FILE`) reads a `pesto-plan/1` file, applies it to the
+graph on this cluster and times it here. The search takes it as its strategy's plan so far (the
+plan to refine), and the pass returns the faster of the start and what the search found.
+
+A plan on fewer devices is a plan on more: the other devices idle. So planning for k devices from
+the plan for k/2 never gives a slower step, whatever the time limit cuts. Without it, a search
+given the same time on more devices, with more to explore, sometimes ended slower (auto on BERT-3
+training: 40.887 ms at k = 4, 40.889 at k = 8). The suite (`bench/suite.py`) plans each k from
+the plan for the k before it. Re-running with the previous result as the start also lets a longer
+search continue where a shorter one stopped.
+
+The plan is re-timed on this graph and cluster (the simulator, with the start's devices and
+per-device orders), and also checked as given: the faster valid one is the start. A hybrid plan's
+replica graph is rebuilt for its data-parallel degree and micro-batches on this cluster, so its ops
+must be on devices of this cluster's replica 0. A plan whose all-reduces were merged into buckets
+cannot be re-applied: the file does not say which all-reduces each bucket holds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from pesto_ir.bounds import lower_bound
+from pesto_ir.cluster import Cluster
+from pesto_ir.errors import PestoError
+from pesto_ir.ir import Graph
+from pesto_ir.loader import decode_json, read_source_text
+from pesto_ir.passes.expand import expand_plan
+from pesto_ir.passes.replicas import ONE_BATCH, Strategy, as_hybrid, replica_graph, replica_groups, sub_cluster
+from pesto_ir.placement import PlaceError
+from pesto_ir.plan import Parallelism, Plan
+from pesto_ir.validate import check_plan, collectives_for
+
+START = "start plan"  # the engine and winner a start plan is labelled with
+BUCKET_HINT = ".bucket"  # what a merged all-reduce's name holds (`passes/collective_buckets.py`)
+
+
+@dataclass(frozen=True)
+class StartPlan:
+    """A start plan applied here: its strategy, the graph it is a plan of (the graph placed, or a
+    replica graph rebuilt for its strategy) and the plan, timed on this cluster."""
+
+    source: str
+    strategy: Strategy
+    graph: Graph
+    plan: Plan
+
+
+def read_start_plan(path: str) -> Plan:
+    """The plan in a `pesto-plan/1` file; what is wrong with the file is an error naming it."""
+    data = decode_json(read_source_text(path), path)
+    try:
+        return Plan.from_json(data)
+    except PestoError as e:
+        raise PlaceError(f"{path}: start plan: {e}") from None
+
+
+def apply_start(graph: Graph, cluster: Cluster, plan: Plan, source: str) -> StartPlan:
+    """`plan` as a plan of `graph` on `cluster` (a replica graph of it for a hybrid plan), timed here."""
+    par = plan.parallelism
+    strategy = ONE_BATCH if par is None else Strategy(par.data_parallel, par.microbatches, par.optimizer_state)
+    try:
+        target = graph if strategy == ONE_BATCH else replica_graph(graph, cluster, strategy)
+    except PestoError as e:
+        raise PlaceError(f"{source}: the start plan's strategy ({strategy}) gives no replica graph here: "
+                         f"{str(e).splitlines()[0]}") from None
+    _check_ops(target, plan, source, strategy)
+    devices = cluster.names if strategy.data_parallel == 1 else replica_groups(cluster, strategy.data_parallel)[0]
+    _check_devices(cluster, plan, devices, source)
+    sub = sub_cluster(cluster, devices) if len(devices) < len(cluster) else cluster
+    try:
+        timed = expand_plan(target, sub, _on(plan, devices))
+        if strategy != ONE_BATCH:
+            timed = as_hybrid(target, cluster, timed, strategy)
+    except PestoError as e:
+        raise PlaceError(f"{source}: the start plan is not valid here: {str(e).splitlines()[0]}") from None
+    if timed.makespan > plan.makespan * (1 + 1e-12):  # the start's own times may be valid here, and faster
+        given = _as_given(target, cluster, plan, strategy)
+        if given is not None and given.makespan < timed.makespan:
+            timed = given
+    best = dataclasses.replace(timed, algorithm=plan.algorithm, lower_bound=lower_bound(target, sub),
+                               solver={"name": START, "status": START, "winner": START},
+                               notes=[f"{START} {source} ({strategy}), timed here"])
+    return StartPlan(source, strategy, target, best)
+
+
+def _on(plan: Plan, devices: list[str] | tuple[str, ...]) -> Plan:
+    """`plan` as a plain plan over `devices` (its slots kept), for the simulator to re-time."""
+    return Plan(plan.graph, plan.algorithm, list(devices), dict(plan.ops), [], None)
+
+
+def _as_given(target: Graph, cluster: Cluster, plan: Plan, strategy: Strategy) -> Plan | None:
+    """`plan` with its own times, if they are valid on this cluster (its figures are the start's)."""
+    named = dataclasses.replace(plan, devices=list(cluster.names), peak_memory=None, collectives=[],
+                                parallelism=None if strategy == ONE_BATCH else Parallelism(
+                                    strategy.data_parallel, strategy.microbatches,
+                                    replica_groups(cluster, strategy.data_parallel), strategy.optimizer_state))
+    named.collectives = collectives_for(target, named)
+    try:
+        return check_plan(target, cluster, named)
+    except PestoError:
+        return None
+
+
+def _check_ops(target: Graph, plan: Plan, source: str, strategy: Strategy) -> None:
+    names = {op.name for op in target.ops}
+    missing = [op.name for op in target.ops if op.name not in plan.ops]
+    extra = [name for name in plan.ops if name not in names]
+    if not missing and not extra:
+        return
+    of = f"graph '{target.name}'" + ("" if strategy == ONE_BATCH else f" for {strategy}")
+    if extra and any(BUCKET_HINT in name for name in extra):
+        raise PlaceError(f"{source}: the start plan merged all-reduces into buckets ('{extra[0]}'); such a plan "
+                         "cannot be re-applied, as the file does not say which all-reduces a bucket holds")
+    what = (f"it places no op '{missing[0]}'" + (f" (nor {len(missing) - 1} more)" if len(missing) > 1 else "")
+            if missing else
+            f"it places op '{extra[0]}', which the graph has not" + (f" (and {len(extra) - 1} more)" if len(extra) > 1
+                                                                      else ""))
+    made_for = f" (of '{plan.graph}')" if plan.graph else ""
+    raise PlaceError(f"{source}: the start plan{made_for} is not a plan of {of}: {what}")
+
+
+def _check_devices(cluster: Cluster, plan: Plan, devices: list[str] | tuple[str, ...], source: str) -> None:
+    known, allowed = set(cluster.names), set(devices)
+    for name in sorted({slot.device for slot in plan.ops.values()}):
+        if name not in known:
+            raise PlaceError(f"{source}: the start plan puts ops on device '{name}', which this cluster has not "
+                             f"(it has {', '.join(cluster.names)})")
+        if name not in allowed:
+            raise PlaceError(f"{source}: the start plan puts ops on device '{name}', which is not a device of "
+                             f"replica 0 here ({', '.join(devices)}); a hybrid start plan's ops must be on them")
