@@ -17,7 +17,7 @@ import dataclasses
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pesto_ir.cluster import Cluster
 from pesto_ir.errors import PestoError
@@ -152,6 +152,7 @@ class Rates:
     heuristic: float | None = None
     fastest: tuple[Graph, Plan] | None = None
     shard: bool = False  # the search may shard optimizer state (`optimizer-state=auto`, a step with state)
+    prebuilt: dict[Strategy, Graph] = field(default_factory=dict)  # replica graphs built before: the start plan's
 
     def screened(self, c: Candidate) -> None:
         if c.plan is not None and c.graph is not None and (self.fastest is None
@@ -208,6 +209,8 @@ def _screened(graph: Graph, cluster: Cluster, found: Candidate, options: PlaceOp
               engines: Sequence[str], rates: Rates | None, until: float | None = None) -> Candidate:
     """`screen` for `found`'s own strategy."""
     strategy = found.strategy
+    if found.graph is None and rates is not None and strategy in rates.prebuilt:
+        found.graph = rates.prebuilt.pop(strategy)
     if found.graph is None:
         started = time.perf_counter()
         try:
@@ -262,6 +265,9 @@ def search(graph: Graph, cluster: Cluster, options: PlaceOptions, data_parallel:
                          f"(data-parallel {data_parallel or 'auto'}, microbatches {microbatches or 'auto'})")
     quiet = dataclasses.replace(options, quiet=True, warm_start=None)
     rates = Rates(shard=optimizer_state == "auto" and has_optimizer_state(graph))
+    if start is not None and start.graph is not graph:
+        rates.prebuilt[start.strategy] = start.graph
+        rates.rewrote(start.rewrite_seconds, len(start.graph.ops))
     try:
         tried = _screen_all(graph, cluster, todo, quiet, heuristic, started + options.time_limit * SCREEN_SHARE,
                             deadline - options.time_limit * FINISH_SHARE, options, rates) \
