@@ -88,7 +88,7 @@ def bucket_all_reduces(graph: Graph, cluster: Cluster, plan: Plan, cost_of: Call
     priority = {name: slot.start for name, slot in plan.ops.items()}
     for i, members in enumerate(found):
         hint = "allreduce" if members[0].opcode == "all_reduce" else members[0].opcode.replace("_", "")
-        merged = _merge(graph, members, cost_of, f"{hint}.bucket{i}")
+        merged = merge_bucket(graph, members, cost_of, graph.fresh_name(f"{hint}.bucket{i}"))
         placement[merged.name] = placement[members[-1].name]
         priority[merged.name] = max(priority[m.name] for m in members)
         for m in members:
@@ -107,17 +107,20 @@ def bucket_all_reduces(graph: Graph, cluster: Cluster, plan: Plan, cost_of: Call
     return graph, timed
 
 
-def _merge(graph: Graph, members: list[Op], cost_of: Callable[[str, int], float], hint: str) -> Op:
+def merge_bucket(graph: Graph, members: list[Op], cost_of: Callable[[str, int], float], name: str) -> Op:
+    """Replace `members` (collectives of one kind, none leading to another) by one op `name` over
+    all their operands, after the last of them; it names them in its `members` attribute, which a
+    plan file keeps (`Plan.buckets`), so that the bucket can be made again (`passes/start_plan.py`)."""
     kind = members[0].opcode
     operands = [v for m in members for v in m.operands]
     last = members[-1]
-    attrs: dict[str, Attr] = {"replicas": IntAttr(int(last.get("replicas")))}
+    attrs: dict[str, Attr] = {"replicas": IntAttr(int(last.get("replicas"))),
+                              "members": ListAttr(tuple(StringAttr(m.name) for m in members))}
     if kind != "all_gather":
         attrs["reduction"] = StringAttr("sum")
     if kind != "all_reduce":
         attrs["axes"] = ListAttr(tuple(IntAttr(int(a)) for m in members for a in m.get("axes")))
     results = [r.type for m in members for r in m.results]
-    name = graph.fresh_name(hint)
     merged = Op(name, kind, operands, results, attrs,
                 [graph.fresh_name(f"{name}.{i}") for i in range(len(operands))], last.loc)
     merged.attrs["cost"] = DurationAttr(cost_of(kind, collective_bytes(merged)))

@@ -265,9 +265,9 @@ def search(graph: Graph, cluster: Cluster, options: PlaceOptions, data_parallel:
                          f"(data-parallel {data_parallel or 'auto'}, microbatches {microbatches or 'auto'})")
     quiet = dataclasses.replace(options, quiet=True, warm_start=None)
     rates = Rates(shard=optimizer_state == "auto" and has_optimizer_state(graph))
-    if start is not None and start.graph is not graph:
-        rates.prebuilt[start.strategy] = start.graph
-        rates.rewrote(start.rewrite_seconds, len(start.graph.ops))
+    if start is not None and start.rewritten is not None:
+        rates.prebuilt[start.strategy] = start.rewritten
+        rates.rewrote(start.rewrite_seconds, len(start.rewritten.ops))
     try:
         tried = _screen_all(graph, cluster, todo, quiet, heuristic, started + options.time_limit * SCREEN_SHARE,
                             deadline - options.time_limit * FINISH_SHARE, options, rates) \
@@ -324,7 +324,7 @@ def _offer_start(tried: list[Candidate], start: StartPlan) -> None:
         c = Candidate(start.strategy)
         tried.append(c)
     if c.plan is None or start.plan.makespan < c.plan.makespan:
-        c.graph, c.source, c.plan, c.engine, c.why_not = start.graph, start.graph, start.plan, START, ""
+        c.graph, c.source, c.plan, c.engine, c.why_not = start.graph, start.rewritten or start.graph, start.plan, START, ""
 
 
 def _refine_best(graph: Graph, cluster: Cluster, best: Candidate, options: PlaceOptions, deadline: float,
@@ -596,9 +596,10 @@ class BuildCost:
         """Seconds to build `c`'s graph (unless built) and run `engines` on it (the heuristics as
         three schedules; the eager schedules cut short by a deadline, as `schedule_worth` counts
         them)."""
-        ops = len(c.source.ops) if c.source is not None else self.once_ops + self.ops_per_microbatch * c.strategy.microbatches
+        built = c.source or c.graph
+        ops = len(built.ops) if built is not None else self.once_ops + self.ops_per_microbatch * c.strategy.microbatches
         rate = self.schedule if self.schedule is not None else 2 * self.rewrite
-        build = 0.0 if c.source is not None else self.rewrite * ops
+        build = 0.0 if built is not None else self.rewrite * ops
         return build + rate * ops * _schedules_worth(engines)
 
     def learn(self, c: Candidate, seconds: float, built: bool, engines: Sequence[str]) -> None:
@@ -626,7 +627,7 @@ def _ranked_pipelines(graph: Graph, cluster: Cluster, todo: list[Strategy], log:
     from pesto_ir.passes.pipeline_model import build_model
 
     d = todo[0].data_parallel
-    candidates = {s: Candidate(s) for s in todo}
+    candidates = {s: Candidate(s, graph=rates.prebuilt.pop(s, None)) for s in todo}
     state = todo[0].optimizer_state
     two = candidates.get(Strategy(d, MODEL_MICROBATCHES, state)) or Candidate(Strategy(d, MODEL_MICROBATCHES, state))
     sub = sub_cluster(cluster, replica_groups(cluster, d)[0])

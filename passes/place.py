@@ -38,8 +38,8 @@ from pesto_ir.passes.heuristic_portfolio import WARM_START_ALGOS as WARM_START_A
 from pesto_ir.passes.heuristic_portfolio import best_heuristic_plan
 from pesto_ir.passes.justify import ROUNDS as JUSTIFY_ROUNDS
 from pesto_ir.passes.justify import justified
-from pesto_ir.passes.replicas import ONE_BATCH
-from pesto_ir.passes.start_plan import StartPlan, apply_start, read_start_plan
+from pesto_ir.passes.replicas import Strategy
+from pesto_ir.passes.start_plan import StartPlan, apply_start, read_start_plan, strategy_of
 from pesto_ir.passmanager import Pass, PassContext
 from pesto_ir.placement import (  # COARSE_NOTE, PlaceError, require_cluster: shared with expand, importable here too
     COARSE_NOTE,
@@ -181,8 +181,9 @@ class PlacePass(Pass):
         if self.start is None:
             return self.search(graph, cluster, options, None)
         began = time.perf_counter()
-        start = apply_start(graph, cluster, read_start_plan(self.start), self.start)
-        self._check_start(graph, start)
+        given = read_start_plan(self.start)
+        self._check_start(graph, strategy_of(given))
+        start = apply_start(graph, cluster, given, self.start)
         spent = time.perf_counter() - began
         options.progress(f"place: start plan {self.start} ({start.strategy}): {human_time(start.plan.makespan, 4)} "
                          f"here, applied in {spent:.1f}s")
@@ -197,16 +198,19 @@ class PlacePass(Pass):
             return start.graph, self._kept_start(start, found)
         return found_graph, found
 
-    def _check_start(self, graph: Graph, start: StartPlan) -> None:
+    def _check_start(self, graph: Graph, strategy: Strategy) -> None:
         """A start plan's strategy must be one this pass may return."""
+        if "microbatched" in graph.attrs:
+            raise PlaceError(f"{self.start}: a start plan is not taken after the microbatch pass: give place "
+                             "data-parallel and microbatches instead, and the start plan the strategy")
         d, m = self.degrees()
-        asked = [(what, n, have) for what, n, have in (("data-parallel", d, start.strategy.data_parallel),
-                                                         ("microbatches", m, start.strategy.microbatches))
+        asked = [f"{what} {n}" for what, n, have in (("data-parallel", d, strategy.data_parallel),
+                                                     ("microbatches", m, strategy.microbatches))
                  if n is not None and n != have]
-        if asked or ("microbatched" in graph.attrs and start.strategy != ONE_BATCH):
-            why = (f"place asks for {asked[0][0]} {asked[0][1]}" if asked else
-                   "the graph is already one replica's micro-batched step")
-            raise PlaceError(f"{self.start}: the start plan is {start.strategy}, but {why}")
+        if strategy.data_parallel > 1 and self.optimizer_state not in ("auto", strategy.optimizer_state):
+            asked.append(f"optimizer-state {self.optimizer_state}")
+        if asked:
+            raise PlaceError(f"{self.start}: the start plan is {strategy}, but place asks for {asked[0]}")
 
     def _kept_start(self, start: StartPlan, found: Plan | None) -> Plan:
         """The start plan as this pass's result, recorded in its graph, saying what it beat."""

@@ -14,9 +14,9 @@ search continue where a shorter one stopped.
 The plan is checked as given on this graph and cluster; where its times are not valid here (the
 cluster's figures differ), it is re-timed by the simulator with the start's devices and per-device
 orders. A hybrid plan's
-replica graph is rebuilt for its data-parallel degree and micro-batches on this cluster, so its ops
-must be on devices of this cluster's replica 0. A plan whose all-reduces were merged into buckets
-cannot be re-applied: the file does not say which all-reduces each bucket holds.
+replica graph is rebuilt for its data-parallel degree and micro-batches on this cluster, with its
+collectives merged into the buckets the file names (`buckets`), so its ops must be on devices of
+this cluster's replica 0.
 """
 
 from __future__ import annotations
@@ -30,10 +30,19 @@ from pesto_ir.cluster import Cluster
 from pesto_ir.errors import PestoError
 from pesto_ir.ir import Graph
 from pesto_ir.loader import decode_json, read_source_text
+from pesto_ir.passes.collective_buckets import feeds_all_reduce, merge_bucket
 from pesto_ir.passes.expand import expand_plan
-from pesto_ir.passes.replicas import ONE_BATCH, Strategy, as_hybrid, replica_graph, replica_groups, sub_cluster
+from pesto_ir.passes.replicas import (
+    ONE_BATCH,
+    Strategy,
+    as_hybrid,
+    collective_cost,
+    replica_graph,
+    replica_groups,
+    sub_cluster,
+)
 from pesto_ir.placement import PlaceError
-from pesto_ir.plan import Parallelism, Plan
+from pesto_ir.plan import RING_PHASES, Parallelism, Plan
 from pesto_ir.validate import check_plan, collectives_for
 
 START = "start plan"  # the engine and winner a start plan is labelled with
@@ -49,7 +58,8 @@ class StartPlan:
     strategy: Strategy
     graph: Graph
     plan: Plan
-    rewrite_seconds: float = 0.0  # what building the replica graph took (the search's rates count it)
+    rewritten: Graph | None = None  # the replica graph as the search builds it (before buckets), for it to reuse
+    rewrite_seconds: float = 0.0  # what building it took (the search's rates count it)
 
 
 def read_start_plan(path: str) -> Plan:
@@ -61,10 +71,15 @@ def read_start_plan(path: str) -> Plan:
         raise PlaceError(f"{path}: start plan: {e}") from None
 
 
+def strategy_of(plan: Plan) -> Strategy:
+    """The data-parallel degree, micro-batches and optimizer state `plan` was made for."""
+    par = plan.parallelism
+    return ONE_BATCH if par is None else Strategy(par.data_parallel, par.microbatches, par.optimizer_state)
+
+
 def apply_start(graph: Graph, cluster: Cluster, plan: Plan, source: str) -> StartPlan:
     """`plan` as a plan of `graph` on `cluster` (a replica graph of it for a hybrid plan), timed here."""
-    par = plan.parallelism
-    strategy = ONE_BATCH if par is None else Strategy(par.data_parallel, par.microbatches, par.optimizer_state)
+    strategy = strategy_of(plan)
     started = time.perf_counter()
     try:
         target = graph if strategy == ONE_BATCH else replica_graph(graph, cluster, strategy)
@@ -72,6 +87,10 @@ def apply_start(graph: Graph, cluster: Cluster, plan: Plan, source: str) -> Star
         raise PlaceError(f"{source}: the start plan's strategy ({strategy}) gives no replica graph here: "
                          f"{str(e).splitlines()[0]}") from None
     rewrite_seconds = time.perf_counter() - started
+    rewritten = None if strategy == ONE_BATCH else target
+    if plan.buckets:
+        rewritten, target = target, target.clone()
+        _merge_buckets(target, cluster, strategy, plan.buckets, source)
     _check_ops(target, plan, source, strategy)
     devices = cluster.names if strategy.data_parallel == 1 else replica_groups(cluster, strategy.data_parallel)[0]
     _check_devices(cluster, plan, devices, source)
@@ -89,7 +108,7 @@ def apply_start(graph: Graph, cluster: Cluster, plan: Plan, source: str) -> Star
     best = dataclasses.replace(timed, algorithm=plan.algorithm, lower_bound=bound,
                                solver={"name": START, "status": START, "winner": START},
                                notes=[f"{START} {source} ({strategy}), timed here"])
-    return StartPlan(source, strategy, target, best, rewrite_seconds)
+    return StartPlan(source, strategy, target, best, rewritten, rewrite_seconds)
 
 
 def _on(plan: Plan, devices: list[str] | tuple[str, ...]) -> Plan:
@@ -110,6 +129,33 @@ def _as_given(target: Graph, cluster: Cluster, plan: Plan, strategy: Strategy) -
         return None
 
 
+def _merge_buckets(target: Graph, cluster: Cluster, strategy: Strategy, buckets: dict[str, list[str]],
+                   source: str) -> None:
+    """Merge the replica graph's collectives into the start plan's buckets, as its search merged them
+    (`passes/collective_buckets.py`), after checking that they may be: collectives of one kind that
+    sum, none leading to another of its kind (else the merge could make a cycle), each in one bucket."""
+    if strategy.data_parallel == 1:
+        raise PlaceError(f"{source}: the start plan has buckets of collectives but no data-parallel replicas")
+    cost = collective_cost(cluster, replica_groups(cluster, strategy.data_parallel))
+    reaches = {kind: feeds_all_reduce(target, kind) for kind in RING_PHASES}
+    taken: set[str] = set()
+    for name, members in buckets.items():
+        ops = []
+        for member in members:
+            op = target.op(member) if target.has_op(member) else None
+            if op is None or op.opcode not in RING_PHASES or member in taken or member in reaches[op.opcode] \
+                    or op.opcode != target.op(members[0]).opcode or op.get("reduction", "sum") != "sum":
+                raise PlaceError(f"{source}: the start plan's bucket '{name}' holds '{member}', which is not a "
+                                 f"collective of the replica graph for {strategy} that can be merged with the others "
+                                 "(one kind, summed, leading to no other, in one bucket)")
+            taken.add(member)
+            ops.append(op)
+        if target.has_op(name) or name in taken:
+            raise PlaceError(f"{source}: the start plan's bucket '{name}' has the name of an op of the graph")
+        merge_bucket(target, ops, cost, name)
+    target.ops[:] = target.topo_order()
+
+
 def _check_ops(target: Graph, plan: Plan, source: str, strategy: Strategy) -> None:
     names = {op.name for op in target.ops}
     missing = [op.name for op in target.ops if op.name not in plan.ops]
@@ -117,9 +163,10 @@ def _check_ops(target: Graph, plan: Plan, source: str, strategy: Strategy) -> No
     if not missing and not extra:
         return
     of = f"graph '{target.name}'" + ("" if strategy == ONE_BATCH else f" for {strategy}")
-    if extra and any(BUCKET_HINT in name for name in extra):
-        raise PlaceError(f"{source}: the start plan merged all-reduces into buckets ('{extra[0]}'); such a plan "
-                         "cannot be re-applied, as the file does not say which all-reduces a bucket holds")
+    bucketed = [name for name in extra if BUCKET_HINT in name]
+    if bucketed:
+        raise PlaceError(f"{source}: the start plan places '{bucketed[0]}', a bucket of collectives, but its "
+                         "\"buckets\" do not say which collectives it holds (files written before they did)")
     what = (f"it places no op '{missing[0]}'" + (f" (nor {len(missing) - 1} more)" if len(missing) > 1 else "")
             if missing else
             f"it places op '{extra[0]}', which the graph has not" + (f" (and {len(extra) - 1} more)" if len(extra) > 1

@@ -152,6 +152,9 @@ class Plan:
     peak_memory: dict[str, int] | None = None  # bytes per device at its peak; set by `check_plan`
     parallelism: Parallelism | None = None  # data-parallel replicas (None: one replica)
     collectives: list[Collective] = field(default_factory=list)  # one per all_reduce op
+    # collectives merged into buckets: each bucket op's name -> its members' names, in order (read
+    # from the graph's bucket ops by `read_plan_attrs`; a start plan needs them to merge them again)
+    buckets: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def makespan(self) -> float:
@@ -186,6 +189,8 @@ class Plan:
             out["parallelism"] = self.parallelism.to_json()
         if self.parallelism is not None or self.collectives:
             out["collectives"] = [c.to_json() for c in self.collectives]
+        if self.buckets:
+            out["buckets"] = {name: list(members) for name, members in self.buckets.items()}
         if self.notes:
             out["notes"] = list(self.notes)
         return out
@@ -234,7 +239,7 @@ class Plan:
                 raise PestoError(f"{key} must be a string, not {brief(repr(value))}")
         return Plan(graph, algorithm, list(devices), ops, transfers, None if bound is None else float(bound),
                     solver, list(notes), _peaks(data.get("peak_memory")), _parallelism(data.get("parallelism")),
-                    _collectives(data.get("collectives")))
+                    _collectives(data.get("collectives")), _buckets(data.get("buckets", {})))
 
 
 def _objects(raw: Any, key: str, fields: str) -> list[dict[str, Any]]:
@@ -245,6 +250,14 @@ def _objects(raw: Any, key: str, fields: str) -> list[dict[str, Any]]:
         if not isinstance(item, dict):
             raise PestoError(f"{key}[{i}] must be an object {fields}, not {brief(repr(item))}")
     return raw
+
+
+def _buckets(raw: Any) -> dict[str, list[str]]:
+    if not isinstance(raw, dict) or not all(isinstance(m, list) and m and all(isinstance(n, str) for n in m)
+                                            for m in raw.values()):
+        raise PestoError("buckets must be an object mapping each bucket op to the list of the ops it merged, "
+                         f"not {brief(repr(raw))}")
+    return {name: list(members) for name, members in raw.items()}
 
 
 def _span(item: dict[str, Any], where: str) -> tuple[float, float]:
@@ -340,10 +353,13 @@ def read_plan_attrs(graph: Graph) -> Plan | None:
             ops[op.name] = OpSlot(op.get("device"), float(op.get("start", 0.0)), float(op.get("end", 0.0)))
     transfers = [Transfer(t["src"], t["from"], t["to"], float(t["start"]), float(t["end"]), int(t.get("bytes", 0)))
                  for t in graph.attrs["transfers"].value] if "transfers" in graph.attrs else []
+    buckets = {op.name: [str(n) for n in _plain(op.attrs["members"].value)]
+               for op in graph.ops if op.opcode in RING_PHASES and "members" in op.attrs}
     return Plan(graph.name, str(m.get("algorithm", "")), list(m.get("devices", ())), ops, transfers,
                 m.get("lower_bound"), _plain(m.get("solver")), list(m.get("notes", ())),
                 _peaks(_plain(m.get("peak_memory"))), _parallelism(_plain(m.get("parallelism"))),
-                _collectives(_plain(graph.attrs["collectives"].value) if "collectives" in graph.attrs else None))
+                _collectives(_plain(graph.attrs["collectives"].value) if "collectives" in graph.attrs else None),
+                buckets)
 
 
 def _peaks(raw: Any) -> dict[str, int] | None:

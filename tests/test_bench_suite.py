@@ -71,6 +71,20 @@ def test_no_plan_beats_the_lower_bound_and_auto_beats_every_baseline(quick_run: 
             assert row["results"]["auto"]["strategy"], row["model"]
 
 
+def test_more_devices_never_give_a_slower_plan(quick_run: tuple[Path, dict]) -> None:
+    """auto-1b and auto at k = 4 start from their plans at k = 2 (`place{start=FILE}`), which are
+    plans on 4 devices too."""
+    _, doc = quick_run
+    by_model: dict[str, dict[int, dict]] = {}
+    for row in doc["rows"]:
+        by_model.setdefault(row["model"], {})[row["k"]] = row["results"]
+    for model, at in by_model.items():
+        for algo in suite.STARTED:
+            two, four = at[2][algo]["makespan"], at[4][algo]["makespan"]
+            if two is not None:
+                assert four is not None and four <= two * (1 + 1e-12), (model, algo, two, four)
+
+
 def test_rows_above_the_goal_say_why(quick_run: tuple[Path, dict]) -> None:
     _, doc = quick_run
     for row in doc["rows"]:
