@@ -218,3 +218,22 @@ def test_the_cli_starts_from_a_plan_file(tmp_path: Path, capsys: pytest.CaptureF
     assert main([str(MLP), "-p", "annotate-costs", "--start", str(two), "-q", "-o", "-"]) == 1
     assert "--start needs a place pass" in capsys.readouterr().err
 
+
+
+def test_ctrl_c_before_the_search_found_a_plan_keeps_the_start(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    import pesto_ir.passes.place as place
+    from pesto_ir.placement import Interrupted
+
+    _, two, _ = placed("place{algo=m-etf}", 2)
+    start = saved(two, tmp_path / "two.json")
+
+    def interrupted(graph: Graph, *args: object, **kwargs: object) -> Plan:
+        raise Interrupted(None, graph)
+
+    monkeypatch.setattr(place, "place_graph", interrupted)
+    graph, plan, cluster = placed(f"place{{algo=m-etf start={start}}}", 4)
+    assert plan.makespan == pytest.approx(two.makespan, rel=1e-12)
+    assert plan.solver is not None and plan.solver["status"] == "interrupted"
+    assert any("kept the start plan" in n and "the search found nothing" in n for n in plan.notes)
+    check_plan(graph, cluster, plan)
