@@ -4,6 +4,7 @@ or with less time, is applied to the graph on this cluster, and the plan returne
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -111,36 +112,26 @@ def test_a_plan_on_some_devices_is_a_start_on_all(problem: tuple[Graph, Cluster]
 
 # ---------------------------------------------------------------- what is refused, and how it is said
 
-def test_a_start_with_devices_this_cluster_has_not_is_refused(tmp_path: Path) -> None:
-    _, four, _ = placed("place{algo=m-etf}", 4)
-    start = saved(four, tmp_path / "four.json")
-    with pytest.raises(PestoError, match=r"four.json: the start plan puts ops on device 'gpu[23]', which this "
-                                         r"cluster has not \(it has gpu0, gpu1\)"):
-        placed(f"place{{algo=m-etf start={start}}}", 2)
-
-
-def test_a_start_of_another_graph_is_refused(tmp_path: Path) -> None:
-    _, other, _ = placed("place{algo=m-etf}", 2, model=EXAMPLES / "transformer_block.pir")
-    start = saved(other, tmp_path / "other.json")
-    with pytest.raises(PestoError, match=r"other.json: the start plan \(of 'transformer_block'\) is not a plan of "
-                                         r"graph 'mlp_train_step': it places no op '\w+' \(nor \d+ more\)"):
-        placed(f"place{{algo=m-etf start={start}}}", 2)
-
-
-def test_a_start_of_another_strategy_than_asked_is_refused(tmp_path: Path) -> None:
-    _, two, _ = placed("place{algo=m-etf data-parallel=1 microbatches=2}", 2)
-    start = saved(two, tmp_path / "m2.json")
-    with pytest.raises(PestoError, match=r"m2.json: the start plan is d=1 m=2, but place asks for microbatches 4"):
-        placed(f"place{{algo=m-etf microbatches=4 start={start}}}", 2)
-    with pytest.raises(PestoError, match=r"m2.json: the start plan is d=1 m=2, but place asks for microbatches 1"):
-        placed(f"place{{algo=m-etf start={start}}}", 2)
-
-
-def test_a_start_after_the_microbatch_pass_is_refused(tmp_path: Path) -> None:
-    _, two, _ = placed("microbatch{microbatches=2},place{algo=m-etf}", 2)
-    start = saved(two, tmp_path / "m2.json")
-    with pytest.raises(PestoError, match=r"m2.json: a start plan is not taken after the microbatch pass"):
-        placed(f"microbatch{{microbatches=2}},place{{algo=m-etf start={start}}}", 2)
+@pytest.mark.parametrize("made, made_on, model, used, used_on, message", [
+    ("place{algo=m-etf}", 4, "mlp_train_step.pir", "place{algo=m-etf start=S}", 2,
+     r"S: the start plan puts ops on device 'gpu[23]', which this cluster has not \(it has gpu0, gpu1\)"),
+    ("place{algo=m-etf}", 2, "transformer_block.pir", "place{algo=m-etf start=S}", 2,
+     r"S: the start plan \(of 'transformer_block'\) is not a plan of graph 'mlp_train_step': it places no op "
+     r"'\w+' \(nor \d+ more\)"),
+    ("place{algo=m-etf data-parallel=1 microbatches=2}", 2, "mlp_train_step.pir",
+     "place{algo=m-etf microbatches=4 start=S}", 2, r"S: the start plan is d=1 m=2, but place asks for microbatches 4"),
+    ("place{algo=m-etf data-parallel=1 microbatches=2}", 2, "mlp_train_step.pir", "place{algo=m-etf start=S}", 2,
+     r"S: the start plan is d=1 m=2, but place asks for microbatches 1"),
+    ("microbatch{microbatches=2},place{algo=m-etf}", 2, "mlp_train_step.pir",
+     "microbatch{microbatches=2},place{algo=m-etf start=S}", 2,
+     r"S: a start plan is not taken after the microbatch pass"),
+])
+def test_a_start_that_is_no_plan_here_is_refused(tmp_path: Path, made: str, made_on: int, model: str, used: str,
+                                                 used_on: int, message: str) -> None:
+    _, plan, _ = placed(made, made_on, model=EXAMPLES / model)
+    start = saved(plan, tmp_path / "start.json")
+    with pytest.raises(PestoError, match=message.replace("S:", re.escape(f"{start}:"))):
+        placed(used.replace("S", str(start)), used_on)
 
 
 def test_a_data_parallel_start_has_its_buckets_merged_again(tmp_path: Path) -> None:
