@@ -27,6 +27,7 @@ def verify_diagnostics(graph: Graph) -> list[Diagnostic]:
     for op in graph.ops:
         _check_attrs(op, diags)
         _check_trip_counts(op, diags)
+        _check_nested(op, diags)
         _check_colocate(op, diags)
         _check_types(op, diags)
         for sub in op.subgraphs():
@@ -159,6 +160,28 @@ def _check_trip_counts(op: Op, diags: list[Diagnostic]) -> None:
         if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= MAX_TRIPS:
             diags.append(Diagnostic(op.where(), op.name, f"{op.opcode}: {key} must be a whole number from 0 to "
                                                          f"{MAX_TRIPS}, not {brief(repr(v))}"))
+
+
+# Structured ops run nested graphs (the cost models multiply a body by its trips, docs/pir-format.md),
+# which the JAX frontend writes under these attributes: a graph each, `branches` a list of graphs.
+# A `scan` with `jaxpr = 5`, or a `cond` with no branches, had been costed and planned as a plain op.
+STRUCTURED = ("scan", "while", "cond")
+BODY_ATTRS = ("jaxpr", "cond_jaxpr", "body_jaxpr", "branches")
+
+
+def _check_nested(op: Op, diags: list[Diagnostic]) -> None:
+    found = len(diags)
+    for key in BODY_ATTRS:
+        a = op.attrs.get(key)
+        if a is None or isinstance(a, GraphAttr) or (isinstance(a, ListAttr) and a.items
+                                                     and all(isinstance(b, GraphAttr) for b in a.items)):
+            continue
+        diags.append(Diagnostic(op.where(), op.name, f"{op.opcode}: {key} must be a graph"
+                                                     f"{' or a non-empty list of graphs' if key == 'branches' else ''}"
+                                                     f", not {brief(str(a))}"))
+    if op.opcode in STRUCTURED and not op.subgraphs() and len(diags) == found:
+        diags.append(Diagnostic(op.where(), op.name, f"{op.opcode} holds no nested graph to run (e.g. "
+                                                     f"{'branches = [graph @b0(...) {...}]' if op.opcode == 'cond' else 'jaxpr = graph @body(...) {...}'})"))
 
 
 def _check_colocate(op: Op, diags: list[Diagnostic]) -> None:

@@ -488,3 +488,18 @@ def test_colocate_is_a_group_name(value: str, shown: str) -> None:
     with pytest.raises(PestoError, match=re.escape(f"t.pir:2:8: error: op 'y': colocate must be a group name in "
                                                    f'quotes (colocate = "g1"), not {shown}')):
         pesto_ir.verify(pesto_ir.parse(text, "t.pir"))
+
+
+@pytest.mark.parametrize("op, message", [
+    ("scan(%x) {length = 3, jaxpr = 5}", "scan: jaxpr must be a graph, not 5"),
+    ("cond(%x) {branches = []}", "cond: branches must be a graph or a non-empty list of graphs, not []"),
+    ('while(%x) {body_jaxpr = "b"}', 'while: body_jaxpr must be a graph, not "b"'),
+    ("scan(%x) {length = 3}", "scan holds no nested graph to run (e.g. jaxpr = graph @body(...) {...})"),
+    ("cond(%x) {}", "cond holds no nested graph to run (e.g. branches = [graph @b0(...) {...}])"),
+])
+def test_a_structured_op_holds_the_graphs_it_runs(op: str, message: str) -> None:
+    """A scan with `jaxpr = 5` and a cond with no branches passed the verifier and were costed and
+    planned as plain ops."""
+    text = f"graph @g(%x: f32[4]) {{\n  %y = {op} : f32[4]\n  return %y\n}}\n"
+    with pytest.raises(PestoError, match=re.escape(f"t.pir:2:8: error: op 'y': {message}")):
+        pesto_ir.verify(pesto_ir.parse(text, "t.pir"))
