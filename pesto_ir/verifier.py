@@ -199,8 +199,12 @@ def _check_types(op: Op, diags: list[Diagnostic]) -> None:
     except ShapeError as e:
         diags.append(Diagnostic(op.where(), op.name, f"{op.opcode}: {e}"))
         return
-    except (TypeError, ValueError, KeyError, IndexError) as e:
-        diags.append(Diagnostic(op.where(), op.name, f"{op.opcode}: malformed attributes ({e})"))
+    except (TypeError, ValueError, KeyError, IndexError) as e:  # a rule met what it does not expect
+        what = ("an axis or index in its attributes is out of range" if isinstance(e, IndexError)
+                else "its attributes have the wrong type or form")
+        attrs = ", ".join(f"{k} = {brief(str(v))}" for k, v in op.attrs.items() if k not in _COST_KEYS)
+        diags.append(Diagnostic(op.where(), op.name, f"{op.opcode}: {what} for operands of types {_types(op)} "
+                                                     f"({attrs or 'no attributes'})"))
         return
     if expected is None:
         return
@@ -211,3 +215,10 @@ def _check_types(op: Op, diags: list[Diagnostic]) -> None:
     for r, want in zip(op.results, expected):
         if r.type != want:
             diags.append(Diagnostic(op.where(), op.name, f"result %{r.name} is {r.type} but {op.opcode} gives {want}"))
+
+
+_COST_KEYS = ("cost", "flops", "bytes_accessed", "fusion", "group", "device", "start", "end", "memory")
+
+
+def _types(op: Op) -> str:
+    return ", ".join(str(v.type) for v in op.operands) or "(none)"

@@ -503,3 +503,18 @@ def test_a_structured_op_holds_the_graphs_it_runs(op: str, message: str) -> None
     text = f"graph @g(%x: f32[4]) {{\n  %y = {op} : f32[4]\n  return %y\n}}\n"
     with pytest.raises(PestoError, match=re.escape(f"t.pir:2:8: error: op 'y': {message}")):
         pesto_ir.verify(pesto_ir.parse(text, "t.pir"))
+
+
+@pytest.mark.parametrize("op, message", [
+    ("concatenate(%x, %x) {dimension = 9} : f32[8,4]",
+     "concatenate: an axis or index in its attributes is out of range for operands of types f32[4,4], f32[4,4] "
+     "(dimension = 9)"),
+    ('reduce_sum(%x) {axes = "a"} : f32[]',
+     'reduce_sum: its attributes have the wrong type or form for operands of types f32[4,4] (axes = "a")'),
+])
+def test_attributes_a_shape_rule_cannot_read_are_named_not_python_s_words(op: str, message: str) -> None:
+    """They were "malformed attributes (tuple index out of range)" and "('<=' not supported between
+    instances of 'int' and 'str')"."""
+    text = f"graph @g(%x: f32[4,4]) {{\n  %y = {op}\n  return %y\n}}\n"
+    with pytest.raises(PestoError, match=re.escape(f"t.pir:2:8: error: op 'y': {message}")):
+        pesto_ir.verify(pesto_ir.parse(text, "t.pir"))
