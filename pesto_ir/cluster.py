@@ -298,9 +298,9 @@ class Cluster:
                     latency: float | None = None, bandwidth: float | None = None, prefix: str | None = None) -> Cluster:
         """`n` devices of one built-in kind, fully connected by identical links."""
         if isinstance(n, bool) or not isinstance(n, int):
-            raise ClusterError(f"the number of devices (--devices) must be a whole number, got {brief(repr(n))}")
+            raise ClusterError(f"the number of devices must be a whole number, got {brief(repr(n))}")
         if n < 1:
-            raise ClusterError(f"--devices must be at least 1, got {n}")
+            raise ClusterError(f"the number of devices must be at least 1, got {n}")
         _check_size(n)
         k = kind_named(kind)
         prefix = prefix or ("cpu" if k.name == "cpu" else "gpu")

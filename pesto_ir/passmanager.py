@@ -37,6 +37,19 @@ class PassContext:
     log: TextIO = field(default_factory=lambda: sys.stderr)
     seed: int = 0
 
+    def __post_init__(self) -> None:
+        from pesto_ir.cluster import Cluster
+        from pesto_ir.placement import seed_problem
+
+        if self.cluster is not None and not isinstance(self.cluster, Cluster):
+            raise ArgumentError(f"PassContext(cluster=...) takes a Cluster or None, not {type(self.cluster).__name__}")
+        if not isinstance(self.quiet, bool):
+            raise ArgumentError(f"PassContext(quiet=...) takes True or False, not {self.quiet!r}")
+        if not callable(getattr(self.log, "write", None)):
+            raise ArgumentError(f"PassContext(log=...) takes a text stream, not {type(self.log).__name__}")
+        if (why := seed_problem(self.seed)) is not None:
+            raise ArgumentError(f"PassContext(seed=...) {why}")
+
     def progress(self, message: str) -> None:
         if not self.quiet:
             print(message, file=self.log, flush=True)
@@ -276,7 +289,13 @@ class PassManager:
         if isinstance(pipeline, str):
             pipeline = Pipeline.parse(pipeline)
         elif not isinstance(pipeline, Pipeline):
-            pipeline = Pipeline(list(pipeline))
+            passes = list(pipeline) if isinstance(pipeline, Iterable) else None
+            if passes is None or not all(isinstance(p, Pass) for p in passes):
+                raise ArgumentError("PassManager() takes a pipeline: text such as 'annotate-costs,place', a "
+                                    f"Pipeline or a list of passes, not {type(pipeline).__name__}"
+                                    + ("" if passes is None else " holding " + ", ".join(
+                                        sorted({type(p).__name__ for p in passes if not isinstance(p, Pass)}))))
+            pipeline = Pipeline(passes)
         self.pipeline = pipeline
         self.verify_each = verify_each
         self.print_ir_after_all = print_ir_after_all
@@ -285,6 +304,11 @@ class PassManager:
         self.timings: list[tuple[str, float]] = []
 
     def run(self, graph: Graph, ctx: PassContext | None = None) -> Graph:
+        if not isinstance(graph, Graph):
+            raise ArgumentError(f"PassManager.run() takes a Graph (pesto_ir.parse, load or from_jax), "
+                                f"not {type(graph).__name__}")
+        if ctx is not None and not isinstance(ctx, PassContext):
+            raise ArgumentError(f"PassManager.run() takes a PassContext or None as ctx, not {type(ctx).__name__}")
         ctx = ctx or PassContext()
         out = self.out or ctx.log
         done: list[str] = []

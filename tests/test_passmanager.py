@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import io
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
 from pesto_ir import Graph, ParseError, PassError, TensorType, parse
+from pesto_ir.loader import ArgumentError
 from pesto_ir.passes import PASSES
 from pesto_ir.passes.verify import VerifyPass
 from pesto_ir.passmanager import Pass, PassContext, PassManager, Pipeline
@@ -104,3 +106,21 @@ def test_print_ir_after_all_and_time_passes() -> None:
     assert text.count("// ----- IR after") == 2
     assert "// ----- IR after rename-outputs -----\ngraph @g" in text
     assert "Pass execution timing report" in text and "rename-outputs" in text
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: PassManager(None), r"PassManager\(\) takes a pipeline: .* not NoneType"),
+    (lambda: PassManager([1]), r"PassManager\(\) takes a pipeline: .* not list holding int"),
+    (lambda: PassContext(cluster="x"), r"PassContext\(cluster=...\) takes a Cluster or None, not str"),
+    (lambda: PassContext(seed=-1), r"PassContext\(seed=...\) must be a whole number from 0 to 2147483647, not -1"),
+    (lambda: PassContext(quiet="yes"), r"PassContext\(quiet=...\) takes True or False, not 'yes'"),
+    (lambda: PassContext(log=3), r"PassContext\(log=...\) takes a text stream, not int"),
+    (lambda: PassManager("dce").run("x"), r"PassManager.run\(\) takes a Graph"),
+    (lambda: PassManager("dce").run(parse("graph @g(%x: f32[2]) {\n  return %x\n}\n"), 5),
+     r"PassManager.run\(\) takes a PassContext or None as ctx, not int"),
+])
+def test_api_misuse_is_an_argument_error_that_says_what_is_taken(call: Any, message: str) -> None:
+    """They were TypeError ('NoneType' object is not iterable) and AttributeError ('int' object has
+    no attribute 'log'), or were taken (a cluster named 'x')."""
+    with pytest.raises(ArgumentError, match=message):
+        call()
