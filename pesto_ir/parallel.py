@@ -48,6 +48,7 @@ from pesto_ir.cluster import Cluster, Device, Link
 from pesto_ir.distributed import is_multiprocess, shared_text
 from pesto_ir.errors import PestoError
 from pesto_ir.ir import Graph
+from pesto_ir.loader import brief
 from pesto_ir.machine import differences, elsewhere_note, machine_of
 from pesto_ir.placement import seed_problem, time_limit_problem
 from pesto_ir.plan import Plan, read_plan_attrs
@@ -512,11 +513,14 @@ def _check_options(o: ParallelizeOptions) -> None:
 
 def _check_batch_options(o: ParallelizeOptions) -> None:
     """`data_parallel`, `microbatches`, `batch_argnums`, `autotune`: well-formed, then supported."""
+    from pesto_ir.passes.rebatch import MAX_MICROBATCHES  # the place pass's own bound on both
+
     for name, value in (("data_parallel", o.data_parallel), ("microbatches", o.microbatches)):
         if value is None or isinstance(value, str) and value == "auto":
             continue
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise PestoError(f"{name} must be a whole number >= 1 or \"auto\", got {value!r}")
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_MICROBATCHES:
+            raise PestoError(f"{name} must be a whole number from 1 to {MAX_MICROBATCHES} or \"auto\", "
+                             f"got {brief(repr(value))}")
     nums = o.batch_argnums
     if nums is not None:
         if not isinstance(nums, tuple) or any(isinstance(i, bool) or not isinstance(i, int) or i < 0 for i in nums):

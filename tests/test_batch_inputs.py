@@ -241,14 +241,15 @@ def _f(x: jax.Array) -> jax.Array:
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    ({"data_parallel": 0}, 'data_parallel must be a whole number >= 1 or "auto", got 0'),
-    ({"data_parallel": -2}, 'data_parallel must be a whole number >= 1 or "auto"'),
-    ({"data_parallel": 2.0}, 'data_parallel must be a whole number >= 1 or "auto"'),
-    ({"data_parallel": True}, 'data_parallel must be a whole number >= 1 or "auto"'),
-    ({"data_parallel": "Auto"}, 'data_parallel must be a whole number >= 1 or "auto"'),
-    ({"microbatches": 0}, 'microbatches must be a whole number >= 1 or "auto", got 0'),
-    ({"microbatches": "4"}, 'microbatches must be a whole number >= 1 or "auto"'),
-    ({"microbatches": False}, 'microbatches must be a whole number >= 1 or "auto"'),
+    ({"data_parallel": 0}, 'data_parallel must be a whole number from 1 to 1024 or "auto", got 0'),
+    ({"data_parallel": -2}, 'data_parallel must be a whole number from 1 to 1024 or "auto"'),
+    ({"data_parallel": 2.0}, 'data_parallel must be a whole number from 1 to 1024 or "auto"'),
+    ({"data_parallel": True}, 'data_parallel must be a whole number from 1 to 1024 or "auto"'),
+    ({"data_parallel": "Auto"}, 'data_parallel must be a whole number from 1 to 1024 or "auto"'),
+    ({"microbatches": 0}, 'microbatches must be a whole number from 1 to 1024 or "auto", got 0'),
+    ({"microbatches": "4"}, 'microbatches must be a whole number from 1 to 1024 or "auto"'),
+    ({"microbatches": False}, 'microbatches must be a whole number from 1 to 1024 or "auto"'),
+    ({"microbatches": 10**9}, 'microbatches must be a whole number from 1 to 1024 or "auto", got 1000000000'),
     ({"batch_argnums": (-1,)}, "batch_argnums must be argument positions"),
     ({"batch_argnums": ("x",)}, "batch_argnums must be argument positions"),
     ({"batch_argnums": True}, "batch_argnums must be argument positions"),
