@@ -153,6 +153,7 @@ class Rates:
     fastest: tuple[Graph, Plan] | None = None
     shard: bool = False  # the search may shard optimizer state (`optimizer-state=auto`, a step with state)
     prebuilt: dict[Strategy, Graph] = field(default_factory=dict)  # replica graphs built before: the start plan's
+    halved: bool = False  # a start plan uses at most half of each replica's devices (`_on_fewer_devices` need not)
 
     def screened(self, c: Candidate) -> None:
         if c.plan is not None and c.graph is not None and (self.fastest is None
@@ -268,6 +269,9 @@ def search(graph: Graph, cluster: Cluster, options: PlaceOptions, data_parallel:
     if start is not None and start.rewritten is not None:
         rates.prebuilt[start.strategy] = start.rewritten
         rates.rewrote(start.rewrite_seconds, len(start.rewritten.ops))
+    if start is not None:
+        used = {slot.device for slot in start.plan.ops.values()}
+        rates.halved = 2 * len(used) <= len(cluster) // start.strategy.data_parallel
     try:
         tried = _screen_all(graph, cluster, todo, quiet, heuristic, started + options.time_limit * SCREEN_SHARE,
                             deadline - options.time_limit * FINISH_SHARE, options, rates) \
@@ -546,11 +550,13 @@ def _on_fewer_devices(cluster: Cluster, c: Candidate, options: PlaceOptions, cos
     others idle): where the largest unit holds the step, fewer stages pay fewer transfers for the
     same floor, and a plan on fewer devices is a plan on all of them, so more devices never make
     the pipeline slower (bert_l-3_training_op: 40.97 ms over 8 stages, 40.89 over 4). Run if its
-    schedule fits by the estimate before `end`."""
+    schedule fits by the estimate before `end`, and no start plan on half the devices or fewer is
+    in hand (the search that made it had the whole time limit)."""
     assert c.plan is not None
     engine = c.plan.algorithm
     per_replica = len(cluster) // c.strategy.data_parallel
-    if c.source is None or engine not in PIPELINE_SCHEDULES or per_replica < MIN_HALVED_DEVICES or per_replica % 2:
+    if c.source is None or engine not in PIPELINE_SCHEDULES or per_replica < MIN_HALVED_DEVICES or per_replica % 2 \
+            or rates.halved:
         return
     if time.perf_counter() + cost.estimate(c, (engine,)) > end:
         return
