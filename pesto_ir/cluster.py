@@ -573,7 +573,10 @@ def _device_from_json(i: int, d: Any, source: str) -> Device:
     """One entry of a pesto-cluster/1 "devices" list; built-in kinds fill in missing figures."""
     if not isinstance(d, dict) or not isinstance(d.get("name"), str):
         raise ClusterError(f"{source}: devices[{i}] needs a string \"name\"")
-    kind = str(d.get("kind", "cpu"))
+    kind = str(d.get("kind", "cpu"))  # a non-string is its string (docs/contracts.md)
+    if not kind.strip():
+        raise ClusterError(f"{source}: devices[{i}] ({d['name']}): \"kind\" must be a non-empty name such as "
+                           f"\"h100\", not {brief(repr(kind))}")
     base = KINDS.get(kind.lower())
 
     def num(key: str, required: bool = True) -> float | None:
