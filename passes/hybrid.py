@@ -270,7 +270,7 @@ def search(graph: Graph, cluster: Cluster, options: PlaceOptions, data_parallel:
         rates.prebuilt[start.strategy] = start.rewritten
         rates.rewrote(start.rewrite_seconds, len(start.rewritten.ops))
     if start is not None:
-        used = {slot.device for slot in start.plan.ops.values()}
+        used = {slot.device for slot in start.given.ops.values()}
         rates.halved = 2 * len(used) <= len(cluster) // start.strategy.data_parallel
     try:
         tried = _screen_all(graph, cluster, todo, quiet, heuristic, started + options.time_limit * SCREEN_SHARE,
@@ -327,8 +327,11 @@ def _offer_start(tried: list[Candidate], start: StartPlan) -> None:
     if c is None:
         c = Candidate(start.strategy)
         tried.append(c)
-    if c.plan is None or start.plan.makespan < c.plan.makespan:
-        c.graph, c.source, c.plan, c.engine, c.why_not = start.graph, start.rewritten or start.graph, start.plan, START, ""
+    if c.plan is not None and start.claimed >= c.plan.makespan:
+        return
+    plan = start.checked()
+    if c.plan is None or plan.makespan < c.plan.makespan:
+        c.graph, c.source, c.plan, c.engine, c.why_not = start.graph, start.rewritten or start.graph, plan, START, ""
 
 
 def _refine_best(graph: Graph, cluster: Cluster, best: Candidate, options: PlaceOptions, deadline: float,

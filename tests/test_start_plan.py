@@ -75,12 +75,18 @@ def test_a_micro_batched_start_seeds_its_strategy_and_bounds_the_result(tmp_path
     check_plan(graph, cluster, searched)
 
 
-def test_a_start_on_other_figures_is_re_timed_here(tmp_path: Path) -> None:
-    _, slow, _ = placed("place{algo=m-etf}", 2, kind="v100")
-    start = saved(slow, tmp_path / "v100.json")
-    graph, plan, cluster = placed(f"place{{algo=single start={start}}}", 2, kind="a100")
-    check_plan(graph, cluster, plan)
-    assert plan.makespan < slow.makespan  # a100s are faster: its times were not valid here as given
+def test_a_start_on_other_figures_is_re_timed_here() -> None:
+    from pesto_ir.passes.start_plan import apply_start
+
+    graph, given, _ = placed("place{algo=m-etf}", 2)
+    assert given.transfers
+    slower_links = Cluster.homogeneous(2, "v100", latency=5e-5)
+    applied = apply_start(graph, slower_links, given, "fast-links.json")
+    assert applied.claimed == given.makespan
+    plan = applied.checked()
+    check_plan(graph, slower_links, plan)
+    assert plan.makespan > given.makespan  # its transfers were too short here: re-timed
+    assert {n: s.device for n, s in plan.ops.items()} == {n: s.device for n, s in given.ops.items()}
 
 
 def test_a_start_keeps_its_devices_and_orders() -> None:
@@ -88,10 +94,10 @@ def test_a_start_keeps_its_devices_and_orders() -> None:
     from pesto_ir.passes.start_plan import apply_start
 
     applied = apply_start(graph, Cluster.homogeneous(3, "v100"), plan, "given")
-    assert {n: s.device for n, s in applied.plan.ops.items()} == {n: s.device for n, s in plan.ops.items()}
-    assert applied.plan.makespan == pytest.approx(plan.makespan, rel=1e-12)
+    assert {n: s.device for n, s in applied.checked().ops.items()} == {n: s.device for n, s in plan.ops.items()}
+    assert applied.checked().makespan == pytest.approx(plan.makespan, rel=1e-12)
     for d in cluster.names:
-        assert applied.plan.device_order(d) == plan.device_order(d)
+        assert applied.checked().device_order(d) == plan.device_order(d)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -106,8 +112,8 @@ def test_a_plan_on_some_devices_is_a_start_on_all(problem: tuple[Graph, Cluster]
     except PestoError:
         return  # does not fit on fewer devices
     applied = apply_start(graph, cluster, plan, "given")
-    check_plan(graph, cluster, applied.plan)
-    assert applied.plan.makespan <= plan.makespan * (1 + 1e-9)
+    check_plan(graph, cluster, applied.checked())
+    assert applied.checked().makespan <= plan.makespan * (1 + 1e-9)
 
 
 # ---------------------------------------------------------------- what is refused, and how it is said
