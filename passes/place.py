@@ -32,6 +32,7 @@ from pesto_ir.bounds import lower_bound, memory_shortfall
 from pesto_ir.cluster import Cluster
 from pesto_ir.errors import PestoError
 from pesto_ir.ir import Graph
+from pesto_ir.loader import seed_problem
 from pesto_ir.passes.coarse_graph import quotient_graph
 from pesto_ir.passes.heuristic_portfolio import ALGORITHMS as ALGORITHMS  # re-exported, with the exact engines
 from pesto_ir.passes.heuristic_portfolio import WARM_START_ALGOS as WARM_START_ALGOS  # importable here too
@@ -50,7 +51,6 @@ from pesto_ir.placement import (  # COARSE_NOTE, PlaceError, require_cluster: sh
     carried_plan,
     interrupted,
     require_cluster,
-    seed_problem,
     time_limit_problem,
 )
 from pesto_ir.plan import OpSlot, Plan, write_plan_attrs

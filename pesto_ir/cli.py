@@ -23,9 +23,9 @@ from pesto_ir.cluster import KINDS, Cluster, ClusterError, suggestion_problem
 from pesto_ir.errors import PestoError
 from pesto_ir.frontends import load
 from pesto_ir.ir import Graph
-from pesto_ir.loader import write_atomic
+from pesto_ir.loader import MAX_SEED, seed_problem, write_atomic
 from pesto_ir.passmanager import PassContext, PassManager, Pipeline
-from pesto_ir.placement import MAX_SEED, seed_problem, time_limit_problem
+from pesto_ir.placement import time_limit_problem
 from pesto_ir.verifier import verify
 
 DEFAULT_PIPELINE = "annotate-costs,coarsen,place,expand,simulate"

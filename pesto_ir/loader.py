@@ -67,6 +67,17 @@ def _refuse_lone_surrogates(data: Any, text: str, filename: str) -> None:
 MAX_SECONDS = 1e6
 
 
+MAX_SEED = 2 ** 31 - 1  # CP-SAT and CBC take 32-bit seeds
+
+
+def seed_problem(seed: object) -> str | None:
+    """Why `seed` is no seed (None when it is one): a whole number from 0 to `MAX_SEED` (CP-SAT
+    refused 2147483648 with a four-line binding error)."""
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
+        return f"must be a whole number from 0 to {MAX_SEED}, not {seed!r}"
+    return None
+
+
 def finite(x: Any) -> float | None:
     """`x` as a float when it is a real number (not a boolean) that a float holds finitely, else None."""
     if isinstance(x, bool) or not isinstance(x, (int, float)):

@@ -48,9 +48,9 @@ from pesto_ir.cluster import Cluster, Device, Link
 from pesto_ir.distributed import is_multiprocess, shared_text
 from pesto_ir.errors import PestoError
 from pesto_ir.ir import Graph
-from pesto_ir.loader import brief
+from pesto_ir.loader import brief, seed_problem
 from pesto_ir.machine import differences, elsewhere_note, machine_of
-from pesto_ir.placement import seed_problem, time_limit_problem
+from pesto_ir.placement import time_limit_problem
 from pesto_ir.plan import Plan, read_plan_attrs
 from pesto_ir.units import human_time
 

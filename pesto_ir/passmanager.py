@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TextIO
 
 from pesto_ir.errors import ParseError, PassError, PestoError, SourceSpan
 from pesto_ir.ir import Graph
-from pesto_ir.loader import ArgumentError
+from pesto_ir.loader import ArgumentError, seed_problem
 from pesto_ir.verifier import verify
 
 if TYPE_CHECKING:
@@ -39,7 +39,6 @@ class PassContext:
 
     def __post_init__(self) -> None:
         from pesto_ir.cluster import Cluster
-        from pesto_ir.placement import seed_problem
 
         if self.cluster is not None and not isinstance(self.cluster, Cluster):
             raise ArgumentError(f"PassContext(cluster=...) takes a Cluster or None, not {type(self.cluster).__name__}")

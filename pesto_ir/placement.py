@@ -36,9 +36,6 @@ def require_cluster(ctx: PassContext, pass_name: str) -> Cluster:
     return ctx.cluster
 
 
-MAX_SEED = 2 ** 31 - 1  # CP-SAT and CBC take 32-bit seeds
-
-
 def time_limit_problem(t: object) -> str | None:
     """Why `t` is no time limit (None when it is one): a positive finite number of seconds, at
     most `MAX_SECONDS` (1e300 s overflowed CP-SAT's deadline into a crash)."""
@@ -48,13 +45,6 @@ def time_limit_problem(t: object) -> str | None:
         return f"must be at most {MAX_SECONDS:g} seconds, not {t:g}"
     return None
 
-
-def seed_problem(seed: object) -> str | None:
-    """Why `seed` is no seed (None when it is one): a whole number from 0 to `MAX_SEED` (CP-SAT
-    refused 2147483648 with a four-line binding error)."""
-    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
-        return f"must be a whole number from 0 to {MAX_SEED}, not {seed!r}"
-    return None
 
 
 @dataclass(frozen=True)
