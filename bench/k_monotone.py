@@ -14,7 +14,6 @@ is slower than a baseline or than itself at a smaller k (none is the goal).
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 import tempfile
@@ -24,7 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import pesto_ir  # noqa: E402
-from bench.suite import coarsen_place_expand  # noqa: E402
+from bench.suite import Starts, coarsen_place_expand  # noqa: E402
 from bench.zoo import Model, zoo  # noqa: E402
 from pesto_ir.passes.place import place_graph  # noqa: E402
 from pesto_ir.placement import PlaceOptions  # noqa: E402
@@ -57,7 +56,7 @@ def _ks(text: str) -> list[int]:
 def model_rows(model: Model, ks: list[int], limit: float, folder: Path) -> list[dict[str, float | None]]:
     """Every k of one model: the baselines' and the searches' step times (None: no plan)."""
     text = str(model.build())
-    starts: dict[str, Path] = {}
+    starts = Starts(folder)
     rows = []
     for k in ks:
         cluster = model.cluster(k)
@@ -69,8 +68,9 @@ def model_rows(model: Model, ks: list[int], limit: float, folder: Path) -> list[
             except pesto_ir.PestoError:
                 row[algo] = None
         for name, engine in SEARCHES.items():
-            if name in starts:
-                engine += f" start={starts[name]}"
+            start = starts.before(name, k)
+            if start is not None:
+                engine += f" start={start}"
             try:
                 graph, _, _ = coarsen_place_expand(pesto_ir.parse(text), cluster, engine, limit, 200, 0)
             except pesto_ir.PestoError:
@@ -79,8 +79,7 @@ def model_rows(model: Model, ks: list[int], limit: float, folder: Path) -> list[
             plan = read_plan_attrs(graph)
             assert plan is not None
             row[name] = plan.makespan
-            starts[name] = folder / f"{name}-k{k}.json"
-            starts[name].write_text(json.dumps(plan.to_json()))
+            starts.keep(name, k, plan)
         rows.append(row)
     return rows
 

@@ -49,6 +49,12 @@ def buckets(graph: Graph, plan: Plan, limit: int = BUCKET_BYTES) -> list[list[Op
     return out
 
 
+def mergeable(op: Op, reaches: set[str]) -> bool:
+    """Whether collective `op` may wait for a later one of its kind in a bucket: it sums, and no
+    other collective of its kind is reachable from it (`reaches`, from `feeds_all_reduce`)."""
+    return op.name not in reaches and op.get("reduction", "sum") == "sum"
+
+
 def _runs(graph: Graph, order: list[str], kind: str, reaches: set[str], limit: int) -> list[list[Op]]:
     out: list[list[Op]] = []
     run: list[Op] = []
@@ -57,7 +63,7 @@ def _runs(graph: Graph, order: list[str], kind: str, reaches: set[str], limit: i
         op = graph.op(name)
         if op.opcode != kind:
             continue
-        if name in reaches or op.get("reduction", "sum") != "sum":
+        if not mergeable(op, reaches):
             if len(run) > 1:
                 out.append(run)
             run, size = [], 0

@@ -266,10 +266,10 @@ def search(graph: Graph, cluster: Cluster, options: PlaceOptions, data_parallel:
                          f"(data-parallel {data_parallel or 'auto'}, microbatches {microbatches or 'auto'})")
     quiet = dataclasses.replace(options, quiet=True, warm_start=None)
     rates = Rates(shard=optimizer_state == "auto" and has_optimizer_state(graph))
-    if start is not None and start.rewritten is not None:
-        rates.prebuilt[start.strategy] = start.rewritten
-        rates.rewrote(start.rewrite_seconds, len(start.rewritten.ops))
     if start is not None:
+        if start.rewritten is not None:
+            rates.prebuilt[start.strategy] = start.rewritten
+            rates.rewrote(start.rewrite_seconds, len(start.rewritten.ops))
         used = {slot.device for slot in start.given.ops.values()}
         rates.halved = 2 * len(used) <= len(cluster) // start.strategy.data_parallel
     try:
@@ -327,11 +327,9 @@ def _offer_start(tried: list[Candidate], start: StartPlan) -> None:
     if c is None:
         c = Candidate(start.strategy)
         tried.append(c)
-    if c.plan is not None and start.claimed >= c.plan.makespan:
-        return
-    plan = start.checked()
-    if c.plan is None or plan.makespan < c.plan.makespan:
-        c.graph, c.source, c.plan, c.engine, c.why_not = start.graph, start.rewritten or start.graph, plan, START, ""
+    if c.plan is None or start.beats(c.plan.makespan):
+        c.graph, c.source, c.plan, c.engine = start.graph, start.rewritten or start.graph, start.checked(), START
+        c.why_not = ""
 
 
 def _refine_best(graph: Graph, cluster: Cluster, best: Candidate, options: PlaceOptions, deadline: float,

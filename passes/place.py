@@ -260,7 +260,7 @@ def _faster(start: StartPlan, graph: Graph, cluster: Cluster, found: Plan) -> bo
         from pesto_ir.passes.expand import expand_plan  # expand builds on this module
 
         found = expand_plan(graph, cluster, found)
-    return start.claimed < found.makespan * (1 - 1e-12) and start.checked().makespan < found.makespan * (1 - 1e-12)
+    return start.beats(found.makespan)
 
 
 def _kept_on_interrupt(graph: Graph, cluster: Cluster, plan: Plan, algo: str, seconds: float) -> Plan:

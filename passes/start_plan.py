@@ -31,7 +31,7 @@ from pesto_ir.cluster import Cluster
 from pesto_ir.errors import PestoError
 from pesto_ir.ir import Graph
 from pesto_ir.loader import decode_json, read_source_text
-from pesto_ir.passes.collective_buckets import feeds_all_reduce, merge_bucket
+from pesto_ir.passes.collective_buckets import feeds_all_reduce, merge_bucket, mergeable
 from pesto_ir.passes.expand import expand_plan
 from pesto_ir.passes.replicas import (
     ONE_BATCH,
@@ -71,6 +71,10 @@ class StartPlan:
         """The step time the plan gives itself."""
         return self.given.makespan
 
+    def beats(self, makespan: float) -> bool:
+        """Whether the start is faster than `makespan`: by its own times, then checked here."""
+        return self.claimed < makespan * (1 - 1e-12) and self.checked().makespan < makespan * (1 - 1e-12)
+
     def checked(self) -> Plan:
         """The plan, valid here: as given, or re-timed by the simulator with its devices and orders."""
         if self._checked is None:
@@ -108,8 +112,7 @@ def apply_start(graph: Graph, cluster: Cluster, plan: Plan, source: str) -> Star
         rewritten, target = target, target.clone()
         _merge_buckets(target, cluster, strategy, plan.buckets, source)
     _check_ops(target, plan, source, strategy)
-    devices = cluster.names if strategy.data_parallel == 1 else replica_groups(cluster, strategy.data_parallel)[0]
-    _check_devices(cluster, plan, devices, source)
+    _check_devices(cluster, plan, _replica0(cluster, strategy), source)
     return StartPlan(source, strategy, target, plan, cluster, rewritten, rewrite_seconds)
 
 
@@ -117,7 +120,7 @@ def _timed_here(start: StartPlan) -> Plan:
     cluster, strategy, target = start.cluster, start.strategy, start.graph
     timed = _as_given(target, cluster, start.given, strategy)  # one check; re-timing is a simulation and a check
     if timed is None:
-        devices = cluster.names if strategy.data_parallel == 1 else replica_groups(cluster, strategy.data_parallel)[0]
+        devices = _replica0(cluster, strategy)
         sub = sub_cluster(cluster, devices) if len(devices) < len(cluster) else cluster
         try:
             timed = expand_plan(target, sub, _on(start.given, devices))
@@ -132,7 +135,12 @@ def _timed_here(start: StartPlan) -> Plan:
                                notes=[f"{START} {start.source} ({strategy}), timed here"])
 
 
-def _on(plan: Plan, devices: list[str] | tuple[str, ...]) -> Plan:
+def _replica0(cluster: Cluster, strategy: Strategy) -> tuple[str, ...]:
+    """The devices a plan of `strategy` places its ops on here: replica 0's (all of them for d = 1)."""
+    return replica_groups(cluster, strategy.data_parallel)[0]
+
+
+def _on(plan: Plan, devices: tuple[str, ...]) -> Plan:
     """`plan` as a plain plan over `devices` (its slots kept), for the simulator to re-time."""
     return Plan(plan.graph, plan.algorithm, list(devices), dict(plan.ops), [], None)
 
@@ -164,8 +172,8 @@ def _merge_buckets(target: Graph, cluster: Cluster, strategy: Strategy, buckets:
         ops = []
         for member in members:
             op = target.op(member) if target.has_op(member) else None
-            if op is None or op.opcode not in RING_PHASES or member in taken or member in reaches[op.opcode] \
-                    or op.opcode != target.op(members[0]).opcode or op.get("reduction", "sum") != "sum":
+            if op is None or op.opcode not in RING_PHASES or member in taken or not mergeable(op, reaches[op.opcode]) \
+                    or op.opcode != target.op(members[0]).opcode:
                 raise PlaceError(f"{source}: the start plan's bucket '{name}' holds '{member}', which is not a "
                                  f"collective of the replica graph for {strategy} that can be merged with the others "
                                  "(one kind, summed, leading to no other, in one bucket)")
@@ -196,7 +204,7 @@ def _check_ops(target: Graph, plan: Plan, source: str, strategy: Strategy) -> No
     raise PlaceError(f"{source}: the start plan{made_for} is not a plan of {of}: {what}")
 
 
-def _check_devices(cluster: Cluster, plan: Plan, devices: list[str] | tuple[str, ...], source: str) -> None:
+def _check_devices(cluster: Cluster, plan: Plan, devices: tuple[str, ...], source: str) -> None:
     known, allowed = set(cluster.names), set(devices)
     for name in sorted({slot.device for slot in plan.ops.values()}):
         if name not in known:
