@@ -3,7 +3,7 @@ devices a hybrid plan's other replicas mirror, and the time unit of an axis."""
 
 from __future__ import annotations
 
-from pesto_ir.plan import Plan
+from pesto_ir.schedule.plan import Plan
 
 FORMATS = ("png", "svg", "pdf")
 

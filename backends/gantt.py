@@ -29,11 +29,11 @@ from typing import TYPE_CHECKING, TypeAlias
 
 from pesto_ir.backends.figures import FORMATS, image_metadata, mirrored_devices, time_unit
 from pesto_ir.backends.memory_plot import draw_live_bytes
-from pesto_ir.cluster import Cluster
-from pesto_ir.errors import PestoError
-from pesto_ir.ir import Graph
-from pesto_ir.plan import RING_PHASES, Collective, Plan, collective_bytes
-from pesto_ir.units import human_bytes, human_time
+from pesto_ir.cluster.model import Cluster
+from pesto_ir.ir.graph import Graph
+from pesto_ir.schedule.plan import RING_PHASES, Collective, Plan, collective_bytes
+from pesto_ir.util.errors import PestoError
+from pesto_ir.util.units import human_bytes, human_time
 
 if TYPE_CHECKING:  # matplotlib is imported lazily, when a chart is drawn
     from matplotlib.axes import Axes

@@ -35,17 +35,17 @@ import jax
 import numpy as np
 from jax.sharding import NamedSharding, Sharding, SingleDeviceSharding
 
-from pesto_ir.backends import cross_process
 from pesto_ir.backends.jax_replicas import BackendError, ReplicaLayout, Replicas  # noqa: F401 (ReplicaLayout: re-exported)
 from pesto_ir.backends.replica_runtime import REPLICA_AXIS
 from pesto_ir.backends.schedule import Move, Schedule, ScheduleError, Segment, schedule, segment_graph
 from pesto_ir.distributed import is_multiprocess
-from pesto_ir.errors import PestoError
-from pesto_ir.interpreter import ACROSS_REPLICAS, as_function, one_replica
-from pesto_ir.ir import Graph, Value
-from pesto_ir.jax_params import jax_dtype
-from pesto_ir.plan import read_plan_attrs
-from pesto_ir.types import TensorType
+from pesto_ir.ir.graph import Graph, Value
+from pesto_ir.ir.types import TensorType
+from pesto_ir.jaxrt import cross_process
+from pesto_ir.jaxrt.interpreter import ACROSS_REPLICAS, as_function, one_replica
+from pesto_ir.jaxrt.params import jax_dtype
+from pesto_ir.schedule.plan import read_plan_attrs
+from pesto_ir.util.errors import PestoError
 
 DeviceSpec = Sequence[Any] | Mapping[str, Any]
 
@@ -154,7 +154,7 @@ class Executable:
         par = plan.parallelism if plan is not None else None
         self.replicas = Replicas(graph, par, self.devices) if par is not None and par.data_parallel > 1 else None
         # Devices of several processes: this process runs its own devices' segments and its side of
-        # each copy between processes (`backends/cross_process.py`); None in a single process.
+        # each copy between processes (`pesto_ir/jaxrt/cross_process.py`); None in a single process.
         # With replicas, a device of the schedule stands for its mesh: the process runs its segments
         # when the mesh has a device of its own (SPMD: every such process calls them).
         self._here: set[str] | None = None
@@ -347,7 +347,7 @@ class Executable:
         return move, _gather(takes), gives, takes
 
     def _resident_outputs(self, outputs: Gather) -> Gather:
-        """`outputs` as resident arrays (`backends/cross_process.py`): every process gets one per
+        """`outputs` as resident arrays (`pesto_ir/jaxrt/cross_process.py`): every process gets one per
         output, with its data in the process of the output's device."""
         where = [(self.devices[self._regs.names[r][1]], self._regs.spec(r)) for r in self.outputs]
         here = [self._runs_here(self._regs.names[r][1]) for r in self.outputs]

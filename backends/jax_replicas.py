@@ -12,9 +12,9 @@ from jax.sharding import Sharding
 
 from pesto_ir.backends.replica_runtime import join_rows, over_replicas, replica_mesh, replica_sharding, split_rows
 from pesto_ir.backends.schedule import Segment
-from pesto_ir.errors import PestoError
-from pesto_ir.ir import Graph, Value
-from pesto_ir.plan import Parallelism
+from pesto_ir.ir.graph import Graph, Value
+from pesto_ir.schedule.plan import Parallelism
+from pesto_ir.util.errors import PestoError
 
 
 class BackendError(PestoError):
@@ -29,7 +29,7 @@ class ReplicaLayout:
     and what is computed from them) is `varying`. `input_axes` and `output_axes` give the batch axis
     of inputs and outputs by position (`batch_inputs`, `batch_outputs`), along which the caller's
     whole batch is split into the replicas' rows and per-sample outputs are put back together;
-    sharded optimizer state (`sharded_inputs`, `sharded_outputs`: `passes/shard_state.py`) is split
+    sharded optimizer state (`sharded_inputs`, `sharded_outputs`: `passes/rewrite/shard_state.py`) is split
     into the replicas' blocks and put back together the same way."""
 
     def __init__(self, graph: Graph, replicas: int) -> None:

@@ -1,6 +1,6 @@
 """`--memory-plot`: the bytes each device holds over one step, PNG, SVG or PDF (matplotlib, Agg).
 
-One step line per device (`pesto_ir.memory.live_bytes`: tensor lifetimes of the timed plan), a
+One step line per device (`pesto_ir.schedule.memory.live_bytes`: tensor lifetimes of the timed plan), a
 marker at each device's peak and, when the cluster is known, a dashed line at each device's
 capacity. `draw_live_bytes` also draws the memory lane under the Gantt chart (`--gantt-memory`).
 
@@ -17,13 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from pesto_ir.backends.figures import FORMATS, image_metadata, mirrored_devices, time_unit
-from pesto_ir.cluster import Cluster
-from pesto_ir.errors import PestoError
-from pesto_ir.ir import Graph
-from pesto_ir.loader import write_atomic
-from pesto_ir.memory import live_bytes, peak_memory
-from pesto_ir.plan import Plan
-from pesto_ir.units import human_bytes
+from pesto_ir.cluster.model import Cluster
+from pesto_ir.ir.graph import Graph
+from pesto_ir.schedule.memory import live_bytes, peak_memory
+from pesto_ir.schedule.plan import Plan
+from pesto_ir.util.errors import PestoError
+from pesto_ir.util.loader import write_atomic
+from pesto_ir.util.units import human_bytes
 
 CAPACITY_IN_VIEW = 4.0  # capacities above this many times the highest peak would flatten the lines
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from pesto_ir.plan import Plan
+from pesto_ir.schedule.plan import Plan
 
 
 def plan_json_text(plan: Plan) -> str:

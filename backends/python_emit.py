@@ -29,7 +29,6 @@ from typing import Any
 
 import numpy as np
 
-from pesto_ir.attributes import Attr, GraphAttr, ListAttr
 from pesto_ir.backends.jax_replicas import BackendError, ReplicaLayout
 from pesto_ir.backends.python_source import (
     DERIVED_SOURCE,
@@ -43,10 +42,11 @@ from pesto_ir.backends.python_source import (
 )
 from pesto_ir.backends.replica_runtime import REPLICA_AXIS, RUNTIME
 from pesto_ir.backends.schedule import Move, Schedule, Segment, schedule
-from pesto_ir.errors import PestoError
-from pesto_ir.interpreter import ACROSS_REPLICAS, ANNOTATION_KEYS, EVAL_RULES, ReplicaInterpreter, one_replica
-from pesto_ir.ir import Graph, Op, Value
-from pesto_ir.jax_params import (
+from pesto_ir.ir.attributes import Attr, GraphAttr, ListAttr
+from pesto_ir.ir.graph import Graph, Op, Value
+from pesto_ir.ir.types import TensorType
+from pesto_ir.jaxrt.interpreter import ACROSS_REPLICAS, ANNOTATION_KEYS, EVAL_RULES, ReplicaInterpreter, one_replica
+from pesto_ir.jaxrt.params import (
     DERIVED_PARAMS,
     OPEN_JAXPR_CODEC,
     PARAM_DEFAULTS,
@@ -55,8 +55,8 @@ from pesto_ir.jax_params import (
     jax_dtype,
     lookup_primitive,
 )
-from pesto_ir.plan import Parallelism, read_plan_attrs
-from pesto_ir.types import TensorType
+from pesto_ir.schedule.plan import Parallelism, read_plan_attrs
+from pesto_ir.util.errors import PestoError
 
 
 def emit_python(placed_graph: Graph, state_map: Mapping[int, int] | None = None) -> str:

@@ -18,9 +18,9 @@ import numpy as np
 from jax import lax
 
 from pesto_ir.backends.replica_runtime import RUNTIME
-from pesto_ir.errors import PestoError
-from pesto_ir.jax_params import jax_dtype, prng_impl
-from pesto_ir.types import TensorType
+from pesto_ir.ir.types import TensorType
+from pesto_ir.jaxrt.params import jax_dtype, prng_impl
+from pesto_ir.util.errors import PestoError
 
 
 class EmitError(PestoError):

@@ -1,14 +1,14 @@
 """Every report a placed graph can be written as, rendered before anything is written.
 
 The CLI (`--plan-json`, `--trace`, `--gantt`) calls `render_reports` and then writes each result
-with `pesto_ir.loader.write_atomic`, so a failure in one report leaves no file half written.
+with `pesto_ir.util.loader.write_atomic`, so a failure in one report leaves no file half written.
 """
 
 from __future__ import annotations
 
-from pesto_ir.errors import PestoError
-from pesto_ir.ir import Graph
-from pesto_ir.plan import Plan, read_plan_attrs
+from pesto_ir.ir.graph import Graph
+from pesto_ir.schedule.plan import Plan, read_plan_attrs
+from pesto_ir.util.errors import PestoError
 
 
 class ReportError(PestoError):

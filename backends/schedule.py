@@ -16,7 +16,7 @@ same way, decided here without touching JAX:
   every segment that reads them (XLA folds them): they cut no segment and never cross a link.
   This departs from the plan's transfers for those ops only, and only by removing transfers.
 * **Transfers.** A value read on another device than the one that computed it moves there once
-  per destination device (what the plan's transfers and `pesto_ir.simulate.transfer_bytes` say),
+  per destination device (what the plan's transfers and `pesto_ir.schedule.simulate.transfer_bytes` say),
   right after the segment that computes it is dispatched.
 * **Graph inputs** are not ops of the plan. Each lives on the device of its first reader in
   dispatch order (its *home*); other devices that read it get a copy at the start of a step. An
@@ -33,9 +33,9 @@ import heapq
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from pesto_ir.errors import PestoError
-from pesto_ir.ir import Graph, Op, Value, infer_state_map
-from pesto_ir.plan import read_plan_attrs
+from pesto_ir.ir.graph import Graph, Op, Value, infer_state_map
+from pesto_ir.schedule.plan import read_plan_attrs
+from pesto_ir.util.errors import PestoError
 
 
 class ScheduleError(PestoError):

@@ -19,9 +19,9 @@ from typing import Any
 
 from pesto_ir.backends.figures import mirrored_devices
 from pesto_ir.backends.gantt import collectives_of, microbatch_of, parallelism_line
-from pesto_ir.ir import Graph
-from pesto_ir.plan import Collective, OpSlot, Plan
-from pesto_ir.units import human_bytes
+from pesto_ir.ir.graph import Graph
+from pesto_ir.schedule.plan import Collective, OpSlot, Plan
+from pesto_ir.util.units import human_bytes
 
 DEVICES_PID = 1
 LINKS_PID = 2

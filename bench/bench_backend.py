@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from pesto_ir.timing import hold_xla_to_one_core
+from pesto_ir.jaxrt.timing import hold_xla_to_one_core
 
 
 def _setup(k: int, clock: str) -> None:

@@ -7,7 +7,7 @@ For each model (JAX functions lowered with `pesto_ir.frontends.jax.lower`), on o
 * `per op`: `annotate-costs{model=profile fusion=none},simulate` on a one-device cluster: each op
   timed alone (dispatch overhead subtracted), the makespan is their sum;
 * `per kernel`: `annotate-costs{model=profile fusion=xla}`: the kernels XLA would fuse the graph
-  into (`pesto_ir.fusion`), each timed as one executable;
+  into (`pesto_ir.cost.fusion`), each timed as one executable;
 * `roof none`, `roof xla`: `annotate-costs{model=roofline}` with the built-in `cpu` kind's
   datasheet figures, every op its own kernel, and fused kernels;
 * `roof cal` (with `--cluster FILE`, e.g. the file `python -m bench.calibrate` writes): fused
@@ -46,12 +46,12 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # `bench.zoo_jax` when run as a script
 
-from pesto_ir.cluster import Cluster, ClusterError
-from pesto_ir.ir import Graph
-from pesto_ir.machine import describe, elsewhere_note, machine_of
+from pesto_ir.cluster.host import describe, elsewhere_note, machine_of
+from pesto_ir.cluster.model import Cluster, ClusterError
+from pesto_ir.ir.graph import Graph
+from pesto_ir.jaxrt.timing import call_time, hold_xla_to_one_core
 from pesto_ir.passmanager import PassContext, PassManager
-from pesto_ir.plan import read_plan_attrs
-from pesto_ir.timing import call_time, hold_xla_to_one_core
+from pesto_ir.schedule.plan import read_plan_attrs
 
 # ---------------------------------------------------------------- models
 
@@ -214,8 +214,8 @@ def xla_cost(fn: Callable[..., Any], args: tuple[Any, ...]) -> tuple[float, floa
 
 def our_cost(graph: Graph) -> tuple[int, int, int]:
     """FLOPs, fused bytes and unfused bytes of the graph by the roofline rules."""
-    from pesto_ir.fusion import fusion_groups, group_work
-    from pesto_ir.roofline import op_work
+    from pesto_ir.cost.fusion import fusion_groups, group_work
+    from pesto_ir.cost.roofline import op_work
 
     groups = fusion_groups(graph)
     return (sum(group_work(g).flops for g in groups), sum(group_work(g).bytes for g in groups),
@@ -303,7 +303,7 @@ def main() -> int:
         spans += [makespan(lower(fn, *example), cluster, f"annotate-costs{{model=roofline fusion={f}}}")
                   for f in ("none", "xla")]
         spans += [makespan(lower(fn, *example), c, "annotate-costs{model=roofline fusion=xla}") for c in calibrated]
-        from pesto_ir.fusion import fusion_groups
+        from pesto_ir.cost.fusion import fusion_groups
 
         cells = [f"{step * 1e3:>9.3f}ms     "] + [f"{s * 1e3:>9.3f}ms {s / step:>4.2f}" for s in spans]
         print(f"{name:<12} {len(graph.ops):>5} {len(fusion_groups(graph)):>7} " + " ".join(cells)
@@ -330,9 +330,9 @@ def family_table(names: list[str], devices: list[Any], columns: list[str], runs:
     milliseconds of the kernels of that family (roofline on its figures, launches and setups
     included) with their ratio to the measured."""
     from bench.step_trace import family_times, forward_family
+    from pesto_ir.cost.fusion import fusion_groups, group_work, runs_a_kernel
+    from pesto_ir.cost.roofline import work_time
     from pesto_ir.frontends.jax import lower
-    from pesto_ir.fusion import fusion_groups, group_work, runs_a_kernel
-    from pesto_ir.roofline import work_time
 
     head = f"{'model':<12} {'family':<12} {'thunks':>6} {'in step':>10} {'kernels':>7} " + " ".join(
         f"{c:>16}" for c in columns)
@@ -369,7 +369,7 @@ def zoo_table() -> str:
     from bench.zoo import jax_cluster
     from bench.zoo_jax import MODELS as ZOO_MODELS
     from bench.zoo_jax import lower_model
-    from pesto_ir.fusion import fusion_groups
+    from pesto_ir.cost.fusion import fusion_groups
 
     lines = ["| model | ops | kernels | fusion=none ms | fusion=xla ms | xla / none |", "|---|---:|---:|---:|---:|---:|"]
     for name in ZOO_MODELS:

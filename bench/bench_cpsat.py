@@ -24,17 +24,17 @@ import time
 from pathlib import Path
 
 import pesto_ir
-from pesto_ir.attributes import StringAttr
-from pesto_ir.bounds import lower_bound
-from pesto_ir.cluster import Cluster
-from pesto_ir.errors import PestoError
+from pesto_ir.cluster.model import Cluster
 from pesto_ir.frontends.json_graph import graph_from_json
-from pesto_ir.ir import Graph
+from pesto_ir.ir.attributes import StringAttr
+from pesto_ir.ir.graph import Graph
 from pesto_ir.passes.coarsen import coarsen_groups
-from pesto_ir.passes.cpsat_worker import shared_solver
 from pesto_ir.passes.expand import expand_plan
 from pesto_ir.passes.place import ALGORITHMS, place_graph
-from pesto_ir.placement import PlaceOptions
+from pesto_ir.passes.placement.exact.cpsat_worker import shared_solver
+from pesto_ir.passes.placement.options import PlaceOptions
+from pesto_ir.schedule.bounds import lower_bound
+from pesto_ir.util.errors import PestoError
 
 MSR = Path(__file__).resolve().parents[2] / "shared" / "graphs" / "msr"  # the shared/ folder beside the checkout
 MEMORY = 17185374208

@@ -19,14 +19,14 @@ import time
 from pathlib import Path
 
 import pesto_ir
-from pesto_ir.bounds import lower_bound
-from pesto_ir.cluster import Cluster
-from pesto_ir.errors import PestoError
+from pesto_ir.cluster.model import Cluster
 from pesto_ir.frontends.json_graph import graph_from_json
-from pesto_ir.ir import Graph
-from pesto_ir.passes.algo_ilp import place_ilp
-from pesto_ir.placement import PlaceOptions
-from pesto_ir.plan import Plan
+from pesto_ir.ir.graph import Graph
+from pesto_ir.passes.placement.exact.ilp import place_ilp
+from pesto_ir.passes.placement.options import PlaceOptions
+from pesto_ir.schedule.bounds import lower_bound
+from pesto_ir.schedule.plan import Plan
+from pesto_ir.util.errors import PestoError
 
 MSR = Path(__file__).resolve().parents[2] / "shared" / "graphs" / "msr"  # the shared/ folder beside the checkout
 LAYER_GRAPHS = ["bert24_inference_layer", "bert24_training_layer", "gnmt_inference_layer",

@@ -2,7 +2,7 @@
 
 For each model of `bench/zoo_jax.py` at full size, one training step is lowered, costed with the
 roofline model of one H100 (80 GiB) and placed with `single`; its peak is the exact peak of that
-schedule by tensor lifetimes (`pesto_ir.memory`). Beside it, the same step compiled by `jax.jit`
+schedule by tensor lifetimes (`pesto_ir.schedule.memory`). Beside it, the same step compiled by `jax.jit`
 on this machine's backend: XLA's `memory_analysis()` (arguments + outputs + temporaries - aliases),
 and the count the project used before lifetimes (every op's results and inputs held for the whole
 step). Ratio = Pesto / XLA.
@@ -24,13 +24,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import jax  # noqa: E402
 
 from bench import zoo_jax  # noqa: E402
-from pesto_ir.cluster import Cluster  # noqa: E402
+from pesto_ir.cluster.model import Cluster  # noqa: E402
 from pesto_ir.frontends.jax import lower  # noqa: E402
-from pesto_ir.memory import footprints, peak_memory  # noqa: E402
 from pesto_ir.passes.place import ALGORITHMS  # noqa: E402
+from pesto_ir.passes.placement.options import PlaceOptions  # noqa: E402
 from pesto_ir.passmanager import PassContext, PassManager  # noqa: E402
-from pesto_ir.placement import PlaceOptions  # noqa: E402
-from pesto_ir.units import human_bytes  # noqa: E402
+from pesto_ir.schedule.memory import footprints, peak_memory  # noqa: E402
+from pesto_ir.util.units import human_bytes  # noqa: E402
 
 GiB = 2**30
 

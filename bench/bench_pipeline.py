@@ -5,7 +5,7 @@ pipeline over k devices can approach the total work spread over them. For every 
 layer graph and k devices, `place{algo=auto microbatches=auto}` (micro-batches up to 32; these
 graphs declare no gradient bytes, so there are no data-parallel replicas), the fixed GPipe and
 1F1B schedules, the eager schedule of the same stages and the interleaved layouts' eager schedule
-(`passes/algo_pipeline.py`) at m = 1, 2, 4, ..., 32 are run side by side; the table gives each
+(`passes/placement/pipeline/schedules.py`) at m = 1, 2, 4, ..., 32 are run side by side; the table gives each
 plan's step time, its m, and the ratio to
 
     bound(m) = max(total work / k, critical path / m)
@@ -30,16 +30,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.unit_balance import in_own_process  # noqa: E402
 from bench.zoo import msr_cluster, msr_model  # noqa: E402
-from pesto_ir.bounds import critical_path, fastest_costs  # noqa: E402
-from pesto_ir.cluster import Cluster  # noqa: E402
-from pesto_ir.errors import PestoError  # noqa: E402
-from pesto_ir.ir import Graph  # noqa: E402
-from pesto_ir.passes.algo_common import colocation_units  # noqa: E402
-from pesto_ir.passes.algo_pipeline import PIPELINE_SCHEDULES, PipelineGraph, pipeline_plan  # noqa: E402
-from pesto_ir.passes.hybrid import Strategy, as_hybrid, replica_graph  # noqa: E402
+from pesto_ir.cluster.model import Cluster  # noqa: E402
+from pesto_ir.ir.graph import Graph  # noqa: E402
+from pesto_ir.passes.placement.common import colocation_units  # noqa: E402
+from pesto_ir.passes.placement.options import PlaceOptions  # noqa: E402
+from pesto_ir.passes.placement.pipeline.schedules import PIPELINE_SCHEDULES, PipelineGraph, pipeline_plan  # noqa: E402
+from pesto_ir.passes.placement.search.hybrid import Strategy, as_hybrid, replica_graph  # noqa: E402
 from pesto_ir.passmanager import PassContext, PassManager  # noqa: E402
-from pesto_ir.placement import PlaceOptions  # noqa: E402
-from pesto_ir.plan import Plan, read_plan_attrs  # noqa: E402
+from pesto_ir.schedule.bounds import critical_path, fastest_costs  # noqa: E402
+from pesto_ir.schedule.plan import Plan, read_plan_attrs  # noqa: E402
+from pesto_ir.util.errors import PestoError  # noqa: E402
 
 GRAPHS = ("bert24_training_layer", "gnmt_training_layer", "inceptionv3_training_layer", "resnet50_training_layer")
 MICROBATCHES = (1, 2, 4, 8, 16, 32)

@@ -1,7 +1,7 @@
 """Every placement algorithm on the MSR graphs, for k = 2 and 4 V100s (16 GiB each, links of
 10 us + bytes / 50 GB/s), in one table: makespan, makespan / lower bound, and plan time.
 
-The heuristics place the fine graph; `ilp` (when passes/algo_ilp.py exists) and the other exact
+The heuristics place the fine graph; `ilp` (when passes/placement/exact/ilp.py exists) and the other exact
 solvers (`--algos cpsat auto ...`) place the graph coarsened to `coarsen`'s default target and are
 expanded back, as the default pipeline does; the time column then covers coarsen + place + expand.
 The lower bound is always the fine graph's.
@@ -23,16 +23,16 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-from pesto_ir.bounds import lower_bound
-from pesto_ir.cluster import Cluster
-from pesto_ir.errors import PestoError
+from pesto_ir.cluster.model import Cluster
 from pesto_ir.frontends.json_graph import graph_from_json
-from pesto_ir.ir import Graph
+from pesto_ir.ir.graph import Graph
 from pesto_ir.passes.coarsen import DEFAULT_TARGET, coarsen_groups, quotient_graph
 from pesto_ir.passes.expand import expand_plan
 from pesto_ir.passes.place import ALGORITHMS, place_graph
-from pesto_ir.placement import PlaceOptions
-from pesto_ir.plan import read_plan_attrs
+from pesto_ir.passes.placement.options import PlaceOptions
+from pesto_ir.schedule.bounds import lower_bound
+from pesto_ir.schedule.plan import read_plan_attrs
+from pesto_ir.util.errors import PestoError
 
 MSR = Path(__file__).resolve().parents[2] / "shared" / "graphs" / "msr"  # the shared/ folder beside the checkout
 MEMORY = 17185374208

@@ -10,7 +10,7 @@ import random
 import time
 
 from pesto_ir import Graph, TensorType, parse
-from pesto_ir.attributes import BytesAttr, DurationAttr
+from pesto_ir.ir.attributes import BytesAttr, DurationAttr
 
 
 def generated_graph(n_ops: int, seed: int = 0) -> Graph:

@@ -2,7 +2,7 @@
 
 Simulated: every JAX zoo model at full size on k datasheet H100s (the suite's cluster), pure data
 parallelism (d = k one-device replicas, `single` placement, collectives bucketed): the step with the
-optimizer state replicated and sharded (`passes/shard_state.py`), each replica's peak memory, the
+optimizer state replicated and sharded (`passes/rewrite/shard_state.py`), each replica's peak memory, the
 optimizer state each holds, and the ratios.
 
 Measured (`--measure`, on this machine's JAX devices): a small Adam step run by `parallelize` with
@@ -28,13 +28,13 @@ os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 
 from bench.zoo import jax_cluster, jax_model  # noqa: E402
 from bench.zoo_jax import MODELS  # noqa: E402
-from pesto_ir.errors import PestoError  # noqa: E402
-from pesto_ir.ir import Graph  # noqa: E402
+from pesto_ir.ir.graph import Graph  # noqa: E402
 from pesto_ir.passes.place import place_graph  # noqa: E402
-from pesto_ir.passes.replicas import Strategy, bucketed, replica_graph, replica_groups, sub_cluster  # noqa: E402
-from pesto_ir.placement import PlaceOptions  # noqa: E402
-from pesto_ir.plan import Plan  # noqa: E402
-from pesto_ir.units import human_bytes  # noqa: E402
+from pesto_ir.passes.placement.options import PlaceOptions  # noqa: E402
+from pesto_ir.passes.rewrite.replicas import Strategy, bucketed, replica_graph, replica_groups, sub_cluster  # noqa: E402
+from pesto_ir.schedule.plan import Plan  # noqa: E402
+from pesto_ir.util.errors import PestoError  # noqa: E402
+from pesto_ir.util.units import human_bytes  # noqa: E402
 
 STATES = ("replicated", "sharded")
 

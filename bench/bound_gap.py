@@ -1,7 +1,7 @@
 """The one-batch plans of a suite run against the lower bound as the current code computes it.
 
 The suite's table records each row's lower bound when it ran. When the bound gets tighter, the
-plans stay what they were, so this recomputes the bound (`pesto_ir.bounds.lower_bound`, on the
+plans stay what they were, so this recomputes the bound (`pesto_ir.schedule.bounds.lower_bound`, on the
 fine graph and the row's cluster, as the suite does) for the rows of a `suite.json` and prints, per
 row, the recorded and the current bound, the term that binds now, and `auto-1b` (Pesto's one-batch
 plan) over each; then the geometric means per k, over the MSR graphs and over every row.
@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import pesto_ir  # noqa: E402
 from bench.suite import _binding_term, geomean  # noqa: E402
 from bench.zoo import zoo  # noqa: E402
-from pesto_ir.bounds import lower_bound  # noqa: E402
+from pesto_ir.schedule.bounds import lower_bound  # noqa: E402
 
 ONE_BATCH = "auto-1b"
 

@@ -5,7 +5,7 @@ datasheet, plus a launch overhead. Real kernels reach only a fraction of the dat
 and a different fraction per kind of kernel, so this measures, on the local JAX devices:
 
 * kernels: zoo training steps (`bench/zoo_jax.py`) at sizes that run on a CPU, cut into the
-  kernels XLA runs (`pesto_ir.fusion.fusion_groups`), each timed as one executable
+  kernels XLA runs (`pesto_ir.cost.fusion.fusion_groups`), each timed as one executable
   (`Profiler.time_ops`). The launch overhead is the median time of the smallest quarter of the
   kernels (by roofline time: there the launch is all there is); each op family gets an
   efficiency and a setup (fixed seconds per kernel, `fit_family`) such that
@@ -41,11 +41,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pesto_ir.cluster import OP_FAMILIES, PARENT_FAMILY, Cluster, ClusterError, Device, family_efficiency, family_figure
-from pesto_ir.errors import PestoError
-from pesto_ir.ir import Graph, Op
-from pesto_ir.machine import describe, machine_of
-from pesto_ir.timing import hold_xla_to_one_core
+from pesto_ir.cluster.host import describe, machine_of
+from pesto_ir.cluster.model import (
+    OP_FAMILIES,
+    PARENT_FAMILY,
+    Cluster,
+    ClusterError,
+    Device,
+    family_efficiency,
+    family_figure,
+)
+from pesto_ir.ir.graph import Graph, Op
+from pesto_ir.jaxrt.measure_collectives import measured_cluster
+from pesto_ir.jaxrt.timing import hold_xla_to_one_core
+from pesto_ir.util.errors import PestoError
 
 # A family is calibrated only when its kernels spend at least this share of their measured time,
 # and this many seconds, beyond the launches: kernels that are all launch (or timer noise) say
@@ -118,7 +127,7 @@ class Sample:
 
 def datasheet_time(work: Any, device: Device) -> float:
     """Roofline seconds of `work` by the datasheet alone, no launch (what the efficiency divides)."""
-    from pesto_ir.roofline import bound_time
+    from pesto_ir.cost.roofline import bound_time
 
     return bound_time(work, device)
 
@@ -134,8 +143,8 @@ def kernel_samples(graph: Graph, device: Device, jax_device: Any, profiler: Any,
                    progress: Callable[[str], None]) -> list[Sample]:
     """Every kernel of `graph` that does work, timed on `jax_device` (identical kernels once).
     A kernel JAX cannot run alone is left out, and counted in the progress line."""
-    from pesto_ir.fusion import fusion_groups, group_work, runs_a_kernel
-    from pesto_ir.profile import ProfileError, group_signature
+    from pesto_ir.cost.fusion import fusion_groups, group_work, runs_a_kernel
+    from pesto_ir.jaxrt.profile import ProfileError, group_signature
 
     groups = fusion_groups(graph)
     order = {id(op): i for i, op in enumerate(graph.ops)}
@@ -275,8 +284,8 @@ def step_sample(name: str, model: str, config: Any, graph: Graph, device: Device
     import jax
 
     from bench.zoo_jax import concrete_arguments, step_at
-    from pesto_ir.fusion import fusion_groups, group_work, runs_a_kernel
-    from pesto_ir.timing import call_time
+    from pesto_ir.cost.fusion import fusion_groups, group_work, runs_a_kernel
+    from pesto_ir.jaxrt.timing import call_time
 
     step, spec = step_at(model, config)
     jax_device = profiler.jax_device_for(device.kind)
@@ -509,7 +518,7 @@ def calibrated_cluster(devices: Sequence[Any], kind: str | None, launch: float,
     """The cluster of `devices` with links and all-reduce measured now (no disk cache), every
     device carrying the calibrated launch overhead, efficiencies and setups, and the machine they
     describe (`calibrated_on`)."""
-    cluster = Cluster.from_jax_devices(devices, kind=kind, measure=True, cache=False)
+    cluster = measured_cluster(devices, kind=kind, cache=False)
     calibrated = [dataclasses.replace(d, launch_overhead=launch, efficiency=tuple(efficiency.items()),
                                       setup=tuple((setup or {}).items()))
                   for d in cluster.devices]
@@ -619,10 +628,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 def run(args: argparse.Namespace) -> int:
     import jax
 
-    from pesto_ir.cluster import jax_device_kind, kind_named
-    from pesto_ir.loader import write_atomic
-    from pesto_ir.profile import Profiler
-    from pesto_ir.roofline import launch_overhead
+    from pesto_ir.cluster.model import jax_device_kind, kind_named
+    from pesto_ir.cost.roofline import launch_overhead
+    from pesto_ir.jaxrt.profile import Profiler
+    from pesto_ir.util.loader import write_atomic
 
     def say(text: str) -> None:
         if not args.quiet:

@@ -22,9 +22,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # `bench.zoo` when run as a script
 
 from bench.zoo import Model, zoo  # noqa: E402
-from pesto_ir.bounds import lower_bound  # noqa: E402
-from pesto_ir.ir import Graph  # noqa: E402
+from pesto_ir.ir.graph import Graph  # noqa: E402
 from pesto_ir.passes.coarsen import coarsen_groups, grouped_bound  # noqa: E402
+from pesto_ir.schedule.bounds import lower_bound  # noqa: E402
 
 
 def _cell(x: float) -> str:

@@ -26,8 +26,8 @@ import pesto_ir  # noqa: E402
 from bench.suite import Starts, coarsen_place_expand  # noqa: E402
 from bench.zoo import Model, zoo  # noqa: E402
 from pesto_ir.passes.place import place_graph  # noqa: E402
-from pesto_ir.placement import PlaceOptions  # noqa: E402
-from pesto_ir.plan import read_plan_attrs  # noqa: E402
+from pesto_ir.passes.placement.options import PlaceOptions  # noqa: E402
+from pesto_ir.schedule.plan import read_plan_attrs  # noqa: E402
 
 BASELINES = ("single", "m-etf", "m-sct", "etf", "heft")
 SEARCHES = {"auto-1b": "auto data-parallel=1 microbatches=1", "auto": "auto"}

@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import pesto_ir  # noqa: E402
 from bench.suite import default_time_limit, zoo  # noqa: E402
 from pesto_ir.passmanager import PassContext, PassManager  # noqa: E402
-from pesto_ir.plan import read_plan_attrs  # noqa: E402
+from pesto_ir.schedule.plan import read_plan_attrs  # noqa: E402
 
 
 def _seconds(text: str) -> float:

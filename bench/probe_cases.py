@@ -331,15 +331,15 @@ def api_probes() -> list[Probe]:
         "load(a folder)": 'pesto_ir.load("/tmp")',
         "load(.txt file)": 'pesto_ir.load("m.txt")',
         "parse_json_graph(None)": "from pesto_ir.frontends.json_graph import parse_json_graph; parse_json_graph(None)",
-        "Cluster.load(None)": "from pesto_ir.cluster import Cluster; Cluster.load(None)",
-        "Cluster.homogeneous(0)": "from pesto_ir.cluster import Cluster; Cluster.homogeneous(0)",
-        "Cluster.homogeneous(2, latency=nan)": "from pesto_ir.cluster import Cluster; "
+        "Cluster.load(None)": "from pesto_ir.cluster.model import Cluster; Cluster.load(None)",
+        "Cluster.homogeneous(0)": "from pesto_ir.cluster.model import Cluster; Cluster.homogeneous(0)",
+        "Cluster.homogeneous(2, latency=nan)": "from pesto_ir.cluster.model import Cluster; "
                                                "Cluster.homogeneous(2, latency=float('nan'))",
-        "Cluster.homogeneous(2, 'tpu9')": "from pesto_ir.cluster import Cluster; Cluster.homogeneous(2, 'tpu9')",
+        "Cluster.homogeneous(2, 'tpu9')": "from pesto_ir.cluster.model import Cluster; Cluster.homogeneous(2, 'tpu9')",
         'Pipeline.parse("")': "from pesto_ir.passmanager import Pipeline; Pipeline.parse('')",
         "Pipeline.parse(None)": "from pesto_ir.passmanager import Pipeline; Pipeline.parse(None)",
-        "Cluster.homogeneous(100000)": "from pesto_ir.cluster import Cluster; Cluster.homogeneous(100000)",
-        "Plan.from_json(junk)": "from pesto_ir.plan import Plan; Plan.from_json({'format': 'x'})",
+        "Cluster.homogeneous(100000)": "from pesto_ir.cluster.model import Cluster; Cluster.homogeneous(100000)",
+        "Plan.from_json(junk)": "from pesto_ir.schedule.plan import Plan; Plan.from_json({'format': 'x'})",
     }
     probes = [api(name, k, "import pesto_ir\n" + code, "error", files={"m.txt": "hello"}) for name, code in entry.items()]
     par = {

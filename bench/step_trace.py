@@ -6,9 +6,9 @@ measures each step from the inside (`bench_costs --families`): a
 `jax.profiler.trace` of a few runs gives every thunk XLA's runtime executed with its duration
 and its HLO instruction (`hlo_op`), and the compiled module's text says what each instruction
 computes: the ops of its fused computation. Each instruction gets the op family of
-`pesto_ir.roofline.op_family` its hero would have (a convolution, a dot, a pooling window, a
+`pesto_ir.cost.roofline.op_family` its hero would have (a convolution, a dot, a pooling window, a
 reduction, ...), so a step's measured seconds per family can be set against its roofline seconds
-per family (`pesto_ir.fusion` kernels), family by family instead of only as one total.
+per family (`pesto_ir.cost.fusion` kernels), family by family instead of only as one total.
 
 Gradient families are not told apart here (`PARENT_FAMILY`: a filter gradient counts as a
 convolution, a weight gradient as a matmul): that needs the operands' layouts, which the kernels
@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pesto_ir.cluster import PARENT_FAMILY
+from pesto_ir.cluster.model import PARENT_FAMILY
 
 # What an HLO instruction runs, from the opcodes of its fused computation, first match wins; the
 # families are `OP_FAMILIES`' forward families.
@@ -133,7 +133,7 @@ def _attribute_expansions(families: dict[str, str], makes_data: set[str], entry:
     scatter that reads a pooling window's result is the max-pool gradient's (`select_and_scatter`
     becomes a variadic `reduce-window`, iotas, broadcasts and a scatter), and an instruction that
     only makes data (an iota, a broadcast) counts in its readers' family when they share one (our
-    kernels recompute broadcasts inside their readers, `pesto_ir.fusion.DUPLICATED`)."""
+    kernels recompute broadcasts inside their readers, `pesto_ir.cost.fusion.DUPLICATED`)."""
     def sources(name: str) -> set[str]:  # through get-tuple-element, bitcast and tuple, which run nothing
         inst = entry.get(name)
         if inst is None or inst.opcode not in NO_THUNK or inst.opcode == "parameter":

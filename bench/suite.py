@@ -3,7 +3,7 @@
 For every model of the zoo (`bench/zoo.py`) and k devices, the suite places the graph with
 
 - the baselines on the fine graph, as Baechi runs them: `single`, `expert`, `m-topo`, `m-etf`,
-  `m-sct`, and the classic list schedulers `etf` and `heft` (`passes/algo_list.py`);
+  `m-sct`, and the classic list schedulers `etf` and `heft` (`passes/placement/heuristics/list_scheduling.py`);
 - what users run beyond one batch: `dp` (every device a replica, gradients all-reduced in buckets,
   as `jax.jit` over a batch-sharded mesh), `gpipe` and `1f1b` (k contiguous stages balanced by
   cost, the fixed schedule, the best micro-batch count up to 32);
@@ -48,16 +48,16 @@ from typing import Any
 
 import pesto_ir
 from bench.zoo import Model, zoo
-from pesto_ir.bounds import colocated_path, fastest_costs, lower_bound, memory_cut_path, transfer_aware_path
-from pesto_ir.cluster import Cluster
-from pesto_ir.errors import PestoError
-from pesto_ir.ir import Graph
-from pesto_ir.loader import write_atomic
+from pesto_ir.cluster.model import Cluster
+from pesto_ir.ir.graph import Graph
 from pesto_ir.passes.coarsen import quotient_graph
 from pesto_ir.passes.place import default_time_limit, place_graph
+from pesto_ir.passes.placement.options import PlaceOptions
 from pesto_ir.passmanager import PassContext, PassManager
-from pesto_ir.placement import PlaceOptions
-from pesto_ir.plan import Plan, read_plan_attrs
+from pesto_ir.schedule.bounds import colocated_path, fastest_costs, lower_bound, memory_cut_path, transfer_aware_path
+from pesto_ir.schedule.plan import Plan, read_plan_attrs
+from pesto_ir.util.errors import PestoError
+from pesto_ir.util.loader import write_atomic
 
 FORMAT = "pesto-bench/1"
 BASELINES = ("single", "expert", "m-topo", "m-etf", "m-sct", "etf", "heft")
@@ -269,7 +269,7 @@ def strategy_of(plan: Plan) -> str:
 def data_parallel_baseline(graph: Graph, cluster: Cluster, options: PlaceOptions) -> Outcome:
     """`dp`: every device a replica of the whole step (d = k), the gradients all-reduced in
     buckets, as jax.jit over a batch-sharded mesh runs it."""
-    from pesto_ir.passes.hybrid import Strategy, bucketed, replica_graph, replica_groups, sub_cluster
+    from pesto_ir.passes.placement.search.hybrid import Strategy, bucketed, replica_graph, replica_groups, sub_cluster
 
     started = time.perf_counter()
     k = len(cluster)
@@ -291,8 +291,8 @@ def pipeline_baselines(graph: Graph, model: Model, ks: list[int], options: Place
     """`gpipe`, `1f1b` for each k: k contiguous stages balanced by cost, the fixed schedule, the
     best m in `PIPELINE_MICROBATCHES` that fits memory and divides the batch. Each rewritten
     graph is built once and scheduled for every k."""
-    from pesto_ir.passes.algo_pipeline import PipelineGraph, pipeline_plan
-    from pesto_ir.passes.hybrid import Strategy, as_hybrid, replica_graph
+    from pesto_ir.passes.placement.pipeline.schedules import PipelineGraph, pipeline_plan
+    from pesto_ir.passes.placement.search.hybrid import Strategy, as_hybrid, replica_graph
 
     best: dict[tuple[int, str], Outcome] = {}
     errors: dict[tuple[int, str], list[str]] = {}

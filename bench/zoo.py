@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pesto_ir
-from pesto_ir.cluster import Cluster
-from pesto_ir.ir import Graph
+from pesto_ir.cluster.model import Cluster
+from pesto_ir.ir.graph import Graph
 from pesto_ir.passmanager import PassContext, PassManager
 
 MSR = Path(__file__).resolve().parents[2] / "shared" / "graphs" / "msr"  # the shared/ folder beside the checkout

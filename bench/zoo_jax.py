@@ -12,7 +12,7 @@ Sizes:
 
 * `full`: realistic for 2-8 H100s (hundreds to a few thousand ops, tens of ms per step on one
   H100 by the roofline model), at the batches one 80 GiB H100 really holds: the peak by tensor
-  lifetimes (`pesto_ir.memory`) of every step on one device is within 80 GiB (GPT: 16 sequences
+  lifetimes (`pesto_ir.schedule.memory`) of every step on one device is within 80 GiB (GPT: 16 sequences
   of 1024, 54 GiB; ResNet-50 and Inception: 256 images), so the single-device baseline has a
   makespan. The exception is `gpt24`, GPT twice as deep at GPT's batch: it does not fit one
   device, so only plans that split it (a pipeline, micro-batches, replicas) have a step time. `python3 bench/bench_memory.py` prints each peak next to XLA's own figure.
@@ -84,7 +84,7 @@ from bench.zoo_jax_models import (
     bottleneck,
 )
 from pesto_ir.frontends.jax import lower
-from pesto_ir.ir import Graph
+from pesto_ir.ir.graph import Graph
 
 SIZES = ("full", "quick")
 MODELS: tuple[str, ...] = ("mlp", "resnet", "inception", "gpt", "gpt24", "lstm_seq2seq", "multitower")

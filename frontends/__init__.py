@@ -6,8 +6,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from pesto_ir.ir import Graph
-from pesto_ir.loader import ArgumentError
+from pesto_ir.ir.graph import Graph
+from pesto_ir.util.loader import ArgumentError
 
 
 def parse(text: str, filename: str = "<string>", engine: str = "fast") -> Graph:

@@ -3,7 +3,7 @@
 `lower(fn, *example_args)` traces `fn` with `jax.make_jaxpr` and walks the jaxpr:
 
 * every equation becomes an op whose opcode is the primitive's name and whose attributes are its
-  parameters, printed through the codec table of `pesto_ir.jax_params` (so the interpreter can
+  parameters, printed through the codec table of `pesto_ir.jaxrt.params` (so the interpreter can
   decode them back and bind the primitive);
 * calls (`jit`/`pjit`, `closed_call`, `custom_jvp_call`, `custom_vjp_call`, `remat`/`checkpoint`,
   `custom_linear_solve`) are inlined: their bodies' equations become ops of the enclosing graph,
@@ -46,8 +46,6 @@ import jax
 import jax.extend.core as jex
 import numpy as np
 
-from pesto_ir.attributes import Attr, DictAttr, FloatAttr, GraphAttr, IntAttr, ListAttr, StringAttr, to_attr
-from pesto_ir.errors import PestoError
 from pesto_ir.frontends.jax_names import FreshNames, arg_names, function_name, sanitize_name, source_location
 from pesto_ir.frontends.jax_primitives import (
     COLLECTIVE_ADVICE,
@@ -58,9 +56,10 @@ from pesto_ir.frontends.jax_primitives import (
     InlineRule,
     LoweringError,
 )
-from pesto_ir.gc_pause import gc_paused
-from pesto_ir.ir import Graph, Location, Op, Value
-from pesto_ir.jax_params import (
+from pesto_ir.ir.attributes import Attr, DictAttr, FloatAttr, GraphAttr, IntAttr, ListAttr, StringAttr, to_attr
+from pesto_ir.ir.graph import Graph, Location, Op, Value
+from pesto_ir.ir.types import TensorType, dtype_short_name
+from pesto_ir.jaxrt.params import (
     DERIVED_PARAMS,
     ParamEncodeError,
     encode_param,
@@ -68,7 +67,8 @@ from pesto_ir.jax_params import (
     key_type_name,
     remember_primitive,
 )
-from pesto_ir.types import TensorType, dtype_short_name
+from pesto_ir.util.errors import PestoError
+from pesto_ir.util.gc_pause import gc_paused
 
 Env = dict[Any, Value]
 
@@ -114,7 +114,7 @@ class LoweredFunction:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Run the graph with the reference interpreter; same pytree result as the function."""
-        from pesto_ir.interpreter import evaluate
+        from pesto_ir.jaxrt.interpreter import evaluate
 
         outs = evaluate(self.graph, *self.flat_inputs(*args, **kwargs))
         return jax.tree_util.tree_unflatten(self.out_tree, outs)
@@ -155,7 +155,7 @@ def lower_function(fn: Callable[..., Any], *example_args: Any, param_argnums: in
     if batch or batch_argnums is not None:  # `batch_argnums=()` says: no batch (written as {})
         graph.attrs["batch_inputs"] = DictAttr(tuple((name, IntAttr(0)) for name in batch))
     if verify:
-        from pesto_ir.verifier import verify as verify_graph
+        from pesto_ir.ir.verifier import verify as verify_graph
 
         verify_graph(graph, f"after lowering {graph.name}")
     return LoweredFunction(graph, consts, in_tree, jax.tree_util.tree_structure(out_shape), closed)

@@ -10,7 +10,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from pesto_ir.ir import Location
+from pesto_ir.ir.graph import Location
 
 _summarize: Callable[..., str] | None
 try:  # public in jax.extend since 0.4.3x; without it ops simply carry no location

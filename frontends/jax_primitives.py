@@ -14,8 +14,8 @@ from typing import Any
 
 import jax.extend.core as jex
 
-from pesto_ir.errors import PestoError
 from pesto_ir.frontends.jax_names import sanitize_name
+from pesto_ir.util.errors import PestoError
 
 Atom = Any  # a jaxpr Var or Literal
 

@@ -8,7 +8,7 @@ with a node's output size expect; such a node's output is inside it, so its op g
 A node may instead split it into `resident` bytes (whole step) and `activation` bytes (its output,
 held from its start until its readers are done). A node that declares none of these holds its edge
 tensors as outputs. Copies of edge tensors received on other devices always count, with lifetimes
-(see `pesto_ir.memory`). Edges become operands: a node's out-edges of one byte size share one
+(see `pesto_ir.schedule.memory`). Edges become operands: a node's out-edges of one byte size share one
 `blob[N]` result, so a tensor sent to several consumers is one value (and is sent once per device).
 Nodes are reordered topologically; a cycle is an error naming its nodes.
 """
@@ -21,11 +21,13 @@ import json.decoder
 from pathlib import Path
 from typing import Any
 
-from pesto_ir.attributes import Attr, BoolAttr, BytesAttr, DictAttr, DurationAttr, StringAttr, to_attr
-from pesto_ir.cluster import suggestion_problem
-from pesto_ir.errors import ParseError, SourceSpan
-from pesto_ir.ir import Graph, Op, Value
-from pesto_ir.loader import (
+from pesto_ir.cluster.model import suggestion_problem
+from pesto_ir.ir.attributes import Attr, BoolAttr, BytesAttr, DictAttr, DurationAttr, StringAttr, to_attr
+from pesto_ir.ir.graph import Graph, Op, Value
+from pesto_ir.ir.types import BlobType
+from pesto_ir.schedule.memory import output_bytes
+from pesto_ir.util.errors import ParseError, SourceSpan
+from pesto_ir.util.loader import (
     MAX_NESTING,
     MAX_SECONDS,
     ArgumentError,
@@ -36,8 +38,6 @@ from pesto_ir.loader import (
     span_at,
     too_deep,
 )
-from pesto_ir.memory import output_bytes
-from pesto_ir.types import BlobType
 
 FORMAT = "pesto-graph/1"
 OPCODE = "opaque"

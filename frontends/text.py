@@ -23,14 +23,14 @@ from typing import Any
 from lark import Token, Transformer
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken, VisitError
 
-from pesto_ir.attributes import Attr, DictAttr, GraphAttr, ListAttr
-from pesto_ir.errors import ParseError, SourceSpan
 from pesto_ir.frontends.text_fast import FastParser, FastPathRefusal
 from pesto_ir.frontends.text_semantics import OpRecord, ReturnRecord, Semantics, lark_parser
-from pesto_ir.gc_pause import gc_paused
-from pesto_ir.ir import Graph, Location
-from pesto_ir.loader import ArgumentError, nesting_error, read_source_text, too_deep
-from pesto_ir.types import Type
+from pesto_ir.ir.attributes import Attr, DictAttr, GraphAttr, ListAttr
+from pesto_ir.ir.graph import Graph, Location
+from pesto_ir.ir.types import Type
+from pesto_ir.util.errors import ParseError, SourceSpan
+from pesto_ir.util.gc_pause import gc_paused
+from pesto_ir.util.loader import ArgumentError, nesting_error, read_source_text, too_deep
 
 _TERMINAL_WORDS: dict[str, str] = {
     "AT_NAME": "a name like @main",

@@ -10,11 +10,11 @@ import re
 from functools import lru_cache
 from typing import Any
 
-from pesto_ir.attributes import Attr, DictAttr, GraphAttr, ListAttr
 from pesto_ir.frontends.text_semantics import OpRecord, ReturnRecord, Semantics, lark_parser
-from pesto_ir.ir import Graph
-from pesto_ir.loader import MAX_NESTING
-from pesto_ir.types import Type
+from pesto_ir.ir.attributes import Attr, DictAttr, GraphAttr, ListAttr
+from pesto_ir.ir.graph import Graph
+from pesto_ir.ir.types import Type
+from pesto_ir.util.loader import MAX_NESTING
 
 
 class FastToken:

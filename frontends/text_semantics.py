@@ -14,7 +14,7 @@ from typing import Any
 
 from lark import Lark
 
-from pesto_ir.attributes import (
+from pesto_ir.ir.attributes import (
     BYTE_UNITS,
     Attr,
     BoolAttr,
@@ -30,10 +30,10 @@ from pesto_ir.attributes import (
     TypeAttr,
     parse_duration,
 )
-from pesto_ir.errors import ParseError, SourceSpan
-from pesto_ir.ir import Graph, Location, Op, Value
-from pesto_ir.loader import MAX_SECONDS, brief, finite
-from pesto_ir.types import DTYPES, KEY_IMPLS, BlobType, TensorType, Type, key_dtype
+from pesto_ir.ir.graph import Graph, Location, Op, Value
+from pesto_ir.ir.types import DTYPES, KEY_IMPLS, BlobType, TensorType, Type, key_dtype
+from pesto_ir.util.errors import ParseError, SourceSpan
+from pesto_ir.util.loader import MAX_SECONDS, brief, finite
 
 _NAMED_VALUES: dict[str, Attr] = {
     "true": BoolAttr(True), "false": BoolAttr(False), "none": NoneAttr(),

@@ -2,24 +2,24 @@
 
 - `given`: the costs are already on the ops (cost graphs, hand-written `.pir`); check that every op
   has one, for every device of the cluster, so no placement reads a silent 0.
-- `roofline`: FLOPs and bytes from shapes (`pesto_ir.roofline`), timed on each device's figures.
+- `roofline`: FLOPs and bytes from shapes (`pesto_ir.cost.roofline`), timed on each device's figures.
 - `auto`: `given` when every op has a cost, else `roofline` (for pipelines that take both cost
   graphs and models written without costs). `roofline` and `profile` replace costs already on ops
   and warn that they do.
-- `profile`: each op run with `jax.jit` on a real JAX device of each kind (`pesto_ir.profile`),
+- `profile`: each op run with `jax.jit` on a real JAX device of each kind (`pesto_ir.jaxrt.profile`),
   median (`stat=min`: minimum) of `runs` timed calls after `warmup`, cached on disk.
 
 `roofline` and `profile` write `cost` (one duration when every device is alike, else a dict keyed by
 device kind, or by device name when one kind has several speeds), `flops` and `bytes_accessed`.
 
 With `fusion=xla` (their default) they cost the kernels XLA fuses the graph into
-(`pesto_ir.fusion`), not each op alone: a kernel's roofline time (or, with `profile`, its ops run
+(`pesto_ir.cost.fusion`), not each op alone: a kernel's roofline time (or, with `profile`, its ops run
 as one executable) is shared among its ops in proportion to their unfused roofline times, its
 bytes are charged to the ops that read them from or write them to memory, and every op gets a
 `fusion` label naming its kernel (coarsening merges a kernel first). `fusion=none` costs every op
 as a kernel of its own, as before. On the zoo the fused bytes match XLA's own `cost_analysis()`
 within 5% on the MLP and GPT steps, where each op alone counts 1.6-1.9x (bench/bench_costs.py).
-They write no `memory`: a JAX graph's memory is in its types (`pesto_ir.memory`). Its inputs are
+They write no `memory`: a JAX graph's memory is in its types (`pesto_ir.schedule.memory`). Its inputs are
 the resident bytes (parameters, optimizer state, the batch: arguments held for the whole step on
 every device that reads them), its op results the activations (held from their op's start until
 their last reader is done), so a rematerialised (`checkpoint`) forward, whose backward recomputes
@@ -39,13 +39,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar
 
-from pesto_ir.attributes import Attr, BytesAttr, DictAttr, DurationAttr, IntAttr, StringAttr
-from pesto_ir.cluster import Cluster, Device
-from pesto_ir.costs import CostError, op_cost
-from pesto_ir.fusion import FusionGroup, fusion_groups, group_time, kernel_bytes, shared_out
-from pesto_ir.ir import Graph, Op
+from pesto_ir.cluster.model import Cluster, Device
+from pesto_ir.cost.fusion import FusionGroup, fusion_groups, group_time, kernel_bytes, shared_out
+from pesto_ir.cost.lookup import CostError, op_cost
+from pesto_ir.cost.roofline import COLLECTIVES, NO_KERNEL, WORK_RULES, op_time, op_work
+from pesto_ir.ir.attributes import Attr, BytesAttr, DictAttr, DurationAttr, IntAttr, StringAttr
+from pesto_ir.ir.graph import Graph, Op
 from pesto_ir.passmanager import Pass, PassContext
-from pesto_ir.roofline import COLLECTIVES, NO_KERNEL, WORK_RULES, op_time, op_work
 
 MAX_LISTED = 10
 FUSION_MODES = ("xla", "none")
@@ -112,7 +112,7 @@ def annotate_times(graph: Graph, cluster: Cluster, figures: Callable[[Device], t
 
 def annotate_work(graph: Graph, kernels: list[FusionGroup] | None = None) -> None:
     """`flops` and `bytes_accessed` on every op; with the fused `kernels`, the bytes an op moves
-    within its kernel (intermediates stay in registers: `pesto_ir.fusion.kernel_bytes`)."""
+    within its kernel (intermediates stay in registers: `pesto_ir.cost.fusion.kernel_bytes`)."""
     moved = {name: b for group in kernels or () for name, b in kernel_bytes(group).items()}
     for op in graph.ops:
         work = op_work(op)
@@ -209,8 +209,8 @@ def _warn_replaced(graph: Graph, model: str, ctx: PassContext) -> None:
 def guessed_opcodes(graph: Graph) -> list[str]:
     """Opcodes the roofline model can only guess at: no rule of their own and no JAX primitive of
     that name (whose elementwise default would be right), once each, nested bodies included."""
-    from pesto_ir.errors import PestoError
-    from pesto_ir.jax_params import lookup_primitive
+    from pesto_ir.jaxrt.params import lookup_primitive
+    from pesto_ir.util.errors import PestoError
 
     seen: set[str] = set()
     out: list[str] = []
@@ -231,7 +231,7 @@ def guessed_opcodes(graph: Graph) -> list[str]:
 
 
 def _profile(p: AnnotateCostsPass, graph: Graph, cluster: Cluster | None, ctx: PassContext) -> None:
-    from pesto_ir.profile import Profiler
+    from pesto_ir.jaxrt.profile import Profiler
 
     cluster = cluster or Cluster.from_jax_devices()
     _warn_replaced(graph, "profiled", ctx)

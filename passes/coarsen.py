@@ -62,7 +62,7 @@ colocation class, so a class's cost (at most total / (4 devices)) and memory are
 which keeps forced colocation from swallowing the graph.
 
 The fine graph stays the pipeline's graph: the pass only writes a `group` attribute ("g17") on
-every op. `quotient_graph` (`passes/coarse_graph.py`) builds the coarse graph placement algorithms solve.
+every op. `quotient_graph` (`passes/rewrite/coarse_graph.py`) builds the coarse graph placement algorithms solve.
 """
 
 from __future__ import annotations
@@ -71,13 +71,11 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from pesto_ir.attributes import StringAttr
-from pesto_ir.bounds import lower_bound
-from pesto_ir.cluster import Cluster
-from pesto_ir.costs import op_cost, value_bytes
-from pesto_ir.ir import Graph, Op
-from pesto_ir.memory import footprints
-from pesto_ir.passes.coarse_graph import (  # noqa: F401 (group_members, quotient_graph: re-exported)
+from pesto_ir.cluster.model import Cluster
+from pesto_ir.cost.lookup import op_cost, value_bytes
+from pesto_ir.ir.attributes import StringAttr
+from pesto_ir.ir.graph import Graph, Op
+from pesto_ir.passes.rewrite.coarse_graph import (  # noqa: F401 (group_members, quotient_graph: re-exported)
     KEY_DEVICE,
     CoarsenError,
     cost_keys,
@@ -86,7 +84,9 @@ from pesto_ir.passes.coarse_graph import (  # noqa: F401 (group_members, quotien
     quotient_graph,
 )
 from pesto_ir.passmanager import Pass, PassContext
-from pesto_ir.union_find import find_root
+from pesto_ir.schedule.bounds import lower_bound
+from pesto_ir.schedule.memory import footprints
+from pesto_ir.util.union_find import find_root
 
 # Measured with bench/bench_place.py --targets on the 16 MSR graphs, k = 2 and 4: m-ETF's
 # geometric-mean makespan / lower bound is 1.10 / 1.14 at 200 nodes, against 1.14 / 1.16-1.17 at
@@ -309,7 +309,7 @@ def coarsen_groups(graph: Graph, target: int, cluster: Cluster | None = None,
 
 
 def grouped_bound(graph: Graph, cluster: Cluster, groups: list[str]) -> float:
-    """The lower bound (`pesto_ir.bounds`) of `graph` contracted by `groups` (a name per op): what
+    """The lower bound (`pesto_ir.schedule.bounds`) of `graph` contracted by `groups` (a name per op): what
     no plan of the coarse graph can beat, transfers at joins included."""
     g = graph.clone()
     for op, name in zip(g.ops, groups):

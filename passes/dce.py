@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pesto_ir.ir import Graph, Op
+from pesto_ir.ir.graph import Graph, Op
 from pesto_ir.passmanager import Pass, PassContext
 
 EFFECTFUL = frozenset({"debug_print", "debug_callback", "io_callback", "callback"})

@@ -12,14 +12,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pesto_ir.cluster import Cluster
-from pesto_ir.ir import Graph
+from pesto_ir.cluster.model import Cluster
+from pesto_ir.ir.graph import Graph
+from pesto_ir.passes.placement.options import COARSE_NOTE, PlaceError, require_cluster
 from pesto_ir.passmanager import Pass, PassContext
-from pesto_ir.placement import COARSE_NOTE, PlaceError, require_cluster
-from pesto_ir.plan import Plan, read_plan_attrs, write_plan_attrs
-from pesto_ir.simulate import order_from_priority, simulate
-from pesto_ir.units import human_time
-from pesto_ir.validate import check_plan, collectives_for
+from pesto_ir.schedule.plan import Plan, read_plan_attrs, write_plan_attrs
+from pesto_ir.schedule.simulate import order_from_priority, simulate
+from pesto_ir.schedule.validate import check_plan, collectives_for
+from pesto_ir.util.units import human_time
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """`microbatch{microbatches=M data-parallel=D}`: the pass that rewrites the step into one replica's
-M micro-batches (the rewrite is `passes/rebatch.py`; with D > 1 on a cluster, the replica graph of
-`passes/replicas.py`, its all-reduces costed as `place` costs them with the same degrees).
+M micro-batches (the rewrite is `passes/rewrite/rebatch.py`; with D > 1 on a cluster, the replica graph of
+`passes/rewrite/replicas.py`, its all-reduces costed as `place` costs them with the same degrees).
 
 The names the rewrite used to have here (`rebatch`, `batch_spec`, `MicrobatchError`, ...) are
 importable from here still.
@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pesto_ir.ir import Graph
-from pesto_ir.passes.batch_axes import BATCH_RULES, Batched, BatchSpec, Cut, MicrobatchError, batch_spec, rule
-from pesto_ir.passes.rebatch import MAX_MICROBATCHES, PLAN_KEYS, Rewriter, check_degree, rebatch
-from pesto_ir.passes.replicas import Strategy, replica_graph, shard_state
+from pesto_ir.ir.graph import Graph
+from pesto_ir.passes.rewrite.batch_axes import BATCH_RULES, Batched, BatchSpec, Cut, MicrobatchError, batch_spec, rule
+from pesto_ir.passes.rewrite.rebatch import MAX_MICROBATCHES, PLAN_KEYS, Rewriter, check_degree, rebatch
+from pesto_ir.passes.rewrite.replicas import Strategy, replica_graph, shard_state
 from pesto_ir.passmanager import Pass, PassContext
 
 __all__ = ["BATCH_RULES", "MAX_MICROBATCHES", "PLAN_KEYS", "BatchSpec", "Batched", "Cut", "MicrobatchError",
@@ -28,7 +28,7 @@ class MicrobatchPass(Pass):
     name = "microbatch"
     microbatches: int = 1
     data_parallel: int = 1
-    optimizer_state: str = "replicated"  # or "sharded" across the replicas (passes/shard_state.py)
+    optimizer_state: str = "replicated"  # or "sharded" across the replicas (passes/rewrite/shard_state.py)
 
     def __post_init__(self) -> None:
         check_degree(self.microbatches, "microbatches")

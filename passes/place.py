@@ -14,9 +14,9 @@ best plan of the 200 coarse groups. So an exact engine's coarse plan is expanded
 the heuristics run on the fine graph, and the faster plan is recorded, with a note that says which.
 `auto` goes one step further, as multilevel partitioners do when they uncoarsen: it spends half its
 time on the coarse graph and the rest refining the faster fine plan on the fine graph, first with
-critical-path moves (`passes/local_search.py`, which needs only the simulator), then, on graphs of
+critical-path moves (`passes/placement/search/local_search.py`, which needs only the simulator), then, on graphs of
 up to `lns.MAX_OPS` ops, where a step of it stays cheap, with LNS. Last, in the `JUSTIFY_SHARE` of
-its time kept for it, auto justifies the fine plan's device orders (`passes/justify.py`): a list
+its time kept for it, auto justifies the fine plan's device orders (`passes/placement/justify.py`): a list
 schedule run forward cannot know which ready op the end of the step waits for; run backward
 from the end it can.
 """
@@ -28,21 +28,16 @@ import importlib.util
 import time
 from dataclasses import dataclass
 
-from pesto_ir.bounds import lower_bound, memory_shortfall
-from pesto_ir.cluster import Cluster
-from pesto_ir.errors import PestoError
-from pesto_ir.ir import Graph
-from pesto_ir.loader import seed_problem
-from pesto_ir.passes.coarse_graph import quotient_graph
-from pesto_ir.passes.heuristic_portfolio import ALGORITHMS as ALGORITHMS  # re-exported, with the exact engines
-from pesto_ir.passes.heuristic_portfolio import WARM_START_ALGOS as WARM_START_ALGOS  # importable here too
-from pesto_ir.passes.heuristic_portfolio import best_heuristic_plan
-from pesto_ir.passes.justify import ROUNDS as JUSTIFY_ROUNDS
-from pesto_ir.passes.justify import justified
-from pesto_ir.passes.replicas import Strategy
-from pesto_ir.passes.start_plan import StartPlan, apply_start, read_start_plan, strategy_of
-from pesto_ir.passmanager import Pass, PassContext
-from pesto_ir.placement import (  # COARSE_NOTE, PlaceError, require_cluster: shared with expand, importable here too
+from pesto_ir.cluster.model import Cluster
+from pesto_ir.ir.graph import Graph
+from pesto_ir.passes.placement.heuristics.portfolio import (
+    ALGORITHMS as ALGORITHMS,  # re-exported, with the exact engines
+)
+from pesto_ir.passes.placement.heuristics.portfolio import WARM_START_ALGOS as WARM_START_ALGOS  # importable here too
+from pesto_ir.passes.placement.heuristics.portfolio import best_heuristic_plan
+from pesto_ir.passes.placement.justify import ROUNDS as JUSTIFY_ROUNDS
+from pesto_ir.passes.placement.justify import justified
+from pesto_ir.passes.placement.options import (  # COARSE_NOTE, PlaceError, require_cluster: shared with expand, importable here too
     COARSE_NOTE,
     Algorithm,
     Interrupted,
@@ -53,47 +48,54 @@ from pesto_ir.placement import (  # COARSE_NOTE, PlaceError, require_cluster: sh
     require_cluster,
     time_limit_problem,
 )
-from pesto_ir.plan import OpSlot, Plan, write_plan_attrs
-from pesto_ir.simulate import PlanError
-from pesto_ir.units import human_time
-from pesto_ir.validate import check_plan
+from pesto_ir.passes.placement.search.start_plan import StartPlan, apply_start, read_start_plan, strategy_of
+from pesto_ir.passes.rewrite.coarse_graph import quotient_graph
+from pesto_ir.passes.rewrite.replicas import Strategy
+from pesto_ir.passmanager import Pass, PassContext
+from pesto_ir.schedule.bounds import lower_bound, memory_shortfall
+from pesto_ir.schedule.plan import OpSlot, Plan, write_plan_attrs
+from pesto_ir.schedule.simulate import PlanError
+from pesto_ir.schedule.validate import check_plan
+from pesto_ir.util.errors import PestoError
+from pesto_ir.util.loader import seed_problem
+from pesto_ir.util.units import human_time
 
 
 def _place_ilp(graph: Graph, cluster: Cluster, options: PlaceOptions) -> Plan:
-    """The exact MILP (passes/algo_ilp.py), solved in a worker process (passes/ilp_worker.py): a
+    """The exact MILP (passes/placement/exact/ilp.py), solved in a worker process (passes/placement/exact/ilp_worker.py): a
     solver crash or Ctrl-C keeps the best plan found so far."""
-    from pesto_ir.passes.ilp_worker import place_ilp_in_worker
+    from pesto_ir.passes.placement.exact.ilp_worker import place_ilp_in_worker
 
     return place_ilp_in_worker(graph, cluster, options)
 
 
 def _place_cpsat(graph: Graph, cluster: Cluster, options: PlaceOptions) -> Plan:
-    """CP-SAT (passes/algo_cpsat.py), imported only when asked for."""
-    from pesto_ir.passes.algo_cpsat import place_cpsat
+    """CP-SAT (passes/placement/exact/cpsat.py), imported only when asked for."""
+    from pesto_ir.passes.placement.exact.cpsat import place_cpsat
 
     return place_cpsat(graph, cluster, options)
 
 
 def _place_auto(graph: Graph, cluster: Cluster, options: PlaceOptions) -> Plan:
-    """The portfolio of heuristics, CP-SAT and LNS (passes/algo_auto.py), imported only when asked for."""
-    from pesto_ir.passes.algo_auto import place_auto
+    """The portfolio of heuristics, CP-SAT and LNS (passes/placement/search/auto.py), imported only when asked for."""
+    from pesto_ir.passes.placement.search.auto import place_auto
 
     return place_auto(graph, cluster, options)
 
 
 def _place_lns(engine: str) -> Algorithm:
-    """Large-neighbourhood search with `engine` (passes/lns.py), imported only when asked for."""
+    """Large-neighbourhood search with `engine` (passes/placement/search/lns.py), imported only when asked for."""
 
     def place(graph: Graph, cluster: Cluster, options: PlaceOptions) -> Plan:
-        from pesto_ir.passes.lns import improve_with_lns
+        from pesto_ir.passes.placement.search.lns import improve_with_lns
 
         return improve_with_lns(graph, cluster, options, engine=engine)
 
     return place
 
 
-# The heuristics are in ALGORITHMS already (passes/heuristic_portfolio.py); the exact engines join them.
-if importlib.util.find_spec("pesto_ir.passes.algo_ilp") is not None:
+# The heuristics are in ALGORITHMS already (passes/placement/heuristics/portfolio.py); the exact engines join them.
+if importlib.util.find_spec("pesto_ir.passes.placement.exact.ilp") is not None:
     ALGORITHMS["ilp"] = _place_ilp
     ALGORITHMS["ilp-lns"] = _place_lns("ilp")
 if importlib.util.find_spec("ortools") is not None:
@@ -128,17 +130,17 @@ class PlacePass(Pass):
     time_limit: float | None = None  # None: `default_time_limit` of the graph's size
     seed: int | None = None  # None: the pipeline's seed
     solver: str = "cbc"
-    data_parallel: str | None = None  # N or auto; None: auto for algo=auto, else 1 (passes/hybrid.py)
+    data_parallel: str | None = None  # N or auto; None: auto for algo=auto, else 1 (passes/placement/search/hybrid.py)
     microbatches: str | None = None  # N or auto; None: auto for algo=auto, else 1
-    # replicated, sharded across the data-parallel replicas (passes/shard_state.py), or auto:
+    # replicated, sharded across the data-parallel replicas (passes/rewrite/shard_state.py), or auto:
     # sharded where a strategy's replicas with the whole state give no plan (memory), and for
     # one-device replicas where that is faster
     optimizer_state: str = "auto"
-    start: str | None = None  # a pesto-plan/1 file: the plan to start from and to beat (passes/start_plan.py)
+    start: str | None = None  # a pesto-plan/1 file: the plan to start from and to beat (passes/placement/search/start_plan.py)
 
     def __post_init__(self) -> None:
         _algorithm(self.algo)
-        from pesto_ir.passes.hybrid import OPTIMIZER_STATE_CHOICES, parse_degree
+        from pesto_ir.passes.placement.search.hybrid import OPTIMIZER_STATE_CHOICES, parse_degree
 
         parse_degree(self.data_parallel, "data-parallel")
         parse_degree(self.microbatches, "microbatches")
@@ -227,7 +229,7 @@ class PlacePass(Pass):
         rewritten = graph.attrs.get("microbatched")
         d, m = self.degrees()
         if rewritten is not None:  # the microbatch pass ran: place its replica graph as it is
-            from pesto_ir.passes.replicas import place_rewritten
+            from pesto_ir.passes.rewrite.replicas import place_rewritten
 
             if self.data_parallel not in (None, "1") or self.microbatches not in (None, "1") or \
                     self.optimizer_state != "auto":
@@ -245,7 +247,7 @@ class PlacePass(Pass):
     def degrees(self) -> tuple[int | None, int | None]:
         """(data-parallel, microbatches): a number, or None to search; unset means search for
         `auto` and 1 (a one-batch plan) for the other algorithms."""
-        from pesto_ir.passes.hybrid import parse_degree
+        from pesto_ir.passes.placement.search.hybrid import parse_degree
 
         unset = "auto" if self.algo == "auto" else "1"
         return (parse_degree(self.data_parallel or unset, "data-parallel"),
@@ -323,7 +325,7 @@ def place_graph(graph: Graph, cluster: Cluster, algo: str, options: PlaceOptions
 
 def justified_plan(graph: Graph, cluster: Cluster, plan: Plan, deadline: float) -> Plan:
     """`plan` (of the fine ops, one replica) with its devices' orders justified
-    (`passes/justify.py`: same placement, the eager schedule of the priorities a schedule run
+    (`passes/placement/justify.py`: same placement, the eager schedule of the priorities a schedule run
     backward from the end gives), where that is faster and valid; auto's last step (MSR graphs
     at 4 devices, `bench/place_row.py`: Inception-V3's layers 324.1 to 315.1 ms, BERT-3's ops
     118.5 to 117.0 ms)."""
@@ -360,10 +362,10 @@ def _coarse_interrupted(caught: KeyboardInterrupt, graph: Graph, cluster: Cluste
 def place_hybrid(graph: Graph, cluster: Cluster, algo: str, options: PlaceOptions, data_parallel: int | None,
                  microbatches: int | None, optimizer_state: str = "auto",
                  start: StartPlan | None = None) -> tuple[Graph, Plan]:
-    """The fastest plan over data-parallel replicas x micro-batches (`passes/hybrid.py`), `algo`
+    """The fastest plan over data-parallel replicas x micro-batches (`passes/placement/search/hybrid.py`), `algo`
     placing each replica, the search taking `start` as its strategy's plan so far; the replica
     graph it is a plan of, and the plan."""
-    from pesto_ir.passes.hybrid import search
+    from pesto_ir.passes.placement.search.hybrid import search
 
     def heuristic(g: Graph, c: Cluster, o: PlaceOptions) -> Plan:
         if g is graph:  # the one-batch step: the heuristics (the plan auto must never be slower than),
@@ -423,9 +425,9 @@ def refined_on_fine_graph(graph: Graph, cluster: Cluster, plan: Plan, options: P
     LNS times its plans with the solver's order of transfers on each link; `expand` re-times them
     first come, first served, as the JAX executable runs them, so that is the time compared."""
     from pesto_ir.passes.expand import expand_plan  # expand builds on this module
-    from pesto_ir.passes.lns import MAX_OPS as LNS_MAX_OPS
-    from pesto_ir.passes.lns import improve_with_lns
-    from pesto_ir.passes.local_search import improve_by_moves
+    from pesto_ir.passes.placement.search.lns import MAX_OPS as LNS_MAX_OPS
+    from pesto_ir.passes.placement.search.lns import improve_with_lns
+    from pesto_ir.passes.placement.search.local_search import improve_by_moves
 
     began = time.perf_counter()
     start = expand_plan(graph, cluster, plan)

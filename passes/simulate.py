@@ -3,7 +3,7 @@
 A placement algorithm's own times may be optimistic or stale (costs changed, the graph was
 expanded from a coarse plan). This pass keeps what was decided, each op's device and the order
 of ops on each device (by recorded start time, ties in graph order, which is topological), and
-lets `pesto_ir.simulate` compute the times under the cluster's link model. The result is
+lets `pesto_ir.schedule.simulate` compute the times under the cluster's link model. The result is
 validated, written back in place of the old times, and summarised.
 
 A graph with no placement at all on a one-device cluster runs on that device in graph order, so
@@ -15,15 +15,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from pesto_ir.bounds import lower_bound
-from pesto_ir.cluster import Cluster
-from pesto_ir.errors import PestoError
-from pesto_ir.ir import Graph
+from pesto_ir.cluster.model import Cluster
+from pesto_ir.ir.graph import Graph
 from pesto_ir.passmanager import Pass, PassContext
-from pesto_ir.plan import Plan, read_plan_attrs, write_plan_attrs
-from pesto_ir.report import format_summary, summarize
-from pesto_ir.simulate import simulate
-from pesto_ir.validate import check_plan, collectives_for
+from pesto_ir.schedule.bounds import lower_bound
+from pesto_ir.schedule.plan import Plan, read_plan_attrs, write_plan_attrs
+from pesto_ir.schedule.report import format_summary, summarize
+from pesto_ir.schedule.simulate import simulate
+from pesto_ir.schedule.validate import check_plan, collectives_for
+from pesto_ir.util.errors import PestoError
 
 
 class SimulateError(PestoError):
@@ -62,7 +62,7 @@ def resimulate(graph: Graph, cluster: Cluster) -> Plan:
         plan.solver, plan.notes = previous.solver, list(previous.notes)
     bounded = cluster
     if previous is not None and previous.parallelism is not None:  # replica 0's schedule, run by every replica
-        from pesto_ir.passes.replicas import sub_cluster
+        from pesto_ir.passes.rewrite.replicas import sub_cluster
 
         plan.devices, plan.parallelism = list(previous.devices), previous.parallelism
         plan.collectives = collectives_for(graph, plan)

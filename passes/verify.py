@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pesto_ir.ir import Graph
+from pesto_ir.ir.graph import Graph
+from pesto_ir.ir.verifier import verify
 from pesto_ir.passmanager import Pass, PassContext
-from pesto_ir.verifier import verify
 
 
 @dataclass(frozen=True)

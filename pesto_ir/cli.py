@@ -17,16 +17,16 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from pesto_ir import __version__
-from pesto_ir.attributes import parse_size
-from pesto_ir.cluster import KINDS, Cluster, ClusterError, suggestion_problem
-from pesto_ir.errors import PestoError
+from pesto_ir.cluster.model import KINDS, Cluster, ClusterError, suggestion_problem
 from pesto_ir.frontends import load
-from pesto_ir.ir import Graph
-from pesto_ir.loader import MAX_SEED, seed_problem, write_atomic
+from pesto_ir.ir.attributes import parse_size
+from pesto_ir.ir.graph import Graph
+from pesto_ir.ir.verifier import verify
+from pesto_ir.passes.placement.options import time_limit_problem
 from pesto_ir.passmanager import PassContext, PassManager, Pipeline
-from pesto_ir.placement import time_limit_problem
-from pesto_ir.verifier import verify
+from pesto_ir.util.errors import PestoError
+from pesto_ir.util.loader import MAX_SEED, seed_problem, write_atomic
+from pesto_ir.util.version import __version__
 
 DEFAULT_PIPELINE = "annotate-costs,coarsen,place,expand,simulate"
 DEFAULT_DEVICES = 2
@@ -84,7 +84,7 @@ def _seed(text: str) -> int:
 
 def _degree(text: str) -> str:
     """--data-parallel / --microbatches: a whole number from 1, or auto."""
-    from pesto_ir.passes.hybrid import parse_degree
+    from pesto_ir.passes.placement.search.hybrid import parse_degree
 
     try:
         parse_degree(text, "the value")

@@ -4,7 +4,7 @@ One process runs per host (or per group of devices), each the same program; afte
 `initialize()` every process sees the devices of all of them (`jax.devices()`), and its own
 (`jax.local_devices()`). A plan over devices of several processes runs in every process at once:
 each dispatches the segments of its own devices and takes part in each copy that leaves or
-reaches one of them, in the same order everywhere (`backends/cross_process.py`). Planning is not
+reaches one of them, in the same order everywhere (`pesto_ir/jaxrt/cross_process.py`). Planning is not
 repeated: process 0 plans and the others read its placed graph from the runtime's key-value store
 (`shared_text`), so all of them run the very same plan, whatever the time-limited solvers found.
 
@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from pesto_ir.errors import PestoError
+from pesto_ir.util.errors import PestoError
 
 ENV_COORDINATOR = "PESTO_COORDINATOR"  # host:port of process 0's coordination service
 ENV_PROCESSES = "PESTO_NUM_PROCESSES"
@@ -126,7 +126,7 @@ def fetch(tree: Any) -> Any:
     import jax
     import numpy as np
 
-    from pesto_ir.backends.cross_process import copy_to_every_process, resident_device
+    from pesto_ir.jaxrt.cross_process import copy_to_every_process, resident_device
 
     everyone = set(range(jax.process_count()))
 

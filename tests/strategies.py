@@ -10,11 +10,11 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from pesto_ir.cluster import Cluster, Device, Link
-from pesto_ir.costs import op_memory
+from pesto_ir.cluster.model import Cluster, Device, Link
+from pesto_ir.cost.lookup import op_memory
 from pesto_ir.frontends.json_graph import graph_from_json
-from pesto_ir.ir import Graph
-from pesto_ir.memory import footprints
+from pesto_ir.ir.graph import Graph
+from pesto_ir.schedule.memory import footprints
 
 KINDS = ("v100", "cpu")  # the keys per-kind costs use; random clusters mix these kinds
 

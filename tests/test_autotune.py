@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import pesto_ir
-from pesto_ir.cluster import Cluster
+from pesto_ir.cluster.model import Cluster
 
 
 def _step(p: Any, x: jax.Array, y: jax.Array) -> Any:
@@ -79,7 +79,7 @@ def test_donated_arguments_are_given_to_the_winner_only() -> None:
 def test_when_jit_wins_jax_dispatches_the_calls_until_a_new_signature(monkeypatch: Any) -> None:
     """With plain jax.jit chosen, calls go to `jax.jit(fn)` directly (no Python flattening or
     signature check of ours); a call with a new signature is still planned and tuned on its own."""
-    import pesto_ir.autotune as autotune
+    import pesto_ir.parallel.autotune as autotune
 
     monkeypatch.setattr(autotune, "choose", lambda candidates, leaves, steps: next(
         c for c in candidates if c.name == "jit"))
@@ -103,9 +103,9 @@ def test_when_jit_wins_jax_dispatches_the_calls_until_a_new_signature(monkeypatc
 def test_the_measured_speed_calibrates_the_cluster() -> None:
     """The jit candidate's measured step gives the speed factor s; the calibrated cluster's devices
     are s times slower, so the one-device roofline time of the step equals the measured time."""
-    from pesto_ir.autotune import speed_factor
-    from pesto_ir.machine import machine_of
-    from pesto_ir.roofline import graph_time
+    from pesto_ir.cluster.host import machine_of
+    from pesto_ir.cost.roofline import graph_time
+    from pesto_ir.parallel.autotune import speed_factor
 
     p, x, y = _inputs()
     run = pesto_ir.parallelize(_step, devices=jax.devices()[:2], param_argnums=0, autotune=True, autotune_steps=1)

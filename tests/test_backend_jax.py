@@ -39,11 +39,11 @@ import pesto_ir
 from pesto_ir.backends.jax import BackendError, Executable, build
 from pesto_ir.backends.python_emit import emit_python
 from pesto_ir.backends.schedule import ScheduleError, dispatch_order, schedule
-from pesto_ir.cluster import Cluster
-from pesto_ir.errors import PestoError
+from pesto_ir.cluster.model import Cluster
 from pesto_ir.frontends.jax import LoweredFunction, lower_function
 from pesto_ir.passmanager import PassContext, PassManager
-from pesto_ir.plan import read_plan_attrs
+from pesto_ir.schedule.plan import read_plan_attrs
+from pesto_ir.util.errors import PestoError
 
 FAST = {"xla_backend_optimization_level": 0}
 

@@ -16,9 +16,9 @@ import pytest
 
 import pesto_ir
 from pesto_ir import PestoError
-from pesto_ir.attributes import DictAttr, IntAttr
 from pesto_ir.frontends.jax import LoweringError, lower, lower_function
-from pesto_ir.parallel import ParallelizeOptions
+from pesto_ir.ir.attributes import DictAttr, IntAttr
+from pesto_ir.parallel.wrapper import ParallelizeOptions
 from pesto_ir.passes.microbatch import rebatch
 
 BATCH = 8

@@ -12,7 +12,7 @@ from strategies import v100s  # noqa: E402
 
 from bench.bench_pipeline import unit_balance  # noqa: E402
 from bench.unit_balance import in_own_process  # noqa: E402
-from pesto_ir.ir import Graph  # noqa: E402
+from pesto_ir.ir.graph import Graph  # noqa: E402
 
 
 def test_the_least_busiest_load_is_the_best_split() -> None:
@@ -24,7 +24,7 @@ def test_the_least_busiest_load_is_the_best_split() -> None:
 def test_bert24s_units_cannot_balance_six_devices(bert24: Graph) -> None:
     """The MSR BERT-24 training layer graph at 6 devices: its 32 colocated units leave the busiest
     device above total / 6, and no split does better than the bound says."""
-    from pesto_ir.bounds import fastest_costs
+    from pesto_ir.schedule.bounds import fastest_costs
 
     cluster = v100s(6)
     least, optimal = unit_balance(bert24, cluster, seconds=120.0)  # about 1 s on a quiet machine

@@ -178,7 +178,7 @@ def test_bound_gap_recomputes_the_bound_of_recorded_rows(tmp_path: Path, capsys:
     """A recorded row keeps its plan; the bound is the current code's, the ratios both."""
     from bench import bound_gap
     from bench.zoo import msr_model
-    from pesto_ir.bounds import lower_bound
+    from pesto_ir.schedule.bounds import lower_bound
 
     if not (MSR / "bert24_training_layer.json").exists():
         pytest.skip(f"{MSR} is not here")

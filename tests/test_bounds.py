@@ -12,11 +12,18 @@ from hypothesis import strategies as st
 from strategies import KINDS, graph_docs
 
 from pesto_ir import parse
-from pesto_ir.bounds import colocated_path, critical_path, fastest_costs, lower_bound, memory_cut_path, memory_shortfall
-from pesto_ir.cluster import Cluster, Device
-from pesto_ir.costs import op_cost, op_memory
+from pesto_ir.cluster.model import Cluster, Device
+from pesto_ir.cost.lookup import op_cost, op_memory
 from pesto_ir.frontends.json_graph import graph_from_json
-from pesto_ir.ir import Graph
+from pesto_ir.ir.graph import Graph
+from pesto_ir.schedule.bounds import (
+    colocated_path,
+    critical_path,
+    fastest_costs,
+    lower_bound,
+    memory_cut_path,
+    memory_shortfall,
+)
 
 MS = 1e-3
 CHAIN_AND_SIDE = parse("""
@@ -175,7 +182,7 @@ def test_the_colocated_path_never_passes_a_plan(doc: dict[str, Any], data: st.Da
     """Every placement that keeps colocated ops together (on 2 or 3 devices, per-kind costs on
     devices of two kinds), each timed in topological order and in a drawn priority order, takes
     at least the colocated path."""
-    from pesto_ir.simulate import order_from_priority, simulate
+    from pesto_ir.schedule.simulate import order_from_priority, simulate
 
     graph = graph_from_json(doc)
     k = data.draw(st.integers(2, 3))

@@ -21,8 +21,8 @@ from bench.calibrate import (
     relative_error,
 )
 from pesto_ir.cli import main as pesto_compile
-from pesto_ir.cluster import OP_FAMILIES, Cluster
-from pesto_ir.machine import describe, machine_of
+from pesto_ir.cluster.host import describe, machine_of
+from pesto_ir.cluster.model import OP_FAMILIES, Cluster
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -68,9 +68,9 @@ def test_placement_reports_are_consistent(tmp_path: Path) -> None:
     """The default pipeline with --algo: plan JSON, trace, Gantt and .pir all describe one valid plan."""
     import json
 
-    from pesto_ir.cluster import Cluster
-    from pesto_ir.plan import Plan, read_plan_attrs
-    from pesto_ir.validate import validate_plan
+    from pesto_ir.cluster.model import Cluster
+    from pesto_ir.schedule.plan import Plan, read_plan_attrs
+    from pesto_ir.schedule.validate import validate_plan
 
     out, plan_json, trace, gantt = (tmp_path / n for n in ("out.pir", "plan.json", "trace.json", "gantt.png"))
     example = ROOT / "examples" / "inception_block.pir"

@@ -19,19 +19,19 @@ import pytest
 import pesto_ir
 import pesto_ir.cli
 from pesto_ir import Graph, ParseError
-from pesto_ir.bounds import lower_bound
 from pesto_ir.cli import main
-from pesto_ir.cluster import Cluster
+from pesto_ir.cluster.model import Cluster
 from pesto_ir.passes import PASSES
-from pesto_ir.passes.algo_auto import place_auto
-from pesto_ir.passes.algo_cpsat import Problem, Request
 from pesto_ir.passes.coarsen import quotient_graph
-from pesto_ir.passes.cpsat_worker import SolverProcess
 from pesto_ir.passes.place import ALGORITHMS, MAX_DEFAULT_TIME_LIMIT, best_heuristic_plan
+from pesto_ir.passes.placement.exact.cpsat import Problem, Request
+from pesto_ir.passes.placement.exact.cpsat_worker import SolverProcess
+from pesto_ir.passes.placement.options import Interrupted, PlaceOptions
+from pesto_ir.passes.placement.search.auto import place_auto
 from pesto_ir.passmanager import Pass, PassContext, PassManager, Pipeline
-from pesto_ir.placement import Interrupted, PlaceOptions
-from pesto_ir.plan import read_plan_attrs
-from pesto_ir.validate import check_plan
+from pesto_ir.schedule.bounds import lower_bound
+from pesto_ir.schedule.plan import read_plan_attrs
+from pesto_ir.schedule.validate import check_plan
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "mlp_train_step.pir"

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from pesto_ir.cluster import (
+from pesto_ir.cluster.host import machine_of
+from pesto_ir.cluster.model import (
     OP_FAMILIES,
     AllReduceFit,
     Cluster,
@@ -19,8 +20,7 @@ from pesto_ir.cluster import (
     jax_device_kind,
     ring_all_reduce_time,
 )
-from pesto_ir.machine import machine_of
-from pesto_ir.measure_collectives import fit_all_reduce, fit_link, measure_links
+from pesto_ir.jaxrt.measure_collectives import fit_all_reduce, fit_link, measure_links, measured_cluster
 
 
 def doc(**extra: object) -> dict[str, object]:
@@ -146,7 +146,7 @@ def test_measure_links_on_cpu_devices_and_cache(tmp_path: Path, monkeypatch: pyt
     assert lat >= 0 and bw > 0
     assert list(tmp_path.rglob("*.json")), "the fit is cached"
     assert measure_links(devices, sizes=(1 << 12, 1 << 16, 1 << 20, 1 << 22), repeats=3) == (lat, bw)
-    c = Cluster.from_jax_devices(devices, measure=True)
+    c = measured_cluster(devices)
     assert c.link("cpu0", "cpu1").bandwidth > 0
     assert c.calibrated_on == machine_of(devices[0]), "measured figures say where they were measured"
     assert Cluster.from_jax_devices(devices).calibrated_on is None, "datasheet figures describe no machine"
@@ -171,7 +171,7 @@ def test_a_custom_kind_needs_its_figures_only_for_the_roofline_model() -> None:
 
 
 def test_a_cluster_too_big_to_plan_is_refused_at_once() -> None:
-    from pesto_ir.cluster import MAX_DEVICES
+    from pesto_ir.cluster.model import MAX_DEVICES
 
     with pytest.raises(ClusterError, match=f"a cluster of 100000 devices is more than Pesto plans \\({MAX_DEVICES}\\)"):
         Cluster.homogeneous(100000, "h100")
@@ -216,7 +216,7 @@ def test_the_planner_keeps_chatty_work_on_one_host_when_the_network_is_slow() ->
     everything on one."""
     from pesto_ir import parse
     from pesto_ir.passmanager import PassContext, PassManager
-    from pesto_ir.plan import read_plan_attrs
+    from pesto_ir.schedule.plan import read_plan_attrs
 
     text = "graph @g() {\n" + "".join(
         f"  %{b}{i} = opaque({f'%{b}{i - 1}' if i else ''}) {{cost = 1ms}} : f32[4096, 4096]\n"
@@ -379,15 +379,15 @@ def test_measured_all_reduce_on_cpu_devices(tmp_path: Path, monkeypatch: pytest.
 
     monkeypatch.setenv("PESTO_CACHE", str(tmp_path))
     t0 = time.perf_counter()
-    c = Cluster.from_jax_devices(jax.devices(), measure=True)
+    c = measured_cluster(jax.devices())
     assert time.perf_counter() - t0 < 30
     fit = c.all_reduce
     assert fit is not None and math.isfinite(fit.latency) and fit.latency >= 0
     assert math.isfinite(fit.bandwidth) and fit.bandwidth > 0
     assert ring_all_reduce_time(c, c.names, 8 << 20) == pytest.approx(
         2 * 7 * (fit.latency + (8 << 20) / 8 / fit.bandwidth))
-    assert Cluster.from_jax_devices(jax.devices(), measure=True).all_reduce == fit  # from the disk cache
-    assert Cluster.from_jax_devices(jax.devices()[:1], measure=True).all_reduce is None
+    assert measured_cluster(jax.devices()).all_reduce == fit  # from the disk cache
+    assert measured_cluster(jax.devices()[:1]).all_reduce is None
 
 
 def test_a_data_parallel_plan_times_its_all_reduces_by_the_fit(tmp_path: Path) -> None:

@@ -11,11 +11,11 @@ from hypothesis import strategies as st
 from strategies import clusters, cost_graphs
 
 from pesto_ir import PestoError, parse, verify
-from pesto_ir.attributes import StringAttr
-from pesto_ir.cluster import Cluster
-from pesto_ir.costs import op_cost, op_memory, value_bytes
+from pesto_ir.cluster.model import Cluster
+from pesto_ir.cost.lookup import op_cost, op_memory, value_bytes
 from pesto_ir.frontends.json_graph import graph_from_json
-from pesto_ir.ir import Graph
+from pesto_ir.ir.attributes import StringAttr
+from pesto_ir.ir.graph import Graph
 from pesto_ir.passes.coarsen import COLOCATION_MODES, CoarsenError, coarsen_groups, quotient_graph
 from pesto_ir.passmanager import PassContext, PassManager
 
@@ -191,7 +191,7 @@ def test_merging_keeps_parallel_branches_apart_when_the_heaviest_edge_would_join
     # s feeds a chain a1 -> a2 and, by the heaviest tensor, a branch b; t reads both. Merging the
     # heaviest edge s -> b makes a1 wait for b: the path becomes s+b+a1+a2+t. Merging the chain
     # a1 -> a2 lengthens nothing; the shorter grouping is kept.
-    from pesto_ir.bounds import lower_bound
+    from pesto_ir.schedule.bounds import lower_bound
 
     cost = {"s": 0.001, "a1": 0.05, "a2": 0.05, "b": 0.1, "t": 0.001}
     edges = [("s", "a1", 10), ("a1", "a2", 10), ("a2", "t", 10), ("s", "b", 10**6), ("b", "t", 10)]

@@ -5,13 +5,13 @@ from __future__ import annotations
 import pytest
 
 import pesto_ir
-from pesto_ir.attributes import DictAttr, DurationAttr
-from pesto_ir.cluster import Cluster, Device
-from pesto_ir.costs import CostError, op_cost, summed_costs
-from pesto_ir.memory import footprints
+from pesto_ir.cluster.model import Cluster, Device
+from pesto_ir.cost.lookup import CostError, op_cost, summed_costs
+from pesto_ir.cost.roofline import LAUNCH_OVERHEAD, op_time, op_work
+from pesto_ir.ir.attributes import DictAttr, DurationAttr
 from pesto_ir.passes.annotate_costs import AnnotateCostsPass
 from pesto_ir.passmanager import PassContext, PassManager, Pipeline
-from pesto_ir.roofline import LAUNCH_OVERHEAD, op_time, op_work
+from pesto_ir.schedule.memory import footprints
 
 
 def one_op(op_text: str, inputs: str) -> pesto_ir.Op:
@@ -44,7 +44,7 @@ def test_dot_general_two_contracting_dims() -> None:
 
 
 def test_a_matmul_is_a_weight_gradient_when_it_contracts_leading_dimensions_of_its_left_operand() -> None:
-    from pesto_ir.roofline import op_family
+    from pesto_ir.cost.roofline import op_family
 
     def family(dims: str, lhs: str, rhs: str, out: str) -> str:
         return op_family(one_op(f"%y = dot_general(%a, %b) {{dimension_numbers = {dims}}} : {out}",
@@ -324,7 +324,7 @@ def test_profile_errors_name_the_op_and_the_kind(cache_dir) -> None:
 def test_profile_segment_of_ops(cache_dir) -> None:
     import jax
 
-    from pesto_ir.profile import Profiler, subgraph
+    from pesto_ir.jaxrt.profile import Profiler, subgraph
 
     g = pesto_ir.parse(TINY)
     sub = subgraph(g.ops[:2])

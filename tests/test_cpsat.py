@@ -30,19 +30,19 @@ from test_ilp import (
     two_gpus,
 )
 
-from pesto_ir.attributes import BytesAttr
-from pesto_ir.bounds import lower_bound
-from pesto_ir.cluster import Cluster, Device, Link
-from pesto_ir.costs import op_cost
-from pesto_ir.errors import PestoError
-from pesto_ir.ir import Graph
-from pesto_ir.passes.algo_auto import place_auto
-from pesto_ir.passes.algo_cpsat import Problem, Request, earliest_schedule, place_cpsat, tick_for
-from pesto_ir.passes.algo_ilp import place_ilp
-from pesto_ir.passes.cpsat_worker import SolverProcess
-from pesto_ir.passes.lns import _Search, improve_with_lns, relaxed_memory
-from pesto_ir.placement import PlaceOptions
-from pesto_ir.validate import check_plan
+from pesto_ir.cluster.model import Cluster, Device, Link
+from pesto_ir.cost.lookup import op_cost
+from pesto_ir.ir.attributes import BytesAttr
+from pesto_ir.ir.graph import Graph
+from pesto_ir.passes.placement.exact.cpsat import Problem, Request, earliest_schedule, place_cpsat, tick_for
+from pesto_ir.passes.placement.exact.cpsat_worker import SolverProcess
+from pesto_ir.passes.placement.exact.ilp import place_ilp
+from pesto_ir.passes.placement.options import PlaceOptions
+from pesto_ir.passes.placement.search.auto import place_auto
+from pesto_ir.passes.placement.search.lns import _Search, improve_with_lns, relaxed_memory
+from pesto_ir.schedule.bounds import lower_bound
+from pesto_ir.schedule.validate import check_plan
+from pesto_ir.util.errors import PestoError
 
 TOL = 1e-6
 QUIET = PlaceOptions(time_limit=20, quiet=True)
@@ -344,8 +344,8 @@ def _memory_tight_lns_search(k: int) -> _Search:
     """An LNS run on ResNet-50's training layers on k V100s, started from ETF's plan: it fits the
     16 GiB by tensor lifetimes, not by the models' whole-step count of memory."""
     from bench.zoo import msr_cluster, msr_model
-    from pesto_ir.passes.cpsat_worker import shared_solver
-    from pesto_ir.passes.heuristic_portfolio import ALGORITHMS
+    from pesto_ir.passes.placement.exact.cpsat_worker import shared_solver
+    from pesto_ir.passes.placement.heuristics.portfolio import ALGORITHMS
 
     model = msr_model("resnet50_training_layer")
     graph, cluster = model.build(), msr_cluster(k)

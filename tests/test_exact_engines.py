@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 from test_ilp import QUIET, assert_optimal, make_graph, two_gpus
 
-from pesto_ir.errors import PestoError
-from pesto_ir.passes.algo_cpsat import place_cpsat
-from pesto_ir.passes.algo_ilp import place_ilp
-from pesto_ir.placement import Algorithm
+from pesto_ir.passes.placement.exact.cpsat import place_cpsat
+from pesto_ir.passes.placement.exact.ilp import place_ilp
+from pesto_ir.passes.placement.options import Algorithm
+from pesto_ir.util.errors import PestoError
 
 ENGINES = pytest.mark.parametrize("place", [place_ilp, place_cpsat], ids=["ilp", "cpsat"])
 

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 import pesto_ir
-from pesto_ir.interpreter import evaluate
-from pesto_ir.types import TensorType
+from pesto_ir.ir.types import TensorType
+from pesto_ir.jaxrt.interpreter import evaluate
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 

@@ -1,4 +1,4 @@
-"""The fusion analysis (`pesto_ir.fusion`) and `annotate-costs{fusion=xla}`: which ops make one kernel,
+"""The fusion analysis (`pesto_ir.cost.fusion`) and `annotate-costs{fusion=xla}`: which ops make one kernel,
 what a kernel reads and writes, and that fused costs add up to the kernels' times."""
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import pesto_ir
-from pesto_ir.cluster import Cluster
-from pesto_ir.fusion import fusion_groups, group_time, group_work, runs_a_kernel
-from pesto_ir.ir import Graph
+from pesto_ir.cluster.model import Cluster
+from pesto_ir.cost.fusion import fusion_groups, group_time, group_work, runs_a_kernel
+from pesto_ir.cost.roofline import Work, kernel_opcode, op_family, op_time, op_work
+from pesto_ir.ir.graph import Graph
 from pesto_ir.passmanager import PassContext, PassManager
-from pesto_ir.roofline import Work, kernel_opcode, op_family, op_time, op_work
 
 DOT = "{dimension_numbers = [[[1], [0]], [[], []]]}"
 ROW = "{shape = [64, 32], broadcast_dimensions = [1]}"
@@ -201,7 +201,7 @@ def test_fused_kernels_never_cost_more_than_the_ops_alone(g: Graph) -> None:
     fused = sum(group_time(grp, device) for grp in fusion_groups(g))
     assert fused <= sum(op_time(op, device) for op in g.ops) + 1e-12
     moved = sum(group_work(grp).bytes for grp in fusion_groups(g))
-    from pesto_ir.roofline import op_work
+    from pesto_ir.cost.roofline import op_work
 
     assert moved <= sum(op_work(op).bytes for op in g.ops)
 
@@ -228,8 +228,8 @@ def test_a_conv_nets_kernel_gradients_and_max_pool_gradients_have_their_own_fami
     import jax
     import jax.numpy as jnp
 
+    from pesto_ir.cost.roofline import op_family
     from pesto_ir.frontends.jax import lower
-    from pesto_ir.roofline import op_family
 
     def loss(w: jax.Array, x: jax.Array) -> jax.Array:
         h = jax.lax.conv_general_dilated(x, w, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"))
@@ -252,8 +252,8 @@ def test_a_dense_layers_weight_gradient_has_its_own_family() -> None:
     import jax
     import jax.numpy as jnp
 
+    from pesto_ir.cost.roofline import op_family
     from pesto_ir.frontends.jax import lower
-    from pesto_ir.roofline import op_family
 
     def loss(w: jax.Array, x: jax.Array) -> jax.Array:
         return jnp.sum(jnp.tanh(x @ w))

@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 import pesto_ir
 from pesto_ir import ParseError, PestoError
 from pesto_ir.cli import main
-from pesto_ir.cluster import Cluster, ClusterError
+from pesto_ir.cluster.model import Cluster, ClusterError
 from pesto_ir.frontends.json_graph import parse_json_graph
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"

@@ -9,7 +9,6 @@ import pytest
 from matplotlib.colors import to_hex
 
 import pesto_ir
-from pesto_ir.attributes import IntAttr
 from pesto_ir.backends.gantt import (
     MAX_MICROBATCH_LEGEND,
     MIN_TRANSFER_FRACTION,
@@ -21,10 +20,11 @@ from pesto_ir.backends.gantt import (
     gantt_image,
     label_fits,
 )
-from pesto_ir.cluster import Cluster
+from pesto_ir.cluster.model import Cluster
+from pesto_ir.ir.attributes import IntAttr
 from pesto_ir.passmanager import PassContext, PassManager
-from pesto_ir.plan import Plan, read_plan_attrs
-from pesto_ir.units import human_bytes
+from pesto_ir.schedule.plan import Plan, read_plan_attrs
+from pesto_ir.util.units import human_bytes
 
 ROOT = Path(__file__).resolve().parent.parent
 

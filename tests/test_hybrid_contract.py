@@ -13,13 +13,13 @@ import numpy as np
 import pytest
 
 from pesto_ir import parse, verify
-from pesto_ir.attributes import DurationAttr, to_attr
-from pesto_ir.cluster import Cluster, ClusterError, Device, ring_all_reduce_time
-from pesto_ir.errors import PestoError, VerifyError
-from pesto_ir.ir import Graph
+from pesto_ir.cluster.model import Cluster, ClusterError, Device, ring_all_reduce_time
+from pesto_ir.ir.attributes import DurationAttr, to_attr
+from pesto_ir.ir.graph import Graph
+from pesto_ir.ir.types import BlobType, TensorType
 from pesto_ir.passes.annotate_costs import AnnotateCostsPass
 from pesto_ir.passmanager import PassContext
-from pesto_ir.plan import (
+from pesto_ir.schedule.plan import (
     Collective,
     OpSlot,
     Parallelism,
@@ -29,9 +29,9 @@ from pesto_ir.plan import (
     read_plan_attrs,
     write_plan_attrs,
 )
-from pesto_ir.simulate import PlanError, simulate
-from pesto_ir.types import BlobType, TensorType
-from pesto_ir.validate import check_plan, validate_plan
+from pesto_ir.schedule.simulate import PlanError, simulate
+from pesto_ir.schedule.validate import check_plan, validate_plan
+from pesto_ir.util.errors import PestoError, VerifyError
 
 MS = 1e-3
 LATENCY, BANDWIDTH = 1e-5, 1e9
@@ -366,7 +366,7 @@ def test_one_replica_all_reduce_is_the_identity_everywhere() -> None:
 
     from pesto_ir.backends.jax import build
     from pesto_ir.backends.python_emit import emit_python
-    from pesto_ir.interpreter import evaluate
+    from pesto_ir.jaxrt.interpreter import evaluate
 
     graph = _placed(1)
     x, y = np.arange(4, dtype=np.float32), np.full(4, 2.0, np.float32)
@@ -386,7 +386,7 @@ def test_backends_refuse_replicas_the_plan_does_not_have() -> None:
 
     from pesto_ir.backends.jax import BackendError, build
     from pesto_ir.backends.python_emit import EmitError, emit_python
-    from pesto_ir.interpreter import evaluate
+    from pesto_ir.jaxrt.interpreter import evaluate
 
     graph = _placed(2)
     want = "op 'r0' all-reduces across 2 data-parallel replicas"

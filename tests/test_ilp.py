@@ -21,19 +21,19 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pesto_ir.bounds import lower_bound
-from pesto_ir.cluster import Cluster, Device
-from pesto_ir.costs import op_cost, op_memory
-from pesto_ir.errors import PestoError
+from pesto_ir.cluster.model import Cluster, Device
+from pesto_ir.cost.lookup import op_cost, op_memory
 from pesto_ir.frontends.json_graph import graph_from_json
-from pesto_ir.ir import Graph
-from pesto_ir.passes import algo_ilp
-from pesto_ir.passes.algo_ilp import place_ilp
-from pesto_ir.passes.ilp_instance import Instance, relabel_for_symmetry
-from pesto_ir.placement import PlaceOptions
-from pesto_ir.plan import OpSlot, Plan, Transfer
-from pesto_ir.simulate import simulate, transfer_bytes
-from pesto_ir.validate import check_plan
+from pesto_ir.ir.graph import Graph
+from pesto_ir.passes.placement.exact import ilp as algo_ilp
+from pesto_ir.passes.placement.exact.ilp import place_ilp
+from pesto_ir.passes.placement.exact.ilp_instance import Instance, relabel_for_symmetry
+from pesto_ir.passes.placement.options import PlaceOptions
+from pesto_ir.schedule.bounds import lower_bound
+from pesto_ir.schedule.plan import OpSlot, Plan, Transfer
+from pesto_ir.schedule.simulate import simulate, transfer_bytes
+from pesto_ir.schedule.validate import check_plan
+from pesto_ir.util.errors import PestoError
 
 TOL = 1e-6
 QUIET = PlaceOptions(time_limit=30, quiet=True)

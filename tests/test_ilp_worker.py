@@ -1,4 +1,4 @@
-"""The MILP in a worker process (passes/ilp_worker.py): a crash or Ctrl-C keeps the best plan."""
+"""The MILP in a worker process (passes/placement/exact/ilp_worker.py): a crash or Ctrl-C keeps the best plan."""
 
 from __future__ import annotations
 
@@ -11,13 +11,19 @@ from pathlib import Path
 import pytest
 
 import pesto_ir
-from pesto_ir.cluster import Cluster
-from pesto_ir.ir import Graph
-from pesto_ir.passes.ilp_worker import CRASH_ENV, HANG_ENV, OVERRUN_SECONDS, IlpWorkerError, place_ilp_in_worker
+from pesto_ir.cluster.model import Cluster
+from pesto_ir.ir.graph import Graph
 from pesto_ir.passes.place import best_heuristic_plan
+from pesto_ir.passes.placement.exact.ilp_worker import (
+    CRASH_ENV,
+    HANG_ENV,
+    OVERRUN_SECONDS,
+    IlpWorkerError,
+    place_ilp_in_worker,
+)
+from pesto_ir.passes.placement.options import PlaceOptions
 from pesto_ir.passmanager import PassContext, PassManager
-from pesto_ir.placement import PlaceOptions
-from pesto_ir.validate import check_plan
+from pesto_ir.schedule.validate import check_plan
 
 MLP = Path(__file__).resolve().parents[1] / "examples" / "mlp_train_step.pir"
 MSR = Path(__file__).resolve().parents[2] / "shared" / "graphs" / "msr" / "bert24_training_layer.json"
@@ -133,8 +139,8 @@ def test_a_worker_whose_caller_is_killed_stops_on_its_own(tmp_path: Path) -> Non
     pid_file = tmp_path / "worker.pid"
     script = f"""
 import subprocess
-from pesto_ir.passes.ilp_worker import place_ilp_in_worker
-from pesto_ir.placement import PlaceOptions
+from pesto_ir.passes.placement.exact.ilp_worker import place_ilp_in_worker
+from pesto_ir.passes.placement.options import PlaceOptions
 from tests.test_ilp_worker import costed_mlp
 
 class Recorded(subprocess.Popen):

@@ -18,7 +18,6 @@ import pytest
 from jax import lax
 
 import pesto_ir
-from pesto_ir.attributes import GraphAttr, ListAttr
 from pesto_ir.frontends.jax import (
     INLINE_RULES,
     LoweredFunction,
@@ -27,8 +26,9 @@ from pesto_ir.frontends.jax import (
     lower_function,
     sub_jaxprs,
 )
-from pesto_ir.interpreter import as_function, evaluate, input_specs
-from pesto_ir.jax_params import ParamEncodeError, codec_for, encode_param
+from pesto_ir.ir.attributes import GraphAttr, ListAttr
+from pesto_ir.jaxrt.interpreter import as_function, evaluate, input_specs
+from pesto_ir.jaxrt.params import ParamEncodeError, codec_for, encode_param
 
 THIS_FILE = __file__
 
@@ -143,7 +143,7 @@ def test_mixed_precision_training_step_lowers() -> None:
 
     lowered = check_model(sgd_step, params, x, param_argnums=(0,), tol=1e-2)
     casts = [op for op in lowered.graph.ops if op.opcode == "convert_element_type"]
-    assert casts and all(op.attrs["sharding"] == pesto_ir.attributes.NoneAttr() for op in casts)
+    assert casts and all(op.attrs["sharding"] == pesto_ir.ir.attributes.NoneAttr() for op in casts)
     mesh = jax.sharding.Mesh(np.array(jax.devices()[:1]), ("x",))
     constrained = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("x"))
     with pytest.raises(ParamEncodeError, match="sharding constraints are not supported"):

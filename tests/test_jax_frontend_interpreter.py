@@ -13,8 +13,8 @@ from test_jax_frontend import _allclose
 
 import pesto_ir
 from pesto_ir.frontends.jax import lower
-from pesto_ir.interpreter import Interpreter, evaluate
-from pesto_ir.jax_params import decode_params, lookup_primitive
+from pesto_ir.jaxrt.interpreter import Interpreter, evaluate
+from pesto_ir.jaxrt.params import decode_params, lookup_primitive
 
 
 def test_interpreter_run_op_hook() -> None:

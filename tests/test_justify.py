@@ -1,4 +1,4 @@
-"""Forward-backward improvement of eager schedules (`passes/justify.py`): never slower than the
+"""Forward-backward improvement of eager schedules (`passes/placement/justify.py`): never slower than the
 schedule it starts from, a valid plan of the same placement, and it finds what a forward list
 schedule cannot know (which ready op the end of the step waits for)."""
 
@@ -10,11 +10,11 @@ from hypothesis import strategies as st
 from strategies import clusters, cost_graphs
 
 from pesto_ir import parse
-from pesto_ir.cluster import Cluster
-from pesto_ir.ir import Graph
-from pesto_ir.passes.justify import RoundClock, backward_starts, justified, step_tasks
-from pesto_ir.simulate import simulate_eager
-from pesto_ir.validate import validate_plan
+from pesto_ir.cluster.model import Cluster
+from pesto_ir.ir.graph import Graph
+from pesto_ir.passes.placement.justify import RoundClock, backward_starts, justified, step_tasks
+from pesto_ir.schedule.simulate import simulate_eager
+from pesto_ir.schedule.validate import validate_plan
 
 MS = 1e-3
 
@@ -107,8 +107,8 @@ def test_the_time_kept_for_justification_is_what_its_rounds_take() -> None:
     """`auto` keeps its share of the limit for justifying the plan, or as long as `ROUNDS`
     simulations take if that is longer (so the rounds do not depend on the limit), but never more
     than half the time left."""
-    from pesto_ir.passes.justify import ROUNDS
     from pesto_ir.passes.place import justify_kept
+    from pesto_ir.passes.placement.justify import ROUNDS
 
     assert justify_kept(share=0.3, simulation=0.1, seconds=10.0) == pytest.approx(ROUNDS * 0.1)
     assert justify_kept(share=1.0, simulation=0.01, seconds=10.0) == 1.0

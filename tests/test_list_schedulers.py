@@ -1,4 +1,4 @@
-"""The classic list schedulers `etf` and `heft` (passes/algo_list.py)."""
+"""The classic list schedulers `etf` and `heft` (passes/placement/heuristics/list_scheduling.py)."""
 
 from __future__ import annotations
 
@@ -11,20 +11,20 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from strategies import placement_problems, v100s
 
-from pesto_ir.cluster import Cluster
+from pesto_ir.cluster.model import Cluster
 from pesto_ir.frontends.json_graph import graph_from_json
-from pesto_ir.ir import Graph
-from pesto_ir.passes.algo_common import PlaceGraph
-from pesto_ir.passes.algo_list import upward_ranks
-from pesto_ir.passes.heuristic_portfolio import (
+from pesto_ir.ir.graph import Graph
+from pesto_ir.passes.placement.common import PlaceGraph
+from pesto_ir.passes.placement.heuristics.list_scheduling import upward_ranks
+from pesto_ir.passes.placement.heuristics.portfolio import (
     ALGORITHMS,
     BUDGET_ORDER,
     RELATIVE_TIME,
     WARM_START_ALGOS,
     best_heuristic_plan,
 )
-from pesto_ir.placement import PlaceOptions
-from pesto_ir.validate import check_plan
+from pesto_ir.passes.placement.options import PlaceOptions
+from pesto_ir.schedule.validate import check_plan
 
 LIST = ["etf", "heft"]
 MSR = Path("/work/shared/graphs/msr")
@@ -146,8 +146,8 @@ def test_the_portfolio_with_time_to_spare_is_the_portfolio_without_a_deadline(be
 def test_a_heuristic_that_finds_no_plan_does_not_stop_the_next(bert24: Graph, monkeypatch: pytest.MonkeyPatch) -> None:
     """Under a deadline already past, the heuristics still run until one gives a plan: the first
     one failing (memory) leaves the next its chance."""
-    from pesto_ir.errors import PestoError
-    from pesto_ir.passes import heuristic_portfolio
+    from pesto_ir.passes.placement.heuristics import portfolio as heuristic_portfolio
+    from pesto_ir.util.errors import PestoError
 
     def out_of_memory(*_: object) -> None:
         raise PestoError("no device holds it")

@@ -1,4 +1,4 @@
-"""Critical-path moves (passes/local_search.py): never worse, always valid, deterministic, and they
+"""Critical-path moves (passes/placement/search/local_search.py): never worse, always valid, deterministic, and they
 find the move a plan obviously needs."""
 
 from __future__ import annotations
@@ -7,14 +7,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from strategies import placement_problems
 
-from pesto_ir.cluster import Cluster
+from pesto_ir.cluster.model import Cluster
 from pesto_ir.frontends.json_graph import graph_from_json
-from pesto_ir.ir import Graph
-from pesto_ir.passes.local_search import improve_by_moves
+from pesto_ir.ir.graph import Graph
 from pesto_ir.passes.place import ALGORITHMS
-from pesto_ir.placement import PlaceOptions
-from pesto_ir.simulate import simulate
-from pesto_ir.validate import check_plan
+from pesto_ir.passes.placement.options import PlaceOptions
+from pesto_ir.passes.placement.search.local_search import improve_by_moves
+from pesto_ir.schedule.simulate import simulate
+from pesto_ir.schedule.validate import check_plan
 
 QUIET = PlaceOptions(quiet=True)
 
@@ -70,8 +70,8 @@ def test_the_start_time_sequence_is_the_orders_of_the_start_times(problem: tuple
                                                                    data: st.DataObject) -> None:
     """The moves split one sequence of the incumbent's ops by start time among the devices of each
     trial placement: the orders `order_from_priority` gives with the start times as priorities."""
-    from pesto_ir.passes.local_search import _by_start, _split
-    from pesto_ir.simulate import order_from_priority
+    from pesto_ir.passes.placement.search.local_search import _by_start, _split
+    from pesto_ir.schedule.simulate import order_from_priority
 
     graph, cluster = problem
     placement = {op.name: data.draw(st.sampled_from(cluster.names)) for op in graph.ops}

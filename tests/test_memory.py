@@ -1,4 +1,4 @@
-"""Per-device memory of a placed, timed plan (`pesto_ir.memory`): hand-computed peaks, a brute-force
+"""Per-device memory of a placed, timed plan (`pesto_ir.schedule.memory`): hand-computed peaks, a brute-force
 property on random DAGs (lifetimes re-derived here from the rules, not taken from the module), the
 `pesto-graph/1` memory fields and the validator's out-of-memory message."""
 
@@ -15,16 +15,16 @@ from hypothesis import strategies as st
 from strategies import clusters, graph_docs
 
 from pesto_ir import parse
-from pesto_ir.attributes import BytesAttr
-from pesto_ir.cluster import Cluster
-from pesto_ir.errors import ParseError
+from pesto_ir.cluster.model import Cluster
 from pesto_ir.frontends.json_graph import graph_from_json, graph_to_json, parse_json_graph
-from pesto_ir.ir import Graph
-from pesto_ir.memory import GraphBytes, fits_memory, live_bytes, peak_memory
-from pesto_ir.plan import Plan
-from pesto_ir.simulate import PlanError, order_from_priority, simulate
-from pesto_ir.types import BlobType
-from pesto_ir.validate import check_plan
+from pesto_ir.ir.attributes import BytesAttr
+from pesto_ir.ir.graph import Graph
+from pesto_ir.ir.types import BlobType
+from pesto_ir.schedule.memory import GraphBytes, fits_memory, live_bytes, peak_memory
+from pesto_ir.schedule.plan import Plan
+from pesto_ir.schedule.simulate import PlanError, order_from_priority, simulate
+from pesto_ir.schedule.validate import check_plan
+from pesto_ir.util.errors import ParseError
 
 MS = 1e-3
 INF = math.inf

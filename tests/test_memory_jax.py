@@ -5,12 +5,12 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from pesto_ir.cluster import Cluster
+from pesto_ir.cluster.model import Cluster
 from pesto_ir.frontends.jax import lower
-from pesto_ir.memory import footprints, peak_memory
 from pesto_ir.passes.place import ALGORITHMS
+from pesto_ir.passes.placement.options import PlaceOptions
 from pesto_ir.passmanager import PassContext, PassManager
-from pesto_ir.placement import PlaceOptions
+from pesto_ir.schedule.memory import footprints, peak_memory
 
 QUIET = PlaceOptions(quiet=True)
 

@@ -10,9 +10,9 @@ import pytest
 import pesto_ir
 from pesto_ir.backends.memory_plot import MemoryPlotError, byte_unit, step_series, write_memory_plot
 from pesto_ir.cli import main
-from pesto_ir.cluster import Cluster
-from pesto_ir.memory import live_bytes, peak_memory
-from pesto_ir.plan import read_plan_attrs
+from pesto_ir.cluster.model import Cluster
+from pesto_ir.schedule.memory import live_bytes, peak_memory
+from pesto_ir.schedule.plan import read_plan_attrs
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "mlp_train_step.pir"

@@ -15,18 +15,18 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import pesto_ir
-from pesto_ir.cluster import Cluster
-from pesto_ir.costs import op_cost
-from pesto_ir.errors import PassError, PestoError
-from pesto_ir.interpreter import Interpreter, evaluate
-from pesto_ir.ir import Graph
-from pesto_ir.passes.hybrid import Strategy, as_hybrid, replica_graph, replica_groups, sub_cluster
+from pesto_ir.cluster.model import Cluster
+from pesto_ir.cost.lookup import op_cost
+from pesto_ir.ir.graph import Graph
+from pesto_ir.jaxrt.interpreter import Interpreter, evaluate
 from pesto_ir.passes.microbatch import MicrobatchError, batch_spec, rebatch
 from pesto_ir.passes.place import ALGORITHMS
+from pesto_ir.passes.placement.options import PlaceOptions
+from pesto_ir.passes.placement.search.hybrid import Strategy, as_hybrid, replica_graph, replica_groups, sub_cluster
 from pesto_ir.passmanager import PassContext, PassManager
-from pesto_ir.placement import PlaceOptions
-from pesto_ir.plan import Plan, read_plan_attrs
-from pesto_ir.validate import check_plan
+from pesto_ir.schedule.plan import Plan, read_plan_attrs
+from pesto_ir.schedule.validate import check_plan
+from pesto_ir.util.errors import PassError, PestoError
 from tests.strategies import graph_docs, roomy_memory
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -252,7 +252,7 @@ def test_place_pass_with_fixed_degrees_records_a_hybrid_plan() -> None:
     assert (plan.parallelism.data_parallel, plan.parallelism.microbatches) == (2, 2)
     assert plan.parallelism.replicas == (("gpu0", "gpu1"), ("gpu2", "gpu3"))
     assert out.attrs["microbatched"].value == {"data_parallel": 2, "microbatches": 2}
-    round_trip = pesto_ir.plan.Plan.from_json(plan.to_json())
+    round_trip = pesto_ir.schedule.plan.Plan.from_json(plan.to_json())
     assert round_trip.parallelism == plan.parallelism and len(round_trip.collectives) == len(plan.collectives)
 
 
@@ -272,8 +272,8 @@ def test_place_auto_keeps_the_fastest_strategy_and_says_what_it_tried() -> None:
 def test_screening_a_pipeline_keeps_its_eager_schedule_where_faster(resnet50_layer: Graph) -> None:
     """The MSR ResNet-50 layer graph at k = 6, m = 8: the eager schedule of the pipeline's stages
     takes 112 ms where GPipe takes 127; screened together, the candidate keeps the eager plan."""
-    from pesto_ir.passes.algo_pipeline import EAGER
-    from pesto_ir.passes.hybrid import Candidate, screen
+    from pesto_ir.passes.placement.pipeline.schedules import EAGER
+    from pesto_ir.passes.placement.search.hybrid import Candidate, screen
 
     cluster = Cluster.homogeneous(6, "v100", memory=16 * 2**30, latency=1e-5, bandwidth=50e9)
     found = screen(resnet50_layer, cluster, Candidate(Strategy(1, 8)), PlaceOptions(quiet=True),
@@ -283,7 +283,7 @@ def test_screening_a_pipeline_keeps_its_eager_schedule_where_faster(resnet50_lay
 
 
 def pipeline_plan_of(graph: Graph | None, cluster: Cluster, schedule: str) -> Plan:
-    from pesto_ir.passes.algo_pipeline import pipeline_plan
+    from pesto_ir.passes.placement.pipeline.schedules import pipeline_plan
 
     assert graph is not None
     return pipeline_plan(graph, cluster, schedule, PlaceOptions(quiet=True))
@@ -310,7 +310,14 @@ def test_screening_keeps_time_to_refine_the_one_batch_plan_that_leads(resnet50_l
     """With the one-batch plan screened and fastest, and only `REFINE_RESERVE` and a little more
     left, the pipeline model (guessed at 0.18 s: 708 ops) is not built: the time goes to refining
     that plan. With time, it is."""
-    from pesto_ir.passes.hybrid import ONE_BATCH, REFINE_RESERVE, Candidate, Rates, _screen_pipelines, screen
+    from pesto_ir.passes.placement.search.hybrid import (
+        ONE_BATCH,
+        REFINE_RESERVE,
+        Candidate,
+        Rates,
+        _screen_pipelines,
+        screen,
+    )
 
     cluster = Cluster.homogeneous(4, "v100", memory=16 * 2**30, latency=1e-5, bandwidth=50e9)
     options = PlaceOptions(quiet=True)
@@ -328,8 +335,13 @@ def test_screening_keeps_time_to_refine_the_one_batch_plan_that_leads(resnet50_l
 
 
 def test_build_cost_counts_each_schedule_run() -> None:
-    from pesto_ir.passes.algo_pipeline import JUSTIFIED_LAYOUTS, JUSTIFY_WORTH, LAYOUT_WORTH, SIMULATED_LAYOUTS
-    from pesto_ir.passes.hybrid import BuildCost, Candidate
+    from pesto_ir.passes.placement.pipeline.schedules import (
+        JUSTIFIED_LAYOUTS,
+        JUSTIFY_WORTH,
+        LAYOUT_WORTH,
+        SIMULATED_LAYOUTS,
+    )
+    from pesto_ir.passes.placement.search.hybrid import BuildCost, Candidate
 
     cost = BuildCost(rewrite=1e-4, ops_per_microbatch=10, once_ops=5)
     c = Candidate(Strategy(1, 4))  # not built: 5 + 4 x 10 ops to rewrite, then simulate
@@ -356,8 +368,8 @@ def test_eager_schedules_run_as_far_as_the_time_left_allows() -> None:
     one has run, the other runs if it still fits."""
     import time
 
-    from pesto_ir.passes.algo_pipeline import EAGER, INTERLEAVED, schedule_worth
-    from pesto_ir.passes.hybrid import BuildCost, Candidate, _eager_schedules_that_fit
+    from pesto_ir.passes.placement.pipeline.schedules import EAGER, INTERLEAVED, schedule_worth
+    from pesto_ir.passes.placement.search.hybrid import BuildCost, Candidate, _eager_schedules_that_fit
 
     c = Candidate(Strategy(1, 4))
     c.source = pesto_ir.load(MLP)
@@ -380,8 +392,8 @@ def test_a_pipeline_over_half_the_devices_is_kept_where_faster(gnmt_layer: Graph
     devices is a plan on all of them, so the search keeps whichever is faster, and the kept plan
     is valid and uses only the devices it says. GNMT's layers over 1 GB/s links: 8 stages send
     more than they gain, 4 do not."""
-    from pesto_ir.passes.algo_pipeline import pipeline_plan
-    from pesto_ir.passes.hybrid import BuildCost, Candidate, Rates, _on_fewer_devices
+    from pesto_ir.passes.placement.pipeline.schedules import pipeline_plan
+    from pesto_ir.passes.placement.search.hybrid import BuildCost, Candidate, Rates, _on_fewer_devices
 
     cluster = Cluster.homogeneous(k, "v100", latency=1e-5, bandwidth=1e9)
     strategy = Strategy(1, 4)
@@ -555,7 +567,7 @@ def test_a_reshape_that_transposes_first_is_refused() -> None:
 def test_copies_of_a_reduction_over_the_batch_share_its_cost() -> None:
     graph = pesto_ir.load(MLP)
     for op in graph.ops:
-        op.attrs["cost"] = pesto_ir.attributes.DurationAttr(1e-3)
+        op.attrs["cost"] = pesto_ir.ir.attributes.DurationAttr(1e-3)
     replica = rebatch(graph, 4, 2, all_reduce_cost=lambda n: 1e-5)
     assert replica.op("g_w1.mb0").get("cost") == pytest.approx(1e-3 / 8)
     assert replica.op("h_mm.mb3").get("cost") == pytest.approx(1e-3 / 8)
@@ -565,7 +577,7 @@ def test_a_strategy_keeps_the_plan_of_a_heuristic_that_works(monkeypatch: pytest
     """Screening tries m-ETF and m-SCT on a replica: one failing (out of memory, say) does not
     drop the strategy when the other gives a plan."""
     from pesto_ir.passes import place as place_module
-    from pesto_ir.passes.algo_common import PlacementError
+    from pesto_ir.passes.placement.common import PlacementError
 
     def fails(graph: Graph, cluster: Cluster, options: PlaceOptions) -> Any:
         raise PlacementError("m-etf: out of memory (for the test)")

@@ -68,9 +68,9 @@ def test_place_options_are_checked_when_the_pipeline_is_built(pipeline: str, mes
 
 
 def _place(text: str) -> pesto_ir.Graph:
-    from pesto_ir.cluster import Cluster
+    from pesto_ir.cluster.model import Cluster
     from pesto_ir.passes.place import place_graph
-    from pesto_ir.placement import PlaceOptions
+    from pesto_ir.passes.placement.options import PlaceOptions
 
     graph = pesto_ir.parse(text)
     place_graph(graph, Cluster.homogeneous(2, "h100"), "m-etf", PlaceOptions(quiet=True))
@@ -92,7 +92,7 @@ def test_place_refuses_to_replace_devices_set_by_hand() -> None:
 
 def test_roofline_says_when_it_replaces_costs_written_on_ops(capsys: pytest.CaptureFixture[str]) -> None:
     """model=auto with one op's cost written by hand used roofline for all, replacing it silently."""
-    from pesto_ir.cluster import Cluster
+    from pesto_ir.cluster.model import Cluster
     from pesto_ir.passmanager import PassContext, PassManager
 
     text = "graph @g(%x: f32[4]) {\n  %y = tanh(%x) {cost = 7ms} : f32[4]\n  %z = exp(%y) : f32[4]\n  return %z\n}\n"

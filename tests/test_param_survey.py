@@ -31,8 +31,8 @@ from pesto_ir.frontends.jax import (
     without_dead_code,
 )
 from pesto_ir.frontends.text import ENGINES
-from pesto_ir.interpreter import as_function
-from pesto_ir.jax_params import DERIVED_PARAMS, codec_for, encode_param
+from pesto_ir.jaxrt.interpreter import as_function
+from pesto_ir.jaxrt.params import DERIVED_PARAMS, codec_for, encode_param
 
 FAST = {"xla_backend_optimization_level": 0}  # compile both sides alike, quickly
 

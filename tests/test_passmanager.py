@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 
 from pesto_ir import Graph, ParseError, PassError, TensorType, parse
-from pesto_ir.loader import ArgumentError
 from pesto_ir.passes import PASSES
 from pesto_ir.passes.verify import VerifyPass
 from pesto_ir.passmanager import Pass, PassContext, PassManager, Pipeline
+from pesto_ir.util.loader import ArgumentError
 
 TEXT = "graph @g(%x: f32[2]) {\n  %y = neg(%x) : f32[2]\n  return %y\n}\n"
 

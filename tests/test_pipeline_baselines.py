@@ -1,4 +1,4 @@
-"""The fixed-schedule pipeline baselines (GPipe, 1F1B) of `passes/algo_pipeline.py`.
+"""The fixed-schedule pipeline baselines (GPipe, 1F1B) of `passes/placement/pipeline/schedules.py`.
 
 Checked against what the schedules promise, independently of how the module computes them:
 valid plans (the one validator), colocate groups whole, stages contiguous in forward order, each
@@ -16,10 +16,11 @@ from hypothesis import strategies as st
 from strategies import layered_graphs, v100s
 
 import pesto_ir
-from pesto_ir.cluster import Cluster
-from pesto_ir.errors import PestoError
-from pesto_ir.ir import Graph
-from pesto_ir.passes.algo_pipeline import (
+from pesto_ir.cluster.model import Cluster
+from pesto_ir.ir.graph import Graph
+from pesto_ir.passes.microbatch import rebatch
+from pesto_ir.passes.placement.options import PlaceOptions
+from pesto_ir.passes.placement.pipeline.schedules import (
     EAGER,
     INTERLEAVED,
     PIPELINE_SCHEDULES,
@@ -31,10 +32,9 @@ from pesto_ir.passes.algo_pipeline import (
     pipeline_plan,
     stage_slots,
 )
-from pesto_ir.passes.microbatch import rebatch
-from pesto_ir.placement import PlaceOptions
-from pesto_ir.plan import Plan
-from pesto_ir.validate import validate_plan
+from pesto_ir.schedule.plan import Plan
+from pesto_ir.schedule.validate import validate_plan
+from pesto_ir.util.errors import PestoError
 
 OPTIONS = PlaceOptions(quiet=True)
 
@@ -133,7 +133,7 @@ def test_bert24_gpipe_gets_faster_with_more_microbatches(bert24: Graph) -> None:
     cluster = v100s(4)
     spans = [pipeline_plan(rebatch(bert24, m), cluster, "gpipe", OPTIONS).makespan for m in (1, 4, 8)]
     assert spans[0] > spans[1] > spans[2], spans
-    total = sum(pesto_ir.costs.op_cost(op, cluster.devices[0]) for op in bert24.ops)
+    total = sum(pesto_ir.cost.lookup.op_cost(op, cluster.devices[0]) for op in bert24.ops)
     assert spans[2] < 0.4 * total  # 4 stages overlap: far below running the step on one device
 
 
@@ -199,7 +199,7 @@ def test_interleaved_backward_units_stay_with_their_layers() -> None:
     slack. (Moved by device numbers, a round-robin layout over 3 devices put 28.4 of 37.2 ms of
     work on the last device.)"""
     from pesto_ir.frontends.json_graph import graph_from_json
-    from pesto_ir.passes.algo_pipeline import pipeline_units
+    from pesto_ir.passes.placement.pipeline.schedules import pipeline_units
 
     nodes, edges = [], []
     for i in range(12):
@@ -377,5 +377,5 @@ def test_random_layered_steps(step: tuple[Graph, int, int], n_devices: int, sche
         if op.name.startswith("u"):
             grad = f"b{op.name[1:]}" + (".mb0" if m > 1 else "")
             assert plan.ops[op.name].device == plan.ops[grad].device
-    work = sum(pesto_ir.costs.op_cost(op, cluster.devices[0]) for op in graph.ops)
+    work = sum(pesto_ir.cost.lookup.op_cost(op, cluster.devices[0]) for op in graph.ops)
     assert plan.makespan >= work / n_devices * (1 - 1e-9)

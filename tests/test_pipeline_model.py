@@ -1,4 +1,4 @@
-"""The stage-level pipeline model (`passes/pipeline_model.py`) against the simulator, and the
+"""The stage-level pipeline model (`passes/placement/pipeline/model.py`) against the simulator, and the
 hybrid search that builds pipelines in the model's order."""
 
 from __future__ import annotations
@@ -8,15 +8,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from strategies import layered_graphs, v100s
 
-from pesto_ir.cluster import Cluster
-from pesto_ir.ir import Graph
-from pesto_ir.passes.algo_pipeline import SCHEDULES, pipeline_plan
-from pesto_ir.passes.hybrid import AUTO_MICROBATCHES, Strategy, as_hybrid, replica_graph
+from pesto_ir.cluster.model import Cluster
+from pesto_ir.ir.graph import Graph
 from pesto_ir.passes.microbatch import rebatch
-from pesto_ir.passes.pipeline_model import MODEL_MICROBATCHES, acyclic, build_model
+from pesto_ir.passes.placement.options import PlaceOptions
+from pesto_ir.passes.placement.pipeline.model import MODEL_MICROBATCHES, acyclic, build_model
+from pesto_ir.passes.placement.pipeline.schedules import SCHEDULES, pipeline_plan
+from pesto_ir.passes.placement.search.hybrid import AUTO_MICROBATCHES, Strategy, as_hybrid, replica_graph
 from pesto_ir.passmanager import PassContext, PassManager
-from pesto_ir.placement import PlaceOptions
-from pesto_ir.plan import read_plan_attrs
+from pesto_ir.schedule.plan import read_plan_attrs
 
 OPTIONS = PlaceOptions(quiet=True)
 

@@ -11,19 +11,19 @@ from hypothesis import strategies as st
 from strategies import placement_problems
 
 from pesto_ir import PestoError, parse
-from pesto_ir.cluster import Cluster, Device
+from pesto_ir.cluster.model import Cluster, Device
 from pesto_ir.frontends.json_graph import graph_from_json
-from pesto_ir.ir import Graph
+from pesto_ir.ir.graph import Graph
 from pesto_ir.passes import PASSES
-from pesto_ir.passes.algo_baechi import favorite_children
-from pesto_ir.passes.algo_common import PlaceGraph
 from pesto_ir.passes.coarsen import coarsen_groups
 from pesto_ir.passes.expand import expand_plan
 from pesto_ir.passes.place import ALGORITHMS, DEFAULT_ALGO, place_graph
+from pesto_ir.passes.placement.common import PlaceGraph
+from pesto_ir.passes.placement.heuristics.baechi import favorite_children
+from pesto_ir.passes.placement.options import PlaceOptions
 from pesto_ir.passmanager import PassContext, PassManager
-from pesto_ir.placement import PlaceOptions
-from pesto_ir.plan import Plan, read_plan_attrs
-from pesto_ir.validate import check_plan
+from pesto_ir.schedule.plan import Plan, read_plan_attrs
+from pesto_ir.schedule.validate import check_plan
 
 HEURISTICS = ["expert", "m-etf", "m-sct", "m-topo", "random", "single"]  # the exact solvers have their own tests
 MSR = Path("/work/shared/graphs/msr")
@@ -249,7 +249,7 @@ def test_an_exact_engine_on_a_coarse_graph_never_loses_to_a_heuristic_on_the_fin
 def test_expand_orders_a_zero_length_producer_before_its_consumer_despite_rounding() -> None:
     """A solver's plan may print a zero-length producer's start one rounding error after its
     consumer's; ordering by start alone deadlocked there (bert_l-3_training_op, k=4, LNS)."""
-    from pesto_ir.plan import OpSlot, Plan
+    from pesto_ir.schedule.plan import OpSlot, Plan
 
     graph = graph_from_json({"format": "pesto-graph/1", "name": "tie", "nodes": [
         {"id": "a", "cost": 0.001}, {"id": "z", "cost": 0.0}, {"id": "b", "cost": 0.001}],

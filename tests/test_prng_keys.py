@@ -19,13 +19,13 @@ import pytest
 
 import pesto_ir
 from pesto_ir.backends.python_emit import emit_python
-from pesto_ir.cluster import Cluster
+from pesto_ir.cluster.model import Cluster
+from pesto_ir.cost.roofline import op_time, op_work
 from pesto_ir.frontends.jax import LoweringError, lower, lower_function
 from pesto_ir.frontends.text import ENGINES
-from pesto_ir.interpreter import evaluate
+from pesto_ir.ir.types import KEY_IMPLS, TensorType
+from pesto_ir.jaxrt.interpreter import evaluate
 from pesto_ir.passmanager import PassContext, PassManager
-from pesto_ir.roofline import op_time, op_work
-from pesto_ir.types import KEY_IMPLS, TensorType
 
 FAST = {"xla_backend_optimization_level": 0}
 
@@ -365,7 +365,7 @@ def test_key_ops_are_costed_by_key_bytes() -> None:
 
 
 def test_profiling_examples_of_key_values_are_distinct_keys() -> None:
-    from pesto_ir.profile import example_arrays
+    from pesto_ir.jaxrt.profile import example_arrays
 
     graph = pesto_ir.parse(HAND_WRITTEN)
     k, m = example_arrays(graph.inputs, jax.devices()[0], "test")

@@ -14,10 +14,10 @@ from jax import lax
 
 import pesto_ir
 from pesto_ir.backends.jax import build
-from pesto_ir.cluster import Cluster
+from pesto_ir.cluster.model import Cluster
 from pesto_ir.frontends.jax import lower
 from pesto_ir.passmanager import PassContext, PassManager
-from pesto_ir.plan import read_plan_attrs
+from pesto_ir.schedule.plan import read_plan_attrs
 
 BATCH = 16
 RTOL, ATOL = 2e-5, 2e-6
@@ -193,15 +193,15 @@ def test_a_batch_that_does_not_split_over_the_replicas_is_refused() -> None:
 
 
 def test_an_interleaved_pipeline_runs_like_jit() -> None:
-    """Chunks of the GPT's layers dealt round 2 devices (`passes/algo_pipeline.py`: each device
+    """Chunks of the GPT's layers dealt round 2 devices (`passes/placement/pipeline/schedules.py`: each device
     holds layers far apart in the step, values go back and forth), 4 micro-batches, the eager
     schedule justified: the executable gives jax.jit's step."""
-    from pesto_ir.passes.algo_pipeline import INTERLEAVED, _layout, interleaved_layouts, pipeline_units
-    from pesto_ir.passes.justify import justified
-    from pesto_ir.passes.replicas import Strategy, as_hybrid, replica_graph
-    from pesto_ir.plan import write_plan_attrs
-    from pesto_ir.simulate import Prepared
-    from pesto_ir.validate import check_plan
+    from pesto_ir.passes.placement.justify import justified
+    from pesto_ir.passes.placement.pipeline.schedules import INTERLEAVED, _layout, interleaved_layouts, pipeline_units
+    from pesto_ir.passes.rewrite.replicas import Strategy, as_hybrid, replica_graph
+    from pesto_ir.schedule.plan import write_plan_attrs
+    from pesto_ir.schedule.simulate import Prepared
+    from pesto_ir.schedule.validate import check_plan
 
     step, params, x, y = gpt()
     cluster = Cluster.homogeneous(2, "cpu")

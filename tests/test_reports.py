@@ -10,10 +10,10 @@ import pesto_ir
 from pesto_ir.backends.gantt import GanttError, colour_key, gantt_for_path, gantt_image
 from pesto_ir.backends.plan_json import plan_json_text
 from pesto_ir.backends.trace import chrome_trace, trace_json_text
-from pesto_ir.cluster import Cluster
+from pesto_ir.cluster.model import Cluster
 from pesto_ir.passmanager import PassContext, PassManager
-from pesto_ir.plan import Plan, read_plan_attrs
-from pesto_ir.report import device_busy, format_summary, link_busy, peak_memory, summarize, utilisation
+from pesto_ir.schedule.plan import Plan, read_plan_attrs
+from pesto_ir.schedule.report import device_busy, format_summary, link_busy, peak_memory, summarize, utilisation
 
 # a -> b on gpu0, a -> c on gpu1, b and c -> d on gpu1: a's 1 MB and b's 8 bytes go gpu0 -> gpu1
 PLACED = """graph @toy() {

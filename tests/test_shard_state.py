@@ -1,4 +1,4 @@
-"""Sharded optimizer state (ZeRO-1, `passes/shard_state.py`): each data-parallel replica holds and
+"""Sharded optimizer state (ZeRO-1, `passes/rewrite/shard_state.py`): each data-parallel replica holds and
 updates 1/d of the optimizer state. The rewrite is checked on its own (what becomes a block, a
 reduce-scatter, an all-gather), for memory (the plan's peaks), in the search (`optimizer-state=auto`
 shards only where the whole state gives no plan) and end to end against `jax.jit` (the executable
@@ -18,16 +18,16 @@ import pytest
 
 import pesto_ir
 from pesto_ir.backends.python_emit import emit_python
-from pesto_ir.cluster import Cluster
-from pesto_ir.errors import PestoError
+from pesto_ir.cluster.model import Cluster
 from pesto_ir.frontends.jax import lower_function
+from pesto_ir.ir.types import TensorType
+from pesto_ir.ir.verifier import verify
 from pesto_ir.passes.microbatch import MicrobatchPass
-from pesto_ir.passes.rebatch import rebatch
-from pesto_ir.passes.shard_state import shard_optimizer_state
+from pesto_ir.passes.rewrite.rebatch import rebatch
+from pesto_ir.passes.rewrite.shard_state import shard_optimizer_state
 from pesto_ir.passmanager import PassContext, PassManager
-from pesto_ir.plan import read_plan_attrs
-from pesto_ir.types import TensorType
-from pesto_ir.verifier import verify
+from pesto_ir.schedule.plan import read_plan_attrs
+from pesto_ir.util.errors import PestoError
 
 BATCH = 16
 RTOL, ATOL = 2e-5, 2e-6
@@ -219,7 +219,7 @@ def test_reports_name_the_sharded_state_and_each_collective_kind() -> None:
 
     from pesto_ir.backends.gantt import collective_labels, collectives_of, gantt_image, parallelism_line
     from pesto_ir.backends.trace import trace_json_text
-    from pesto_ir.report import format_summary, summarize
+    from pesto_ir.schedule.report import format_summary, summarize
 
     placed = _placed(2, "sharded")
     plan = read_plan_attrs(placed)
@@ -301,8 +301,8 @@ graph @z(%x: f32[256], param %w: f32[256], param %m: f32[128]) attributes {{{att
 
 
 def sharded_plan(graph: pesto_ir.Graph, state: str = "sharded") -> Any:
-    from pesto_ir.plan import Parallelism, collectives_for
-    from pesto_ir.simulate import simulate
+    from pesto_ir.schedule.plan import Parallelism, collectives_for
+    from pesto_ir.schedule.simulate import simulate
 
     names = [op.name for op in graph.ops]
     plan = simulate(graph, CLUSTER2, dict.fromkeys(names, "gpu0"), {"gpu0": names, "gpu1": []}, "hand")
@@ -312,7 +312,7 @@ def sharded_plan(graph: pesto_ir.Graph, state: str = "sharded") -> Any:
 
 
 def test_reduce_scatters_and_all_gathers_last_one_ring_phase_of_their_whole_value() -> None:
-    from pesto_ir.validate import validate_plan
+    from pesto_ir.schedule.validate import validate_plan
 
     graph = sharded_graph()
     plan = sharded_plan(graph)
@@ -327,7 +327,7 @@ def test_reduce_scatters_and_all_gathers_last_one_ring_phase_of_their_whole_valu
 
 
 def test_the_validator_checks_kinds_and_the_state_the_plan_claims() -> None:
-    from pesto_ir.validate import validate_plan
+    from pesto_ir.schedule.validate import validate_plan
 
     graph = sharded_graph()
     plan = sharded_plan(graph)
@@ -407,8 +407,8 @@ def test_autotune_with_sharded_state_still_times_plain_jit() -> None:
 
 
 def test_small_collectives_around_a_large_one_share_a_bucket() -> None:
-    from pesto_ir.passes.collective_buckets import buckets
-    from pesto_ir.simulate import simulate
+    from pesto_ir.passes.rewrite.collective_buckets import buckets
+    from pesto_ir.schedule.simulate import simulate
 
     graph = pesto_ir.parse("""
 graph @b(%x: f32[64], %y: f32[1024], %z: f32[64]) {

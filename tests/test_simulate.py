@@ -8,10 +8,10 @@ from hypothesis import strategies as st
 from strategies import clusters, graph_docs, roomy_memory
 
 from pesto_ir import parse
-from pesto_ir.cluster import Cluster, Device, Link
+from pesto_ir.cluster.model import Cluster, Device, Link
 from pesto_ir.frontends.json_graph import graph_from_json
-from pesto_ir.ir import Graph
-from pesto_ir.simulate import PlanError, Prepared, order_from_priority, simulate, simulate_eager
+from pesto_ir.ir.graph import Graph
+from pesto_ir.schedule.simulate import PlanError, Prepared, order_from_priority, simulate, simulate_eager
 
 MS = 1e-3
 
@@ -206,7 +206,7 @@ graph @moment() {
 
 
 def test_eager_plans_of_zero_length_ops_and_repeated_operands_are_valid() -> None:
-    from pesto_ir.validate import validate_plan
+    from pesto_ir.schedule.validate import validate_plan
 
     g = parse("""
 graph @odd() {

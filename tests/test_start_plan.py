@@ -13,15 +13,15 @@ from strategies import placement_problems
 
 from pesto_ir import PestoError
 from pesto_ir.cli import main
-from pesto_ir.cluster import Cluster
+from pesto_ir.cluster.model import Cluster
 from pesto_ir.frontends import load
-from pesto_ir.ir import Graph
+from pesto_ir.ir.graph import Graph
 from pesto_ir.passes.place import ALGORITHMS
-from pesto_ir.passes.replicas import sub_cluster
+from pesto_ir.passes.placement.options import PlaceOptions
+from pesto_ir.passes.rewrite.replicas import sub_cluster
 from pesto_ir.passmanager import PassContext, PassManager
-from pesto_ir.placement import PlaceOptions
-from pesto_ir.plan import Plan, read_plan_attrs
-from pesto_ir.validate import check_plan, validate_plan
+from pesto_ir.schedule.plan import Plan, read_plan_attrs
+from pesto_ir.schedule.validate import check_plan, validate_plan
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 MLP = EXAMPLES / "mlp_train_step.pir"
@@ -76,7 +76,7 @@ def test_a_micro_batched_start_seeds_its_strategy_and_bounds_the_result(tmp_path
 
 
 def test_a_start_on_other_figures_is_re_timed_here() -> None:
-    from pesto_ir.passes.start_plan import apply_start
+    from pesto_ir.passes.placement.search.start_plan import apply_start
 
     graph, given, _ = placed("place{algo=m-etf}", 2)
     assert given.transfers
@@ -91,7 +91,7 @@ def test_a_start_on_other_figures_is_re_timed_here() -> None:
 
 def test_a_start_keeps_its_devices_and_orders() -> None:
     graph, plan, cluster = placed("place{algo=m-sct}", 2)
-    from pesto_ir.passes.start_plan import apply_start
+    from pesto_ir.passes.placement.search.start_plan import apply_start
 
     applied = apply_start(graph, Cluster.homogeneous(3, "v100"), plan, "given")
     assert {n: s.device for n, s in applied.checked().ops.items()} == {n: s.device for n, s in plan.ops.items()}
@@ -103,7 +103,7 @@ def test_a_start_keeps_its_devices_and_orders() -> None:
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(problem=placement_problems(max_ops=10))
 def test_a_plan_on_some_devices_is_a_start_on_all(problem: tuple[Graph, Cluster]) -> None:
-    from pesto_ir.passes.start_plan import apply_start
+    from pesto_ir.passes.placement.search.start_plan import apply_start
 
     graph, cluster = problem
     few = sub_cluster(cluster, cluster.names[:max(1, len(cluster) // 2)])
@@ -220,7 +220,7 @@ def test_the_cli_starts_from_a_plan_file(tmp_path: Path, capsys: pytest.CaptureF
 def test_ctrl_c_before_the_search_found_a_plan_keeps_the_start(tmp_path: Path,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     import pesto_ir.passes.place as place
-    from pesto_ir.placement import Interrupted
+    from pesto_ir.passes.placement.options import Interrupted
 
     _, two, _ = placed("place{algo=m-etf}", 2)
     start = saved(two, tmp_path / "two.json")
@@ -243,8 +243,8 @@ def test_a_coarse_plan_is_compared_with_the_start_as_expand_will_run_it(tmp_path
     import dataclasses
 
     from pesto_ir.passes.place import PlacePass
-    from pesto_ir.placement import COARSE_NOTE
-    from pesto_ir.plan import OpSlot, write_plan_attrs
+    from pesto_ir.passes.placement.options import COARSE_NOTE
+    from pesto_ir.schedule.plan import OpSlot, write_plan_attrs
 
     _, two, _ = placed("place{algo=m-etf}", 2)
     _, topo, _ = placed("place{algo=m-topo}", 4)

@@ -9,8 +9,8 @@ import pytest
 
 import pesto_ir
 from pesto_ir import BlobType, Graph, TensorType, parse, verify
-from pesto_ir.attributes import BytesAttr, DeviceAttr, DurationAttr, format_duration
 from pesto_ir.cli import main
+from pesto_ir.ir.attributes import BytesAttr, DeviceAttr, DurationAttr, format_duration
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = sorted((ROOT / "examples").glob("*.pir"))

@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pesto_ir import Graph, Location, ParseError, PestoError, parse, verify
-from pesto_ir.attributes import (
+from pesto_ir.ir.attributes import (
     Attr,
     BoolAttr,
     BytesAttr,
@@ -24,7 +24,7 @@ from pesto_ir.attributes import (
     StringAttr,
     TypeAttr,
 )
-from pesto_ir.types import DTYPES, KEY_IMPLS, BlobType, TensorType, Type, key_dtype
+from pesto_ir.ir.types import DTYPES, KEY_IMPLS, BlobType, TensorType, Type, key_dtype
 
 EXAMPLES = sorted((Path(__file__).resolve().parent.parent / "examples").glob("*.pir"))
 

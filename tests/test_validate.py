@@ -8,10 +8,10 @@ from collections.abc import Callable
 import pytest
 
 from pesto_ir import parse
-from pesto_ir.cluster import Cluster
-from pesto_ir.plan import OpSlot, Plan, Transfer
-from pesto_ir.simulate import PlanError, simulate
-from pesto_ir.validate import check_plan, validate_plan
+from pesto_ir.cluster.model import Cluster
+from pesto_ir.schedule.plan import OpSlot, Plan, Transfer
+from pesto_ir.schedule.simulate import PlanError, simulate
+from pesto_ir.schedule.validate import check_plan, validate_plan
 
 MS = 1e-3
 GRAPH = parse("""

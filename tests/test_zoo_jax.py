@@ -13,13 +13,13 @@ from pathlib import Path
 import pytest
 
 import pesto_ir
-from pesto_ir.bounds import memory_shortfall
-from pesto_ir.cluster import Cluster
-from pesto_ir.errors import PestoError
+from pesto_ir.cluster.model import Cluster
 from pesto_ir.passes.place import ALGORITHMS
+from pesto_ir.passes.placement.options import PlaceOptions
 from pesto_ir.passmanager import PassContext, PassManager
-from pesto_ir.placement import PlaceOptions
-from pesto_ir.validate import check_plan
+from pesto_ir.schedule.bounds import memory_shortfall
+from pesto_ir.schedule.validate import check_plan
+from pesto_ir.util.errors import PestoError
 
 # `bench` is a folder of the repository, not an installed package: import it from the root.
 ROOT = str(Path(__file__).resolve().parents[1])

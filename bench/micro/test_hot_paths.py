@@ -48,19 +48,19 @@ import numpy as np
 import pytest
 
 import pesto_ir
-from pesto_ir.attributes import StringAttr
 from pesto_ir.backends.jax import Executable, build
-from pesto_ir.bounds import lower_bound
-from pesto_ir.cluster import Cluster
-from pesto_ir.costs import op_memory
+from pesto_ir.cluster.model import Cluster
+from pesto_ir.cost.lookup import op_memory
 from pesto_ir.frontends.jax import LoweredFunction, lower, lower_function, lower_jaxpr
+from pesto_ir.ir.attributes import StringAttr
 from pesto_ir.passes.coarsen import coarsen_groups, quotient_graph
 from pesto_ir.passes.place import ALGORITHMS
+from pesto_ir.passes.placement.options import PlaceOptions
 from pesto_ir.passmanager import PassContext, PassManager
-from pesto_ir.placement import PlaceOptions
-from pesto_ir.plan import Plan
-from pesto_ir.simulate import simulate
-from pesto_ir.validate import check_plan
+from pesto_ir.schedule.bounds import lower_bound
+from pesto_ir.schedule.plan import Plan
+from pesto_ir.schedule.simulate import simulate
+from pesto_ir.schedule.validate import check_plan
 
 BENCH_DIR = Path(__file__).resolve().parents[1]
 MSR_DIR = Path(__file__).resolve().parents[3] / "shared" / "graphs" / "msr"

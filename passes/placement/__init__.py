@@ -1,0 +1,1 @@
+"""Placement: the algorithms the `place` pass runs, their registry and what they share."""

@@ -1,0 +1,81 @@
+"""The registry of placement algorithms by name, and the best plan of the heuristics.
+
+`ALGORITHMS` holds the heuristics (Baechi's m-ETF, m-SCT, m-TOPO, the classic ETF and HEFT list
+schedulers and the simple placers); the place pass (`passes/place.py`) adds the exact engines to the
+same dict, since they may import this module and so cannot be imported by it. `best_heuristic_plan` is the exact engines' warm start and
+the plan the place pass compares their coarse plans with.
+"""
+
+from __future__ import annotations
+
+import time
+
+from pesto_ir.cluster.model import Cluster
+from pesto_ir.ir.graph import Graph
+from pesto_ir.passes.placement.heuristics.baechi import m_etf, m_sct, m_topo
+from pesto_ir.passes.placement.heuristics.list_scheduling import etf, heft
+from pesto_ir.passes.placement.heuristics.simple import place_expert, place_random, place_single
+from pesto_ir.passes.placement.options import Algorithm, PlaceOptions, interrupted
+from pesto_ir.schedule.plan import Plan
+from pesto_ir.schedule.validate import check_plan
+from pesto_ir.util.errors import PestoError
+from pesto_ir.util.units import human_time
+
+ALGORITHMS: dict[str, Algorithm] = {
+    "m-etf": m_etf,
+    "m-sct": m_sct,
+    "m-topo": m_topo,
+    "etf": etf,
+    "heft": heft,
+    "expert": place_expert,
+    "single": place_single,
+    "random": place_random,
+}
+# Tried for an exact solver's start, and against its expanded plan; `single` because on graphs with
+# little parallelism one device beats every split (bert_l-6_training_op: 192.9 ms against ilp's 193.1).
+# Of plans as fast, the first in this order is kept.
+WARM_START_ALGOS = ("m-etf", "m-sct", "m-topo", "etf", "heft", "expert", "single")
+# The order they run in under a deadline: the ones that win on the large JAX graphs at k = 8 first
+# (m-SCT on jax_gpt24 and jax_lstm_seq2seq, HEFT on jax_inception, one device on jax_resnet), and
+# their run times relative to m-ETF's (on jax_gpt24's 8,347 ops at k = 8: m-ETF 5.5 s, m-SCT 8.7,
+# ETF 5.4, HEFT 2.8, m-TOPO 1.7, expert 1.4, single 3.9), from which the time of the next is
+# guessed by the ones run before.
+BUDGET_ORDER = ("m-sct", "heft", "etf", "single", "m-etf", "m-topo", "expert")
+RELATIVE_TIME = {"m-sct": 1.6, "m-etf": 1.0, "etf": 1.0, "heft": 0.5, "m-topo": 0.3, "expert": 0.25, "single": 0.7}
+
+
+def best_heuristic_plan(graph: Graph, cluster: Cluster, options: PlaceOptions, until: float | None = None
+                        ) -> Plan | None:
+    """The valid plan with the smallest makespan among the heuristics that succeed (None if none do).
+    With `until` (a `time.perf_counter()` deadline), the heuristics run until one gives a plan, and
+    each next one only if its time, guessed from those that gave one, ends before the deadline: on
+    8,000-op graphs at 8 devices the seven take 30 s together, more than a whole default time limit."""
+    found: dict[str, Plan] = {}
+    skipped: list[str] = []
+    per_unit: list[float] = []  # seconds per unit of `RELATIVE_TIME`, of each heuristic that gave a plan
+    for name in BUDGET_ORDER if until is not None else WARM_START_ALGOS:
+        if until is not None and per_unit and time.perf_counter() + max(per_unit) * RELATIVE_TIME[name] > until:
+            skipped.append(name)
+            continue
+        started = time.perf_counter()
+        try:
+            found[name] = check_plan(graph, cluster, ALGORITHMS[name](graph, cluster, options))
+        except PestoError as e:  # out of memory: no plan, and its time says little of the others'
+            options.progress(f"place: {name} gives no plan to start from: {str(e).splitlines()[0]}")
+            continue
+        except KeyboardInterrupt as e:
+            raise interrupted(e, graph, _fastest(found)) from None
+        per_unit.append((time.perf_counter() - started) / RELATIVE_TIME[name])
+    if skipped:
+        options.progress(f"place: {', '.join(skipped)} not run: by the times of the heuristics before them, "
+                         "they would end past the time they were given")
+    best = _fastest(found)
+    if best is not None:
+        options.progress(f"place: warm start from {best.algorithm} (makespan {human_time(best.makespan, 4)})")
+    return best
+
+
+def _fastest(found: dict[str, Plan]) -> Plan | None:
+    """The fastest plan, the first in `WARM_START_ALGOS` order of those as fast."""
+    ranked = [found[name] for name in WARM_START_ALGOS if name in found]
+    return min(ranked, key=lambda p: p.makespan) if ranked else None

@@ -1,0 +1,1 @@
+"""Graph rewrites the passes and searches share: re-batching, sharded state, replicas, buckets, coarse graphs."""

@@ -1,0 +1,198 @@
+"""The coarse graph placement solves: one `opaque` op per `group` of a grouped graph (`quotient_graph`).
+
+`coarsen` writes the groups; placement (`passes/place.py`) builds this graph of them, with each
+group's cost summed (per device or per cost key) and its memory as a group run on one device. The
+stand-in devices that read one key of a per-device cost are here too, as `coarsen` sums costs the
+same way to weigh its merges.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from pesto_ir.cluster.model import Cluster, Device
+from pesto_ir.cost.lookup import op_cost, op_memory, value_bytes
+from pesto_ir.ir.attributes import Attr, BytesAttr, DictAttr, DurationAttr, StringAttr
+from pesto_ir.ir.graph import Graph, Op, Value
+from pesto_ir.ir.types import BlobType
+from pesto_ir.schedule.memory import first_read_inputs, output_bytes, workspace_bytes
+from pesto_ir.util.errors import PestoError
+from pesto_ir.util.union_find import find_root
+
+
+class CoarsenError(PestoError):
+    pass
+
+
+KEY_DEVICE = Device("?", "?", 1.0, 1.0, 1.0)  # reads a cost that is one duration for every device
+
+
+def key_device(key: str) -> Device:
+    """A stand-in device whose name and kind are `key`, to read one entry of a per-device cost."""
+    return Device(key, key, 1.0, 1.0, 1.0)
+
+
+def cost_keys(op: Op) -> list[str] | None:
+    """The keys of a per-device/kind cost, or None when the cost is one duration for every device."""
+    a = op.attrs.get("cost")
+    return [k for k, _ in a.entries] if isinstance(a, DictAttr) else None
+
+
+def group_members(graph: Graph) -> dict[str, list[Op]]:
+    """Ops of each `group`, in graph order; every op must have a group."""
+    out: dict[str, list[Op]] = {}
+    missing = [op.name for op in graph.ops if "group" not in op.attrs]
+    if missing:
+        raise CoarsenError(f"{len(missing)} op(s) have no 'group' attribute, e.g. '{missing[0]}' "
+                           "(run coarsen before building the coarse graph)")
+    for op in graph.ops:
+        out.setdefault(str(op.get("group")), []).append(op)
+    return out
+
+
+def quotient_graph(graph: Graph, cluster: Cluster | None = None) -> tuple[Graph, dict[str, list[str]]]:
+    """The coarse graph of `graph`'s `group` attributes, and each group's fine op names.
+
+    One `opaque` op per group, named after the group: cost summed (per device name when a cluster
+    is given and any cost is per device, else per cost key), memory as `group_memory` says, and a `colocate` label
+    on every group that holds part of a colocation group spread over several groups (groups that
+    share a split colocation group share the label). Each fine value read by another group is one
+    `blob[nbytes]` result of its group's op, read once by each group that needs it, so a value is
+    still sent once per destination device.
+    """
+    members = group_members(graph)
+    group_of = {op.name: str(op.get("group")) for op in graph.ops}
+    order = _group_order(graph, members, group_of)
+    coarse = Graph(graph.name)
+    results: dict[str, Value] = {}
+    labels = _colocate_labels(graph, members, group_of)
+    readers = _cross_group_values(graph, group_of)
+    inputs = first_read_inputs(graph)
+    for g in order:
+        ops = members[g]
+        produced = [v for op in ops for v in op.results if v.name in readers]
+        operands: dict[str, Value] = {}
+        for op in ops:
+            for v in op.operands:
+                if v.owner is not None and group_of[v.owner.name] != g:
+                    operands.setdefault(v.name, results[v.name])
+        attrs = {"cost": _summed_cost(ops, cluster), **group_memory(ops, {v.name for v in produced}, inputs)}
+        if g in labels:
+            attrs["colocate"] = StringAttr(labels[g])
+        cop = Op(g, "opaque", operands.values(), [BlobType(value_bytes(v)) for v in produced], attrs,
+                 [v.name for v in produced])
+        coarse.append(cop)
+        for v, r in zip(produced, cop.results):
+            results[v.name] = r
+    return coarse, {g: [op.name for op in members[g]] for g in order}
+
+
+def group_memory(ops: list[Op], produced: set[str], inputs: dict[str, int]) -> dict[str, Attr]:
+    """`memory`, `activation` and `workspace` of a group that runs `ops` in order on one device.
+
+    Resident: its ops' `memory` and the graph inputs they read first (the coarse graph has no
+    inputs). Activation: the outputs other groups read, held like any op's output. Workspace: the
+    most its internal tensors hold at once while it runs, each freed after its last reader inside.
+    """
+    resident = sum(op_memory(op) + inputs.get(op.name, 0) for op in ops)
+    position = {op.name: i for i, op in enumerate(ops)}
+    activation, internal, last_read = 0, [0] * len(ops), list(range(len(ops)))
+    for i, op in enumerate(ops):
+        crossing = [r for r in op.results if r.name in produced]
+        if "activation" in op.attrs:
+            activation += output_bytes(op) if crossing else 0
+            internal[i] = 0 if crossing else output_bytes(op)
+        else:
+            activation += sum(r.type.nbytes for r in crossing)
+            internal[i] = sum(r.type.nbytes for r in op.results if r.name not in produced)
+        for p in op.producers():
+            if p.name in position:
+                last_read[position[p.name]] = max(last_read[position[p.name]], i)
+    peak, live = 0, 0
+    frees: dict[int, int] = {}
+    for i, op in enumerate(ops):
+        live += internal[i]
+        peak = max(peak, live + workspace_bytes(op))
+        frees[last_read[i]] = frees.get(last_read[i], 0) + internal[i]
+        live -= frees.pop(i, 0)
+    out: dict[str, Attr] = {"memory": BytesAttr(resident), "activation": BytesAttr(activation)}
+    if peak:
+        out["workspace"] = BytesAttr(peak)
+    return out
+
+
+def _cross_group_values(graph: Graph, group_of: dict[str, str]) -> set[str]:
+    """Names of the fine values some op of another group reads."""
+    out: set[str] = set()
+    for p, c, v in graph.edges():
+        if group_of[p.name] != group_of[c.name]:
+            out.add(v.name)
+    return out
+
+
+def _group_order(graph: Graph, members: dict[str, list[Op]], group_of: dict[str, str]) -> list[str]:
+    """Groups in a topological order of the quotient (stable by first op); a cycle is an error."""
+    import heapq
+
+    succ: dict[str, set[str]] = {g: set() for g in members}
+    indeg = dict.fromkeys(members, 0)
+    for p, c, _ in graph.edges():
+        a, b = group_of[p.name], group_of[c.name]
+        if a != b and b not in succ[a]:
+            succ[a].add(b)
+            indeg[b] += 1
+    first = {g: i for i, g in enumerate(members)}
+    ready = [(first[g], g) for g, d in indeg.items() if d == 0]
+    heapq.heapify(ready)
+    out: list[str] = []
+    while ready:
+        _, g = heapq.heappop(ready)
+        out.append(g)
+        for s in succ[g]:
+            indeg[s] -= 1
+            if indeg[s] == 0:
+                heapq.heappush(ready, (first[s], s))
+    if len(out) != len(members):
+        stuck = sorted((g for g, d in indeg.items() if d > 0), key=first.__getitem__)
+        raise CoarsenError(f"the groups form a cycle through {len(stuck)} group(s), e.g. "
+                           + ", ".join(f"'{g}'" for g in stuck[:5]))
+    return out
+
+
+def _colocate_labels(graph: Graph, members: dict[str, list[Op]], group_of: dict[str, str]) -> dict[str, str]:
+    """`colocate` label of every group holding part of a colocation group spread over several groups."""
+    spans: dict[str, list[str]] = defaultdict(list)
+    for op in graph.ops:
+        c = op.get("colocate")
+        if c is not None and group_of[op.name] not in spans[str(c)]:
+            spans[str(c)].append(group_of[op.name])
+    parent = {g: g for g in members}
+    name: dict[str, str] = {}
+    for c in sorted(spans):
+        gs = spans[c]
+        if len(gs) < 2:
+            continue
+        root = find_root(parent, gs[0])
+        name.setdefault(root, c)
+        for g in gs[1:]:
+            r = find_root(parent, g)
+            if r != root:
+                parent[r] = root
+                name[root] = min(name[root], name.get(r, c))
+    return {g: name[find_root(parent, g)] for g in members if find_root(parent, g) in name}
+
+
+def _summed_cost(ops: list[Op], cluster: Cluster | None) -> DurationAttr | DictAttr:
+    """The group's cost: one duration, or per device name (with a cluster) or per cost key."""
+    keyed = [op for op in ops if cost_keys(op) is not None]
+    if not keyed:
+        return DurationAttr(sum(op_cost(op, KEY_DEVICE) for op in ops))
+    if cluster is not None:
+        return DictAttr(tuple((d.name, DurationAttr(sum(op_cost(op, d) for op in ops))) for d in cluster.devices))
+    keys = list(dict.fromkeys(k for op in keyed for k in cost_keys(op) or ()))
+    for op in keyed:
+        lacking = [k for k in keys if k not in (cost_keys(op) or ())]
+        if lacking:
+            raise CoarsenError(f"op '{op.name}' has no cost for {lacking[0]!r} while others in its group do; "
+                               "summing such costs needs the cluster (give the pass a cluster)")
+    return DictAttr(tuple((k, DurationAttr(sum(op_cost(op, key_device(k)) for op in ops))) for k in keys))

@@ -1,0 +1,233 @@
+"""Memory as the schedule uses it: the bytes each device holds over one step, from tensor lifetimes.
+
+On the device that runs it, an op of a placed, timed plan holds
+- `memory`, its resident bytes (parameters, optimizer state, what a cost graph declares), for the
+  whole step;
+- its output from its start until it is released: when its last reader on that device has ended,
+  its transfers from there have ended and, for a graph output, when the step ends (a result nobody
+  reads lives while its op runs). The output is the op's result tensors, or the `activation`
+  attribute where one is given (cost graphs, whose `blob` results only size the edges);
+- `workspace`, scratch bytes (the internal tensors of a coarse group), while it runs.
+A graph input is an argument of the step: resident for the whole step on every device that reads it.
+A copy received from another device lives there from its transfer's start until its last reader
+there has ended.
+
+Intervals are half-open, [alloc, free): bytes freed at t can hold what is allocated at t, as an
+allocator reusing a buffer does. A device's peak is the largest sum of the intervals that hold one
+instant; it is reached at the start of some interval.
+
+Placement algorithms that cannot follow lifetimes (the exact engines' linear models, the static
+baselines) use `footprints`: every byte an op holds, as if it all lived for the whole step (the
+paper's model, an upper bound of what the op adds to any peak, copies received aside).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from pesto_ir.cost.lookup import op_memory
+from pesto_ir.ir.graph import Graph, Op
+from pesto_ir.schedule.plan import OpSlot, Plan
+from pesto_ir.util.units import human_bytes, human_time
+
+STEP_END = math.inf  # resident bytes and graph outputs are held past the last op
+
+
+@dataclass(frozen=True)
+class Lifetime:
+    """`nbytes` held on `device` during [start, end)."""
+
+    device: str
+    start: float
+    end: float
+    nbytes: int
+    what: str  # a tensor's name, for messages: `%x`, `input %w`, `resident of 'op'`, `copy of %y from gpu0`
+
+
+@dataclass(frozen=True)
+class DevicePeak:
+    device: str
+    nbytes: int
+    time: float  # the first instant the peak is reached
+    alive: tuple[Lifetime, ...]  # what is held then, largest first
+
+    def describe(self, capacity: float | None = None, shown: int = 5) -> str:
+        """`gpu0 peaks at 12.3 GiB at 4.1 ms (...)`, with the largest tensors alive then."""
+        head = f"{self.device} peaks at {human_bytes(self.nbytes)} ({self.nbytes} bytes) at {human_time(self.time)}"
+        if capacity is not None and self.nbytes > capacity:
+            head += f", {math.ceil(self.nbytes - capacity)} bytes more than its {human_bytes(capacity)}"
+        tensors = ", ".join(f"{lt.what} {human_bytes(lt.nbytes)}" for lt in self.alive[:shown])
+        more = f" and {len(self.alive) - shown} more" if len(self.alive) > shown else ""
+        return f"{head}; alive then: {tensors}{more}" if tensors else head
+
+
+def output_bytes(op: Op) -> int:
+    """Bytes of what `op` produces and keeps until its readers are done."""
+    given = op.get("activation")
+    if given is not None:
+        return int(given)
+    return sum(r.type.nbytes for r in op.results)
+
+
+def workspace_bytes(op: Op) -> int:
+    return int(op.get("workspace", 0) or 0)
+
+
+def first_read_inputs(graph: Graph) -> dict[str, int]:
+    """Bytes of the graph inputs each op is the first reader of (graph order)."""
+    index = {id(op): i for i, op in enumerate(graph.ops)}
+    out: dict[str, int] = defaultdict(int)
+    for v in graph.inputs:
+        readers = [op for op in v.users() if id(op) in index]
+        if readers:
+            out[min(readers, key=lambda op: index[id(op)]).name] += v.type.nbytes
+    return out
+
+
+def footprints(graph: Graph) -> dict[str, int]:
+    """Every byte each op holds, as if all of it lived for the whole step (graph inputs counted at
+    their first reader): what linear memory models add up."""
+    inputs = first_read_inputs(graph)
+    return {op.name: op_memory(op) + output_bytes(op) + workspace_bytes(op) + inputs.get(op.name, 0)
+            for op in graph.ops}
+
+
+# ---------------------------------------------------------------- lifetimes of a plan
+
+_OpBytes = tuple[str, int, int, int | None, tuple[tuple[str, int, bool, tuple[str, ...]], ...]]
+# (name, resident bytes, workspace bytes, the `activation` attribute's bytes (the whole output as one
+# tensor) or None, its results as (name, bytes, a graph output, readers))
+
+
+class GraphBytes:
+    """What the lifetimes of any plan of `graph` are made of (each op's resident, workspace and
+    output bytes, its results' readers): a search that checks the memory of many plans of one
+    graph prepares it once (`simulate.Prepared.memory`)."""
+
+    def __init__(self, graph: Graph) -> None:
+        self.graph = graph
+        self.inputs = [(v.name, v.type.nbytes, tuple(u.name for u in v.users())) for v in graph.inputs]
+        outputs = {id(v) for v in graph.outputs}
+        self.ops: list[_OpBytes] = [
+            (op.name, op_memory(op), workspace_bytes(op), output_bytes(op) if "activation" in op.attrs else None,
+             tuple((r.name, r.type.nbytes, id(r) in outputs, tuple([u.name for u in r.users()])) for r in op.results))
+            for op in graph.ops]
+
+    def of(self, graph: Graph) -> GraphBytes:
+        """Itself, if prepared for `graph`."""
+        if graph is not self.graph:
+            raise ValueError(f"memory prepared for another graph than graph '{graph.name}'")
+        return self
+
+
+Interval = tuple[str, float, float, int, str]  # a `Lifetime`'s fields
+
+
+def _intervals(graph: GraphBytes, plan: Plan, named: bool) -> list[Interval]:
+    """Every interval of bytes held on a device during the step, by the rules of this module, as
+    `Lifetime` fields, their `what` left empty unless `named` (checks need only bytes)."""
+    slots = plan.ops
+    out: list[Interval] = []
+    for name, nbytes, readers in graph.inputs:
+        for d in sorted({slots[u].device for u in readers if u in slots}):
+            out.append((d, 0.0, STEP_END, nbytes, f"input %{name}" if named else ""))
+    sent: dict[str, dict[str, tuple[float, float, int]]] = defaultdict(dict)  # op -> device -> transfer
+    for t in plan.transfers:
+        sent[t.src][t.to] = (t.start, t.end, t.nbytes)
+    for op, resident, workspace, activation, results in graph.ops:
+        slot = slots.get(op)
+        if slot is None:
+            continue
+        d = slot.device
+        if resident:
+            out.append((d, 0.0, STEP_END, resident, f"resident of '{op}'" if named else ""))
+        if workspace:
+            out.append((d, slot.start, slot.end, workspace, f"workspace of '{op}'" if named else ""))
+        copies = sent.get(op, {})
+        released = [STEP_END if is_output else _release(readers, d, slot.end, slots, copies)
+                    for _, _, is_output, readers in results]
+        if activation is not None:
+            out.append((d, slot.start, max(released, default=slot.end), activation,
+                        f"output of '{op}'" if named else ""))
+        else:
+            out.extend((d, slot.start, end, nbytes, f"%{name}" if named else "")
+                       for (name, nbytes, _, _), end in zip(results, released))
+        for dst, (start, end, nbytes) in copies.items():
+            readers_end = max((slots[u].end for _, _, _, readers in results for u in readers
+                               if u in slots and slots[u].device == dst), default=end)
+            out.append((dst, start, max(end, readers_end), nbytes, f"copy of '{op}' from {d}" if named else ""))
+    return [held for held in out if held[3] > 0 and held[2] > held[1]]
+
+
+def _release(readers: tuple[str, ...], device: str, op_end: float, slots: Mapping[str, OpSlot],
+             copies: dict[str, tuple[float, float, int]]) -> float:
+    """When a result of an op on `device`, read by `readers`, may be freed there."""
+    end = op_end
+    for u in readers:
+        s = slots.get(u)
+        if s is None:
+            continue
+        if s.device == device:
+            end = max(end, s.end)
+        elif s.device in copies:
+            end = max(end, copies[s.device][1])
+    return end
+
+
+def _sweep(spans: Iterable[tuple[float, float, int]]) -> list[tuple[float, int]]:
+    """(time, bytes held from then on) at each instant the sum of the (start, end, bytes) spans
+    changes; frees before allocations."""
+    events: list[tuple[float, int, int]] = []
+    for start, end, nbytes in spans:
+        events.append((start, 1, nbytes))
+        if end != STEP_END:
+            events.append((end, 0, -nbytes))
+    events.sort()
+    steps: list[tuple[float, int]] = []
+    live = 0
+    for t, _, delta in events:
+        live += delta
+        if steps and steps[-1][0] == t:
+            steps[-1] = (t, live)
+        else:
+            steps.append((t, live))
+    return steps
+
+
+def _per_device(plan: Plan, held: list[Interval]) -> dict[str, list[Interval]]:
+    """`held` by device: every device of the plan, those that hold nothing too."""
+    out: dict[str, list[Interval]] = {d: [] for d in plan.devices}
+    for h in held:
+        out.setdefault(h[0], []).append(h)
+    return out
+
+
+def live_bytes(graph: Graph, plan: Plan) -> dict[str, list[tuple[float, int]]]:
+    """Per device, the step function of bytes held: (time, bytes from then on), times ascending."""
+    per_device = _per_device(plan, _intervals(GraphBytes(graph), plan, False))
+    return {d: _sweep(h[1:4] for h in spans) for d, spans in per_device.items()}
+
+
+def peak_memory(graph: Graph, plan: Plan) -> dict[str, DevicePeak]:
+    """Each device's peak, when it is first reached and what is alive then."""
+    peaks: dict[str, DevicePeak] = {}
+    for d, spans in _per_device(plan, _intervals(GraphBytes(graph), plan, True)).items():
+        nbytes, at = 0, 0.0
+        for t, live in _sweep(h[1:4] for h in spans):
+            if live > nbytes:
+                nbytes, at = live, t
+        alive = sorted((Lifetime(*h) for h in spans if h[1] <= at < h[2]), key=lambda lt: (-lt.nbytes, lt.what))
+        peaks[d] = DevicePeak(d, nbytes, at, tuple(alive) if nbytes else ())
+    return peaks
+
+
+def fits_memory(graph: Graph, plan: Plan, capacity: Mapping[str, float], prepared: GraphBytes | None = None) -> bool:
+    """Whether no device's peak passes its `capacity` (bytes by device name): what a search that
+    re-times a plan checks before it keeps it, beside the validator's other rules that the
+    simulator keeps by construction (`prepared`: `GraphBytes(graph)`, where the caller has it)."""
+    held = _intervals(prepared.of(graph) if prepared else GraphBytes(graph), plan, False)
+    return all(max((live for _, live in _sweep(h[1:4] for h in spans)), default=0) <= capacity[d]
+               for d, spans in _per_device(plan, held).items())

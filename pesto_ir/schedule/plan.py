@@ -1,0 +1,433 @@
+"""A plan: which device runs each op, when, and which tensors cross which links when.
+
+Placement algorithms produce a `Plan`; `write_plan_attrs` records it in the IR (ops get
+`device`, `start`, `end`; the graph gets `plan` and `transfers`), so a placed graph printed to
+`.pir` and parsed back is the same plan (`read_plan_attrs`). `to_json` is `pesto-plan/1`.
+
+A transfer moves, once per destination device, the results of one op that ops on that device read.
+
+A hybrid (data-parallel) plan has `parallelism`: the graph is one replica's (already rewritten into
+micro-batch copies), placed on the devices of replica 0; replica r runs the same schedule on its
+own devices (`replicas[r][i]` mirrors `replicas[0][i]`). Each `all_reduce` op of the graph sums
+over the replicas; `collectives` lists each one with the whole group of devices it spans. The
+makespan is still the latest op end: one whole step, every micro-batch and all-reduce included.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pesto_ir.ir.attributes import BytesAttr, DeviceAttr, DictAttr, DurationAttr, ListAttr, StringAttr, to_attr
+from pesto_ir.ir.graph import Graph, Op
+from pesto_ir.util.errors import PestoError
+from pesto_ir.util.loader import brief
+
+PLAN_FORMAT = "pesto-plan/1"
+# Collective ops and the ring phases each takes (`pesto_ir.cluster.model.ring_time`): an all-reduce is a
+# reduce-scatter then an all-gather. Reduce-scatters and all-gathers come from sharded optimizer
+# state (`passes/rewrite/shard_state.py`).
+RING_PHASES: dict[str, int] = {"all_reduce": 2, "reduce_scatter": 1, "all_gather": 1}
+COLLECTIVE_KINDS = tuple(RING_PHASES)
+OPTIMIZER_STATES = ("replicated", "sharded")
+
+
+@dataclass
+class OpSlot:
+    device: str
+    start: float
+    end: float
+
+
+@dataclass
+class Transfer:
+    src: str  # producer op name
+    src_device: str
+    to: str  # destination device
+    start: float
+    end: float
+    nbytes: int = 0
+
+
+@dataclass(frozen=True)
+class Parallelism:
+    """Data-parallel replicas of a plan: `replicas[r][i]` is the device of replica r that mirrors
+    replica 0's device `replicas[0][i]` (same kind and memory, same ops at the same times).
+    `data_parallel` is d, the number of replicas; `microbatches` m, the micro-batches each replica's
+    graph was split into. Lists given for `replicas` are kept as tuples."""
+
+    data_parallel: int
+    microbatches: int
+    replicas: tuple[tuple[str, ...], ...]
+    optimizer_state: str = "replicated"  # or "sharded": each replica holds 1/d of it (ZeRO-1)
+
+    def __post_init__(self) -> None:
+        if self.optimizer_state not in OPTIMIZER_STATES:
+            raise PestoError(f"parallelism: optimizer_state must be one of {', '.join(OPTIMIZER_STATES)}, "
+                             f"not {brief(repr(self.optimizer_state))}")
+        for key in ("data_parallel", "microbatches"):
+            v = getattr(self, key)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise PestoError(f"parallelism: {key} must be a whole number >= 1, not {brief(repr(v))}")
+        groups = self.replicas
+        if isinstance(groups, str) or not isinstance(groups, Sequence) or any(
+                isinstance(g, str) or not isinstance(g, Sequence) for g in groups):
+            raise PestoError("parallelism: replicas must be a list of device lists, one per replica, "
+                             f"not {brief(repr(groups))}")
+        groups = tuple(tuple(g) for g in groups)
+        object.__setattr__(self, "replicas", groups)
+        if len(groups) != self.data_parallel:
+            raise PestoError(f"parallelism: data_parallel is {self.data_parallel} but {len(groups)} replica "
+                             "device list(s) are given")
+        for r, g in enumerate(groups):
+            if not all(isinstance(d, str) for d in g):
+                raise PestoError(f"parallelism: replica {r} must list device names (strings), "
+                                 f"not {brief(repr(list(g)))}")
+            if len(g) != len(groups[0]):
+                raise PestoError(f"parallelism: replica {r} has {len(g)} device(s) but replica 0 has "
+                                 f"{len(groups[0])}; every replica mirrors replica 0 device for device")
+        if not groups[0]:
+            raise PestoError("parallelism: each replica needs at least one device")
+        seen: dict[str, int] = {}
+        for r, g in enumerate(groups):
+            for d in g:
+                if d in seen:
+                    where = "twice in replica" if seen[d] == r else f"in replicas {seen[d]} and"
+                    raise PestoError(f"parallelism: device {d} is {where} {r}; each device belongs to one replica once")
+                seen[d] = r
+
+    @property
+    def devices(self) -> list[str]:
+        """Every device of every replica, replica by replica."""
+        return [d for g in self.replicas for d in g]
+
+    def group(self, device: str) -> list[str]:
+        """The devices that mirror replica 0's `device`, one per replica (replica 0's first)."""
+        try:
+            i = self.replicas[0].index(device)
+        except ValueError:
+            raise PestoError(f"device {device} is not a device of replica 0 "
+                             f"({', '.join(self.replicas[0])})") from None
+        return [g[i] for g in self.replicas]
+
+    def to_json(self) -> dict[str, Any]:
+        out = {"data_parallel": self.data_parallel, "microbatches": self.microbatches,
+               "replicas": [list(g) for g in self.replicas]}
+        if self.optimizer_state != "replicated":  # plans without it read as before
+            out["optimizer_state"] = self.optimizer_state
+        return out
+
+
+@dataclass
+class Collective:
+    """One collective of a step: `op` is the IR op (in replica 0's graph) that it runs for, `kind`
+    its opcode (`COLLECTIVE_KINDS`), `devices` its whole group across replicas, `nbytes` the whole
+    value each device works on (`collective_bytes`), `start`/`end` the op's slot (every replica
+    runs it then)."""
+
+    op: str
+    kind: str
+    devices: list[str]
+    nbytes: int
+    start: float
+    end: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {"op": self.op, "kind": self.kind, "devices": list(self.devices), "bytes": self.nbytes,
+                "start": self.start, "end": self.end}
+
+
+@dataclass
+class Plan:
+    graph: str
+    algorithm: str
+    devices: list[str]
+    ops: dict[str, OpSlot]
+    transfers: list[Transfer] = field(default_factory=list)
+    lower_bound: float | None = None
+    solver: dict[str, Any] | None = None
+    notes: list[str] = field(default_factory=list)
+    peak_memory: dict[str, int] | None = None  # bytes per device at its peak; set by `check_plan`
+    parallelism: Parallelism | None = None  # data-parallel replicas (None: one replica)
+    collectives: list[Collective] = field(default_factory=list)  # one per all_reduce op
+    # collectives merged into buckets: each bucket op's name -> its members' names, in order (read
+    # from the graph's bucket ops by `read_plan_attrs`; a start plan needs them to merge them again)
+    buckets: dict[str, list[str]] = field(default_factory=dict)
+
+    @property
+    def makespan(self) -> float:
+        return max((s.end for s in self.ops.values()), default=0.0)
+
+    def device_of(self, op: str) -> str:
+        return self.ops[op].device
+
+    def device_order(self, device: str) -> list[str]:
+        """Op names on `device` in execution order."""
+        names = [n for n, s in self.ops.items() if s.device == device]
+        return sorted(names, key=lambda n: (self.ops[n].start, self.ops[n].end))
+
+    # ---------------------------------------------------------------- pesto-plan/1
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "format": PLAN_FORMAT,
+            "graph": self.graph,
+            "algorithm": self.algorithm,
+            "makespan": self.makespan,
+            "lower_bound": self.lower_bound,
+        }
+        if self.solver is not None:
+            out["solver"] = self.solver
+        out["devices"] = list(self.devices)
+        out["ops"] = [{"id": n, "device": s.device, "start": s.start, "end": s.end} for n, s in self.ops.items()]
+        out["transfers"] = [{"src": t.src, "from": t.src_device, "to": t.to, "start": t.start, "end": t.end,
+                             "bytes": t.nbytes} for t in self.transfers]
+        if self.peak_memory is not None:
+            out["peak_memory"] = dict(self.peak_memory)
+        if self.parallelism is not None:
+            out["parallelism"] = self.parallelism.to_json()
+        if self.parallelism is not None or self.collectives:
+            out["collectives"] = [c.to_json() for c in self.collectives]
+        if self.buckets:
+            out["buckets"] = {name: list(members) for name, members in self.buckets.items()}
+        if self.notes:
+            out["notes"] = list(self.notes)
+        return out
+
+    @staticmethod
+    def from_json(data: Any) -> Plan:
+        """A `pesto-plan/1` document as a plan; a field of the wrong shape is a PestoError naming it
+        (whether the plan is valid for a graph and cluster is `check_plan`'s to say)."""
+        if not isinstance(data, dict) or data.get("format") != PLAN_FORMAT:
+            raise PestoError(f"not a {PLAN_FORMAT} document (its \"format\" must be \"{PLAN_FORMAT}\")")
+        devices = data.get("devices")
+        if not isinstance(devices, list) or not all(isinstance(d, str) for d in devices):
+            raise PestoError(f"devices must be a list of device names, not {brief(repr(devices))}")
+        ops = {}
+        for i, o in enumerate(_objects(data.get("ops"), "ops", "{id, device, start, end}")):
+            where = f"ops[{i}]"
+            for key in ("id", "device"):
+                if not isinstance(o.get(key), str):
+                    raise PestoError(f"{where}: {key} must be a string, not {brief(repr(o.get(key)))}")
+            if o["id"] in ops:
+                raise PestoError(f"{where}: op '{brief(o['id'])}' is placed twice")
+            ops[o["id"]] = OpSlot(o["device"], *_span(o, where))
+        transfers = []
+        for i, t in enumerate(_objects(data.get("transfers", []), "transfers", "{src, from, to, start, end, bytes}")):
+            where = f"transfers[{i}]"
+            if t.get("src") not in ops:
+                raise PestoError(f"{where}: src must name a placed op, not {brief(repr(t.get('src')))}")
+            for key, value in (("from", t.get("from") or ops[t["src"]].device), ("to", t.get("to"))):
+                if not isinstance(value, str):
+                    raise PestoError(f"{where}: {key} must be a device name, not {brief(repr(value))}")
+            if not _whole(t.get("bytes", 0)) or t.get("bytes", 0) < 0:
+                raise PestoError(f"{where}: bytes must be a whole number >= 0, not {brief(repr(t.get('bytes')))}")
+            transfers.append(Transfer(t["src"], t.get("from") or ops[t["src"]].device, t["to"], *_span(t, where),
+                                      int(t.get("bytes", 0))))
+        bound, solver, notes = data.get("lower_bound"), data.get("solver"), data.get("notes", [])
+        if bound is not None and not _time(bound):
+            raise PestoError(f"lower_bound must be a finite number of seconds or null, not {brief(repr(bound))}")
+        if solver is not None and not isinstance(solver, dict):
+            raise PestoError(f"solver must be an object or null, not {brief(repr(solver))}")
+        if not isinstance(notes, list) or not all(isinstance(n, str) for n in notes):
+            raise PestoError(f"notes must be a list of strings, not {brief(repr(notes))}")
+        graph = data.get("graph", "")
+        algorithm = data.get("algorithm", "")
+        for key, value in (("graph", graph), ("algorithm", algorithm)):
+            if not isinstance(value, str):
+                raise PestoError(f"{key} must be a string, not {brief(repr(value))}")
+        return Plan(graph, algorithm, list(devices), ops, transfers, None if bound is None else float(bound),
+                    solver, list(notes), _peaks(data.get("peak_memory")), _parallelism(data.get("parallelism")),
+                    _collectives(data.get("collectives")), _buckets(data.get("buckets", {})))
+
+
+def _objects(raw: Any, key: str, fields: str) -> list[dict[str, Any]]:
+    """`raw`, which must be a list of objects (the plan's `key`)."""
+    if not isinstance(raw, list):
+        raise PestoError(f"{key} must be a list of {fields} objects, not {brief(repr(raw))}")
+    for i, item in enumerate(raw):
+        if not isinstance(item, dict):
+            raise PestoError(f"{key}[{i}] must be an object {fields}, not {brief(repr(item))}")
+    return raw
+
+
+def _buckets(raw: Any) -> dict[str, list[str]]:
+    if not isinstance(raw, dict) or not all(isinstance(m, list) and m and all(isinstance(n, str) for n in m)
+                                            for m in raw.values()):
+        raise PestoError("buckets must be an object mapping each bucket op to the list of the ops it merged, "
+                         f"not {brief(repr(raw))}")
+    return {name: list(members) for name, members in raw.items()}
+
+
+def _span(item: dict[str, Any], where: str) -> tuple[float, float]:
+    """An op's or transfer's (start, end): finite seconds, the end not before the start."""
+    for key in ("start", "end"):
+        if not _time(item.get(key)):
+            raise PestoError(f"{where}: {key} must be a finite number of seconds, not {brief(repr(item.get(key)))}")
+    if item["end"] < item["start"]:
+        raise PestoError(f"{where}: end {item['end']!r} is before start {item['start']!r}")
+    return float(item["start"]), float(item["end"])
+
+
+# ---------------------------------------------------------------- collectives
+
+def collective_bytes(op: Op) -> int:
+    """The whole value a collective op works on, per device: an all-reduce's operands, a
+    reduce-scatter's operand (before it is split), an all-gather's result (once put together)."""
+    return sum(v.type.nbytes for v in (op.results if op.opcode == "all_gather" else op.operands))
+
+
+def collectives_for(graph: Graph, plan: Plan) -> list[Collective]:
+    """The `collectives` entries of `plan`: one per collective op of `graph`, spanning the group of
+    devices that mirror its device across replicas, over its slot. Placement algorithms call it
+    before `check_plan`. [] without `parallelism`; ops not in the plan or not on a device of
+    replica 0 are left out (`check_plan` reports them)."""
+    par = plan.parallelism
+    if par is None:
+        return []
+    out = []
+    for op in graph.ops:
+        slot = plan.ops.get(op.name)
+        if op.opcode not in RING_PHASES or slot is None or slot.device not in par.replicas[0]:
+            continue
+        out.append(Collective(op.name, op.opcode, par.group(slot.device), collective_bytes(op), slot.start, slot.end))
+    return out
+
+
+# ---------------------------------------------------------------- plan <-> IR attributes
+
+def write_plan_attrs(graph: Graph, plan: Plan) -> None:
+    """Record `plan` in the IR: per-op device/start/end, and the graph's plan and transfers."""
+    for op in graph.ops:
+        slot = plan.ops.get(op.name)
+        if slot is None:
+            for key in ("device", "start", "end"):
+                op.attrs.pop(key, None)
+            continue
+        op.attrs["device"] = DeviceAttr(slot.device)
+        op.attrs["start"] = DurationAttr(slot.start)
+        op.attrs["end"] = DurationAttr(slot.end)
+    meta: dict[str, Any] = {"algorithm": plan.algorithm,
+                            "devices": ListAttr(tuple(DeviceAttr(d) for d in plan.devices)),
+                            "makespan": DurationAttr(plan.makespan)}
+    if plan.lower_bound is not None:
+        meta["lower_bound"] = DurationAttr(plan.lower_bound)
+    if plan.solver:
+        meta["solver"] = to_attr(plan.solver)
+    if plan.notes:
+        meta["notes"] = to_attr(list(plan.notes))
+    if plan.peak_memory is not None:
+        meta["peak_memory"] = DictAttr(tuple((d, BytesAttr(int(b))) for d, b in plan.peak_memory.items()))
+    if plan.parallelism is not None:
+        par = plan.parallelism
+        sharded = (("optimizer_state", StringAttr(par.optimizer_state)),) if par.optimizer_state != "replicated" else ()
+        meta["parallelism"] = DictAttr((
+            ("data_parallel", to_attr(par.data_parallel)), ("microbatches", to_attr(par.microbatches)),
+            ("replicas", ListAttr(tuple(ListAttr(tuple(DeviceAttr(d) for d in g)) for g in par.replicas))),
+            *sharded))
+    graph.attrs["plan"] = to_attr(meta)
+    graph.attrs["transfers"] = ListAttr(tuple(
+        DictAttr((("src", StringAttr(t.src)), ("from", DeviceAttr(t.src_device)), ("to", DeviceAttr(t.to)),
+                  ("start", DurationAttr(t.start)), ("end", DurationAttr(t.end)), ("bytes", to_attr(t.nbytes))))
+        for t in plan.transfers))
+    if plan.parallelism is not None or plan.collectives:
+        graph.attrs["collectives"] = ListAttr(tuple(
+            DictAttr((("op", StringAttr(c.op)), ("kind", StringAttr(c.kind)),
+                      ("devices", ListAttr(tuple(DeviceAttr(d) for d in c.devices))),
+                      ("bytes", to_attr(c.nbytes)), ("start", DurationAttr(c.start)), ("end", DurationAttr(c.end))))
+            for c in plan.collectives))
+    else:
+        graph.attrs.pop("collectives", None)
+
+
+def read_plan_attrs(graph: Graph) -> Plan | None:
+    """The plan recorded in `graph`, or None when it has not been placed."""
+    meta = graph.attrs.get("plan")
+    if not isinstance(meta, DictAttr):
+        return None
+    m = meta.value
+    ops = {}
+    for op in graph.ops:
+        if "device" in op.attrs:
+            ops[op.name] = OpSlot(op.get("device"), float(op.get("start", 0.0)), float(op.get("end", 0.0)))
+    transfers = [Transfer(t["src"], t["from"], t["to"], float(t["start"]), float(t["end"]), int(t.get("bytes", 0)))
+                 for t in graph.attrs["transfers"].value] if "transfers" in graph.attrs else []
+    buckets = {op.name: [str(n) for n in _plain(op.attrs["members"].value)]
+               for op in graph.ops if op.opcode in RING_PHASES and "members" in op.attrs}
+    return Plan(graph.name, str(m.get("algorithm", "")), list(m.get("devices", ())), ops, transfers,
+                m.get("lower_bound"), _plain(m.get("solver")), list(m.get("notes", ())),
+                _peaks(_plain(m.get("peak_memory"))), _parallelism(_plain(m.get("parallelism"))),
+                _collectives(_plain(graph.attrs["collectives"].value) if "collectives" in graph.attrs else None),
+                buckets)
+
+
+def _peaks(raw: Any) -> dict[str, int] | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, dict) or not all(isinstance(b, int) and not isinstance(b, bool) and b >= 0
+                                            for b in raw.values()):
+        raise PestoError(f"peak_memory must map devices to whole numbers of bytes, not {raw!r}")
+    return {str(d): int(b) for d, b in raw.items()}
+
+
+def _whole(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _time(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _parallelism(raw: Any) -> Parallelism | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise PestoError("parallelism must be an object {data_parallel, microbatches, replicas}, "
+                         f"not {brief(repr(raw))}")
+    for key in ("data_parallel", "microbatches"):
+        if not _whole(raw.get(key)) or raw[key] < 1:
+            raise PestoError(f"parallelism: {key} must be a whole number >= 1, not {brief(repr(raw.get(key)))}")
+    groups = raw.get("replicas")
+    if not isinstance(groups, list) or not all(isinstance(g, list) and all(isinstance(d, str) for d in g)
+                                               for g in groups):
+        raise PestoError(f"parallelism: replicas must be a list of lists of device names, not {brief(repr(groups))}")
+    return Parallelism(raw["data_parallel"], raw["microbatches"], tuple(tuple(g) for g in groups),
+                       raw.get("optimizer_state", "replicated"))
+
+
+def _collectives(raw: Any) -> list[Collective]:
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        raise PestoError("collectives must be a list of {op, kind, devices, bytes, start, end} objects, "
+                         f"not {brief(repr(raw))}")
+    out = []
+    for i, c in enumerate(raw):
+        where = f"collectives[{i}]"
+        if not isinstance(c, dict):
+            raise PestoError(f"{where} must be an object {{op, kind, devices, bytes, start, end}}, "
+                             f"not {brief(repr(c))}")
+        if not isinstance(c.get("op"), str):
+            raise PestoError(f"{where}: op must be the name of an op (a string), not {brief(repr(c.get('op')))}")
+        if c.get("kind") not in COLLECTIVE_KINDS:
+            raise PestoError(f"{where}: kind must be one of {', '.join(COLLECTIVE_KINDS)}, "
+                             f"not {brief(repr(c.get('kind')))}")
+        devices = c.get("devices")
+        if not isinstance(devices, list) or not devices or not all(isinstance(d, str) for d in devices):
+            raise PestoError(f"{where}: devices must be a non-empty list of device names, not {brief(repr(devices))}")
+        if not _whole(c.get("bytes")) or c["bytes"] < 0:
+            raise PestoError(f"{where}: bytes must be a whole number >= 0, not {brief(repr(c.get('bytes')))}")
+        for key in ("start", "end"):
+            if not _time(c.get(key)):
+                raise PestoError(f"{where}: {key} must be a finite number of seconds, not {brief(repr(c.get(key)))}")
+        out.append(Collective(c["op"], c["kind"], list(devices), int(c["bytes"]), float(c["start"]), float(c["end"])))
+    return out
+
+
+def _plain(x: Any) -> Any:
+    if isinstance(x, tuple):
+        return [_plain(i) for i in x]
+    if isinstance(x, dict):
+        return {k: _plain(v) for k, v in x.items()}
+    return x

@@ -1,0 +1,1 @@
+"""What every layer may use: errors a user sees, units, reading input files, the GC pause, union-find."""
