@@ -28,7 +28,7 @@ from pesto_ir.schedule.bounds import lower_bound
 from pesto_ir.schedule.plan import Plan
 from pesto_ir.util.errors import PestoError
 
-MSR = Path(__file__).resolve().parents[2] / "shared" / "graphs" / "msr"  # the shared/ folder beside the checkout
+MSR = Path(__file__).resolve().parents[1] / "graphs" / "msr"  # the MSR graphs, in the repository
 LAYER_GRAPHS = ["bert24_inference_layer", "bert24_training_layer", "gnmt_inference_layer",
                 "gnmt_training_layer", "resnet50_inference_layer"]
 RANDOM_SIZES = [20, 40, 80]
@@ -59,7 +59,7 @@ def load_graph(name: str) -> Graph:
 def warm_start(graph: Graph, cluster: Cluster, options: PlaceOptions) -> Plan | None:
     """The place pass's best heuristic plan, when that pass exists in this checkout."""
     try:
-        from pesto_ir.passes.place import best_heuristic_plan
+        from pesto_ir.passes.placement.heuristics.portfolio import best_heuristic_plan
     except ImportError:
         return None
     try:

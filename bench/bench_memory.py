@@ -26,8 +26,8 @@ import jax  # noqa: E402
 from bench import zoo_jax  # noqa: E402
 from pesto_ir.cluster.model import Cluster  # noqa: E402
 from pesto_ir.frontends.jax import lower  # noqa: E402
-from pesto_ir.passes.place import ALGORITHMS  # noqa: E402
 from pesto_ir.passes.placement.options import PlaceOptions  # noqa: E402
+from pesto_ir.passes.placement.registry import ALGORITHMS  # noqa: E402
 from pesto_ir.passmanager import PassContext, PassManager  # noqa: E402
 from pesto_ir.schedule.memory import footprints, peak_memory  # noqa: E402
 from pesto_ir.util.units import human_bytes  # noqa: E402
@@ -59,7 +59,7 @@ def measure(name: str, batch: int | None) -> dict[str, object]:
     graph = lower(step, *args, param_argnums=(0, 1))
     cluster = Cluster.homogeneous(1, "h100")
     PassManager("annotate-costs{model=roofline}").run(graph, PassContext(cluster=cluster, quiet=True))
-    plan = ALGORITHMS["single"](graph, cluster.with_memory(float("inf")), PlaceOptions(quiet=True))
+    plan = ALGORITHMS["single"].run(graph, cluster.with_memory(float("inf")), PlaceOptions(quiet=True))
     peak = peak_memory(graph, plan)[cluster.names[0]]
     ours = time.perf_counter() - started
     xla = xla_bytes(step, args)

@@ -26,15 +26,18 @@ from pathlib import Path
 from pesto_ir.cluster.model import Cluster
 from pesto_ir.frontends.json_graph import graph_from_json
 from pesto_ir.ir.graph import Graph
-from pesto_ir.passes.coarsen import DEFAULT_TARGET, coarsen_groups, quotient_graph
-from pesto_ir.passes.expand import expand_plan
-from pesto_ir.passes.place import ALGORITHMS, place_graph
+from pesto_ir.passes.coarsen import DEFAULT_TARGET
+from pesto_ir.passes.rewrite.coarse_graph import quotient_graph
+from pesto_ir.passes.rewrite.grouping import coarsen_groups
+from pesto_ir.passes.place import place_graph
+from pesto_ir.passes.placement.expansion import expand_plan
 from pesto_ir.passes.placement.options import PlaceOptions
+from pesto_ir.passes.placement.registry import ALGORITHMS
 from pesto_ir.schedule.bounds import lower_bound
 from pesto_ir.schedule.plan import read_plan_attrs
 from pesto_ir.util.errors import PestoError
 
-MSR = Path(__file__).resolve().parents[2] / "shared" / "graphs" / "msr"  # the shared/ folder beside the checkout
+MSR = Path(__file__).resolve().parents[1] / "graphs" / "msr"  # the MSR graphs, in the repository
 MEMORY = 17185374208
 HEURISTIC_ALGOS = ("m-etf", "m-sct", "m-topo", "expert", "single", "random")  # the others run in a child process
 DEFAULT_ALGOS = [a for a in (*HEURISTIC_ALGOS, "ilp") if a in ALGORITHMS]  # --algos adds cpsat, auto, ...
@@ -153,7 +156,7 @@ def scale(n_ops: int) -> None:
         print(f"{len(graph.ops)} ops -> {len(coarse.ops)} groups (target {target}): coarsen {t1 - t0:.2f} s, "
               f"quotient graph {t2 - t1:.2f} s")
     t0 = time.perf_counter()
-    plan = ALGORITHMS["m-etf"](graph, cl, PlaceOptions(quiet=True))
+    plan = ALGORITHMS["m-etf"].run(graph, cl, PlaceOptions(quiet=True))
     print(f"m-etf on all {len(graph.ops)} ops, k=4: {time.perf_counter() - t0:.2f} s, makespan {plan.makespan:.4f} s")
 
 

@@ -1,24 +1,20 @@
 """`expand`: turn the plan recorded on a graph into a per-op plan with exact times.
 
-After `place` solved the coarse graph, each op carries its group's device and start time. Each
-device then runs its ops by (recorded start, graph position): groups in the coarse schedule's
-order, the ops of one group in topological order. That order is a topological order of the whole
-graph (a coarse edge a -> b means b's group starts no earlier than a's ends), so it cannot deadlock.
-The simulator times it, the validator checks it, and it replaces the recorded plan. A graph
-placed without groups is re-simulated and validated the same way.
+After `place` solved the coarse graph, each op carries its group's device and start time;
+`expansion.expand_plan` re-times every op with the simulator, keeping each device's order, and the
+validator checks the result, which replaces the recorded plan. A graph placed without groups is
+re-simulated and validated the same way.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pesto_ir.cluster.model import Cluster
 from pesto_ir.ir.graph import Graph
-from pesto_ir.passes.placement.options import COARSE_NOTE, PlaceError, require_cluster
+from pesto_ir.passes.placement.expansion import expand_plan
+from pesto_ir.passes.placement.options import PlaceError, require_cluster
 from pesto_ir.passmanager import Pass, PassContext
-from pesto_ir.schedule.plan import Plan, read_plan_attrs, write_plan_attrs
-from pesto_ir.schedule.simulate import order_from_priority, simulate
-from pesto_ir.schedule.validate import check_plan, collectives_for
+from pesto_ir.schedule.plan import read_plan_attrs, write_plan_attrs
 from pesto_ir.util.units import human_time
 
 
@@ -36,27 +32,3 @@ class ExpandPass(Pass):
         fine = expand_plan(graph, cluster, plan)
         write_plan_attrs(graph, fine)
         ctx.progress(f"expand: {len(graph.ops)} ops, makespan {human_time(fine.makespan, 4)}")
-
-
-def expand_plan(graph: Graph, cluster: Cluster, plan: Plan) -> Plan:
-    """The simulated, validated per-op plan that keeps `plan`'s devices and per-device order."""
-    unplaced = [op.name for op in graph.ops if op.name not in plan.ops]
-    if unplaced:
-        raise PlaceError(f"{len(unplaced)} op(s) have no device, e.g. '{unplaced[0]}' (run place on this graph)")
-    placement = {name: slot.device for name, slot in plan.ops.items()}
-    # By (start, end, graph position), but topologically: a zero-length producer may print a start
-    # one rounding error after its consumer's in a solver's plan, and sorting alone would deadlock.
-    # The end breaks ties: a zero-length op that starts with a longer one ran first (after it, it
-    # would have started at its end), and run second it would send its results that much later.
-    order = order_from_priority(graph, placement, {name: (slot.start, slot.end) for name, slot in plan.ops.items()})
-    fine = simulate(graph, cluster, placement, order, algorithm=plan.algorithm)
-    if plan.parallelism is not None:  # replica 0's schedule, which every replica runs
-        fine.devices, fine.parallelism = list(plan.devices), plan.parallelism
-        fine.collectives = collectives_for(graph, fine)
-    fine.lower_bound = plan.lower_bound
-    fine.solver = plan.solver
-    coarse = [n for n in plan.notes if n.startswith(COARSE_NOTE)]
-    fine.notes = [n for n in plan.notes if not n.startswith(COARSE_NOTE)]
-    if coarse:
-        fine.notes.append(f"expanded from a {coarse[0].split(':')[0]}")
-    return check_plan(graph, cluster, fine)

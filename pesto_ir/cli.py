@@ -94,7 +94,9 @@ def _degree(text: str) -> str:
 
 
 def build_arg_parser() -> argparse.ArgumentParser:
-    from pesto_ir.passes.place import ALGORITHMS, DEFAULT_ALGO, MAX_DEFAULT_TIME_LIMIT  # lazily: for --help
+    # start-up: the passes import JAX-free but heavy modules; --help and --version need none of them
+    from pesto_ir.passes.place import MAX_DEFAULT_TIME_LIMIT
+    from pesto_ir.passes.placement.registry import ALGORITHMS, DEFAULT_ALGO
 
     ap = argparse.ArgumentParser(
         prog="pesto-compile",

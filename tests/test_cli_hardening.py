@@ -22,11 +22,13 @@ from pesto_ir import Graph, ParseError
 from pesto_ir.cli import main
 from pesto_ir.cluster.model import Cluster
 from pesto_ir.passes import PASSES
-from pesto_ir.passes.coarsen import quotient_graph
-from pesto_ir.passes.place import ALGORITHMS, MAX_DEFAULT_TIME_LIMIT, best_heuristic_plan
+from pesto_ir.passes.rewrite.coarse_graph import quotient_graph
+from pesto_ir.passes.place import MAX_DEFAULT_TIME_LIMIT
 from pesto_ir.passes.placement.exact.cpsat import Problem, Request
 from pesto_ir.passes.placement.exact.cpsat_worker import SolverProcess
+from pesto_ir.passes.placement.heuristics.portfolio import best_heuristic_plan
 from pesto_ir.passes.placement.options import Interrupted, PlaceOptions
+from pesto_ir.passes.placement.registry import ALGORITHMS
 from pesto_ir.passes.placement.search.auto import place_auto
 from pesto_ir.passmanager import Pass, PassContext, PassManager, Pipeline
 from pesto_ir.schedule.bounds import lower_bound
@@ -281,14 +283,13 @@ def test_help_works_in_a_fresh_interpreter() -> None:
 
 # 7. Ctrl-C --------------------------------------------------------------------------------------------------
 
-MSR_OPS = ROOT.parent / "shared" / "graphs" / "msr" / "bert_l-3_training_op.json"  # CP-SAT runs its whole limit
+MSR_OPS = ROOT / "graphs" / "msr" / "bert_l-3_training_op.json"  # CP-SAT runs its whole limit
 
 
 def _terminal_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)  # as in a terminal, even where the test runner ignores it
 
 
-@pytest.mark.skipif(not MSR_OPS.exists(), reason="needs the MSR graphs in ../shared")
 def test_ctrl_c_during_cpsat_stops_within_2_s_and_keeps_the_best_plan(tmp_path: Path) -> None:
     """SIGINT to pesto-compile (`kill -INT PID`): it stopped 5 s later, waiting for the worker, busy in
     native code, to end its request, then wrote nothing; now it kills the worker at once, keeps the
@@ -333,7 +334,6 @@ def _interrupted_after(seconds: float, place: Callable[[], object]) -> Interrupt
     pytest.fail("placement ended before the interrupt, so the interrupt was not tested")
 
 
-@pytest.mark.skipif(not MSR_OPS.exists(), reason="needs the MSR graphs in ../shared")
 @pytest.mark.usefixtures("sigint_reaches_python")
 def test_ctrl_c_during_auto_keeps_its_best_plan() -> None:
     """`auto` on one batch of 150 coarse groups (more than its whole CP-SAT model takes: it runs LNS
@@ -350,7 +350,6 @@ def test_ctrl_c_during_auto_keeps_its_best_plan() -> None:
     assert e.plan.solver["status"] == "interrupted" and "interrupted (Ctrl-C)" in e.plan.notes[-1]
 
 
-@pytest.mark.skipif(not MSR_OPS.exists(), reason="needs the MSR graphs in ../shared")
 @pytest.mark.usefixtures("sigint_reaches_python")
 def test_ctrl_c_during_the_hybrid_search_records_the_fastest_plan_screened() -> None:
     """The place pass searching replicas x micro-batches, interrupted: it records the fastest plan
@@ -369,7 +368,6 @@ def test_ctrl_c_during_the_hybrid_search_records_the_fastest_plan_screened() -> 
     check_plan(placed, cluster, plan)
 
 
-@pytest.mark.skipif(not MSR_OPS.exists(), reason="needs the MSR graphs in ../shared")
 @pytest.mark.usefixtures("sigint_reaches_python")
 def test_an_interrupted_cpsat_request_leaves_no_stale_answer() -> None:
     """Interrupted while waiting, the caller kills the worker: the next request restarts it and gets its

@@ -345,12 +345,12 @@ def _memory_tight_lns_search(k: int) -> _Search:
     16 GiB by tensor lifetimes, not by the models' whole-step count of memory."""
     from bench.zoo import msr_cluster, msr_model
     from pesto_ir.passes.placement.exact.cpsat_worker import shared_solver
-    from pesto_ir.passes.placement.heuristics.portfolio import ALGORITHMS
+    from pesto_ir.passes.placement.heuristics.portfolio import HEURISTICS
 
     model = msr_model("resnet50_training_layer")
     graph, cluster = model.build(), msr_cluster(k)
     options = PlaceOptions(time_limit=30, seed=0, quiet=True)
-    start = check_plan(graph, cluster, ALGORITHMS["etf"](graph, cluster, options))
+    start = check_plan(graph, cluster, HEURISTICS["etf"](graph, cluster, options))
     return _Search(graph, cluster, options, "cpsat", start, time.perf_counter(), shared_solver())
 
 

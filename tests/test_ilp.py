@@ -342,7 +342,7 @@ def test_invalid_warm_start_is_ignored_with_a_note() -> None:
 
 
 @pytest.mark.parametrize("limit, value, message", [
-    ("MAX_OPS", 10, "limit of 10"),
+    ("MILP_MAX_OPS", 10, "limit of 10"),
     ("MAX_INTEGERS", 50, "binary variables, more than the limit of 50"),
 ])
 def test_over_a_size_limit_returns_the_warm_start(limit: str, value: int, message: str,

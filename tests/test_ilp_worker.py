@@ -13,7 +13,6 @@ import pytest
 import pesto_ir
 from pesto_ir.cluster.model import Cluster
 from pesto_ir.ir.graph import Graph
-from pesto_ir.passes.place import best_heuristic_plan
 from pesto_ir.passes.placement.exact.ilp_worker import (
     CRASH_ENV,
     HANG_ENV,
@@ -21,12 +20,13 @@ from pesto_ir.passes.placement.exact.ilp_worker import (
     IlpWorkerError,
     place_ilp_in_worker,
 )
+from pesto_ir.passes.placement.heuristics.portfolio import best_heuristic_plan
 from pesto_ir.passes.placement.options import PlaceOptions
 from pesto_ir.passmanager import PassContext, PassManager
 from pesto_ir.schedule.validate import check_plan
 
 MLP = Path(__file__).resolve().parents[1] / "examples" / "mlp_train_step.pir"
-MSR = Path(__file__).resolve().parents[2] / "shared" / "graphs" / "msr" / "bert24_training_layer.json"
+MSR = Path(__file__).resolve().parents[1] / "graphs" / "msr" / "bert24_training_layer.json"
 
 
 def costed_mlp() -> tuple[Graph, Cluster]:
@@ -73,7 +73,6 @@ def test_a_solve_that_overruns_its_time_limit_is_stopped_and_keeps_the_best_plan
         place_ilp_in_worker(graph, cluster, PlaceOptions(time_limit=1, quiet=True))
 
 
-@pytest.mark.skipif(not MSR.exists(), reason="needs the MSR graphs in ../shared")
 @pytest.mark.usefixtures("sigint_reaches_python")
 def test_ctrl_c_stops_the_solve_at_once_and_keeps_the_best_plan() -> None:
     graph, cluster = pesto_ir.load(MSR), Cluster.homogeneous(4, "v100", latency=1e-5, bandwidth=5e10)
@@ -97,10 +96,10 @@ def test_plans_found_during_the_solve_reach_the_caller(monkeypatch: pytest.Monke
     """CBC's log capture points fd 1 at a pipe while it solves; the worker's messages go out on a
     descriptor of their own, so a better plan found then still reaches the caller (which keeps it
     when the worker dies right after)."""
-    from pesto_ir.passes.place import ALGORITHMS
+    from pesto_ir.passes.placement.registry import ALGORITHMS
 
     graph, cluster = costed_mlp()
-    poor = check_plan(graph, cluster, ALGORITHMS["single"](graph, cluster, PlaceOptions(quiet=True)))
+    poor = check_plan(graph, cluster, ALGORITHMS["single"].run(graph, cluster, PlaceOptions(quiet=True)))
     monkeypatch.setenv(CRASH_ENV, "incumbent")
     plan = place_ilp_in_worker(graph, cluster, PlaceOptions(time_limit=10, quiet=True, warm_start=poor))
     check_plan(graph, cluster, plan)

@@ -107,8 +107,8 @@ def test_the_time_kept_for_justification_is_what_its_rounds_take() -> None:
     """`auto` keeps its share of the limit for justifying the plan, or as long as `ROUNDS`
     simulations take if that is longer (so the rounds do not depend on the limit), but never more
     than half the time left."""
-    from pesto_ir.passes.place import justify_kept
     from pesto_ir.passes.placement.justify import ROUNDS
+    from pesto_ir.passes.placement.search.driver import justify_kept
 
     assert justify_kept(share=0.3, simulation=0.1, seconds=10.0) == pytest.approx(ROUNDS * 0.1)
     assert justify_kept(share=1.0, simulation=0.01, seconds=10.0) == 1.0

@@ -10,8 +10,8 @@ from strategies import placement_problems
 from pesto_ir.cluster.model import Cluster
 from pesto_ir.frontends.json_graph import graph_from_json
 from pesto_ir.ir.graph import Graph
-from pesto_ir.passes.place import ALGORITHMS
 from pesto_ir.passes.placement.options import PlaceOptions
+from pesto_ir.passes.placement.registry import ALGORITHMS
 from pesto_ir.passes.placement.search.local_search import improve_by_moves
 from pesto_ir.schedule.simulate import simulate
 from pesto_ir.schedule.validate import check_plan
@@ -50,7 +50,7 @@ def test_a_move_that_overfills_a_device_is_not_made() -> None:
 def test_moves_keep_plans_valid_never_worse_and_deterministic(problem: tuple[Graph, Cluster]) -> None:
     graph, cluster = problem
     try:
-        start = check_plan(graph, cluster, ALGORITHMS["m-topo"](graph, cluster, QUIET))
+        start = check_plan(graph, cluster, ALGORITHMS["m-topo"].run(graph, cluster, QUIET))
     except Exception:  # noqa: BLE001 - memory too tight for the greedy start: nothing to improve
         return
     moved = check_plan(graph, cluster, improve_by_moves(graph, cluster, start, 2.0))

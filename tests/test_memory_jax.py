@@ -7,8 +7,8 @@ import jax.numpy as jnp
 
 from pesto_ir.cluster.model import Cluster
 from pesto_ir.frontends.jax import lower
-from pesto_ir.passes.place import ALGORITHMS
 from pesto_ir.passes.placement.options import PlaceOptions
+from pesto_ir.passes.placement.registry import ALGORITHMS
 from pesto_ir.passmanager import PassContext, PassManager
 from pesto_ir.schedule.memory import footprints, peak_memory
 
@@ -35,7 +35,7 @@ def _single_device_peak(fn, *args) -> tuple[int, int, int]:  # type: ignore[no-u
     graph = lower(fn, *args)
     cluster = Cluster.homogeneous(1, "h100")
     PassManager("annotate-costs{model=roofline}").run(graph, PassContext(cluster=cluster, quiet=True))
-    plan = ALGORITHMS["single"](graph, cluster, QUIET)
+    plan = ALGORITHMS["single"].run(graph, cluster, QUIET)
     return peak_memory(graph, plan)["gpu0"].nbytes, sum(footprints(graph).values()), len(graph.ops)
 
 

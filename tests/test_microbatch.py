@@ -20,8 +20,8 @@ from pesto_ir.cost.lookup import op_cost
 from pesto_ir.ir.graph import Graph
 from pesto_ir.jaxrt.interpreter import Interpreter, evaluate
 from pesto_ir.passes.microbatch import MicrobatchError, batch_spec, rebatch
-from pesto_ir.passes.place import ALGORITHMS
 from pesto_ir.passes.placement.options import PlaceOptions
+from pesto_ir.passes.placement.registry import ALGORITHMS
 from pesto_ir.passes.placement.search.hybrid import Strategy, as_hybrid, replica_graph, replica_groups, sub_cluster
 from pesto_ir.passmanager import PassContext, PassManager
 from pesto_ir.schedule.plan import Plan, read_plan_attrs
@@ -222,7 +222,7 @@ def test_hybrid_plans_of_random_graphs_are_valid(problem: tuple[Graph, Cluster, 
     graph, cluster, strategy = problem
     replica = replica_graph(graph, cluster, strategy)
     sub = sub_cluster(cluster, replica_groups(cluster, strategy.data_parallel)[0])
-    plan = as_hybrid(replica, cluster, check_plan(replica, sub, ALGORITHMS[algo](replica, sub, PlaceOptions())), strategy)
+    plan = as_hybrid(replica, cluster, check_plan(replica, sub, ALGORITHMS[algo].run(replica, sub, PlaceOptions())), strategy)
     assert plan.parallelism is not None and plan.parallelism.microbatches == strategy.microbatches
     assert set(plan.peak_memory or {}) == set(cluster.names)
     if strategy == Strategy(1, 1):
@@ -322,7 +322,7 @@ def test_screening_keeps_time_to_refine_the_one_batch_plan_that_leads(resnet50_l
     cluster = Cluster.homogeneous(4, "v100", memory=16 * 2**30, latency=1e-5, bandwidth=50e9)
     options = PlaceOptions(quiet=True)
     def m_etf(g: Graph, c: Cluster, o: PlaceOptions) -> Plan:
-        return check_plan(g, c, ALGORITHMS["m-etf"](g, c, o))
+        return check_plan(g, c, ALGORITHMS["m-etf"].run(g, c, o))
 
     one_batch = screen(resnet50_layer, cluster, Candidate(ONE_BATCH), options, m_etf)
     assert one_batch.plan is not None, one_batch.why_not
@@ -576,13 +576,13 @@ def test_copies_of_a_reduction_over_the_batch_share_its_cost() -> None:
 def test_a_strategy_keeps_the_plan_of_a_heuristic_that_works(monkeypatch: pytest.MonkeyPatch) -> None:
     """Screening tries m-ETF and m-SCT on a replica: one failing (out of memory, say) does not
     drop the strategy when the other gives a plan."""
-    from pesto_ir.passes import place as place_module
     from pesto_ir.passes.placement.common import PlacementError
+    from pesto_ir.passes.placement.heuristics import portfolio
 
     def fails(graph: Graph, cluster: Cluster, options: PlaceOptions) -> Any:
         raise PlacementError("m-etf: out of memory (for the test)")
 
-    monkeypatch.setitem(place_module.ALGORITHMS, "m-etf", fails)
+    monkeypatch.setitem(portfolio.HEURISTICS, "m-etf", fails)
     _, plan = hybrid_run("annotate-costs,place{algo=auto time-limit=3 data-parallel=2 microbatches=auto}")
     note = next(n for n in plan.notes if n.startswith("hybrid search"))
     assert re.search(r"d=2 m=1 [\d.]+ us", note), note

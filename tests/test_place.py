@@ -15,18 +15,19 @@ from pesto_ir.cluster.model import Cluster, Device
 from pesto_ir.frontends.json_graph import graph_from_json
 from pesto_ir.ir.graph import Graph
 from pesto_ir.passes import PASSES
-from pesto_ir.passes.coarsen import coarsen_groups
-from pesto_ir.passes.expand import expand_plan
-from pesto_ir.passes.place import ALGORITHMS, DEFAULT_ALGO, place_graph
+from pesto_ir.passes.rewrite.grouping import coarsen_groups
+from pesto_ir.passes.place import place_graph
 from pesto_ir.passes.placement.common import PlaceGraph
+from pesto_ir.passes.placement.expansion import expand_plan
 from pesto_ir.passes.placement.heuristics.baechi import favorite_children
 from pesto_ir.passes.placement.options import PlaceOptions
+from pesto_ir.passes.placement.registry import ALGORITHMS, DEFAULT_ALGO
 from pesto_ir.passmanager import PassContext, PassManager
 from pesto_ir.schedule.plan import Plan, read_plan_attrs
 from pesto_ir.schedule.validate import check_plan
 
 HEURISTICS = ["expert", "m-etf", "m-sct", "m-topo", "random", "single"]  # the exact solvers have their own tests
-MSR = Path("/work/shared/graphs/msr")
+MSR = Path(__file__).resolve().parents[1] / "graphs" / "msr"
 QUIET = PlaceOptions(quiet=True)
 
 
@@ -41,9 +42,9 @@ def test_every_plan_is_valid_when_memory_is_roomy(algo: str, problem: tuple[Grap
     graph, cluster = problem
     if algo == "single" and sum(int(op.get("memory", 0) or 0) for op in graph.ops) > cluster.devices[0].memory:
         with pytest.raises(PestoError, match="single: the graph fits on no one device"):
-            ALGORITHMS[algo](graph, cluster, QUIET)
+            ALGORITHMS[algo].run(graph, cluster, QUIET)
         return
-    plan = ALGORITHMS[algo](graph, cluster, QUIET)
+    plan = ALGORITHMS[algo].run(graph, cluster, QUIET)
     check_plan(graph, cluster, plan)
     assert plan.algorithm == algo
 
@@ -54,7 +55,7 @@ def test_every_plan_is_valid_when_memory_is_roomy(algo: str, problem: tuple[Grap
 def test_tight_memory_gives_a_valid_plan_or_a_clean_error(algo: str, problem: tuple[Graph, Cluster]) -> None:
     graph, cluster = problem
     try:
-        plan = ALGORITHMS[algo](graph, cluster, QUIET)
+        plan = ALGORITHMS[algo].run(graph, cluster, QUIET)
     except PestoError as e:
         assert "bytes" in str(e)
         return
@@ -146,7 +147,7 @@ def test_expand_on_a_fine_plan_resimulates_it_unchanged() -> None:
 
 def test_placed_coarse_graph_survives_printing_and_parsing() -> None:
     """Nothing place records hides outside the IR: expand on the re-parsed text gives the same plan."""
-    g = graph_from_json(_msr_doc("resnet50_inference_op.json")) if MSR.exists() else _chain_graph()
+    g = graph_from_json(_msr_doc("resnet50_inference_op.json"))
     cluster = msr_cluster(4)
     PassManager("coarsen{target=50},place{algo=m-etf}").run(g, PassContext(cluster=cluster, quiet=True))
     again = parse(str(g))
@@ -160,8 +161,8 @@ def test_heuristics_are_deterministic() -> None:
     g = _chain_graph()
     cluster = msr_cluster(3)
     for algo in HEURISTICS:
-        one = ALGORITHMS[algo](g, cluster, PlaceOptions(quiet=True, seed=7))
-        two = ALGORITHMS[algo](g, cluster, PlaceOptions(quiet=True, seed=7))
+        one = ALGORITHMS[algo].run(g, cluster, PlaceOptions(quiet=True, seed=7))
+        two = ALGORITHMS[algo].run(g, cluster, PlaceOptions(quiet=True, seed=7))
         assert one.ops == two.ops and one.transfers == two.transfers
 
 
@@ -170,7 +171,7 @@ def test_m_etf_prefers_the_fast_device_on_a_mixed_cluster() -> None:
         {"id": "a", "cost": {"v100": 0.001, "cpu": 0.05}}, {"id": "b", "cost": {"v100": 0.001, "cpu": 0.05}}],
         "edges": [{"src": "a", "dst": "b", "bytes": 8}]})
     cluster = Cluster.fully_connected([Device.of_kind("cpu0", "cpu"), Device.of_kind("gpu0", "v100")], 1e-5, 1e10)
-    plan = ALGORITHMS["m-etf"](g, cluster, QUIET)
+    plan = ALGORITHMS["m-etf"].run(g, cluster, QUIET)
     assert {s.device for s in plan.ops.values()} == {"gpu0"}
 
 
@@ -188,7 +189,7 @@ def test_random_depends_on_the_seed() -> None:
     g = graph_from_json({"format": "pesto-graph/1", "nodes": [{"id": f"n{i}", "cost": 0.001} for i in range(12)],
                          "edges": []})
     cluster = msr_cluster(4)
-    placements = {tuple(s.device for s in ALGORITHMS["random"](g, cluster, PlaceOptions(quiet=True, seed=s)).ops.values())
+    placements = {tuple(s.device for s in ALGORITHMS["random"].run(g, cluster, PlaceOptions(quiet=True, seed=s)).ops.values())
                   for s in range(4)}
     assert len(placements) > 1
 
@@ -199,7 +200,6 @@ def _msr_doc(name: str) -> dict:
     return json.loads((MSR / name).read_text())
 
 
-@pytest.mark.skipif(not MSR.exists(), reason="MSR graphs not available")
 @pytest.mark.parametrize("name", ["bert_l-3_training_op.json", "resnet50_inference_op.json",
                                   "gnmt_training_layer.json"])
 def test_msr_pipeline_end_to_end(name: str) -> None:
@@ -222,7 +222,7 @@ def _plans_that_fit(graph: Graph, cluster: Cluster, algos: tuple[str, ...]) -> l
     plans = []
     for a in algos:
         try:
-            plans.append(ALGORITHMS[a](graph, cluster, QUIET))
+            plans.append(ALGORITHMS[a].run(graph, cluster, QUIET))
         except PestoError:
             continue
     assert plans
@@ -232,8 +232,6 @@ def _plans_that_fit(graph: Graph, cluster: Cluster, algos: tuple[str, ...]) -> l
 def test_an_exact_engine_on_a_coarse_graph_never_loses_to_a_heuristic_on_the_fine_graph() -> None:
     """ResNet-50 training at 4 devices: coarsening to 200 groups loses parallelism m-ETF keeps on the
     fine graph, so `place` keeps m-ETF's fine plan, labelled ilp, and says so."""
-    if not MSR.exists():
-        pytest.skip("the MSR graphs are not beside this checkout")
     graph = graph_from_json(_msr_doc("resnet50_training_layer.json"))
     cluster = msr_cluster(4)
     fine_best = min(plan.makespan for plan in _plans_that_fit(graph, cluster, ("m-etf", "m-sct", "m-topo", "expert")))

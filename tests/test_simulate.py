@@ -123,7 +123,7 @@ def test_expand_keeps_a_simulated_plans_times(problem: tuple[Graph, Cluster], da
     """A plan the simulator timed, re-timed by `expand` from its start and end times alone, gives
     every op and transfer the same times (ops that end together send in graph order, whatever
     the device orders said)."""
-    from pesto_ir.passes.expand import expand_plan
+    from pesto_ir.passes.placement.expansion import expand_plan
 
     graph, cl = problem
     placement = {op.name: data.draw(st.sampled_from(cl.names)) for op in graph.ops}
@@ -139,7 +139,7 @@ def test_expand_runs_a_zero_length_op_before_the_longer_op_that_starts_with_it()
     """`z` (no time) and `b` (2 ms) both start at 1 ms on gpu0, `z` first as the order says; `z`
     feeds gpu1. Re-timed from start times with ties by graph position, `b` would go first and the
     transfer would leave 2 ms late."""
-    from pesto_ir.passes.expand import expand_plan
+    from pesto_ir.passes.placement.expansion import expand_plan
 
     g = parse("""
 graph @tie() {

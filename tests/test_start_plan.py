@@ -16,8 +16,8 @@ from pesto_ir.cli import main
 from pesto_ir.cluster.model import Cluster
 from pesto_ir.frontends import load
 from pesto_ir.ir.graph import Graph
-from pesto_ir.passes.place import ALGORITHMS
 from pesto_ir.passes.placement.options import PlaceOptions
+from pesto_ir.passes.placement.registry import ALGORITHMS
 from pesto_ir.passes.rewrite.replicas import sub_cluster
 from pesto_ir.passmanager import PassContext, PassManager
 from pesto_ir.schedule.plan import Plan, read_plan_attrs
@@ -108,7 +108,7 @@ def test_a_plan_on_some_devices_is_a_start_on_all(problem: tuple[Graph, Cluster]
     graph, cluster = problem
     few = sub_cluster(cluster, cluster.names[:max(1, len(cluster) // 2)])
     try:
-        plan = check_plan(graph, few, ALGORITHMS["m-etf"](graph, few, PlaceOptions(quiet=True)))
+        plan = check_plan(graph, few, ALGORITHMS["m-etf"].run(graph, few, PlaceOptions(quiet=True)))
     except PestoError:
         return  # does not fit on fewer devices
     applied = apply_start(graph, cluster, plan, "given")

@@ -14,8 +14,8 @@ import pytest
 
 import pesto_ir
 from pesto_ir.cluster.model import Cluster
-from pesto_ir.passes.place import ALGORITHMS
 from pesto_ir.passes.placement.options import PlaceOptions
+from pesto_ir.passes.placement.registry import ALGORITHMS
 from pesto_ir.passmanager import PassContext, PassManager
 from pesto_ir.schedule.bounds import memory_shortfall
 from pesto_ir.schedule.validate import check_plan
@@ -74,7 +74,7 @@ def test_full_model_fits_one_h100(name: str) -> None:
     graph = _roofline(lower_model(name, "full"), one)
     assert 200 <= len(graph.ops) <= 6000
     assert memory_shortfall(graph, one) == []
-    plan = check_plan(graph, one, ALGORITHMS["single"](graph, one, PlaceOptions(quiet=True)))
+    plan = check_plan(graph, one, ALGORITHMS["single"].run(graph, one, PlaceOptions(quiet=True)))
     assert plan.peak_memory is not None and 4 * 2**30 < plan.peak_memory["gpu0"] <= 80 * 2**30
 
 
@@ -85,4 +85,4 @@ def test_gpt24_does_not_fit_one_h100() -> None:
     graph = _roofline(lower_model("gpt24", "full"), one)
     assert memory_shortfall(graph, one) == []
     with pytest.raises(PestoError, match=r"gpu0 peaks at 99\.\d GiB .* more than its 80 GiB"):
-        check_plan(graph, one, ALGORITHMS["single"](graph, one, PlaceOptions(quiet=True)))
+        check_plan(graph, one, ALGORITHMS["single"].run(graph, one, PlaceOptions(quiet=True)))

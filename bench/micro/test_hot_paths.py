@@ -27,8 +27,7 @@ then compare later runs against it, or two saved runs with each other::
     pytest-benchmark compare 0001 0002 --group-by=group                            # two saved runs
 
 On a shared machine wall times are noisy: compare `min` rather than `mean`, with a generous margin.
-The MSR graphs are read from `../shared/graphs/msr` next to the repository; their benchmarks are
-skipped where that folder is missing.
+The MSR graphs are read from `graphs/msr` in the repository.
 """
 
 from __future__ import annotations
@@ -53,9 +52,10 @@ from pesto_ir.cluster.model import Cluster
 from pesto_ir.cost.lookup import op_memory
 from pesto_ir.frontends.jax import LoweredFunction, lower, lower_function, lower_jaxpr
 from pesto_ir.ir.attributes import StringAttr
-from pesto_ir.passes.coarsen import coarsen_groups, quotient_graph
-from pesto_ir.passes.place import ALGORITHMS
+from pesto_ir.passes.rewrite.coarse_graph import quotient_graph
+from pesto_ir.passes.rewrite.grouping import coarsen_groups
 from pesto_ir.passes.placement.options import PlaceOptions
+from pesto_ir.passes.placement.registry import ALGORITHMS
 from pesto_ir.passmanager import PassContext, PassManager
 from pesto_ir.schedule.bounds import lower_bound
 from pesto_ir.schedule.plan import Plan
@@ -63,7 +63,7 @@ from pesto_ir.schedule.simulate import simulate
 from pesto_ir.schedule.validate import check_plan
 
 BENCH_DIR = Path(__file__).resolve().parents[1]
-MSR_DIR = Path(__file__).resolve().parents[3] / "shared" / "graphs" / "msr"
+MSR_DIR = Path(__file__).resolve().parents[2] / "graphs" / "msr"
 BERT = "bert_l-12_training_op.json"
 TEXT_OPS = 15_000
 COARSEN_TARGET = 200
@@ -92,10 +92,7 @@ def _msr_cluster() -> Cluster:
 
 
 def _load_msr(name: str) -> pesto_ir.Graph:
-    path = MSR_DIR / name
-    if not path.is_file():
-        pytest.skip(f"MSR graph {path} not found")
-    return pesto_ir.load(path)
+    return pesto_ir.load(MSR_DIR / name)
 
 
 # ---------------------------------------------------------------- lowering (JAX frontend)
@@ -202,7 +199,7 @@ def test_quotient_graph_bert(benchmark: Any) -> None:
 def bert_metf() -> tuple[pesto_ir.Graph, Cluster, Plan]:
     """bert_l-12 training, the cluster, and its m-ETF plan (computed once)."""
     graph, cluster = _load_msr(BERT), _msr_cluster()
-    plan = check_plan(graph, cluster, ALGORITHMS["m-etf"](graph, cluster, PlaceOptions(quiet=True)))
+    plan = check_plan(graph, cluster, ALGORITHMS["m-etf"].run(graph, cluster, PlaceOptions(quiet=True)))
     return graph, cluster, plan
 
 
@@ -210,7 +207,7 @@ def bert_metf() -> tuple[pesto_ir.Graph, Cluster, Plan]:
 def test_place_m_etf_bert(benchmark: Any, bert_metf: tuple[pesto_ir.Graph, Cluster, Plan]) -> None:
     """m-ETF on bert_l-12 training (2012 ops, 4 devices): a valid plan, above the lower bound."""
     graph, cluster, first = bert_metf
-    plan = benchmark(ALGORITHMS["m-etf"], graph, cluster, PlaceOptions(quiet=True))
+    plan = benchmark(ALGORITHMS["m-etf"].run, graph, cluster, PlaceOptions(quiet=True))
     check_plan(graph, cluster, plan)
     assert len(plan.ops) == len(graph.ops)
     assert len({s.device for s in plan.ops.values()}) > 1

@@ -471,7 +471,7 @@ def _signatures(leaves: list[Any]) -> tuple[tuple[Any, ...], ...]:
 
 def _check_options(o: ParallelizeOptions) -> None:
     from pesto_ir.passes.annotate_costs import MODELS
-    from pesto_ir.passes.place import ALGORITHMS
+    from pesto_ir.passes.placement.registry import ALGORITHMS
 
     if not isinstance(o.algo, str) or o.algo not in ALGORITHMS:
         raise PestoError(f"unknown placement algorithm {o.algo!r} (known: {', '.join(sorted(ALGORITHMS))})")

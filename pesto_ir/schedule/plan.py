@@ -26,6 +26,9 @@ from pesto_ir.util.errors import PestoError
 from pesto_ir.util.loader import brief
 
 PLAN_FORMAT = "pesto-plan/1"
+# Relative margin by which one makespan must beat another to count as faster: plans equal up to
+# rounding are ties, and a tie keeps the plan held first.
+TIE = 1e-12
 # Collective ops and the ring phases each takes (`pesto_ir.cluster.model.ring_time`): an all-reduce is a
 # reduce-scatter then an all-gather. Reduce-scatters and all-gathers come from sharded optimizer
 # state (`passes/rewrite/shard_state.py`).
@@ -240,6 +243,11 @@ class Plan:
         return Plan(graph, algorithm, list(devices), ops, transfers, None if bound is None else float(bound),
                     solver, list(notes), _peaks(data.get("peak_memory")), _parallelism(data.get("parallelism")),
                     _collectives(data.get("collectives")), _buckets(data.get("buckets", {})))
+
+
+def faster(makespan: float, than: float) -> bool:
+    """Whether a plan of `makespan` seconds is faster than one of `than` by more than rounding (`TIE`)."""
+    return makespan < than * (1 - TIE)
 
 
 def _objects(raw: Any, key: str, fields: str) -> list[dict[str, Any]]:

@@ -35,14 +35,14 @@ from pesto_ir.schedule.validate import check_plan, validate_plan
 # is, with a note and status "skipped"; the place pass coarsens before `ilp` in the default
 # pipeline). Past ~25k binaries CBC overruns its time limit: a 30 s solve of a 326-op graph on
 # 2 devices (55k binaries, 1M nonzeros) took 239 s, most of it inside CBC after it had stopped;
-# 33-40k binaries overran by 3-11 s. Graphs over MAX_OPS are not even modelled (they exceed the
+# 33-40k binaries overran by 3-11 s. Graphs over MILP_MAX_OPS are not even modelled (they exceed the
 # binary limit anyway, and the pair analysis is quadratic). In 30 s the search improved warm
 # starts by 1-7% on 20-80-op graphs (under ~5k binaries); on the 177- and 192-op MSR layer
 # graphs it found 0-0.2%, on a 200-group coarsening of BERT-3 training (4 devices) still 1.4%.
-MAX_OPS = 300
+MILP_MAX_OPS = 300
 MAX_INTEGERS = 25_000
 
-EXACT_SHARE = 0.25  # of the time limit for the plain MILP solve before neighbourhood search
+WHOLE_MILP_SHARE = 0.25  # of the time limit for the plain MILP solve before neighbourhood search
 EXACT_MIN = 5.0  # seconds the plain solve gets at least (within the limit)
 LNS_START_OPS = 12  # ops freed in the first neighbourhood (adapted as the search goes)
 LNS_MIN_OPS = 6
@@ -63,7 +63,7 @@ def place_ilp(graph: Graph, cluster: Cluster, options: PlaceOptions) -> Plan:
     warm, notes = _warm_start(graph, cluster, options)
     lb = lower_bound(graph, cluster)
     early = _early_answer(graph, cluster, warm, lb, solver, started)
-    if early is None:  # (early answers cover graphs over MAX_OPS)
+    if early is None:  # (early answers cover graphs over MILP_MAX_OPS)
         inst = Instance.build(graph, cluster, warm.makespan if warm is not None else None, lb)
         if inst.integers() > MAX_INTEGERS:
             early = _too_many_binaries(inst, warm, solver, lb, started)
@@ -104,12 +104,12 @@ def _early_answer(graph: Graph, cluster: Cluster, warm: Plan | None, lb: float, 
     plan = early_answer(graph, cluster, warm, lb, ALGORITHM, "MILP", partial(_solver_info, solver), started, IlpError)
     if plan is not None:
         return plan
-    if len(graph.ops) > MAX_OPS:
+    if len(graph.ops) > MILP_MAX_OPS:
         if warm is None:
             raise IlpError(f"the graph has {len(graph.ops)} ops, more than the exact model's limit of "
-                           f"{MAX_OPS}, and no warm start fits in memory; coarsen it first")
+                           f"{MILP_MAX_OPS}, and no warm start fits in memory; coarsen it first")
         return _skipped(as_algorithm(warm, ALGORITHM), solver, lb, time.perf_counter() - started,
-                        f"the graph has {len(graph.ops)} ops, more than the exact model's limit of {MAX_OPS}")
+                        f"the graph has {len(graph.ops)} ops, more than the exact model's limit of {MILP_MAX_OPS}")
     return None
 
 
@@ -161,7 +161,7 @@ class _Search:
         if self.best is not None:
             self.milp.set_start(self.milp.start_values(self.best))
         budget = self.left()
-        exact_budget = budget if self.best is None else max(EXACT_SHARE * budget, min(budget, EXACT_MIN))
+        exact_budget = budget if self.best is None else max(WHOLE_MILP_SHARE * budget, min(budget, EXACT_MIN))
         self.exact = self.milp.solve(exact_budget)
         self.status = self.exact.status
         if self.exact.has_solution:

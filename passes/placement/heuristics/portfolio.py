@@ -1,9 +1,11 @@
-"""The registry of placement algorithms by name, and the best plan of the heuristics.
+"""The heuristics by name, and the best plan of them.
 
-`ALGORITHMS` holds the heuristics (Baechi's m-ETF, m-SCT, m-TOPO, the classic ETF and HEFT list
-schedulers and the simple placers); the place pass (`passes/place.py`) adds the exact engines to the
-same dict, since they may import this module and so cannot be imported by it. `best_heuristic_plan` is the exact engines' warm start and
-the plan the place pass compares their coarse plans with.
+`HEURISTICS` holds Baechi's m-ETF, m-SCT, m-TOPO, the classic ETF and HEFT list schedulers and the
+simple placers; the registry of every algorithm (`placement/registry.py`) is built on it. The best
+heuristic plan (`best_heuristic_plan`) is the exact engines' warm start and the plan their coarse
+plans must beat on the fine graph. A heuristic added to `HEURISTICS` also gets a place in
+`WARM_START_ALGOS` (the order of ties), `BUDGET_ORDER` and `RELATIVE_TIME` (its run time against
+m-ETF's), or is left out of the portfolio on purpose, as `random` is.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from pesto_ir.schedule.validate import check_plan
 from pesto_ir.util.errors import PestoError
 from pesto_ir.util.units import human_time
 
-ALGORITHMS: dict[str, Algorithm] = {
+HEURISTICS: dict[str, Algorithm] = {
     "m-etf": m_etf,
     "m-sct": m_sct,
     "m-topo": m_topo,
@@ -59,7 +61,7 @@ def best_heuristic_plan(graph: Graph, cluster: Cluster, options: PlaceOptions, u
             continue
         started = time.perf_counter()
         try:
-            found[name] = check_plan(graph, cluster, ALGORITHMS[name](graph, cluster, options))
+            found[name] = check_plan(graph, cluster, HEURISTICS[name](graph, cluster, options))
         except PestoError as e:  # out of memory: no plan, and its time says little of the others'
             options.progress(f"place: {name} gives no plan to start from: {str(e).splitlines()[0]}")
             continue

@@ -8,7 +8,7 @@
    on more devices, which has more to explore in the same time, starts from it. On the MSR graphs
    the refined plan at k = 8 had been slower than at k = 4 on 8 of 16 rows (by up to 3.4%).
 2. Small graphs (at most `EXACT_UNITS` placement units) go to the whole CP-SAT model first, for
-   `EXACT_SHARE` of the time left: it can prove optimality there, and its bound is kept.
+   `WHOLE_MODEL_SHARE` of the time left: it can prove optimality there, and its bound is kept.
 3. Then large-neighbourhood search with CP-SAT sub-models improves the best plan for the rest of
    the time. The whole model stalls above a few dozen units: one worker found nothing better than
    m-ETF in 10 s on the coarse 200-node ResNet-50 training graph, where LNS went from 1.58 to 1.20
@@ -33,8 +33,7 @@ from pesto_ir.passes.placement.exact.common import REL_GAP, as_algorithm, fmt, g
 from pesto_ir.passes.placement.exact.cpsat import place_cpsat, starting_plan
 from pesto_ir.passes.placement.exact.cpsat_worker import shared_solver
 from pesto_ir.passes.placement.options import Interrupted, PlaceOptions, carried_plan
-from pesto_ir.passes.placement.search.lns import MAX_OPS as LNS_MAX_OPS
-from pesto_ir.passes.placement.search.lns import improve_with_lns
+from pesto_ir.passes.placement.search.lns import LNS_MAX_OPS, improve_with_lns
 from pesto_ir.passes.placement.search.local_search import improve_by_moves
 from pesto_ir.passes.rewrite.replicas import sub_cluster
 from pesto_ir.schedule.bounds import lower_bound
@@ -44,7 +43,7 @@ from pesto_ir.util.errors import PestoError
 
 ALGORITHM = "auto"
 EXACT_UNITS = 60  # up to this many placement units the whole CP-SAT model is tried first ...
-EXACT_SHARE = 0.4  # ... for this share of the time left, then LNS improves its plan
+WHOLE_MODEL_SHARE = 0.4  # ... for this share of the time left, then LNS improves its plan
 PROVE_UNITS = 12  # up to this many units the whole model gets all the time: it proves optimality fast
 # ... and the whole model only up to this many ops x devices: its size follows the ops, not the units
 # (a 32-micro-batch pipeline of 2048 ops in a few colocated stages, on 8 devices, took 10 s to build
@@ -140,7 +139,7 @@ class _Portfolio:
         left = self.left()
         units = len(colocation_units(graph.ops))
         if units <= EXACT_UNITS and len(graph.ops) * len(cluster) <= EXACT_MAX_OP_DEVICES:
-            share = left * (EXACT_SHARE if units > PROVE_UNITS else 1.0) * (1 - MARGIN)
+            share = left * (WHOLE_MODEL_SHARE if units > PROVE_UNITS else 1.0) * (1 - MARGIN)
             exact = place_cpsat(graph, cluster, dataclasses.replace(options, time_limit=share, warm_start=self.plan))
             assert exact.solver is not None  # place_cpsat reports its solve
             self.bound = max(self.bound, exact.solver.get("bound") or 0.0)

@@ -387,7 +387,7 @@ def retimed(graph: Graph, cluster: Cluster, refined: Plan, screened: Plan | None
     """`refined` re-timed as `expand` and the executable run it (links first come, first served:
     LNS times its plans with the solver's order of transfers), unless that makes it slower than
     the screening plan, which the simulator timed that way already."""
-    from pesto_ir.passes.expand import expand_plan  # expand builds on place, which builds on this module
+    from pesto_ir.passes.placement.expansion import expand_plan  # expand builds on place, which builds on this module
 
     timed = expand_plan(graph, cluster, refined)
     if screened is not None and timed.makespan >= screened.makespan:

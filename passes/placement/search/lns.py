@@ -58,7 +58,7 @@ from pesto_ir.util.errors import PestoError
 # Every step models the whole graph (the ops outside its neighbourhood fixed), so past this many ops
 # a step's model takes longer to build and send than its solve: on a 2048-op pipeline on 8
 # devices one 1 s step took 6.8 s. Larger graphs are improved by local moves instead.
-MAX_OPS = 1_000
+LNS_MAX_OPS = 1_000
 
 ENGINES = ("cpsat", "ilp")
 KINDS = ("time slice", "device pair", "subgraph")

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from pesto_ir.cluster.model import Cluster
 from pesto_ir.ir.graph import Graph
-from pesto_ir.passes.expand import expand_plan
+from pesto_ir.passes.placement.expansion import expand_plan
 from pesto_ir.passes.placement.options import PlaceError
 from pesto_ir.passes.rewrite.collective_buckets import feeds_all_reduce, merge_bucket, mergeable
 from pesto_ir.passes.rewrite.replicas import (

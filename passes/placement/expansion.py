@@ -1,0 +1,41 @@
+"""A plan with exact per-op times: the coarse plan a solver gives (each op with its group's device
+and start) or any recorded plan, re-timed op by op by the simulator and checked by the validator.
+
+Each device runs its ops by (recorded start, graph position): groups in the coarse schedule's
+order, the ops of one group in topological order. That order is a topological order of the whole
+graph (a coarse edge a -> b means b's group starts no earlier than a's ends), so it cannot deadlock.
+The `expand` pass records it; the searches compare plans by it, as the executable runs them.
+"""
+
+from __future__ import annotations
+
+from pesto_ir.cluster.model import Cluster
+from pesto_ir.ir.graph import Graph
+from pesto_ir.passes.placement.options import COARSE_NOTE, PlaceError
+from pesto_ir.schedule.plan import Plan
+from pesto_ir.schedule.simulate import order_from_priority, simulate
+from pesto_ir.schedule.validate import check_plan, collectives_for
+
+
+def expand_plan(graph: Graph, cluster: Cluster, plan: Plan) -> Plan:
+    """The simulated, validated per-op plan that keeps `plan`'s devices and per-device order."""
+    unplaced = [op.name for op in graph.ops if op.name not in plan.ops]
+    if unplaced:
+        raise PlaceError(f"{len(unplaced)} op(s) have no device, e.g. '{unplaced[0]}' (run place on this graph)")
+    placement = {name: slot.device for name, slot in plan.ops.items()}
+    # By (start, end, graph position), but topologically: a zero-length producer may print a start
+    # one rounding error after its consumer's in a solver's plan, and sorting alone would deadlock.
+    # The end breaks ties: a zero-length op that starts with a longer one ran first (after it, it
+    # would have started at its end), and run second it would send its results that much later.
+    order = order_from_priority(graph, placement, {name: (slot.start, slot.end) for name, slot in plan.ops.items()})
+    fine = simulate(graph, cluster, placement, order, algorithm=plan.algorithm)
+    if plan.parallelism is not None:  # replica 0's schedule, which every replica runs
+        fine.devices, fine.parallelism = list(plan.devices), plan.parallelism
+        fine.collectives = collectives_for(graph, fine)
+    fine.lower_bound = plan.lower_bound
+    fine.solver = plan.solver
+    coarse = [n for n in plan.notes if n.startswith(COARSE_NOTE)]
+    fine.notes = [n for n in plan.notes if not n.startswith(COARSE_NOTE)]
+    if coarse:
+        fine.notes.append(f"expanded from a {coarse[0].split(':')[0]}")
+    return check_plan(graph, cluster, fine)

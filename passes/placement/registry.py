@@ -1,0 +1,91 @@
+"""The one registry of placement algorithms: every name `place{algo=...}` takes, the function that
+runs it, and what the place pass does around it (an `AlgorithmEntry`'s fields), so that no code
+asks for an algorithm by its name.
+
+The heuristics come from `heuristics/portfolio.py`; the exact engines and `auto`'s search are
+registered here when the solver they need is installed (python-mip for `ilp`, OR-tools for the
+others). Their modules are imported on first use, inside the entry's function: importing
+python-mip and OR-tools costs more start-up than `pesto-compile --help` or a heuristic run takes.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass
+
+from pesto_ir.cluster.model import Cluster
+from pesto_ir.ir.graph import Graph
+from pesto_ir.passes.placement.heuristics.portfolio import HEURISTICS
+from pesto_ir.passes.placement.options import Algorithm, PlaceError, PlaceOptions
+from pesto_ir.schedule.plan import Plan
+
+
+@dataclass(frozen=True)
+class AlgorithmEntry:
+    """A placement algorithm and how the place pass runs it."""
+
+    name: str
+    run: Algorithm
+    # Uses the time limit: its coarse plan meets the heuristics' plan of the fine graph, which it
+    # must beat once expanded, and the default time limit is said when it applies.
+    exact: bool = False
+    warm_start: bool = False  # the best heuristic plan is its start (`PlaceOptions.warm_start`)
+    # Refines its plan on the fine graph after the coarse solve and justifies its devices' orders
+    # last, and searches data-parallel replicas x micro-batches when they are not given.
+    portfolio: bool = False
+
+
+def _place_ilp(graph: Graph, cluster: Cluster, options: PlaceOptions) -> Plan:
+    """The exact MILP, solved in a worker process: a solver crash or Ctrl-C keeps the best plan found so far."""
+    from pesto_ir.passes.placement.exact.ilp_worker import place_ilp_in_worker  # start-up: python-mip
+
+    return place_ilp_in_worker(graph, cluster, options)
+
+
+def _place_cpsat(graph: Graph, cluster: Cluster, options: PlaceOptions) -> Plan:
+    """Pesto's problem in CP-SAT."""
+    from pesto_ir.passes.placement.exact.cpsat import place_cpsat  # start-up: OR-tools
+
+    return place_cpsat(graph, cluster, options)
+
+
+def _place_auto(graph: Graph, cluster: Cluster, options: PlaceOptions) -> Plan:
+    """The portfolio of heuristics, CP-SAT and LNS."""
+    from pesto_ir.passes.placement.search.auto import place_auto  # start-up: OR-tools
+
+    return place_auto(graph, cluster, options)
+
+
+def _place_lns(engine: str) -> Algorithm:
+    """Large-neighbourhood search re-solving one part of the plan at a time with `engine`."""
+
+    def place(graph: Graph, cluster: Cluster, options: PlaceOptions) -> Plan:
+        from pesto_ir.passes.placement.search.lns import improve_with_lns  # start-up: OR-tools, python-mip
+
+        return improve_with_lns(graph, cluster, options, engine=engine)
+
+    return place
+
+
+def _registry() -> dict[str, AlgorithmEntry]:
+    entries = [AlgorithmEntry(name, run) for name, run in HEURISTICS.items()]
+    if importlib.util.find_spec("mip") is not None:
+        entries += [AlgorithmEntry("ilp", _place_ilp, exact=True, warm_start=True),
+                    AlgorithmEntry("ilp-lns", _place_lns("ilp"), exact=True)]
+    if importlib.util.find_spec("ortools") is not None:
+        entries += [AlgorithmEntry("cpsat", _place_cpsat, exact=True),
+                    AlgorithmEntry("cpsat-lns", _place_lns("cpsat"), exact=True),
+                    AlgorithmEntry("auto", _place_auto, exact=True, portfolio=True)]
+    return {e.name: e for e in entries}
+
+
+ALGORITHMS: dict[str, AlgorithmEntry] = _registry()
+DEFAULT_ALGO = "ilp" if "ilp" in ALGORITHMS else "m-etf"
+
+
+def algorithm(name: str) -> AlgorithmEntry:
+    """The entry of `name`; a PlaceError listing the known names when there is none."""
+    found = ALGORITHMS.get(name)
+    if found is None:
+        raise PlaceError(f"unknown placement algorithm '{name}' (known: {', '.join(sorted(ALGORITHMS))})")
+    return found
