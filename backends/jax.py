@@ -35,7 +35,7 @@ import jax
 import numpy as np
 from jax.sharding import NamedSharding, Sharding, SingleDeviceSharding
 
-from pesto_ir.backends.jax_replicas import BackendError, ReplicaLayout, Replicas  # noqa: F401 (ReplicaLayout: re-exported)
+from pesto_ir.backends.jax_replicas import BackendError, Replicas
 from pesto_ir.backends.replica_runtime import REPLICA_AXIS
 from pesto_ir.backends.schedule import Move, Schedule, ScheduleError, Segment, schedule, segment_graph
 from pesto_ir.distributed import is_multiprocess
@@ -573,4 +573,4 @@ def _donatable(seg: Segment, args: tuple[int, ...], n: int, last: Mapping[int, i
     return tuple(donated)
 
 
-__all__ = ["BackendError", "CompiledSegment", "Executable", "ReplicaLayout", "Replicas", "ScheduleError", "build", "resolve_devices"]
+__all__ = ["BackendError", "CompiledSegment", "Executable", "Replicas", "ScheduleError", "build", "resolve_devices"]

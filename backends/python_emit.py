@@ -42,10 +42,11 @@ from pesto_ir.backends.python_source import (
 )
 from pesto_ir.backends.replica_runtime import REPLICA_AXIS, RUNTIME
 from pesto_ir.backends.schedule import Move, Schedule, Segment, schedule
+from pesto_ir.ir.annotations import primitive_params
 from pesto_ir.ir.attributes import Attr, GraphAttr, ListAttr
 from pesto_ir.ir.graph import Graph, Op, Value
 from pesto_ir.ir.types import TensorType
-from pesto_ir.jaxrt.interpreter import ACROSS_REPLICAS, ANNOTATION_KEYS, EVAL_RULES, ReplicaInterpreter, one_replica
+from pesto_ir.jaxrt.interpreter import ACROSS_REPLICAS, EVAL_RULES, ReplicaInterpreter, one_replica
 from pesto_ir.jaxrt.params import (
     DERIVED_PARAMS,
     OPEN_JAXPR_CODEC,
@@ -382,7 +383,7 @@ class _Emitter:
 
     # -- parameters
     def params(self, op: Op) -> dict[str, str]:
-        attrs = {k: a for k, a in op.attrs.items() if k not in ANNOTATION_KEYS}
+        attrs = primitive_params(op)
         out = {k: source(v) for k, v in PARAM_DEFAULTS.get(op.opcode, {}).items() if k not in attrs}
         for key, attr in attrs.items():
             try:

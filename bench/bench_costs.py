@@ -46,8 +46,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # `bench.zoo_jax` when run as a script
 
+from pesto_ir.cluster.figures import ClusterError
 from pesto_ir.cluster.host import describe, elsewhere_note, machine_of
-from pesto_ir.cluster.model import Cluster, ClusterError
+from pesto_ir.cluster.model import Cluster
 from pesto_ir.ir.graph import Graph
 from pesto_ir.jaxrt.timing import call_time, hold_xla_to_one_core
 from pesto_ir.passmanager import PassContext, PassManager

@@ -28,12 +28,12 @@ from pesto_ir.cluster.model import Cluster
 from pesto_ir.frontends.json_graph import graph_from_json
 from pesto_ir.ir.attributes import StringAttr
 from pesto_ir.ir.graph import Graph
-from pesto_ir.passes.rewrite.grouping import coarsen_groups
 from pesto_ir.passes.place import place_graph
 from pesto_ir.passes.placement.exact.cpsat_worker import shared_solver
 from pesto_ir.passes.placement.expansion import expand_plan
 from pesto_ir.passes.placement.options import PlaceOptions
 from pesto_ir.passes.placement.registry import ALGORITHMS
+from pesto_ir.passes.rewrite.grouping import coarsen_groups
 from pesto_ir.schedule.bounds import lower_bound
 from pesto_ir.util.errors import PestoError
 

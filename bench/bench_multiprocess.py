@@ -68,7 +68,8 @@ def worker(steps: int) -> int:
     import optax
 
     import pesto_ir
-    from pesto_ir.cluster.model import Cluster, measure_host_link, measure_links
+    from pesto_ir.cluster.model import Cluster
+    from pesto_ir.jaxrt.measure_collectives import measure_host_link, measure_links
 
     sys.path.insert(0, str(ROOT / "examples"))
     import train_multiprocess

@@ -35,7 +35,7 @@ from pesto_ir.ir.graph import Graph  # noqa: E402
 from pesto_ir.passes.placement.common import colocation_units  # noqa: E402
 from pesto_ir.passes.placement.options import PlaceOptions  # noqa: E402
 from pesto_ir.passes.placement.pipeline.schedules import PIPELINE_SCHEDULES, PipelineGraph, pipeline_plan  # noqa: E402
-from pesto_ir.passes.placement.search.hybrid import Strategy, as_hybrid, replica_graph  # noqa: E402
+from pesto_ir.passes.rewrite.replicas import Strategy, as_hybrid, replica_graph  # noqa: E402
 from pesto_ir.passmanager import PassContext, PassManager  # noqa: E402
 from pesto_ir.schedule.bounds import critical_path, fastest_costs  # noqa: E402
 from pesto_ir.schedule.plan import Plan, read_plan_attrs  # noqa: E402

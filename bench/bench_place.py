@@ -27,12 +27,12 @@ from pesto_ir.cluster.model import Cluster
 from pesto_ir.frontends.json_graph import graph_from_json
 from pesto_ir.ir.graph import Graph
 from pesto_ir.passes.coarsen import DEFAULT_TARGET
-from pesto_ir.passes.rewrite.coarse_graph import quotient_graph
-from pesto_ir.passes.rewrite.grouping import coarsen_groups
 from pesto_ir.passes.place import place_graph
 from pesto_ir.passes.placement.expansion import expand_plan
 from pesto_ir.passes.placement.options import PlaceOptions
 from pesto_ir.passes.placement.registry import ALGORITHMS
+from pesto_ir.passes.rewrite.coarse_graph import quotient_graph
+from pesto_ir.passes.rewrite.grouping import coarsen_groups
 from pesto_ir.schedule.bounds import lower_bound
 from pesto_ir.schedule.plan import read_plan_attrs
 from pesto_ir.util.errors import PestoError

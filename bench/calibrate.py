@@ -41,16 +41,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pesto_ir.cluster.devices import OP_FAMILIES, PARENT_FAMILY, Device, family_efficiency, family_figure
+from pesto_ir.cluster.figures import ClusterError
 from pesto_ir.cluster.host import describe, machine_of
-from pesto_ir.cluster.model import (
-    OP_FAMILIES,
-    PARENT_FAMILY,
-    Cluster,
-    ClusterError,
-    Device,
-    family_efficiency,
-    family_figure,
-)
+from pesto_ir.cluster.model import Cluster
 from pesto_ir.ir.graph import Graph, Op
 from pesto_ir.jaxrt.measure_collectives import measured_cluster
 from pesto_ir.jaxrt.timing import hold_xla_to_one_core
@@ -628,7 +622,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 def run(args: argparse.Namespace) -> int:
     import jax
 
-    from pesto_ir.cluster.model import jax_device_kind, kind_named
+    from pesto_ir.cluster.devices import kind_named
+    from pesto_ir.cluster.model import jax_device_kind
     from pesto_ir.cost.roofline import launch_overhead
     from pesto_ir.jaxrt.profile import Profiler
     from pesto_ir.util.loader import write_atomic

@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # `bench.zoo` w
 
 from bench.zoo import Model, zoo  # noqa: E402
 from pesto_ir.ir.graph import Graph  # noqa: E402
-from pesto_ir.passes.coarsen import coarsen_groups, grouped_bound  # noqa: E402
+from pesto_ir.passes.rewrite.grouping import coarsen_groups, grouped_bound  # noqa: E402
 from pesto_ir.schedule.bounds import lower_bound  # noqa: E402
 
 

@@ -115,7 +115,7 @@ def main(argv: list[str]) -> int:
     args = ap.parse_args(argv)
     msr = {m.name: m for m in zoo() if m.source == "msr"}
     if not msr:
-        ap.error("the MSR graphs are not here (../shared/graphs/msr)")
+        ap.error("the MSR graphs are not here (graphs/msr)")
     unknown = [n for n in args.models or [] if n not in msr]
     if unknown:
         ap.error(f"unknown MSR graph(s) {', '.join(unknown)} (known: {', '.join(msr)})")

@@ -404,7 +404,7 @@ def interrupt_probes() -> list[Probe]:
     placing one batch (its search would end in about 7 s here: a pipeline of 32 micro-batches needs
     no refinement) and 3 s into its hybrid search, while it screens the strategies."""
     k = "interrupts"
-    big = ROOT.parent / "shared" / "graphs" / "msr" / "bert_l-3_training_op.json"
+    big = ROOT / "graphs" / "msr" / "bert_l-3_training_op.json"
     probes = []
     runs = [("ilp", "ilp", "place,simulate", 8.0), ("cpsat", "cpsat", "place,simulate", 8.0),
             ("auto (one batch)", "auto", "place{data-parallel=1 microbatches=1},expand,simulate", 8.0),

@@ -18,7 +18,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 MLP = ROOT / "examples" / "mlp_train_step.pir"
-MSR = ROOT.parent / "shared" / "graphs" / "msr" / "bert24_inference_layer.json"
+MSR = ROOT / "graphs" / "msr" / "bert24_inference_layer.json"
 
 
 @dataclass

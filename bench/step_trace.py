@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pesto_ir.cluster.model import PARENT_FAMILY
+from pesto_ir.cluster.devices import PARENT_FAMILY
 
 # What an HLO instruction runs, from the opcodes of its fused computation, first match wins; the
 # families are `OP_FAMILIES`' forward families.

@@ -50,9 +50,9 @@ import pesto_ir
 from bench.zoo import Model, zoo
 from pesto_ir.cluster.model import Cluster
 from pesto_ir.ir.graph import Graph
-from pesto_ir.passes.coarsen import quotient_graph
 from pesto_ir.passes.place import default_time_limit, place_graph
 from pesto_ir.passes.placement.options import PlaceOptions
+from pesto_ir.passes.rewrite.coarse_graph import quotient_graph
 from pesto_ir.passmanager import PassContext, PassManager
 from pesto_ir.schedule.bounds import colocated_path, fastest_costs, lower_bound, memory_cut_path, transfer_aware_path
 from pesto_ir.schedule.plan import Plan, read_plan_attrs
@@ -269,7 +269,7 @@ def strategy_of(plan: Plan) -> str:
 def data_parallel_baseline(graph: Graph, cluster: Cluster, options: PlaceOptions) -> Outcome:
     """`dp`: every device a replica of the whole step (d = k), the gradients all-reduced in
     buckets, as jax.jit over a batch-sharded mesh runs it."""
-    from pesto_ir.passes.placement.search.hybrid import Strategy, bucketed, replica_graph, replica_groups, sub_cluster
+    from pesto_ir.passes.rewrite.replicas import Strategy, bucketed, replica_graph, replica_groups, sub_cluster
 
     started = time.perf_counter()
     k = len(cluster)
@@ -292,7 +292,7 @@ def pipeline_baselines(graph: Graph, model: Model, ks: list[int], options: Place
     best m in `PIPELINE_MICROBATCHES` that fits memory and divides the batch. Each rewritten
     graph is built once and scheduled for every k."""
     from pesto_ir.passes.placement.pipeline.schedules import PipelineGraph, pipeline_plan
-    from pesto_ir.passes.placement.search.hybrid import Strategy, as_hybrid, replica_graph
+    from pesto_ir.passes.rewrite.replicas import Strategy, as_hybrid, replica_graph
 
     best: dict[tuple[int, str], Outcome] = {}
     errors: dict[tuple[int, str], list[str]] = {}

@@ -1,6 +1,6 @@
 """The benchmark suite's model zoo: the MSR graphs and the JAX models, each with the cluster it runs on.
 
-MSR graphs (`../shared/graphs/msr`, from the NeurIPS 2020 device-placement paper) carry their
+MSR graphs (`graphs/msr`, from the NeurIPS 2020 device-placement paper) carry their
 measured op costs and tensor sizes; they are placed on the paper's cluster: V100s with 16 GiB and
 links of 10 us + bytes / 50 GB/s. The JAX models (`bench/zoo_jax.py`) are lowered by the frontend
 and costed with the roofline model of a datasheet H100 (80 GiB, NVLink at 450 GB/s, 10 us), so
@@ -18,7 +18,7 @@ from pesto_ir.cluster.model import Cluster
 from pesto_ir.ir.graph import Graph
 from pesto_ir.passmanager import PassContext, PassManager
 
-MSR = Path(__file__).resolve().parents[2] / "shared" / "graphs" / "msr"  # the shared/ folder beside the checkout
+MSR = Path(__file__).resolve().parents[1] / "graphs" / "msr"  # the MSR graphs, in the repository
 MSR_MEMORY = 16 * 2**30
 MSR_LATENCY = 1e-5
 MSR_BANDWIDTH = 50e9
@@ -75,6 +75,6 @@ def zoo(quick: bool = False) -> list[Model]:
     from bench import zoo_jax
 
     if quick:
-        return [*(msr_model(n) for n in QUICK_MSR if (MSR / f"{n}.json").exists()),
+        return [*(msr_model(n) for n in QUICK_MSR),
                 *(jax_model(n, "quick") for n in QUICK_JAX)]
     return [*(msr_model(n) for n in msr_names()), *(jax_model(n, "full") for n in zoo_jax.MODELS)]

@@ -4,7 +4,8 @@ it inlines (`INLINE_RULES`: a call's body and operands) and those it refuses by 
 
 Both are tables keyed by primitive name, apart from the walk over the jaxpr, so that the parameter
 survey (`tests/test_param_survey.py`, its cases in `tests/param_survey_cases.py`) and the lowering read
-the same lists.
+the same lists. These names never become opcodes (`COLLECTIVES` here are JAX's, over mesh axes); what
+the compiler knows of an opcode an equation does become is its definition in `pesto_ir/ir/opdefs.py`.
 """
 
 from __future__ import annotations

@@ -39,7 +39,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar
 
-from pesto_ir.cluster.model import Cluster, Device
+from pesto_ir.cluster.devices import Device
+from pesto_ir.cluster.model import Cluster
 from pesto_ir.cost.fusion import FusionGroup, fusion_groups, group_time, kernel_bytes, shared_out
 from pesto_ir.cost.lookup import CostError, op_cost
 from pesto_ir.cost.roofline import COLLECTIVES, NO_KERNEL, WORK_RULES, op_time, op_work

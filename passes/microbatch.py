@@ -1,9 +1,6 @@
 """`microbatch{microbatches=M data-parallel=D}`: the pass that rewrites the step into one replica's
 M micro-batches (the rewrite is `passes/rewrite/rebatch.py`; with D > 1 on a cluster, the replica graph of
 `passes/rewrite/replicas.py`, its all-reduces costed as `place` costs them with the same degrees).
-
-The names the rewrite used to have here (`rebatch`, `batch_spec`, `MicrobatchError`, ...) are
-importable from here still.
 """
 
 from __future__ import annotations
@@ -11,13 +8,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pesto_ir.ir.graph import Graph
-from pesto_ir.passes.rewrite.batch_axes import BATCH_RULES, Batched, BatchSpec, Cut, MicrobatchError, batch_spec, rule
-from pesto_ir.passes.rewrite.rebatch import MAX_MICROBATCHES, PLAN_KEYS, Rewriter, check_degree, rebatch
+from pesto_ir.passes.rewrite.batch_axes import MicrobatchError
+from pesto_ir.passes.rewrite.rebatch import check_degree, rebatch
 from pesto_ir.passes.rewrite.replicas import Strategy, replica_graph, shard_state
 from pesto_ir.passmanager import Pass, PassContext
-
-__all__ = ["BATCH_RULES", "MAX_MICROBATCHES", "PLAN_KEYS", "BatchSpec", "Batched", "Cut", "MicrobatchError",
-           "MicrobatchPass", "Rewriter", "batch_spec", "check_degree", "rebatch", "rule"]
 
 
 @dataclass(frozen=True)

@@ -27,8 +27,8 @@ from pesto_ir.passes.placement.options import (
 from pesto_ir.passes.placement.registry import DEFAULT_ALGO, algorithm
 from pesto_ir.passes.placement.search import driver
 from pesto_ir.passes.placement.search.driver import MIN_SOLVE_SECONDS, place_hybrid
-from pesto_ir.passes.placement.search.hybrid import OPTIMIZER_STATE_CHOICES, parse_degree
 from pesto_ir.passes.placement.search.start_plan import StartPlan, apply_start, read_start_plan, strategy_of
+from pesto_ir.passes.placement.search.strategies import OPTIMIZER_STATE_CHOICES, parse_degree
 from pesto_ir.passes.rewrite.replicas import Strategy, place_rewritten
 from pesto_ir.passmanager import Pass, PassContext
 from pesto_ir.schedule.bounds import lower_bound

@@ -17,7 +17,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from pesto_ir.cluster.model import KINDS, Cluster, ClusterError, suggestion_problem
+from pesto_ir.cluster.devices import KINDS
+from pesto_ir.cluster.figures import ClusterError
+from pesto_ir.cluster.model import Cluster, suggestion_problem
 from pesto_ir.frontends import load
 from pesto_ir.ir.attributes import parse_size
 from pesto_ir.ir.graph import Graph
@@ -84,7 +86,7 @@ def _seed(text: str) -> int:
 
 def _degree(text: str) -> str:
     """--data-parallel / --microbatches: a whole number from 1, or auto."""
-    from pesto_ir.passes.placement.search.hybrid import parse_degree
+    from pesto_ir.passes.placement.search.strategies import parse_degree
 
     try:
         parse_degree(text, "the value")

@@ -14,27 +14,21 @@ from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
 
-BERT24 = Path("/work/shared/graphs/msr/bert24_training_layer.json")
+MSR = Path(__file__).resolve().parents[1] / "graphs" / "msr"  # the MSR graphs, in the repository
+BERT24 = MSR / "bert24_training_layer.json"
+
+
+def _msr_graph(name: str):  # type: ignore[no-untyped-def]
+    """The MSR graph `name` (graphs/msr/NAME.json), loaded."""
+    import pesto_ir
+
+    return pesto_ir.load(MSR / f"{name}.json")
 
 
 @pytest.fixture(scope="module")
 def bert24():  # type: ignore[no-untyped-def]
     """The MSR BERT-24 training layer graph (64 layers' worth of ops, measured costs)."""
-    import pesto_ir
-
-    if not BERT24.exists():
-        pytest.skip(f"{BERT24} is not here")
-    return pesto_ir.load(BERT24)
-
-
-def _msr_graph(name: str):  # type: ignore[no-untyped-def]
-    """The shared MSR graph `name`, or the test skipped where the shared folder lacks it."""
-    import pesto_ir
-
-    path = BERT24.parent / f"{name}.json"
-    if not path.exists():
-        pytest.skip(f"{path} is not here")
-    return pesto_ir.load(path)
+    return _msr_graph("bert24_training_layer")
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,8 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from pesto_ir.cluster.model import Cluster, Device, Link
+from pesto_ir.cluster.devices import Device, Link
+from pesto_ir.cluster.model import Cluster
 from pesto_ir.cost.lookup import op_memory
 from pesto_ir.frontends.json_graph import graph_from_json
 from pesto_ir.ir.graph import Graph

@@ -18,8 +18,8 @@ import pesto_ir
 from pesto_ir import PestoError
 from pesto_ir.frontends.jax import LoweringError, lower, lower_function
 from pesto_ir.ir.attributes import DictAttr, IntAttr
-from pesto_ir.parallel.wrapper import ParallelizeOptions
-from pesto_ir.passes.microbatch import rebatch
+from pesto_ir.parallel.options import ParallelizeOptions
+from pesto_ir.passes.rewrite.rebatch import rebatch
 
 BATCH = 8
 

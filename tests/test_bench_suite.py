@@ -13,7 +13,6 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench import suite  # noqa: E402
-from bench.zoo import MSR  # noqa: E402
 
 README = """# A project
 
@@ -37,18 +36,19 @@ def quick_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     return out, json.loads((out / "quick.json").read_text())
 
 
+@pytest.mark.slow
 def test_quick_run_covers_every_quick_model_and_algorithm(quick_run: tuple[Path, dict]) -> None:
     _, doc = quick_run
     assert doc["format"] == "pesto-bench/1" and doc["quick"] is True
     models = {r["model"] for r in doc["rows"]}
     assert {"jax_mlp_quick", "jax_lstm_seq2seq_quick"} <= models
-    if MSR.exists():
-        assert {"bert24_training_layer", "gnmt_training_layer"} <= models
+    assert {"bert24_training_layer", "gnmt_training_layer"} <= models
     assert {r["k"] for r in doc["rows"]} == {2, 4}
     for row in doc["rows"]:
         assert set(row["results"]) == set(suite.ALGOS)
 
 
+@pytest.mark.slow
 def test_no_plan_beats_the_lower_bound_and_auto_beats_every_baseline(quick_run: tuple[Path, dict]) -> None:
     """ilp and auto start from the heuristics and keep a fine heuristic plan when it is faster, so they
     are never slower than any one-batch baseline; no valid one-batch plan is faster than the lower
@@ -71,6 +71,7 @@ def test_no_plan_beats_the_lower_bound_and_auto_beats_every_baseline(quick_run: 
             assert row["results"]["auto"]["strategy"], row["model"]
 
 
+@pytest.mark.slow
 def test_more_devices_never_give_a_slower_plan(quick_run: tuple[Path, dict]) -> None:
     """auto-1b and auto at k = 4 start from their plans at k = 2 (`place{start=FILE}`), which are
     plans on 4 devices too."""
@@ -85,6 +86,7 @@ def test_more_devices_never_give_a_slower_plan(quick_run: tuple[Path, dict]) -> 
                 assert four is not None and four <= two * (1 + 1e-12), (model, algo, two, four)
 
 
+@pytest.mark.slow
 def test_rows_above_the_goal_say_why(quick_run: tuple[Path, dict]) -> None:
     _, doc = quick_run
     for row in doc["rows"]:
@@ -97,6 +99,7 @@ def test_rows_above_the_goal_say_why(quick_run: tuple[Path, dict]) -> None:
         assert bool(row["findings"]) == flagged, (row["model"], row["k"], row["findings"])
 
 
+@pytest.mark.slow
 def test_reports_are_written_whole(quick_run: tuple[Path, dict]) -> None:
     out, doc = quick_run
     table = (out / "quick.md").read_text()
@@ -180,8 +183,6 @@ def test_bound_gap_recomputes_the_bound_of_recorded_rows(tmp_path: Path, capsys:
     from bench.zoo import msr_model
     from pesto_ir.schedule.bounds import lower_bound
 
-    if not (MSR / "bert24_training_layer.json").exists():
-        pytest.skip(f"{MSR} is not here")
     model = msr_model("bert24_training_layer")
     now = lower_bound(model.build(), model.cluster(4))
     row = {"model": model.name, "source": "msr", "k": 4, "lower_bound": now / 2,

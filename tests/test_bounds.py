@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 from strategies import KINDS, graph_docs
 
 from pesto_ir import parse
-from pesto_ir.cluster.model import Cluster, Device
+from pesto_ir.cluster.devices import Device
+from pesto_ir.cluster.model import Cluster
 from pesto_ir.cost.lookup import op_cost, op_memory
 from pesto_ir.frontends.json_graph import graph_from_json
 from pesto_ir.ir.graph import Graph

@@ -21,8 +21,9 @@ from bench.calibrate import (
     relative_error,
 )
 from pesto_ir.cli import main as pesto_compile
+from pesto_ir.cluster.devices import OP_FAMILIES
 from pesto_ir.cluster.host import describe, machine_of
-from pesto_ir.cluster.model import OP_FAMILIES, Cluster
+from pesto_ir.cluster.model import Cluster
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -34,6 +35,7 @@ def run_calibrate(*args: str, tmp_path: Path) -> subprocess.CompletedProcess[str
                           capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.slow
 def test_quick_calibration_writes_a_cluster_pesto_compile_reads(tmp_path: Path) -> None:
     out = tmp_path / "c.json"
     done = run_calibrate("--quick", "--runs", "3", "--out", str(out), tmp_path=tmp_path)

@@ -14,7 +14,7 @@ import pesto_ir
 from pesto_ir.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
-MSR = ROOT.parent / "shared" / "graphs" / "msr"
+MSR = ROOT / "graphs" / "msr"
 EXAMPLE = ROOT / "examples" / "mlp_train_step.pir"
 
 
@@ -24,7 +24,6 @@ def test_compile_writes_output_that_parses_back(tmp_path: Path) -> None:
     assert pesto_ir.load(out).structurally_equal(pesto_ir.load(EXAMPLE))
 
 
-@pytest.mark.skipif(not MSR.exists(), reason="shared MSR graphs not present")
 def test_json_cost_graph_imports_and_parses_back(tmp_path: Path) -> None:
     out = tmp_path / "x.pir"
     assert main([str(MSR / "bert_l-3_training_op.json"), "-p", "verify", "-o", str(out), "-q"]) == 0

@@ -22,14 +22,14 @@ from pesto_ir import Graph, ParseError
 from pesto_ir.cli import main
 from pesto_ir.cluster.model import Cluster
 from pesto_ir.passes import PASSES
-from pesto_ir.passes.rewrite.coarse_graph import quotient_graph
 from pesto_ir.passes.place import MAX_DEFAULT_TIME_LIMIT
-from pesto_ir.passes.placement.exact.cpsat import Problem, Request
+from pesto_ir.passes.placement.exact.cpsat_problem import Problem, Request
 from pesto_ir.passes.placement.exact.cpsat_worker import SolverProcess
 from pesto_ir.passes.placement.heuristics.portfolio import best_heuristic_plan
 from pesto_ir.passes.placement.options import Interrupted, PlaceOptions
 from pesto_ir.passes.placement.registry import ALGORITHMS
 from pesto_ir.passes.placement.search.auto import place_auto
+from pesto_ir.passes.rewrite.coarse_graph import quotient_graph
 from pesto_ir.passmanager import Pass, PassContext, PassManager, Pipeline
 from pesto_ir.schedule.bounds import lower_bound
 from pesto_ir.schedule.plan import read_plan_attrs
@@ -335,6 +335,7 @@ def _interrupted_after(seconds: float, place: Callable[[], object]) -> Interrupt
 
 
 @pytest.mark.usefixtures("sigint_reaches_python")
+@pytest.mark.slow
 def test_ctrl_c_during_auto_keeps_its_best_plan() -> None:
     """`auto` on one batch of 150 coarse groups (more than its whole CP-SAT model takes: it runs LNS
     to the time limit), interrupted: the best of its stages so far, valid, no slower than the
@@ -351,6 +352,7 @@ def test_ctrl_c_during_auto_keeps_its_best_plan() -> None:
 
 
 @pytest.mark.usefixtures("sigint_reaches_python")
+@pytest.mark.slow
 def test_ctrl_c_during_the_hybrid_search_records_the_fastest_plan_screened() -> None:
     """The place pass searching replicas x micro-batches, interrupted: it records the fastest plan
     screened so far in the graph it is a plan of, and the pipeline goes on."""

@@ -10,16 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from pesto_ir.cluster.devices import OP_FAMILIES, Device
+from pesto_ir.cluster.figures import AllReduceFit, ClusterError
 from pesto_ir.cluster.host import machine_of
-from pesto_ir.cluster.model import (
-    OP_FAMILIES,
-    AllReduceFit,
-    Cluster,
-    ClusterError,
-    Device,
-    jax_device_kind,
-    ring_all_reduce_time,
-)
+from pesto_ir.cluster.model import Cluster, jax_device_kind, ring_all_reduce_time
 from pesto_ir.jaxrt.measure_collectives import fit_all_reduce, fit_link, measure_links, measured_cluster
 
 

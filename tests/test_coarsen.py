@@ -16,7 +16,9 @@ from pesto_ir.cost.lookup import op_cost, op_memory, value_bytes
 from pesto_ir.frontends.json_graph import graph_from_json
 from pesto_ir.ir.attributes import StringAttr
 from pesto_ir.ir.graph import Graph
-from pesto_ir.passes.coarsen import COLOCATION_MODES, CoarsenError, coarsen_groups, quotient_graph
+from pesto_ir.passes.rewrite.coarse_graph import CoarsenError, quotient_graph
+from pesto_ir.passes.rewrite.colocation_groups import COLOCATION_MODES
+from pesto_ir.passes.rewrite.grouping import coarsen_groups
 from pesto_ir.passmanager import PassContext, PassManager
 
 
@@ -69,6 +71,7 @@ def _check_quotient(graph: Graph, cluster: Cluster | None) -> None:
 
 @settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(graph=cost_graphs(max_ops=12), cluster=st.one_of(st.none(), clusters(3)), data=st.data())
+@pytest.mark.slow
 def test_quotient_invariants_on_random_dags(graph: Graph, cluster: Cluster | None, data: st.DataObject) -> None:
     target = data.draw(st.integers(1, len(graph.ops) + 1))
     mode = data.draw(st.sampled_from(COLOCATION_MODES))
@@ -219,7 +222,7 @@ def test_sinks_merge_with_each_other_rather_than_lengthen_the_chain() -> None:
     """Merging along edges only, most side sinks must join chain nodes (each holds the chain back
     0.5 ms: 13.5 ms at 6 groups, against 10.5 fine); merged with each other where they have slack,
     only the last one's wait for a chain node its cost cap keeps from growing is added."""
-    from pesto_ir.passes.coarsen import grouped_bound
+    from pesto_ir.passes.rewrite.grouping import grouped_bound
 
     g = _chain_with_side_sinks(10)
     cluster = Cluster.homogeneous(4, "v100", latency=1e-9, bandwidth=1e15)

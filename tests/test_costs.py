@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import io
+
 import pytest
 
 import pesto_ir
-from pesto_ir.cluster.model import Cluster, Device
+from pesto_ir.cluster.devices import Device
+from pesto_ir.cluster.model import Cluster
 from pesto_ir.cost.lookup import CostError, op_cost, summed_costs
 from pesto_ir.cost.roofline import LAUNCH_OVERHEAD, op_time, op_work
 from pesto_ir.ir.attributes import DictAttr, DurationAttr
@@ -200,11 +203,25 @@ def test_footprint_counts_results_and_first_reads_of_inputs() -> None:
 
 
 def test_given_passes_on_cost_graph_with_kinds() -> None:
+    """Every op has a cost (per device kind or one duration), so the default model (`auto`) is
+    `given`: the costs stay as written, with no warning, and each device reads its kind's entry."""
     text = """graph @g() {
   %a = opaque() {cost = {h100 = 1ms, cpu = 20ms}} : blob[8]
   %b = opaque(%a) {cost = 2ms} : blob[0]
 }"""
-    run_pass(text, "annotate-costs", Cluster.homogeneous(2, "h100"))
+    h100s = Cluster.homogeneous(2, "h100")
+    mixed = Cluster.fully_connected([Device.of_kind("gpu0", "h100"), Device.of_kind("cpu0", "cpu")], 1e-5, 1e10)
+    for cluster in (h100s, mixed):
+        log = io.StringIO()
+        g = PassManager("annotate-costs").run(pesto_ir.parse(text), PassContext(cluster=cluster, log=log))
+        assert g.structurally_equal(pesto_ir.parse(text)), "given costs are kept as written"
+        assert "warning" not in log.getvalue()  # e.g. that another model's costs replaced them
+        a, b = g.op("a"), g.op("b")
+        assert not any(key in a.attrs or key in b.attrs for key in ("flops", "bytes_accessed"))  # not roofline
+        for device in cluster.devices:
+            assert op_cost(a, device) == pytest.approx({"h100": 1e-3, "cpu": 20e-3}[device.kind])
+            assert op_cost(b, device) == pytest.approx(2e-3)  # one duration: the same on every kind
+    assert summed_costs(g.ops, mixed.devices) == pytest.approx([3e-3, 22e-3])  # g: the graph costed for `mixed`
 
 
 def test_given_names_the_op_missing_a_kind() -> None:

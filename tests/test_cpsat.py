@@ -30,11 +30,14 @@ from test_ilp import (
     two_gpus,
 )
 
-from pesto_ir.cluster.model import Cluster, Device, Link
+from pesto_ir.cluster.devices import Device, Link
+from pesto_ir.cluster.model import Cluster
 from pesto_ir.cost.lookup import op_cost
 from pesto_ir.ir.attributes import BytesAttr
 from pesto_ir.ir.graph import Graph
-from pesto_ir.passes.placement.exact.cpsat import Problem, Request, earliest_schedule, place_cpsat, tick_for
+from pesto_ir.passes.placement.exact.common import earliest_schedule
+from pesto_ir.passes.placement.exact.cpsat import place_cpsat
+from pesto_ir.passes.placement.exact.cpsat_problem import Problem, Request, tick_for
 from pesto_ir.passes.placement.exact.cpsat_worker import SolverProcess
 from pesto_ir.passes.placement.exact.ilp import place_ilp
 from pesto_ir.passes.placement.options import PlaceOptions
@@ -156,6 +159,7 @@ def test_ops_that_take_no_time_wait_for_their_inputs_only() -> None:
     assert plan.makespan == pytest.approx(1.0)
 
 
+@pytest.mark.slow
 def test_deterministic() -> None:
     graph = layered_dag(14, seed=7)
     cluster = Cluster.homogeneous(3, "v100", latency=1e-5, bandwidth=50e9)
@@ -240,6 +244,7 @@ def test_a_dead_worker_is_restarted_and_a_failed_solve_is_a_clean_error() -> Non
 # ---------------------------------------------------------------- large-neighbourhood search
 
 @pytest.mark.parametrize("engine", ["cpsat", "ilp"])
+@pytest.mark.slow
 def test_lns_never_returns_a_worse_plan(engine: str) -> None:
     graph = layered_dag(40, seed=3)
     cluster = Cluster.homogeneous(4, "v100", latency=1e-5, bandwidth=50e9)
@@ -253,6 +258,7 @@ def test_lns_never_returns_a_worse_plan(engine: str) -> None:
         assert plan.makespan < start.makespan  # round robin is far from good
 
 
+@pytest.mark.slow
 def test_lns_keeps_memory_and_colocation_on_heterogeneous_devices() -> None:
     graph = layered_dag(30, seed=4)
     for i, op in enumerate(graph.ops):
@@ -299,6 +305,7 @@ def test_auto_keeps_a_heuristic_plan_at_the_lower_bound() -> None:
     assert plan.solver["winner"] != "cpsat"
 
 
+@pytest.mark.slow
 def test_auto_on_four_devices_starts_from_its_own_plan_on_two() -> None:
     """A plan on two of the devices is a plan on all four: auto places the graph on the first two
     first and offers that plan, so its result on four is no slower. Its bound is four devices' (the
@@ -330,6 +337,7 @@ def test_auto_says_so_when_the_graph_does_not_fit_on_half_the_devices() -> None:
     assert any("no plan on 2 of the 4 devices to start from" in n for n in plan.notes), plan.notes
 
 
+@pytest.mark.slow
 def test_auto_uses_lns_on_larger_graphs_and_is_never_worse_than_its_start() -> None:
     graph = layered_dag(80, seed=9)
     cluster = Cluster.homogeneous(4, "v100", latency=1e-5, bandwidth=50e9)

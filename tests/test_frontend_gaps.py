@@ -98,6 +98,7 @@ def _lstm_training_step() -> tuple[Callable[..., tuple[jax.Array, dict, dict]], 
     return step, (params, opt.init(params), x, y)
 
 
+@pytest.mark.slow
 def test_flax_lstm_with_its_default_carry_trains_under_parallelize_like_jit() -> None:
     step, args = _lstm_training_step()
     text = str(lower(step, *args, param_argnums=(0, 1)))

@@ -27,7 +27,8 @@ from hypothesis import strategies as st
 import pesto_ir
 from pesto_ir import ParseError, PestoError
 from pesto_ir.cli import main
-from pesto_ir.cluster.model import Cluster, ClusterError
+from pesto_ir.cluster.figures import ClusterError
+from pesto_ir.cluster.model import Cluster
 from pesto_ir.frontends.json_graph import parse_json_graph
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -245,6 +246,7 @@ def check_cli(tmp_path: Path, model: Path, pipeline: str, capsys: pytest.Capture
 
 @settings(FUZZ, max_examples=250)
 @given(text=mutated_text(list(PIR_TEXTS.values())), engine=st.sampled_from(["fast", "lark"]))
+@pytest.mark.slow
 def test_parse_mutated_pir(text: str, engine: str) -> None:
     check_parse(lambda: pesto_ir.parse(text, engine=engine))
 

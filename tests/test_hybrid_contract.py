@@ -13,7 +13,9 @@ import numpy as np
 import pytest
 
 from pesto_ir import parse, verify
-from pesto_ir.cluster.model import Cluster, ClusterError, Device, ring_all_reduce_time
+from pesto_ir.cluster.devices import Device
+from pesto_ir.cluster.figures import ClusterError
+from pesto_ir.cluster.model import Cluster, ring_all_reduce_time
 from pesto_ir.ir.attributes import DurationAttr, to_attr
 from pesto_ir.ir.graph import Graph
 from pesto_ir.ir.types import BlobType, TensorType

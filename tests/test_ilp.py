@@ -21,13 +21,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pesto_ir.cluster.model import Cluster, Device
+from pesto_ir.cluster.devices import Device
+from pesto_ir.cluster.model import Cluster
 from pesto_ir.cost.lookup import op_cost, op_memory
 from pesto_ir.frontends.json_graph import graph_from_json
 from pesto_ir.ir.graph import Graph
 from pesto_ir.passes.placement.exact import ilp as algo_ilp
+from pesto_ir.passes.placement.exact.cbc_log import parse_cbc_line
 from pesto_ir.passes.placement.exact.ilp import place_ilp
 from pesto_ir.passes.placement.exact.ilp_instance import Instance, relabel_for_symmetry
+from pesto_ir.passes.placement.exact.ilp_model import highs_available
 from pesto_ir.passes.placement.options import PlaceOptions
 from pesto_ir.schedule.bounds import lower_bound
 from pesto_ir.schedule.plan import OpSlot, Plan, Transfer
@@ -300,6 +303,7 @@ def round_robin_plan(graph: Graph, cluster: Cluster) -> Any:
     return simulate(graph, cluster, pl, order, algorithm="round-robin")
 
 
+@pytest.mark.slow
 def test_warm_start_is_never_made_worse() -> None:
     graph = layered_dag(40, seed=3)
     cluster = Cluster.homogeneous(4, "v100", latency=1e-5, bandwidth=50e9)
@@ -312,6 +316,7 @@ def test_warm_start_is_never_made_worse() -> None:
     assert plan.lower_bound == plan.solver["bound"]
 
 
+@pytest.mark.slow
 def test_neighbourhood_search_improves_a_poor_warm_start() -> None:
     graph = layered_dag(30, seed=2)
     cluster = two_gpus(bandwidth=50e9, latency=1e-5)
@@ -324,6 +329,7 @@ def test_neighbourhood_search_improves_a_poor_warm_start() -> None:
         assert any("neighbourhood search" in n for n in plan.notes)
 
 
+@pytest.mark.slow
 def test_without_a_warm_start_it_builds_one() -> None:
     graph = layered_dag(12, seed=5)
     cluster = two_gpus(bandwidth=50e9, latency=1e-5)
@@ -413,7 +419,7 @@ def test_unknown_solver_is_a_clean_error() -> None:
 
 def test_highs_when_python_mip_can_load_it() -> None:
     options = PlaceOptions(solver="highs", quiet=True, time_limit=10)
-    if not algo_ilp._highs_available():
+    if not highs_available():
         with pytest.raises(PestoError, match="HiGHS"):
             place_ilp(diamond(), two_gpus(), options)
         return
@@ -423,7 +429,7 @@ def test_highs_when_python_mip_can_load_it() -> None:
 
 
 def test_parses_both_cbc_log_formats() -> None:
-    parse = algo_ilp._parse_cbc_line
+    parse = parse_cbc_line
     assert parse("Cbc0012I Integer solution of 1000 found by feasibility pump after 0 iterations") == (1000.0, None)
     assert parse("Cbc0010I After 100 nodes, 5 on tree, 990.5 best solution, best possible 575.7 (2.0 seconds)") \
         == (990.5, 575.7)

@@ -35,6 +35,7 @@ def costed_mlp() -> tuple[Graph, Cluster]:
     return graph, cluster
 
 
+@pytest.mark.slow
 def test_the_worker_returns_a_valid_plan_no_slower_than_its_warm_start() -> None:
     graph, cluster = costed_mlp()
     warm = best_heuristic_plan(graph, cluster, PlaceOptions(quiet=True))
@@ -56,6 +57,7 @@ def test_a_crashed_worker_keeps_the_best_plan_and_says_how_it_died(monkeypatch: 
         place_ilp_in_worker(graph, cluster, PlaceOptions(time_limit=5, quiet=True))
 
 
+@pytest.mark.slow
 def test_a_solve_that_overruns_its_time_limit_is_stopped_and_keeps_the_best_plan(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """CBC checks its clock only between its phases; a worker still busy past the time limit (and
@@ -92,6 +94,7 @@ def test_ctrl_c_stops_the_solve_at_once_and_keeps_the_best_plan() -> None:
     assert plan.makespan <= warm.makespan
 
 
+@pytest.mark.slow
 def test_plans_found_during_the_solve_reach_the_caller(monkeypatch: pytest.MonkeyPatch) -> None:
     """CBC's log capture points fd 1 at a pipe while it solves; the worker's messages go out on a
     descriptor of their own, so a better plan found then still reaches the caller (which keeps it
@@ -106,6 +109,7 @@ def test_plans_found_during_the_solve_reach_the_caller(monkeypatch: pytest.Monke
     assert plan.makespan < poor.makespan and "killed by SIGABRT" in plan.notes[-1]
 
 
+@pytest.mark.slow
 def test_the_solvers_live_progress_reaches_the_caller() -> None:
     """The progress CBC's log gives while it solves (read while fd 1 points at the log pipe) is
     forwarded to the caller's log."""
@@ -129,6 +133,7 @@ def _gone(pid: int) -> bool:
 
 
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads process states from /proc")
+@pytest.mark.slow
 def test_a_worker_whose_caller_is_killed_stops_on_its_own(tmp_path: Path) -> None:
     """A caller killed by SIGKILL (or SIGTERM: `timeout`) cannot stop its worker; the worker notices
     that its parent is gone and exits, instead of solving on alone until its time limit."""

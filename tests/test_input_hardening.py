@@ -13,7 +13,9 @@ import pytest
 
 import pesto_ir
 from pesto_ir import ParseError, PestoError
-from pesto_ir.cluster.model import Cluster, ClusterError, Device, Link
+from pesto_ir.cluster.devices import Device, Link
+from pesto_ir.cluster.figures import ClusterError
+from pesto_ir.cluster.model import Cluster
 from pesto_ir.frontends.json_graph import graph_to_json, parse_json_graph
 from pesto_ir.passmanager import Pipeline
 from pesto_ir.util.loader import MAX_NESTING, write_atomic

@@ -504,6 +504,7 @@ def check_params_round_trip(jaxpr: Any) -> None:
         assert _same_param(codec_for(prim, key).decode(again), value), (prim, key, value)
 
 
+@pytest.mark.slow
 def test_flax_linen_model() -> None:
     nn = pytest.importorskip("flax.linen")
 

@@ -10,8 +10,9 @@ import re
 import jax
 import pytest
 
+from pesto_ir.cluster.figures import ClusterError
 from pesto_ir.cluster.host import MACHINE_FIELDS, describe, elsewhere_note, machine_key, machine_of
-from pesto_ir.cluster.model import Cluster, ClusterError
+from pesto_ir.cluster.model import Cluster
 from pesto_ir.passes.rewrite.replicas import sub_cluster
 
 ELSEWHERE = {"platform": "cpu", "device_kind": "cpu", "processor": "Z80 (family 1, model 2)", "cores": 2,

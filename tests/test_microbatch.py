@@ -19,10 +19,11 @@ from pesto_ir.cluster.model import Cluster
 from pesto_ir.cost.lookup import op_cost
 from pesto_ir.ir.graph import Graph
 from pesto_ir.jaxrt.interpreter import Interpreter, evaluate
-from pesto_ir.passes.microbatch import MicrobatchError, batch_spec, rebatch
 from pesto_ir.passes.placement.options import PlaceOptions
 from pesto_ir.passes.placement.registry import ALGORITHMS
-from pesto_ir.passes.placement.search.hybrid import Strategy, as_hybrid, replica_graph, replica_groups, sub_cluster
+from pesto_ir.passes.rewrite.batch_axes import MicrobatchError, batch_spec
+from pesto_ir.passes.rewrite.rebatch import rebatch
+from pesto_ir.passes.rewrite.replicas import Strategy, as_hybrid, replica_graph, replica_groups, sub_cluster
 from pesto_ir.passmanager import PassContext, PassManager
 from pesto_ir.schedule.plan import Plan, read_plan_attrs
 from pesto_ir.schedule.validate import check_plan
@@ -119,6 +120,7 @@ def test_data_parallel_replicas_all_reduce_to_the_whole_batch_step(d: int, m: in
 
 
 @pytest.mark.parametrize("name", ["mlp", "resnet", "gpt", "lstm_seq2seq"])
+@pytest.mark.slow
 def test_zoo_steps_micro_batch_exactly(name: str) -> None:
     from bench import zoo_jax
 
@@ -128,6 +130,7 @@ def test_zoo_steps_micro_batch_exactly(name: str) -> None:
 
 
 @pytest.mark.parametrize("name", ["resnet", "multitower"])
+@pytest.mark.slow
 def test_zoo_replicas_give_the_whole_batch_step(name: str) -> None:
     """Batch norm's statistics are reductions over the batch: all-reduced, they are the whole
     batch's, as with jax.jit over a batch-sharded mesh; a mean's cotangent (made from no batch
@@ -273,7 +276,8 @@ def test_screening_a_pipeline_keeps_its_eager_schedule_where_faster(resnet50_lay
     """The MSR ResNet-50 layer graph at k = 6, m = 8: the eager schedule of the pipeline's stages
     takes 112 ms where GPipe takes 127; screened together, the candidate keeps the eager plan."""
     from pesto_ir.passes.placement.pipeline.schedules import EAGER
-    from pesto_ir.passes.placement.search.hybrid import Candidate, screen
+    from pesto_ir.passes.placement.search.screening import screen
+    from pesto_ir.passes.placement.search.strategies import Candidate
 
     cluster = Cluster.homogeneous(6, "v100", memory=16 * 2**30, latency=1e-5, bandwidth=50e9)
     found = screen(resnet50_layer, cluster, Candidate(Strategy(1, 8)), PlaceOptions(quiet=True),
@@ -289,6 +293,7 @@ def pipeline_plan_of(graph: Graph | None, cluster: Cluster, schedule: str) -> Pl
     return pipeline_plan(graph, cluster, schedule, PlaceOptions(quiet=True))
 
 
+@pytest.mark.slow
 def test_place_auto_screens_the_eager_schedule_of_its_pipelines(resnet50_layer: Graph) -> None:
     """The search runs the eager schedule with the first fixed schedule it builds on a replica
     graph: on the ResNet-50 layer graph at k = 6 it chooses m = 32, 87.7 ms, where 1F1B takes 91.5.
@@ -310,14 +315,9 @@ def test_screening_keeps_time_to_refine_the_one_batch_plan_that_leads(resnet50_l
     """With the one-batch plan screened and fastest, and only `REFINE_RESERVE` and a little more
     left, the pipeline model (guessed at 0.18 s: 708 ops) is not built: the time goes to refining
     that plan. With time, it is."""
-    from pesto_ir.passes.placement.search.hybrid import (
-        ONE_BATCH,
-        REFINE_RESERVE,
-        Candidate,
-        Rates,
-        _screen_pipelines,
-        screen,
-    )
+    from pesto_ir.passes.placement.search.screening import REFINE_RESERVE, Rates, _screen_pipelines, screen
+    from pesto_ir.passes.placement.search.strategies import Candidate
+    from pesto_ir.passes.rewrite.replicas import ONE_BATCH
 
     cluster = Cluster.homogeneous(4, "v100", memory=16 * 2**30, latency=1e-5, bandwidth=50e9)
     options = PlaceOptions(quiet=True)
@@ -341,7 +341,8 @@ def test_build_cost_counts_each_schedule_run() -> None:
         LAYOUT_WORTH,
         SIMULATED_LAYOUTS,
     )
-    from pesto_ir.passes.placement.search.hybrid import BuildCost, Candidate
+    from pesto_ir.passes.placement.search.screening import BuildCost
+    from pesto_ir.passes.placement.search.strategies import Candidate
 
     cost = BuildCost(rewrite=1e-4, ops_per_microbatch=10, once_ops=5)
     c = Candidate(Strategy(1, 4))  # not built: 5 + 4 x 10 ops to rewrite, then simulate
@@ -369,7 +370,8 @@ def test_eager_schedules_run_as_far_as_the_time_left_allows() -> None:
     import time
 
     from pesto_ir.passes.placement.pipeline.schedules import EAGER, INTERLEAVED, schedule_worth
-    from pesto_ir.passes.placement.search.hybrid import BuildCost, Candidate, _eager_schedules_that_fit
+    from pesto_ir.passes.placement.search.screening import BuildCost, _eager_schedules_that_fit
+    from pesto_ir.passes.placement.search.strategies import Candidate
 
     c = Candidate(Strategy(1, 4))
     c.source = pesto_ir.load(MLP)
@@ -393,7 +395,8 @@ def test_a_pipeline_over_half_the_devices_is_kept_where_faster(gnmt_layer: Graph
     is valid and uses only the devices it says. GNMT's layers over 1 GB/s links: 8 stages send
     more than they gain, 4 do not."""
     from pesto_ir.passes.placement.pipeline.schedules import pipeline_plan
-    from pesto_ir.passes.placement.search.hybrid import BuildCost, Candidate, Rates, _on_fewer_devices
+    from pesto_ir.passes.placement.search.screening import BuildCost, Rates, _on_fewer_devices
+    from pesto_ir.passes.placement.search.strategies import Candidate
 
     cluster = Cluster.homogeneous(k, "v100", latency=1e-5, bandwidth=1e9)
     strategy = Strategy(1, 4)
@@ -498,6 +501,7 @@ def test_scatter_with_whole_updates_slices_them_alike() -> None:
 
 
 @pytest.mark.parametrize("loss", ["take", "optax"])
+@pytest.mark.slow
 def test_a_window_that_takes_the_batch_whole_splits_with_it(loss: str) -> None:
     """`jnp.take(h, 0, axis=-1)` gathers a window that takes the batch axis whole, and its transpose
     scatter-adds one (optax's integer-label cross-entropy makes both): each copy takes its own rows,

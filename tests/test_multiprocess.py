@@ -28,6 +28,7 @@ def _launch(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str
 
 
 @pytest.mark.parametrize("model,optimizer", [("mlp", "adam"), ("gpt", "sgd")])
+@pytest.mark.slow
 def test_stages_and_replicas_across_two_processes_train_like_jax_jit(model: str, optimizer: str) -> None:
     """Data-parallel 1: `expert` stages over all 8 devices, so activations and gradients cross
     between the processes every step; data-parallel 2: one replica per process, the gradients
@@ -47,6 +48,7 @@ def test_stages_and_replicas_across_two_processes_train_like_jax_jit(model: str,
                      "across the replicas", out), out[-3000:]
 
 
+@pytest.mark.slow
 def test_a_dead_process_ends_the_others_within_a_minute() -> None:
     """Started as a cluster's own launcher would (no pesto launcher to stop the rest): process 1 dies
     before its second step; process 0, waiting for it mid-step, is ended by JAX's runtime within the
@@ -70,6 +72,7 @@ def test_a_dead_process_ends_the_others_within_a_minute() -> None:
     assert "stopped sending heartbeats" in err and re.search(r"heartbeats\):\s*1\b", err), err[-2000:]
 
 
+@pytest.mark.slow
 def test_the_launcher_stops_the_others_when_one_fails_and_says_which() -> None:
     proc = _launch(str(DIES), timeout=120)
     assert proc.returncode == 9, proc.stdout[-2000:] + proc.stderr[-2000:]

@@ -18,20 +18,19 @@ from strategies import layered_graphs, v100s
 import pesto_ir
 from pesto_ir.cluster.model import Cluster
 from pesto_ir.ir.graph import Graph
-from pesto_ir.passes.microbatch import rebatch
 from pesto_ir.passes.placement.options import PlaceOptions
+from pesto_ir.passes.placement.pipeline.interleaved import interleaved_cut, interleaved_layouts
+from pesto_ir.passes.placement.pipeline.priorities import stage_slots
 from pesto_ir.passes.placement.pipeline.schedules import (
     EAGER,
     INTERLEAVED,
     PIPELINE_SCHEDULES,
     SCHEDULES,
     PipelineGraph,
-    interleaved_cut,
-    interleaved_layouts,
-    is_backward,
     pipeline_plan,
-    stage_slots,
 )
+from pesto_ir.passes.placement.pipeline.stages import is_backward
+from pesto_ir.passes.rewrite.rebatch import rebatch
 from pesto_ir.schedule.plan import Plan
 from pesto_ir.schedule.validate import validate_plan
 from pesto_ir.util.errors import PestoError
@@ -153,6 +152,7 @@ def test_bert24_1f1b_starts_backward_before_the_last_forward(bert24: Graph, n_de
                 assert first_b0 >= last_f, f"gpipe on {d}: a backward starts before the last forward"
 
 
+@pytest.mark.slow
 def test_eager_beats_both_fixed_schedules_where_backward_chains_run_forward(resnet50_layer: Graph) -> None:
     """The MSR ResNet-50 layer graph's backward chain runs from the first layer to the last and
     reads no forward value, so a stage's backward work does not wait for the later stages. GPipe
@@ -199,7 +199,7 @@ def test_interleaved_backward_units_stay_with_their_layers() -> None:
     slack. (Moved by device numbers, a round-robin layout over 3 devices put 28.4 of 37.2 ms of
     work on the last device.)"""
     from pesto_ir.frontends.json_graph import graph_from_json
-    from pesto_ir.passes.placement.pipeline.schedules import pipeline_units
+    from pesto_ir.passes.placement.pipeline.stages import pipeline_units
 
     nodes, edges = [], []
     for i in range(12):
@@ -313,6 +313,7 @@ def test_gpt_1f1b_holds_less_memory_than_gpipe(gpt: Graph) -> None:
     assert max(one.values()) < max(gpipe.values())
 
 
+@pytest.mark.slow
 def test_gpt_eager_plan_is_a_valid_pipeline_no_slower_than_the_fixed_ones(gpt: Graph) -> None:
     """On a JAX training step (backward reads the forward pass) the eager schedule keeps the
     stages, passes the validator (memory included) and is not slower than GPipe or 1F1B here."""

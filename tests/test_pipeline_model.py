@@ -10,11 +10,12 @@ from strategies import layered_graphs, v100s
 
 from pesto_ir.cluster.model import Cluster
 from pesto_ir.ir.graph import Graph
-from pesto_ir.passes.microbatch import rebatch
 from pesto_ir.passes.placement.options import PlaceOptions
 from pesto_ir.passes.placement.pipeline.model import MODEL_MICROBATCHES, acyclic, build_model
 from pesto_ir.passes.placement.pipeline.schedules import SCHEDULES, pipeline_plan
-from pesto_ir.passes.placement.search.hybrid import AUTO_MICROBATCHES, Strategy, as_hybrid, replica_graph
+from pesto_ir.passes.placement.search.strategies import AUTO_MICROBATCHES
+from pesto_ir.passes.rewrite.rebatch import rebatch
+from pesto_ir.passes.rewrite.replicas import Strategy, as_hybrid, replica_graph
 from pesto_ir.passmanager import PassContext, PassManager
 from pesto_ir.schedule.plan import read_plan_attrs
 
@@ -70,6 +71,7 @@ def test_predict_refuses_what_it_does_not_model(bert24: Graph) -> None:
         model.predict("gpipe", 0)
 
 
+@pytest.mark.slow
 def test_auto_is_at_least_as_fast_as_every_fixed_pipeline(bert24: Graph) -> None:
     """The search builds the pipelines the model ranks first; on bert24 over 4 devices it finds a
     plan no slower than the best GPipe or 1F1B at any m it may choose, within its time limit."""

@@ -11,17 +11,18 @@ from hypothesis import strategies as st
 from strategies import placement_problems
 
 from pesto_ir import PestoError, parse
-from pesto_ir.cluster.model import Cluster, Device
+from pesto_ir.cluster.devices import Device
+from pesto_ir.cluster.model import Cluster
 from pesto_ir.frontends.json_graph import graph_from_json
 from pesto_ir.ir.graph import Graph
 from pesto_ir.passes import PASSES
-from pesto_ir.passes.rewrite.grouping import coarsen_groups
 from pesto_ir.passes.place import place_graph
 from pesto_ir.passes.placement.common import PlaceGraph
 from pesto_ir.passes.placement.expansion import expand_plan
 from pesto_ir.passes.placement.heuristics.baechi import favorite_children
 from pesto_ir.passes.placement.options import PlaceOptions
 from pesto_ir.passes.placement.registry import ALGORITHMS, DEFAULT_ALGO
+from pesto_ir.passes.rewrite.grouping import coarsen_groups
 from pesto_ir.passmanager import PassContext, PassManager
 from pesto_ir.schedule.plan import Plan, read_plan_attrs
 from pesto_ir.schedule.validate import check_plan
@@ -229,6 +230,7 @@ def _plans_that_fit(graph: Graph, cluster: Cluster, algos: tuple[str, ...]) -> l
     return plans
 
 
+@pytest.mark.slow
 def test_an_exact_engine_on_a_coarse_graph_never_loses_to_a_heuristic_on_the_fine_graph() -> None:
     """ResNet-50 training at 4 devices: coarsening to 200 groups loses parallelism m-ETF keeps on the
     fine graph, so `place` keeps m-ETF's fine plan, labelled ilp, and says so."""
@@ -262,7 +264,7 @@ def test_expand_orders_a_zero_length_producer_before_its_consumer_despite_roundi
     assert fine.device_order("gpu0") == ["a", "z", "b"]
 
 
-@pytest.mark.parametrize("algo", ["m-etf", "ilp", "auto"])
+@pytest.mark.parametrize("algo", ["m-etf", pytest.param("ilp", marks=pytest.mark.slow), "auto"])
 def test_infinite_memory_means_no_limit_for_every_engine(algo: str) -> None:
     """`Cluster.with_memory(inf)` (no limit, as documented) crashed the timed plan's overshoot
     (ceil of -inf) and the MILP worker's request (a cluster file holds finite figures only)."""

@@ -263,6 +263,7 @@ LIBRARY_IDS = ["linen", "nnx", "haiku", "equinox"]
 
 
 @pytest.mark.parametrize("model", LIBRARIES, ids=LIBRARY_IDS)
+@pytest.mark.slow
 def test_library_dropout_lowers_and_equals_jit(model: Callable[[], tuple[Callable[..., Any], tuple[Any, ...], int]]
                                                ) -> None:
     fn, args, key_arg = model()

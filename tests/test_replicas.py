@@ -129,10 +129,10 @@ def test_mlp_replicas_and_micro_batches_give_jit_s_step(d: int, m: int) -> None:
 
 
 # Every d in {1, 2, 4} and every m in {1, 2, 4} for each model; the GPT's XLA compile takes seconds
-# a step, so it runs one combination of each value rather than all nine.
-@pytest.mark.parametrize("name, d, m", [*(("gpt", d, m) for d, m in [(2, 1), (4, 2), (2, 4), (1, 2)]),
-                                        *(("cnn", d, m) for d, m in [(2, 1), (4, 2), (2, 4), (1, 2), (1, 4), (2, 2),
-                                                                     (4, 1), (4, 4)])])
+# a step, so it runs one combination of each value rather than all nine (and only in the slow runs).
+@pytest.mark.parametrize("name, d, m", [
+    *(pytest.param("gpt", d, m, marks=pytest.mark.slow) for d, m in [(2, 1), (4, 2), (2, 4), (1, 2)]),
+    *(("cnn", d, m) for d, m in [(2, 1), (4, 2), (2, 4), (1, 2), (1, 4), (2, 2), (4, 1), (4, 4)])])
 def test_models_replicas_and_micro_batches_give_jit_s_step(name: str, d: int, m: int) -> None:
     step, params, x, y = MODELS[name]()
     run = pesto_ir.parallelize(step, devices=jax.devices()[:d], param_argnums=0, data_parallel=d, microbatches=m)
@@ -148,7 +148,7 @@ def test_windows_that_take_the_batch_whole_give_jit_s_step(name: str, d: int, m:
     check_steps(run, step, params, x, y, d)
 
 
-@pytest.mark.parametrize("name", ["mlp", "gpt", "cnn"])
+@pytest.mark.parametrize("name", ["mlp", pytest.param("gpt", marks=pytest.mark.slow), "cnn"])
 def test_two_replicas_of_two_stage_pipelines(name: str) -> None:
     """The mix: 2 replicas, each a pipeline over 2 devices with 2 micro-batches. The plan puts each
     replica's ops on both its devices; each segment runs over the mesh of its device and its mirror,
@@ -192,12 +192,15 @@ def test_a_batch_that_does_not_split_over_the_replicas_is_refused() -> None:
     assert "does not split into 3" in info.value.format()
 
 
+@pytest.mark.slow
 def test_an_interleaved_pipeline_runs_like_jit() -> None:
-    """Chunks of the GPT's layers dealt round 2 devices (`passes/placement/pipeline/schedules.py`: each device
+    """Chunks of the GPT's layers dealt round 2 devices (`passes/placement/pipeline/interleaved.py`: each device
     holds layers far apart in the step, values go back and forth), 4 micro-batches, the eager
     schedule justified: the executable gives jax.jit's step."""
     from pesto_ir.passes.placement.justify import justified
-    from pesto_ir.passes.placement.pipeline.schedules import INTERLEAVED, _layout, interleaved_layouts, pipeline_units
+    from pesto_ir.passes.placement.pipeline.interleaved import interleaved_layouts
+    from pesto_ir.passes.placement.pipeline.schedules import INTERLEAVED, _layout
+    from pesto_ir.passes.placement.pipeline.stages import pipeline_units
     from pesto_ir.passes.rewrite.replicas import Strategy, as_hybrid, replica_graph
     from pesto_ir.schedule.plan import write_plan_attrs
     from pesto_ir.schedule.simulate import Prepared

@@ -8,7 +8,8 @@ from hypothesis import strategies as st
 from strategies import clusters, graph_docs, roomy_memory
 
 from pesto_ir import parse
-from pesto_ir.cluster.model import Cluster, Device, Link
+from pesto_ir.cluster.devices import Device, Link
+from pesto_ir.cluster.model import Cluster
 from pesto_ir.frontends.json_graph import graph_from_json
 from pesto_ir.ir.graph import Graph
 from pesto_ir.schedule.simulate import PlanError, Prepared, order_from_priority, simulate, simulate_eager

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -96,6 +97,7 @@ def graphs(draw: st.DrawFn, depth: int = 0) -> Graph:
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(graphs())
+@pytest.mark.slow
 def test_random_graphs_round_trip_exactly(g: Graph) -> None:
     text = str(g)
     again = parse(text)

@@ -67,6 +67,7 @@ def test_unknown_model_or_size_is_refused() -> None:
 
 
 @pytest.mark.parametrize("name", [m for m in MODELS if m != "gpt24"])
+@pytest.mark.slow
 def test_full_model_fits_one_h100(name: str) -> None:
     """The realistic size is big (hundreds to thousands of ops, many GiB at the peak) yet fits one
     80 GiB H100 by its peak over the step (tensor lifetimes, `single`'s graph order)."""
@@ -78,6 +79,7 @@ def test_full_model_fits_one_h100(name: str) -> None:
     assert plan.peak_memory is not None and 4 * 2**30 < plan.peak_memory["gpu0"] <= 80 * 2**30
 
 
+@pytest.mark.slow
 def test_gpt24_does_not_fit_one_h100() -> None:
     """The zoo's model that memory decides: twice GPT's depth at its batch is over 80 GiB at the
     peak on one device, though its parameters and optimizer state fit."""

@@ -52,10 +52,10 @@ from pesto_ir.cluster.model import Cluster
 from pesto_ir.cost.lookup import op_memory
 from pesto_ir.frontends.jax import LoweredFunction, lower, lower_function, lower_jaxpr
 from pesto_ir.ir.attributes import StringAttr
-from pesto_ir.passes.rewrite.coarse_graph import quotient_graph
-from pesto_ir.passes.rewrite.grouping import coarsen_groups
 from pesto_ir.passes.placement.options import PlaceOptions
 from pesto_ir.passes.placement.registry import ALGORITHMS
+from pesto_ir.passes.rewrite.coarse_graph import quotient_graph
+from pesto_ir.passes.rewrite.grouping import coarsen_groups
 from pesto_ir.passmanager import PassContext, PassManager
 from pesto_ir.schedule.bounds import lower_bound
 from pesto_ir.schedule.plan import Plan

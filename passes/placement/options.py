@@ -1,5 +1,5 @@
-"""What every placement algorithm shares: its options and its signature; and what `place` and
-`expand` share (the coarse-plan note, PlaceError, require_cluster).
+"""What every placement algorithm shares: its options, its signature and its registry entry; and
+what `place` and `expand` share (the coarse-plan note, PlaceError, require_cluster).
 
 An algorithm takes a graph without groups (the `place` pass hands it the coarse quotient graph
 when the graph was coarsened), a cluster and options, and returns a `Plan` with times for every
@@ -64,6 +64,21 @@ class PlaceOptions:
 
 
 Algorithm = Callable[[Graph, Cluster, PlaceOptions], Plan]
+
+
+@dataclass(frozen=True)
+class AlgorithmEntry:
+    """A placement algorithm and how the place pass runs it."""
+
+    name: str
+    run: Algorithm
+    # Uses the time limit: its coarse plan meets the heuristics' plan of the fine graph, which it
+    # must beat once expanded, and the default time limit is said when it applies.
+    exact: bool = False
+    warm_start: bool = False  # the best heuristic plan is its start (`PlaceOptions.warm_start`)
+    # Refines its plan on the fine graph after the coarse solve and justifies its devices' orders
+    # last, and searches data-parallel replicas x micro-batches when they are not given.
+    portfolio: bool = False
 
 
 class Interrupted(KeyboardInterrupt):

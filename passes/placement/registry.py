@@ -11,28 +11,12 @@ python-mip and OR-tools costs more start-up than `pesto-compile --help` or a heu
 from __future__ import annotations
 
 import importlib.util
-from dataclasses import dataclass
 
 from pesto_ir.cluster.model import Cluster
 from pesto_ir.ir.graph import Graph
 from pesto_ir.passes.placement.heuristics.portfolio import HEURISTICS
-from pesto_ir.passes.placement.options import Algorithm, PlaceError, PlaceOptions
+from pesto_ir.passes.placement.options import Algorithm, AlgorithmEntry, PlaceError, PlaceOptions
 from pesto_ir.schedule.plan import Plan
-
-
-@dataclass(frozen=True)
-class AlgorithmEntry:
-    """A placement algorithm and how the place pass runs it."""
-
-    name: str
-    run: Algorithm
-    # Uses the time limit: its coarse plan meets the heuristics' plan of the fine graph, which it
-    # must beat once expanded, and the default time limit is said when it applies.
-    exact: bool = False
-    warm_start: bool = False  # the best heuristic plan is its start (`PlaceOptions.warm_start`)
-    # Refines its plan on the fine graph after the coarse solve and justifies its devices' orders
-    # last, and searches data-parallel replicas x micro-batches when they are not given.
-    portfolio: bool = False
 
 
 def _place_ilp(graph: Graph, cluster: Cluster, options: PlaceOptions) -> Plan:

@@ -1,9 +1,10 @@
 """Which axis of each value carries the batch, for the micro-batch/replica rewrite (`passes/rewrite/rebatch.py`).
 
-The graph's batch inputs (`batch_spec`), and one rule per opcode (`BATCH_RULES`) saying, from the
-batch axes of an op's operands, whether the op keeps the batch (`Batched`: its results' batch
-axes) or reduces over it (`Cut`: its copies' partial results are combined). The rules are apart
-from the rewrite so that a new opcode is one rule here, and the rewrite reads them all the same.
+The graph's batch inputs (`batch_spec`), and one rule per batch kind (`BATCH_KINDS`, the `batch`
+an opcode's definition names in `pesto_ir.ir.opdefs`) saying, from the batch axes of an op's
+operands, whether the op keeps the batch (`Batched`: its results' batch axes) or reduces over it
+(`Cut`: its copies' partial results are combined). `BATCH_RULES` gives each opcode its kind's
+rule; the rewrite reads them all the same.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from dataclasses import dataclass, field
 
 from pesto_ir.ir.attributes import Attr, to_attr
 from pesto_ir.ir.graph import Graph, Op, Value
-from pesto_ir.ir.shape_rules import BINARY, COMPARE, UNARY
+from pesto_ir.ir.opdefs import OPDEFS, check_kinds, opcodes
 from pesto_ir.ir.types import TensorType, Type
 from pesto_ir.util.errors import PestoError
 
@@ -95,13 +96,13 @@ class Cut:
 
 
 Rule = Callable[[Op, list["Batch | None"]], "Batched | Cut"]
-BATCH_RULES: dict[str, Rule] = {}
+BATCH_KINDS: dict[str, Rule] = {}
 
 
-def rule(*opcodes: str) -> Callable[[Rule], Rule]:
+def rule(kind: str) -> Callable[[Rule], Rule]:
+    """Register the rule of a batch kind (`pesto_ir.ir.opdefs.BATCH_KINDS`)."""
     def register(fn: Rule) -> Rule:
-        for name in opcodes:
-            BATCH_RULES[name] = fn
+        BATCH_KINDS[kind] = fn
         return fn
     return register
 
@@ -128,12 +129,7 @@ def _first(axes: list[Batch | None]) -> Batch:
     return b
 
 
-ELEMENTWISE = (*UNARY, *BINARY, *COMPARE, "select_n", "clamp", "convert_element_type", "is_finite", "exp2",
-               "sinh", "cosh", "asin", "acos", "atan", "asinh", "acosh", "atanh", "lgamma", "digamma", "imag",
-               "real", "conj", "population_count", "clz")
-
-
-@rule(*ELEMENTWISE)
+@rule("elementwise")
 def _elementwise(op: Op, axes: list[Batch | None]) -> Batched:
     a = _one_axis(op, axes)[0]
     out = _shape(op.results[0])
@@ -148,7 +144,7 @@ def _elementwise(op: Op, axes: list[Batch | None]) -> Batched:
     return Batched([a] * len(op.results), split)
 
 
-@rule("broadcast_in_dim")
+@rule("broadcast")
 def _broadcast(op: Op, axes: list[Batch | None]) -> Batched:
     return Batched([list(op.get("broadcast_dimensions"))[_first(axes)[0]]], fix=_fix_result_shape(op, "shape"))
 
@@ -188,7 +184,7 @@ def _expand_dims(op: Op, axes: list[Batch | None]) -> Batched:
     return Batched([kept[a]])
 
 
-@rule("reduce_sum", "reduce_max", "reduce_min", "argmax", "argmin")
+@rule("reduce")
 def _reduce(op: Op, axes: list[Batch | None]) -> Batched | Cut:
     a, reduced = _first(axes)[0], list(op.get("axes"))
     if a in reduced:
@@ -199,7 +195,7 @@ def _reduce(op: Op, axes: list[Batch | None]) -> Batched | Cut:
     return Batched([a - sum(d < a for d in reduced)])
 
 
-@rule("cumsum", "cumprod", "cummax", "cummin", "cumlogsumexp")
+@rule("cumulative")
 def _scan_axis(op: Op, axes: list[Batch | None]) -> Batched:
     a = _first(axes)[0]
     if op.get("axis") == a:
@@ -290,7 +286,7 @@ def _dot_general(op: Op, axes: list[Batch | None]) -> Batched | Cut:
     raise refuse(op, "its operands' batch axes do not pair up (a product across samples)")
 
 
-@rule("conv_general_dilated")
+@rule("conv")
 def _conv(op: Op, axes: list[Batch | None]) -> Batched | Cut:
     dn = op.get("dimension_numbers")
     lhs, rhs, out = list(dn["lhs_spec"]), list(dn["rhs_spec"]), list(dn["out_spec"])
@@ -303,7 +299,7 @@ def _conv(op: Op, axes: list[Batch | None]) -> Batched | Cut:
     raise refuse(op, "its operands' batch axes do not pair up as a convolution over samples")
 
 
-@rule("reduce_window_sum", "reduce_window_max", "reduce_window_min", "select_and_scatter_add")
+@rule("window")
 def _window(op: Op, axes: list[Batch | None]) -> Batched:
     a = _one_axis(op, axes)[0]
     if list(op.get("window_dimensions"))[a] != 1 or list(op.get("window_strides"))[a] != 1 or \
@@ -346,7 +342,7 @@ def _gather(op: Op, axes: list[Batch | None]) -> Batched:
     return Batched([_scatter_dims(op)[ai]], split)
 
 
-@rule("scatter-add", "scatter_add")
+@rule("scatter_add")
 def _scatter_add(op: Op, axes: list[Batch | None]) -> Batched | Cut:
     dn = op.get("dimension_numbers")
     obd, ibd = list(dn.get("operand_batching_dims", ())), list(dn.get("scatter_indices_batching_dims", ()))
@@ -437,6 +433,13 @@ def _scatter_window(op: Op, axes: list[Batch | None]) -> Batched:
     if why is not None:
         raise refuse(op, why)
     return Batched([ao], {i: ax for i, ax in ((0, ao), (2, au)) if axes[i] is None})
+
+
+check_kinds("batch", BATCH_KINDS)
+# Each opcode's rule, by its definition's batch kind.
+BATCH_RULES: dict[str, Rule] = {d.name: BATCH_KINDS[d.batch] for d in OPDEFS.values() if d.batch is not None}
+# Ops of the elementwise batch kind: each result row is the operands' rows at its index.
+ELEMENTWISE: frozenset[str] = opcodes(batch="elementwise")
 
 
 def _fix_result_shape(op: Op, key: str) -> Callable[[dict[str, Attr], list[Type]], dict[str, Attr]]:

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from pesto_ir.cluster.model import Cluster, Device
+from pesto_ir.cluster.devices import Device
+from pesto_ir.cluster.model import Cluster
 from pesto_ir.cost.lookup import op_cost, op_memory, value_bytes
 from pesto_ir.ir.attributes import Attr, BytesAttr, DictAttr, DurationAttr, StringAttr
 from pesto_ir.ir.graph import Graph, Op, Value

@@ -1,7 +1,6 @@
-"""Figures of the machine model that its measurements produce, and its error.
-
-Kept apart from `pesto_ir.cluster.model` so that `pesto_ir.jaxrt.measure_collectives`, which the cluster calls
-to measure real devices, can make them without importing the cluster back.
+"""What every part of the machine model checks its figures against (devices and links,
+`devices.py`; a cluster file, `json_fields.py`; the cluster, `model.py`): the range each figure may
+take, the measured all-reduce fit (`pesto_ir.jaxrt.measure_collectives` fits it), and the model's error.
 """
 
 from __future__ import annotations

@@ -15,8 +15,10 @@ first (reverse topological order), and a producer joins its consumers' group whe
 * the group takes it: a fusible op (`FUSIBLE`: elementwise, layout) joins a loop or a reduction
   group, not a matmul's (no prologue fusion); a matmul or convolution joins a group of
   elementwise ops only, as its epilogue, and becomes the group's hero; a reduction, and every
-  other op (`OWN_KERNEL`: scatter, sort, windows, control flow, collectives, unknown opcodes), is
-  never fused into a consumer.
+  other op (scatter, sort, windows, control flow, collectives, unknown opcodes), is never fused
+  into a consumer.
+
+Which of these an op is, is its definition's fusion class (`fusion` of `pesto_ir.ir.opdefs.OpDef`).
 
 A group has at most one hero (matmul, convolution or reduction). Every group is closed under
 "all users inside but the root", so the graph of groups is acyclic: a path out of a group leaves
@@ -34,10 +36,9 @@ roofline times, so the graph's total is the fused program's, and placement still
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
-from pesto_ir.cluster.model import Device
+from pesto_ir.cluster.devices import Device
 from pesto_ir.cost.roofline import (
     COLLECTIVES,
     ELEMENTWISE_OPS,
@@ -54,18 +55,21 @@ from pesto_ir.cost.roofline import (
     work_time,
 )
 from pesto_ir.ir.graph import Graph, Op, Value
+from pesto_ir.ir.opdefs import opcodes
 from pesto_ir.util.union_find import find_root
 
+# The classes of the ops' definitions (`fusion` of `pesto_ir.ir.opdefs.OpDef`).
 # Ops XLA fuses into a consumer's loop. Indexed reads and writes (gather, dynamic slices,
 # scatter) stay kernels of their own here: their cost rules count only the part they touch.
-FUSIBLE: frozenset[str] = frozenset(ELEMENTWISE_OPS | MOVEMENT_OPS) - {"copy_p", "device_put"}
+FUSIBLE: frozenset[str] = opcodes(fusion="loop")
 
-# Ops recomputed in every kernel that reads them, instead of being written to memory.
-DUPLICATED: frozenset[str] = frozenset({"broadcast_in_dim", "iota"} | NO_KERNEL)
+# Ops recomputed in every kernel that reads them, instead of being written to memory (every op
+# that runs no kernel, `NO_KERNEL`, among them).
+DUPLICATED: frozenset[str] = opcodes(fusion="duplicated")
 
 # Heroes: the op a fused kernel is built around.
-EPILOGUE_HEROES: frozenset[str] = frozenset({"dot_general", "conv_general_dilated"})
-INPUT_FUSION_HEROES: frozenset[str] = frozenset(REDUCTION_OPS)
+EPILOGUE_HEROES: frozenset[str] = opcodes(fusion="contraction")
+INPUT_FUSION_HEROES: frozenset[str] = REDUCTION_OPS
 
 
 @dataclass(frozen=True)
@@ -265,12 +269,3 @@ def _weight(op: Op, device: Device) -> float:
     if op.opcode in NO_KERNEL or op.opcode in COLLECTIVES:
         return 0.0
     return bound_time(op_work(op), device)
-
-
-def fused_op_times(graph: Graph, device: Device,
-                   seconds: Callable[[FusionGroup, Device], float] = group_time) -> dict[str, float]:
-    """Seconds of every top-level op of `graph` (by name): its share of its kernel's time."""
-    out: dict[str, float] = {}
-    for group in fusion_groups(graph):
-        out.update(shared_out(group, seconds(group, device), device))
-    return out

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from pesto_ir.cluster.model import Device
+from pesto_ir.cluster.devices import Device
 from pesto_ir.ir.attributes import DictAttr
 from pesto_ir.ir.graph import Op, Value
 from pesto_ir.util.errors import PestoError

@@ -1,20 +1,21 @@
 """Roofline cost model: FLOPs and bytes of an op from its shapes, then time on a device.
 
-One rule table keyed by opcode (JAX primitive names) gives each op's `Work`: floating-point
-operations and bytes moved to and from device memory. An op's time on a device is
+One rule per kind of work (`WORK_KINDS`), which an opcode's definition names (`work` of its
+`pesto_ir.ir.opdefs.OpDef`), gives each op's `Work`: floating-point operations and bytes moved
+to and from device memory. An op's time on a device is
 
     max(flops / peak_flops, bytes / mem_bandwidth) / efficiency + launch overhead
 
 The efficiency is the fraction of the datasheet roofline the op's family (`FAMILIES`: matmul,
 conv, elementwise, ...) reaches on the device, 1 unless calibrated (`bench.calibrate`); the launch
 overhead is the device's calibrated figure, else its kind's (`LAUNCH_OVERHEAD`;
-`DEFAULT_LAUNCH_OVERHEAD` for kinds not listed); ops in `NO_KERNEL` take no time. This is the cost
-of an op run as a kernel of its own; `pesto_ir.cost.fusion` costs the kernels XLA fuses ops into with
-the same `work_time`. Ops that hold nested graphs
-(`scan`, `while`, `cond`, calls) are costed from their bodies (`NESTED_RULES`): each body op
+`DEFAULT_LAUNCH_OVERHEAD` for kinds not listed); ops that run no kernel (`NO_KERNEL`) take no
+time. This is the cost of an op run as a kernel of its own; `pesto_ir.cost.fusion` costs the
+kernels XLA fuses ops into with the same `work_time`. Ops that hold nested graphs
+(`scan`, `while`, `cond`, calls) are costed from their bodies (`NESTED_KINDS`): each body op
 is timed on its own and the sum is multiplied by the trip count (`length` of `scan`; the
 `trip_count` attribute of `while` when a frontend or user sets it, else 1), and `cond` takes its
-most expensive branch. An opcode without a rule gets `DEFAULT_RULE`: one FLOP per result
+most expensive branch. An opcode without a work kind gets `DEFAULT_RULE`: one FLOP per result
 element and every operand and result byte moved once.
 
 Collectives (`COLLECTIVES`: `all_reduce`, `reduce_scatter`, `all_gather`) are communication, not
@@ -31,20 +32,19 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from pesto_ir.cluster.model import OP_FAMILIES, Device
+from pesto_ir.cluster.devices import OP_FAMILIES, Device
 from pesto_ir.ir.attributes import Attr, GraphAttr, ListAttr
 from pesto_ir.ir.graph import Graph, Op, Value
-from pesto_ir.ir.shape_rules import BINARY, COMPARE, UNARY
+from pesto_ir.ir.opdefs import OPDEFS, check_kinds, opcodes
 from pesto_ir.ir.types import BlobType, TensorType
 from pesto_ir.util.errors import PestoError
 
-# Ops that run no kernel: constants are folded into their readers, the others are identities to
-# the compiler (wrapping u32 data as PRNG keys and back lowers to the data itself). They take no time.
-NO_KERNEL: frozenset[str] = frozenset({"constant", "sharding_constraint", "stop_gradient", "random_wrap",
-                                       "random_unwrap"})
+# Ops that run no kernel (constants are folded into their readers, the others are identities to the
+# compiler): they take no time.
+NO_KERNEL: frozenset[str] = opcodes(kernel=False)
 
 # Ops that communicate across data-parallel replicas; timed by the link model, not by roofline.
-COLLECTIVES: frozenset[str] = frozenset({"all_reduce", "reduce_scatter", "all_gather"})
+COLLECTIVES: frozenset[str] = opcodes(collective=True)
 
 # Seconds each op costs on top of its roofline time: kernel launch and dispatch. GPUs launch a
 # kernel in a few microseconds; a CPU op inside one XLA executable is a function call.
@@ -203,40 +203,33 @@ def _free(op: Op) -> Work:
 
 DEFAULT_RULE: WorkRule = _elementwise
 
-_REDUCTIONS = ("reduce_sum", "reduce_max", "reduce_min", "reduce_prod", "reduce_and", "reduce_or",
-               "reduce_xor", "argmax", "argmin", "cumsum", "cumprod", "cummax", "cummin", "cumlogsumexp",
-               "reduce_precision_sum", "sort", "top_k")
-_REDUCE_WINDOWS = ("reduce_window_sum", "reduce_window_max", "reduce_window_min", "reduce_window")
-_MOVEMENT = ("transpose", "reshape", "broadcast_in_dim", "squeeze", "expand_dims", "concatenate", "slice",
-             "pad", "rev", "copy", "copy_p", "device_put", "split", "convert_element_type", "bitcast_convert_type")
-_ELEMENTWISE_EXTRA = ("select_n", "clamp", "integer_pow", "is_finite", "exp2", "sinh", "cosh", "asin", "acos",
-                      "atan", "asinh", "acosh", "atanh", "lgamma", "digamma", "imag", "real", "conj",
-                      "population_count", "clz", "not", "threefry2x32")
-# Typed PRNG key ops: hashing keys (seed, split, fold_in) and drawing bits are cheap elementwise work,
-# one FLOP per result element (a key or a word) with key bytes from the key type (8 per threefry2x32
-# key); wrapping and unwrapping key data only reinterpret it (and run no kernel: NO_KERNEL).
-_KEY_ELEMENTWISE = ("random_seed", "random_split", "random_fold_in", "random_bits")
-_KEY_MOVEMENT = ("random_wrap", "random_unwrap")
+WORK_KINDS: dict[str, WorkRule] = {
+    "elementwise": _elementwise,
+    "movement": _data_movement,
+    "indexed_read": _indexed_read,
+    "indexed_update": _indexed_update,
+    "reduction": _reduction,
+    "window": _reduce_window,
+    "select_and_scatter": _select_and_scatter,
+    "dot": _dot_general,
+    "conv": _conv,
+    "free": _free,
+}
+check_kinds("work", WORK_KINDS)
+# Each opcode's rule, by its definition's work kind.
+WORK_RULES: dict[str, WorkRule] = {d.name: WORK_KINDS[d.work] for d in OPDEFS.values() if d.work is not None}
 
-# Reductions XLA fuses with their elementwise producers (scans, sorts and top-k run their own kernels).
-_FUSED_REDUCTIONS = ("reduce_sum", "reduce_max", "reduce_min", "reduce_prod", "reduce_and", "reduce_or",
-                     "reduce_xor", "argmax", "argmin")
-_INDEXED = ("gather", "dynamic_slice", "replica_slice", "scatter", "scatter-add", "scatter_add", "dynamic_update_slice")
-_SCATTERS = ("scatter", "scatter-add", "scatter_add")
-# Windowed ops: pooling and its gradient. XLA's CPU backend runs them as plain loops over every
-# window (the max-pool gradient becomes iotas, broadcasts and a select per window), at a few percent
-# of the memory roofline where a fused reduction reaches a good part of it.
-_WINDOWS = (*_REDUCE_WINDOWS, "select_and_scatter_add")
-
-ELEMENTWISE_OPS: frozenset[str] = frozenset((*UNARY, *BINARY, *COMPARE, *_ELEMENTWISE_EXTRA, *_KEY_ELEMENTWISE,
-                                             "select_n", "convert_element_type"))
-MOVEMENT_OPS: frozenset[str] = frozenset((*_MOVEMENT, *_KEY_MOVEMENT)) - {"convert_element_type"}
-REDUCTION_OPS: frozenset[str] = frozenset(_FUSED_REDUCTIONS)
+# Classes of ops for the fusion analysis (`pesto_ir.cost.fusion`): elementwise ops; ops that only
+# move data (layout, copies: no FLOPs, and of the movement family); reductions XLA fuses with their
+# elementwise producers.
+ELEMENTWISE_OPS: frozenset[str] = opcodes(elementwise=True)
+MOVEMENT_OPS: frozenset[str] = opcodes(work="movement", family="movement")
+REDUCTION_OPS: frozenset[str] = opcodes(fusion="reduction")
 # Reductions whose initial value is their identity: over axes of size 1 only (as many elements in
 # as out) XLA's algebraic simplifier makes them a reshape, so they run as no reduction at all (a
 # bias gradient summed over a batch of 1, a mean over a size-1 head axis: 32 of the reduced GPT
 # step's 81 reductions, and its trace has 46 reduction kernels).
-_IDENTITY_REDUCTIONS = REDUCTION_OPS - {"argmax", "argmin"}
+_IDENTITY_REDUCTIONS = opcodes(identity_init=True)
 
 
 def kernel_opcode(op: Op) -> str:
@@ -251,16 +244,8 @@ def kernel_opcode(op: Op) -> str:
 # Op families: kinds of kernel whose measured speed, as a fraction of the roofline, differs
 # (`bench.calibrate` fits one efficiency per family and device kind).
 FAMILIES: tuple[str, ...] = OP_FAMILIES
-_FAMILY_OF: dict[str, str] = {
-    "dot_general": "matmul",
-    "conv_general_dilated": "conv",
-    **{name: "elementwise" for name in ELEMENTWISE_OPS},
-    **{name: "reduction" for name in _REDUCTIONS},
-    **{name: "window" for name in _WINDOWS},
-    **{name: "movement" for name in (*MOVEMENT_OPS, *_INDEXED, "iota", "constant", "sharding_constraint")
-       if name not in _SCATTERS},
-    **{name: "scatter" for name in _SCATTERS},
-}
+_FAMILY_OF: dict[str, str] = {d.name: d.family for d in OPDEFS.values()}
+check_kinds("family", FAMILIES)  # each op's family is a device's
 
 
 def op_family(op: Op) -> str:
@@ -311,27 +296,6 @@ def is_filter_gradient(op: Op) -> bool:
     return _spatial(rhs.shape, rhs_spec) > _spatial(out.shape, out_spec)
 
 
-WORK_RULES: dict[str, WorkRule] = {
-    **{name: _elementwise for name in (*UNARY, *BINARY, *COMPARE, *_ELEMENTWISE_EXTRA, *_KEY_ELEMENTWISE)},
-    **{name: _reduction for name in _REDUCTIONS},
-    **{name: _reduce_window for name in _REDUCE_WINDOWS},
-    **{name: _data_movement for name in (*_MOVEMENT, *_KEY_MOVEMENT)},
-    "dot_general": _dot_general,
-    "conv_general_dilated": _conv,
-    "select_and_scatter_add": _select_and_scatter,
-    "gather": _indexed_read,
-    "dynamic_slice": _indexed_read,
-    "replica_slice": _indexed_read,
-    "scatter": _indexed_update,
-    "scatter-add": _indexed_update,
-    "scatter_add": _indexed_update,
-    "dynamic_update_slice": _indexed_update,
-    "iota": _free,
-    "constant": _free,
-    "sharding_constraint": _free,
-}
-
-
 # ---------------------------------------------------------------- nested graphs
 
 @dataclass(frozen=True)
@@ -372,12 +336,16 @@ def _call(op: Op) -> Nested:
     return Nested(nested_graphs(op))
 
 
-# Ops with nested graphs not listed here are calls: their graphs run once.
-NESTED_RULES: dict[str, Callable[[Op], Nested]] = {
-    "scan": _scan,
-    "while": _while,
-    "cond": _cond,
+NESTED_KINDS: dict[str, Callable[[Op], Nested]] = {
+    "length": _scan,
+    "trip_count": _while,
+    "one_of": _cond,
 }
+check_kinds("nested", NESTED_KINDS)
+# Each opcode's rule, by its definition's nested kind; ops with nested graphs not listed here are
+# calls: their graphs run once.
+NESTED_RULES: dict[str, Callable[[Op], Nested]] = {d.name: NESTED_KINDS[d.nested] for d in OPDEFS.values()
+                                                    if d.nested is not None}
 
 
 def _nested(op: Op) -> Nested | None:

@@ -53,10 +53,6 @@ class Value:
         self.param = param
         self.pos: Location | None = None  # where it was defined in a .pir text, if parsed
 
-    @property
-    def is_input(self) -> bool:
-        return self.owner is None
-
     def users(self) -> list[Op]:
         """Distinct ops that read this value, in first-use order."""
         return list(dict.fromkeys([op for op, _ in self.uses]))  # ops hash by identity

@@ -1,9 +1,10 @@
 """Shape rules: the result types an op must have, given its operands and attributes.
 
-One table keyed by opcode (JAX primitive names). An opcode with no rule is opaque to the
-verifier: its declared result types are trusted. A rule raises `ShapeError` with a sentence
-when the operands or attributes cannot go together. Most rules take tensors only;
-`TYPE_RULES` (collectives such as `all_reduce`) take any value types, blobs included.
+One rule per kind of op, by name (`SHAPE_KINDS`); an opcode's definition names its rule
+(`shape` of its `pesto_ir.ir.opdefs.OpDef`). An opcode with no rule is opaque to the verifier:
+its declared result types are trusted. A rule raises `ShapeError` with a sentence when the
+operands or attributes cannot go together. Most rules take tensors only; `TYPE_KINDS`
+(collectives such as `all_reduce`) take any value types, blobs included.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from pesto_ir.ir.graph import Op
+from pesto_ir.ir.opdefs import check_kinds, opdef
 from pesto_ir.ir.types import KEY_DATA_DTYPE, KEY_IMPLS, TensorType, Type, key_dtype
 
 
@@ -277,45 +279,6 @@ def _random_unwrap(op: Op, ts: Sequence[TensorType]) -> list[Type]:
     return [TensorType(KEY_DATA_DTYPE, ts[0].shape + KEY_IMPLS[impl])]
 
 
-UNARY = (
-    "neg", "exp", "exp2", "log", "log1p", "expm1", "tanh", "logistic", "sqrt", "rsqrt", "cbrt", "abs",
-    "sign", "floor", "ceil", "round", "sin", "cos", "tan", "not", "integer_pow", "stop_gradient", "copy",
-    "erf", "erfc", "erf_inv", "square", "reduce_precision",
-)
-BINARY = ("add", "sub", "mul", "div", "max", "min", "pow", "rem", "atan2", "and", "or", "xor", "nextafter",
-          "add_any", "shift_left", "shift_right_logical", "shift_right_arithmetic")
-COMPARE = ("eq", "ne", "lt", "le", "gt", "ge")
-
-SHAPE_RULES: dict[str, ShapeRule] = {
-    **{name: _unary for name in UNARY},
-    **{name: _binary for name in BINARY},
-    **{name: _compare for name in COMPARE},
-    "pow": _pow,
-    "abs": _abs,
-    "select_n": _select_n,
-    "convert_element_type": _convert,
-    "dot_general": _dot_general,
-    "reduce_sum": _reduce,
-    "reduce_max": _reduce,
-    "reduce_min": _reduce,
-    "reduce_prod": _reduce,
-    "argmax": _argreduce,
-    "argmin": _argreduce,
-    "transpose": _transpose,
-    "reshape": _reshape,
-    "broadcast_in_dim": _broadcast_in_dim,
-    "squeeze": _squeeze,
-    "concatenate": _concatenate,
-    "slice": _slice,
-    "random_seed": _random_seed,
-    "random_split": _random_split,
-    "random_fold_in": _random_fold_in,
-    "random_bits": _random_bits,
-    "random_wrap": _random_wrap,
-    "random_unwrap": _random_unwrap,
-}
-
-
 REDUCTIONS = ("sum", "max", "min")
 
 
@@ -384,26 +347,48 @@ def _replica_slice(op: Op, ts: Sequence[TensorType]) -> list[Type]:
     return [_blocks(ts[0], _axis(_need(op, "axis"), ts[0], "axis"), _replicas(op), gather=False)]
 
 
-# Rules over any value types (not just tensors): they get the op alone.
-TYPE_RULES: dict[str, Callable[[Op], list[Type]]] = {
-    "all_reduce": _all_reduce,
-}
-
-# Ops over data-parallel replicas that shard a value along an axis (sharded optimizer state).
-SHARD_RULES: dict[str, ShapeRule] = {
+# The rules by name, as op definitions (`pesto_ir.ir.opdefs`) name them in their `shape` field.
+SHAPE_KINDS: dict[str, ShapeRule] = {
+    "unary": _unary,
+    "abs": _abs,
+    "binary": _binary,
+    "pow": _pow,
+    "compare": _compare,
+    "select_n": _select_n,
+    "convert": _convert,
+    "dot_general": _dot_general,
+    "reduce": _reduce,
+    "argreduce": _argreduce,
+    "transpose": _transpose,
+    "reshape": _reshape,
+    "broadcast_in_dim": _broadcast_in_dim,
+    "squeeze": _squeeze,
+    "concatenate": _concatenate,
+    "slice": _slice,
+    "random_seed": _random_seed,
+    "random_split": _random_split,
+    "random_fold_in": _random_fold_in,
+    "random_bits": _random_bits,
+    "random_wrap": _random_wrap,
+    "random_unwrap": _random_unwrap,
+    # over data-parallel replicas, sharding a value along an axis (sharded optimizer state)
     "reduce_scatter": lambda op, ts: _sharded_bucket(op, ts, gather=False),
     "all_gather": lambda op, ts: _sharded_bucket(op, ts, gather=True),
     "replica_slice": _replica_slice,
 }
-SHAPE_RULES.update(SHARD_RULES)
+# Rules over any value types (not just tensors): they get the op alone.
+TYPE_KINDS: dict[str, Callable[[Op], list[Type]]] = {
+    "all_reduce": _all_reduce,
+}
+check_kinds("shape", (*SHAPE_KINDS, *TYPE_KINDS))
 
 
 def infer_result_types(op: Op) -> list[Type] | None:
     """The result types `op` must have, or None when its opcode has no rule."""
-    type_rule = TYPE_RULES.get(op.opcode)
+    kind = opdef(op.opcode).shape
+    if kind is None:
+        return None
+    type_rule = TYPE_KINDS.get(kind)
     if type_rule is not None:
         return type_rule(op)
-    rule = SHAPE_RULES.get(op.opcode)
-    if rule is None:
-        return None
-    return rule(op, _tensors(op))
+    return SHAPE_KINDS[kind](op, _tensors(op))

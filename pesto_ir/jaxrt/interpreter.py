@@ -1,10 +1,12 @@
 """A reference interpreter: evaluate a Graph on one device by binding JAX primitives.
 
-It walks the ops in order like `jax.core.eval_jaxpr`: an environment keyed by Value, and a rule
-table keyed by opcode with an explicit default (bind the JAX primitive of that name with the op's
-parameters decoded by `pesto_ir.jaxrt.params`). Nested graphs (`scan`, `while`, `cond` bodies)
-decode to closed jaxprs by tracing this interpreter over them, so any depth of nesting works, and
-so does a `.pir` file written by hand with JAX primitive names.
+It walks the ops in order like `jax.core.eval_jaxpr`: an environment keyed by Value, and by
+default binds the JAX primitive of the opcode's name with the op's parameters (its attributes but
+the analysis annotations, `pesto_ir.ir.annotations`) decoded by `pesto_ir.jaxrt.params`; the few
+ops that are not such a primitive name a run kind in their definition (`run` of
+`pesto_ir.ir.opdefs.OpDef`), run by its rule in `RUN_KINDS`. Nested graphs (`scan`, `while`,
+`cond` bodies) decode to closed jaxprs by tracing this interpreter over them, so any depth of
+nesting works, and so does a `.pir` file written by hand with JAX primitive names.
 
 Subclass `Interpreter` and override `run_op` to observe or change each op's evaluation (the
 torch.fx habit): e.g. time it, or place it on a device.
@@ -25,18 +27,13 @@ from typing import Any
 import jax
 import numpy as np
 
+from pesto_ir.ir.annotations import primitive_params
 from pesto_ir.ir.attributes import Attr
 from pesto_ir.ir.graph import Graph, Op, Value
+from pesto_ir.ir.opdefs import OPDEFS, check_kinds, opcodes
 from pesto_ir.ir.types import TensorType
 from pesto_ir.jaxrt.params import decode_params, decode_plain, jax_dtype, lookup_primitive, set_graph_decoder
 from pesto_ir.util.errors import PestoError
-
-# Attributes that passes add to ops; they are not primitive parameters and are never bound.
-ANNOTATION_KEYS: frozenset[str] = frozenset({
-    "scope", "cost", "memory", "activation", "workspace", "bytes", "bytes_accessed", "flops", "trip_count",
-    "label", "body_cost", "device", "start", "end", "group", "colocate", "backward", "stage", "priority",
-    "microbatch", "per_sample", "param_bytes", "fusion",
-})
 
 EvalRule = Callable[["Interpreter", Op, list[Any]], list[Any]]
 
@@ -96,8 +93,8 @@ class Interpreter:
                              f"{type(e).__name__}: {e}") from e
 
     def param_attrs(self, op: Op) -> dict[str, Attr]:
-        """The attributes of `op` that are primitive parameters (pass annotations left out)."""
-        return {k: a for k, a in op.attrs.items() if k not in ANNOTATION_KEYS}
+        """The attributes of `op` that are primitive parameters (analysis annotations left out)."""
+        return primitive_params(op)
 
 
 def bind_primitive(interp: Interpreter, op: Op, args: list[Any]) -> list[Any]:
@@ -132,9 +129,9 @@ def one_replica(op: Op) -> bool:
     return isinstance(n, int) and not isinstance(n, bool) and n == 1
 
 
-# Ops over data-parallel replicas: the identity over one replica, a collective of the replicas'
-# mesh axis over more (`ReplicaInterpreter`).
-ACROSS_REPLICAS = ("all_reduce", "reduce_scatter", "all_gather", "replica_slice")
+# Ops over data-parallel replicas (run kind "replicas"): the identity over one replica, a
+# collective of the replicas' mesh axis over more (`ReplicaInterpreter`).
+ACROSS_REPLICAS: frozenset[str] = opcodes(run="replicas")
 
 
 def _single_replica_error(op: Op) -> PestoError:
@@ -163,10 +160,13 @@ def _eval_all_reduce(interp: Interpreter, op: Op, args: list[Any]) -> list[Any]:
     return list(args)
 
 
-EVAL_RULES: dict[str, EvalRule] = {
+RUN_KINDS: dict[str, EvalRule] = {
     "constant": _eval_constant,
-    **{opcode: _eval_all_reduce for opcode in ACROSS_REPLICAS},
+    "replicas": _eval_all_reduce,
 }
+check_kinds("run", RUN_KINDS)
+# The rule of each opcode that is not bound as the JAX primitive of its name, by its run kind.
+EVAL_RULES: dict[str, EvalRule] = {d.name: RUN_KINDS[d.run] for d in OPDEFS.values() if d.run is not None}
 
 
 def evaluate(graph: Graph, *inputs: Any) -> list[Any]:
@@ -257,5 +257,5 @@ def input_specs(graph: Graph) -> Sequence[jax.ShapeDtypeStruct]:
             if isinstance(v.type, TensorType)]
 
 
-__all__ = ["ACROSS_REPLICAS", "ANNOTATION_KEYS", "EVAL_RULES", "EvalRule", "Interpreter", "ReplicaInterpreter", "as_function", "bind_primitive",
-           "check_single_replica", "evaluate", "graph_to_closed_jaxpr", "input_specs", "one_replica"]
+__all__ = ["ACROSS_REPLICAS", "EVAL_RULES", "RUN_KINDS", "EvalRule", "Interpreter", "ReplicaInterpreter", "as_function",
+           "bind_primitive", "check_single_replica", "evaluate", "graph_to_closed_jaxpr", "input_specs", "one_replica"]

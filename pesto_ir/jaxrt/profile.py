@@ -18,19 +18,18 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from pesto_ir.cluster.devices import Device
+from pesto_ir.cluster.figures import ClusterError
 from pesto_ir.cluster.host import machine_key
-from pesto_ir.cluster.model import ClusterError, Device, jax_device_kind
+from pesto_ir.cluster.model import jax_device_kind
 from pesto_ir.cost.fusion import FusionGroup
-from pesto_ir.ir.attributes import Attr
+from pesto_ir.ir.annotations import primitive_params
 from pesto_ir.ir.graph import Graph, Op, Value
 from pesto_ir.ir.printer import print_attr_dict
 from pesto_ir.ir.types import TensorType
 from pesto_ir.jaxrt.timing import CLOCKS, STATS, call_time
 from pesto_ir.util.errors import PestoError
 
-# Attributes cost passes write that are not primitive parameters (besides the interpreter's own list).
-COST_KEYS: frozenset[str] = frozenset({"cost", "memory", "activation", "workspace", "flops", "bytes_accessed",
-                                       "trip_count", "label"})
 PROGRESS_EVERY_S = 2.0
 
 
@@ -39,21 +38,15 @@ class ProfileError(PestoError):
 
 
 def _interpreter_class() -> type[Any]:
-    from pesto_ir.jaxrt.interpreter import ANNOTATION_KEYS, Interpreter
+    """The interpreter, imported when first needed (it imports JAX)."""
+    from pesto_ir.jaxrt.interpreter import Interpreter
 
-    class OneOp(Interpreter):
-        """Binds one op; leaves out every annotation, including the cost model's own."""
-
-        def param_attrs(self, op: Op) -> dict[str, Attr]:
-            return {k: a for k, a in op.attrs.items() if k not in ANNOTATION_KEYS and k not in COST_KEYS}
-
-    return OneOp
+    return Interpreter
 
 
 def op_signature(op: Op) -> str:
     """What the time of an op depends on: opcode, types and primitive parameters, as text."""
-    interp = _interpreter_class()(op.graph)
-    params = print_attr_dict(interp.param_attrs(op), "")
+    params = print_attr_dict(primitive_params(op), "")
     ins = ",".join(str(v.type) for v in op.operands)
     outs = ",".join(str(r.type) for r in op.results)
     return f"{op.opcode}({ins}) {params} -> {outs}"

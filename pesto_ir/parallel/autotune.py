@@ -35,7 +35,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pesto_ir.cluster.model import Cluster, Device
+from pesto_ir.cluster.devices import Device
+from pesto_ir.cluster.model import Cluster
 from pesto_ir.ir.graph import Graph
 from pesto_ir.util.errors import PestoError
 from pesto_ir.util.units import human_time

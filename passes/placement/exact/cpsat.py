@@ -25,9 +25,8 @@ from typing import Any
 from pesto_ir.cluster.model import Cluster
 from pesto_ir.ir.graph import Graph
 from pesto_ir.passes.placement.common import NO_START_HINT
-from pesto_ir.passes.placement.exact.common import (  # noqa: F401  (earliest_schedule: also importable from here)
+from pesto_ir.passes.placement.exact.common import (
     as_algorithm,
-    earliest_schedule,
     early_answer,
     fallback_plan,
     fmt,
@@ -35,7 +34,7 @@ from pesto_ir.passes.placement.exact.common import (  # noqa: F401  (earliest_sc
     given_warm_start,
     timed_both_ways,
 )
-from pesto_ir.passes.placement.exact.cpsat_problem import (  # noqa: F401  (Request, tick_for: importable from here too)
+from pesto_ir.passes.placement.exact.cpsat_problem import (
     CpSatError,
     Hint,
     Problem,
@@ -43,7 +42,6 @@ from pesto_ir.passes.placement.exact.cpsat_problem import (  # noqa: F401  (Requ
     Result,
     Solution,
     SolveInterrupted,
-    tick_for,
 )
 from pesto_ir.passes.placement.exact.cpsat_worker import SolverProcess, shared_solver
 from pesto_ir.passes.placement.heuristics.portfolio import best_heuristic_plan

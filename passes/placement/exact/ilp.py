@@ -20,11 +20,9 @@ from typing import Any
 from pesto_ir.cluster.model import Cluster
 from pesto_ir.ir.graph import Graph
 from pesto_ir.passes.placement.common import NO_START_HINT
-from pesto_ir.passes.placement.exact.cbc_log import parse_cbc_line as _parse_cbc_line  # noqa: F401  (tests read it here)
 from pesto_ir.passes.placement.exact.common import as_algorithm, early_answer, fallback_plan, fmt, gap, given_warm_start
 from pesto_ir.passes.placement.exact.ilp_instance import IlpError, Instance, relabel_for_symmetry
 from pesto_ir.passes.placement.exact.ilp_model import ALGORITHM, Milp, MilpResult, solver_name
-from pesto_ir.passes.placement.exact.ilp_model import highs_available as _highs_available  # noqa: F401  (tests read it here)
 from pesto_ir.passes.placement.options import PlaceOptions
 from pesto_ir.schedule.bounds import lower_bound
 from pesto_ir.schedule.plan import Plan

@@ -36,7 +36,9 @@ from pesto_ir.cluster.model import Cluster
 from pesto_ir.cost.lookup import op_cost, value_bytes
 from pesto_ir.cost.roofline import kernel_overhead, op_family
 from pesto_ir.ir.graph import Graph
-from pesto_ir.passes.placement.pipeline.schedules import SCHEDULES, is_backward, slot_ticks, split_stages
+from pesto_ir.passes.placement.pipeline.priorities import slot_ticks
+from pesto_ir.passes.placement.pipeline.schedules import SCHEDULES
+from pesto_ir.passes.placement.pipeline.stages import is_backward, split_stages
 
 MODEL_MICROBATCHES = 2  # the rewrite the model reads
 

@@ -3,54 +3,16 @@ them), an eager schedule of the same stages, and interleaved layouts with their 
 
 GPipe and 1F1B are what the benchmark compares the searched plans against, so they do what those
 systems do and nothing cleverer: the model is cut into S contiguous stages in forward order, one
-per device of the pipeline, and every stage runs its micro-batches in a fixed order. The eager
-schedule keeps their stages and lets each device start, whenever it is idle, the ready op of the
-oldest micro-batch (then of the longest path to the step's end): where a graph's edges run
-against the fixed orders (below) it does not wait for slots the dependencies do not need.
+per device of the pipeline (`stages.py`), and every stage runs its micro-batches in a fixed order
+(`priorities.py`). The eager schedule keeps their stages and lets each device start, whenever it is
+idle, the ready op of the oldest micro-batch (then of the longest path to the step's end): where a
+graph's edges run against the fixed orders it does not wait for slots the dependencies do not need.
 
-Stages. Placement units are colocate groups (an op without `colocate` is its own unit), taken in
-forward order: by the first of their forward ops in `graph.ops` that reads another op (a weight
-node, which a cost graph's topological order puts first, does not say where its group computes).
-Each op is
-
-- backward: `backward = true` (cost graphs) or "transpose(" in its `scope` (JAX);
-- other: not backward, and either downstream of a backward op (the optimizer update, gradient
-  sums) or read only by other ops (the update's constants and its reads of optimizer state);
-- forward: the rest (the model's forward pass, the loss);
-- and, whatever the above, constant when it is computed from literals alone (a mask, a zero
-  buffer, the loss' cotangent seed; tensor graphs only).
-
-A unit of constants is a constant unit; else a unit is a forward unit if it holds a forward op,
-else a backward unit if it holds a backward op (a weight gradient's copies and their sums), else
-an other unit. Every unit takes the stage of an owning forward unit (`unit_owners`): a backward
-unit the latest forward unit it reads directly, else the earliest owner among its producers; an
-other unit the latest owner among its producers; a constant unit, or one with no owned producer,
-the earliest owner among its consumers (else the first forward unit). The forward units are cut
-into S non-empty contiguous runs minimising the largest stage's cost, a forward unit weighing the
-cost of every unit it owns on the stage's device: bisection on the bottleneck with a greedy fill,
-which is exact for contiguous cuts. So the stage costs are the real per-device totals.
-
-Schedule. Every op with a `microbatch` attribute belongs to a slot (phase F or B, micro-batch i)
-of its stage. On each stage GPipe runs F0 .. F(m-1), then B0 .. B(m-1); 1F1B runs w = min(S-s-1, m)
-warm-up forwards, then m-w pairs (next forward, oldest backward), then drains the w backwards left.
-The slots are timed once on an abstract pipeline (forward 1, backward 2 time units) and an op's
-priority is its slot's start there. Along the edges of a training step (micro-batch i's forward
-from stage s to s+1, its backward back down) priorities never decrease, and `order_from_priority`
-pops ops in priority order, so each stage runs exactly its slot order (ties inside a slot by graph
-order). Where a graph's edges run against the schedule (the MSR cost graphs' backward chains run
-from the first layer to the last) the order is still valid, as close to the schedule as the
-dependencies allow. An op without a micro-batch runs with its latest producer's slot (after it, by
-graph order), or, with no producer in a slot, just before its first consumer. The simulator
-times the orders; `check_plan` checks the plan, memory included.
-
-Interleaved layouts. Contiguous stages balance the devices only as finely as k runs of whole units
-can, and each device waits for the pipeline to fill before its first work and to drain after its
-last. `interleaved_layouts` deals chunks of consecutive forward units round the devices (v chunks
-per device for several v, round robin or snake, filled from either end), which puts work on every
-device early and late in the step and balances at a finer grain; the best balanced are simulated
-with the eager schedule, the fastest improved by moving units across chunk edges
-(`_moved_units`), and the eager schedules are justified (`passes/placement/justify.py`, as the eager
-schedule of contiguous stages is). On the MSR training layer graphs over 6 devices at 32
+Interleaved layouts (`interleaved.py`) deal chunks of consecutive forward units round the devices,
+which puts work on every device early and late in the step and balances at a finer grain; the best
+balanced are simulated with the eager schedule, the fastest improved by moving units across chunk
+edges (`_moved_units`), and the eager schedules are justified (`passes/placement/justify.py`, as the
+eager schedule of contiguous stages is). On the MSR training layer graphs over 6 devices at 32
 micro-batches this takes the best plan from 1.14-1.33 to 1.07-1.15 times max(total work / k,
 critical path / m) (`bench/bench_pipeline.py`).
 """
@@ -59,16 +21,23 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 from pesto_ir.cluster.model import Cluster
-from pesto_ir.cost.lookup import summed_costs
-from pesto_ir.ir.graph import Graph, Op
-from pesto_ir.ir.types import TensorType
-from pesto_ir.passes.placement.common import colocation_units
+from pesto_ir.ir.graph import Graph
 from pesto_ir.passes.placement.justify import RoundClock, justified
 from pesto_ir.passes.placement.options import PlaceOptions
+from pesto_ir.passes.placement.pipeline.interleaved import interleaved_layouts
+from pesto_ir.passes.placement.pipeline.priorities import eager_priorities, priorities, slot_ticks
+from pesto_ir.passes.placement.pipeline.stages import (
+    FORWARD,
+    Stages,
+    Units,
+    balanced_cut,
+    pipeline_units,
+    split_stages,
+)
 from pesto_ir.schedule.memory import fits_memory
 from pesto_ir.schedule.plan import Plan
 from pesto_ir.schedule.simulate import PlanError, Prepared, order_from_priority, simulate, simulate_eager
@@ -80,8 +49,6 @@ SCHEDULES = ("gpipe", "1f1b")  # the fixed schedules (`slot_ticks`)
 EAGER = "eager"
 INTERLEAVED = "interleaved"
 PIPELINE_SCHEDULES = (*SCHEDULES, EAGER, INTERLEAVED)
-CHUNKS_PER_DEVICE = (1, 2, 3, 4, 6, 8)  # interleaved layouts: chunks per device ...
-SLACKS = (1.1, 1.25)  # ... and how far past total / k a device's chunks may take it (the second if the first fails)
 # what the eager schedules' parts cost in simulations of a fixed schedule (`schedule_worth`)
 LAYOUT_WORTH = 0.4  # one layout's eager simulation
 JUSTIFY_WORTH = 2.0  # justifying and checking one eager schedule cut short by a deadline (one round; its set-up and memory checks weigh on large graphs)
@@ -90,24 +57,6 @@ SIMULATED_LAYOUTS = 4  # interleaved layouts, best balanced first, whose eager s
 JUSTIFIED_LAYOUTS = 2  # interleaved layouts, fastest first, whose eager schedules are justified
 MAX_MOVES = 32  # simulations of the local search on the fastest interleaved layout (`_moved_units`) ...
 MOVE_SIMULATED_OPS = 200_000  # ... and the ops they may simulate in all (about 4 s here)
-FORWARD, BACKWARD, OTHER, CONSTANT = "forward", "backward", "other", "constant"
-PHASE_TIME = {"F": 1.0, "B": 2.0}  # the abstract pipeline's slot lengths (backward ~ twice forward)
-BISECTIONS = 60
-
-Slot = tuple[str, int]  # (phase "F" or "B", micro-batch)
-
-
-@dataclass
-class Stages:
-    """Where the pipeline cut the graph: each unit's ops, kind and stage; each stage's cost."""
-
-    units: list[list[Op]]
-    kinds: list[str]
-    stage: list[int]  # per unit
-    costs: list[float]  # per stage: seconds of every op placed there, on its device
-
-    def stage_of(self) -> dict[str, int]:
-        return {op.name: s for ops, s in zip(self.units, self.stage) for op in ops}
 
 
 class PipelineGraph:
@@ -303,77 +252,6 @@ def _edge_moves(stage: list[int]) -> Iterator[list[int]]:
                 yield [*stage[:i], stage[j], *stage[i + 1:]]
 
 
-def interleaved_layouts(weights: list[list[float]], k: int, alike: bool = False) -> list[tuple[str, list[int]]]:
-    """Distinct layouts of the forward units (their owned units' `weights` per device, in forward
-    order) over k devices: `interleaved_cut` for each count of chunks per device and device order
-    (round robin: 0, 1, .., k-1, 0, ..; snake: 0, .., k-1, k-1, .., 0, ..), with the first slack
-    that gives one, filled from the first unit and from the last (a large last layer gets its
-    device first, the units before it fill what is left). With `alike` devices (and links) a layout
-    that only renames the devices of another is left out."""
-    orders = {"round-robin": list(range(k)), "snake": [*range(k), *reversed(range(k))]}
-    seen: set[tuple[int, ...]] = set()
-    out: list[tuple[str, list[int]]] = []
-    for start in ("", " from the end"):
-        for per_device in CHUNKS_PER_DEVICE:
-            for name, order in orders.items():
-                found = _first_cut(weights[::-1] if start else weights, order, per_device)
-                if found is None:
-                    continue
-                found = found[::-1] if start else found
-                key = _renamed(found) if alike else tuple(found)
-                if key in seen:
-                    continue
-                seen.add(key)
-                chunks = 1 + sum(1 for a, b in zip(found, found[1:]) if a != b)
-                out.append((f"{chunks} chunks in {name} order{start}", found))
-    return out
-
-
-def _first_cut(weights: list[list[float]], order: Sequence[int], per_device: int) -> list[int] | None:
-    """`interleaved_cut` with the first of `SLACKS` that gives one."""
-    for slack in SLACKS:
-        found = interleaved_cut(weights, order, per_device, slack)
-        if found is not None:
-            return found
-    return None
-
-
-def _renamed(devices: list[int]) -> tuple[int, ...]:
-    """`devices` with the devices numbered in the order they first appear."""
-    first: dict[int, int] = {}
-    return tuple(first.setdefault(d, len(first)) for d in devices)
-
-
-def interleaved_cut(weights: list[list[float]], order: Sequence[int], per_device: int, slack: float
-                    ) -> list[int] | None:
-    """The device of each item (`weights[i][d]`, in order): items fill chunks of about the mean
-    total / (k x `per_device`) each, chunk c going to the next device of the cycle `order` that
-    stays within `slack` x the mean total / k; None when no device can take an item. A layout that
-    puts every device's work early and late in the step: it fills and drains a pipeline sooner
-    than k contiguous stages (Megatron-LM's interleaved stages), and balances it at a finer grain."""
-    k = len(weights[0]) if weights else 1
-    total = sum(sum(w) / k for w in weights)
-    target, cap = total / (k * per_device), slack * total / k
-    load = [0.0] * k
-    out: list[int] = []
-    c, chunk = 0, 0.0
-    for w in weights:
-        mean = sum(w) / k
-        if chunk > 0 and chunk + mean / 2 > target:  # this chunk is full: the next device
-            c, chunk = c + 1, 0.0
-        for _ in range(len(order)):  # past devices without room for the item
-            if load[order[c % len(order)]] + w[order[c % len(order)]] <= cap * (1 + 1e-12):
-                break
-            c, chunk = c + 1, 0.0
-        else:
-            return None
-        d = order[c % len(order)]
-        out.append(d)
-        load[d] += w[d]
-        chunk += mean
-    return out
-
-
 def _note(schedule: str, stages: Stages, m: int, layout: str = "") -> str:
     """The stage boundaries (each stage's first forward op; none where an interleaved layout left a
     device without a forward unit) and costs, for the report."""
@@ -392,297 +270,3 @@ def microbatch_count(graph: Graph) -> int:
     if attr is not None and isinstance(attr.value, dict) and "microbatches" in attr.value:
         return int(attr.value["microbatches"])
     return 1 + max((int(i) for op in graph.ops if (i := op.get("microbatch")) is not None), default=0)
-
-
-# ---------------------------------------------------------------- stages
-
-def is_backward(op: Op) -> bool:
-    """A backward op: cost graphs mark it, JAX's transposition names it in the scope."""
-    return op.get("backward") is True or "transpose(" in str(op.get("scope", "") or "")
-
-
-def op_kinds(graph: Graph) -> dict[str, str]:
-    """Each op's kind (module docstring): the optimizer side is what the backward pass feeds and
-    what only feeds it, so that the update of a layer's weights stays out of the forward order."""
-    kind: dict[str, str] = {}
-    tainted: set[str] = set()
-    for op in graph.ops:
-        if any(p.name in tainted for p in op.producers()) or is_backward(op):
-            tainted.add(op.name)
-        kind[op.name] = BACKWARD if is_backward(op) else OTHER if op.name in tainted else FORWARD
-    outputs = {id(v) for v in graph.outputs}
-    for op in reversed(graph.ops):
-        users = op.consumers()
-        if kind[op.name] == FORWARD and users and not any(id(r) in outputs for r in op.results) \
-                and all(kind[u.name] == OTHER for u in users):
-            kind[op.name] = OTHER
-    return kind
-
-
-def constant_ops(graph: Graph) -> set[str]:
-    """Ops computed from literals alone (no graph input upstream, tensor results): a mask, a
-    zero-filled buffer, the loss' cotangent seed. Each belongs next to its readers, not at its
-    place in graph order. Cost graphs (blob values) have none: their sources are layers."""
-    const: set[str] = set()
-    for op in graph.ops:
-        if all(isinstance(r.type, TensorType) for r in op.results) and \
-                all(v.owner is not None and v.owner.name in const for v in op.operands):
-            const.add(op.name)
-    return const
-
-
-def placement_units(graph: Graph, op_kind: dict[str, str]) -> list[list[Op]]:
-    """Colocate groups (an op without one alone), in forward order: by the first of their forward
-    ops (else of their ops) that reads another op. Ops that read none (weights, in cost graphs
-    whose topological order puts every source first) say nothing about where a unit computes."""
-    index = {op.name: i for i, op in enumerate(graph.ops)}
-
-    def position(ops: list[Op]) -> tuple[int, int]:
-        forward = [op for op in ops if op_kind[op.name] == FORWARD] or ops
-        reading = [op for op in forward if op.producers()]
-        return (index[(reading or forward)[0].name], index[ops[0].name])
-
-    return sorted(colocation_units(graph.ops), key=position)
-
-
-@dataclass
-class Units:
-    """A graph's placement units as the pipelines see them: each unit's ops and kind, the forward
-    unit that owns it (`unit_owners`), the forward units in order, and each unit's cost per device."""
-
-    units: list[list[Op]]
-    kinds: list[str]
-    owner: list[int]
-    forward: list[int]
-    cost: list[list[float]]  # per unit, per device of the cluster
-
-    def weights(self) -> list[list[float]]:
-        """Per forward unit, in order, the cost of every unit it owns on each device."""
-        out = {u: [0.0] * len(self.cost[u]) for u in self.forward}
-        for u, f in enumerate(self.owner):
-            out[f] = [a + b for a, b in zip(out[f], self.cost[u])]
-        return [out[u] for u in self.forward]
-
-    def stages(self, graph: Graph, forward_stage: list[int], n_stages: int) -> Stages:
-        """The stages when forward unit i (in order) goes to `forward_stage[i]`: every unit takes
-        its owner's run of consecutive forward units on one stage, `backward_flows_back` moves
-        backward units to later runs, and each run is on its stage. For contiguous stages the
-        runs are the stages; for interleaved ones, where the stages go round, a later run may be
-        on an earlier device, and the backward units follow the runs, not the device numbers."""
-        run = [0] * len(forward_stage)
-        for i in range(1, len(forward_stage)):
-            run[i] = run[i - 1] + (forward_stage[i] != forward_stage[i - 1])
-        device_of_run = {r: d for r, d in zip(run, forward_stage)}
-        of = dict(zip(self.forward, run))
-        runs = backward_flows_back(graph, self.units, self.kinds, [of[f] for f in self.owner])
-        stage = [device_of_run[r] for r in runs]
-        costs = [0.0] * n_stages
-        for u, s in enumerate(stage):
-            costs[s] += self.cost[u][s]
-        return Stages(self.units, self.kinds, stage, costs)
-
-
-def pipeline_units(graph: Graph, cluster: Cluster) -> Units:
-    """The units, their kinds, owners and costs; refuses a graph with fewer forward units than
-    devices (a stage would be empty)."""
-    op_kind = op_kinds(graph)
-    units = placement_units(graph, op_kind)
-    const = constant_ops(graph)
-    kinds = [CONSTANT if all(op.name in const for op in ops) else _unit_kind(ops, op_kind) for ops in units]
-    forward = [u for u, k in enumerate(kinds) if k == FORWARD]
-    if len(forward) < len(cluster):
-        raise PestoError(f"graph '{graph.name}' has {len(forward)} forward placement unit(s), fewer than the "
-                         f"{len(cluster)} pipeline stages: a stage would be empty")
-    devices = [cluster.device(n) for n in cluster.names]
-    cost = [summed_costs(ops, devices) for ops in units]
-    return Units(units, kinds, unit_owners(units, kinds), forward, cost)
-
-
-def split_stages(graph: Graph, cluster: Cluster, units: Units | None = None) -> Stages:
-    """Units, their kinds and stages, and the stage costs, cut into contiguous stages (`units`:
-    `pipeline_units(graph, cluster)`, where the caller has them)."""
-    units = units or pipeline_units(graph, cluster)
-    return units.stages(graph, balanced_cut(units.weights(), len(cluster)), len(cluster))
-
-
-def backward_flows_back(graph: Graph, units: list[list[Op]], kinds: list[str], stage: list[int]) -> list[int]:
-    """Stages where no backward unit feeds a backward unit of a later stage: gradients flow from
-    the last stage to the first, and a schedule runs a stage's backward work of a micro-batch in
-    one go. A backward unit whose owner rule put it before one of its backward readers (it read no
-    forward value of its own layer) moves to that reader's stage."""
-    unit_of = {op.name: u for u, ops in enumerate(units) for op in ops}
-    stage = list(stage)
-    for op in reversed(graph.ops):  # readers before what they read
-        u = unit_of[op.name]
-        if kinds[u] != BACKWARD:
-            continue
-        later = [stage[unit_of[c.name]] for c in op.consumers() if kinds[unit_of[c.name]] == BACKWARD]
-        if later and max(later) > stage[u]:
-            stage[u] = max(later)
-    return stage
-
-
-def _unit_kind(ops: list[Op], op_kind: dict[str, str]) -> str:
-    found = {op_kind[op.name] for op in ops}
-    return FORWARD if FORWARD in found else BACKWARD if BACKWARD in found else OTHER
-
-
-def unit_owners(units: list[list[Op]], kinds: list[str]) -> list[int]:
-    """The forward unit whose stage each unit takes (a forward unit owns itself). Stages grow with
-    the forward order, so owners say the stage rule before the cut is known:
-
-    - a backward unit: the latest forward unit it reads directly or that reads what it reads (the
-      op it differentiates), else the earliest owner among its producers (the layer whose gradient
-      it continues);
-    - an other unit: the latest owner among its producers (the update runs where its gradient is);
-    - with neither, and constant units: the earliest owner among its consumers (a constant joins
-      its first reader; an update term that reads optimizer state only, its update), else the
-      first forward unit.
-    """
-    unit_of = {op.name: u for u, ops in enumerate(units) for op in ops}
-    producers = [{unit_of[p.name] for op in ops for p in op.producers()} - {u} for u, ops in enumerate(units)]
-    # the forward units that read what a unit reads: a weight gradient (x^T dy) reads the x its
-    # forward matmul (x W) read, so it belongs with that matmul even where x was made a stage earlier;
-    # not through constants (a literal 0.5 that every layer reads says nothing of where a unit belongs)
-    siblings = [{unit_of[c.name] for op in ops for v in op.operands
-                 if v.owner is not None and kinds[unit_of[v.owner.name]] != CONSTANT
-                 for c in v.users() if kinds[unit_of[c.name]] == FORWARD} - {u} for u, ops in enumerate(units)]
-    consumers = [{unit_of[c.name] for op in ops for c in op.consumers()} - {u} for u, ops in enumerate(units)]
-    owner = [u if k == FORWARD else -1 for u, k in enumerate(kinds)]
-    for _ in range(len(units)):  # a unit may read units that first appear after it: settle to a fixed point
-        changed = False
-        for u, k in enumerate(kinds):
-            if k in (FORWARD, CONSTANT):
-                continue
-            direct = [v for v in producers[u] | siblings[u] if kinds[v] == FORWARD] if k == BACKWARD else []
-            known = [owner[v] for v in producers[u] if owner[v] >= 0]
-            found = max(direct) if direct else (min(known) if k == BACKWARD else max(known)) if known else -1
-            if found != owner[u]:
-                owner[u], changed = found, True
-        if not changed:
-            break
-    first = next(u for u, k in enumerate(kinds) if k == FORWARD)
-    for u in reversed(range(len(units))):
-        if owner[u] < 0:
-            owner[u] = min((owner[v] for v in consumers[u] if owner[v] >= 0), default=first)
-    return owner
-
-
-def balanced_cut(weights: list[list[float]], n_stages: int) -> list[int]:
-    """The stage of each item: S non-empty contiguous runs (needs len(weights) >= S) whose largest
-    load is smallest. Bisection on the bottleneck T; `_fill(T)` is the greedy that fills each stage
-    as far as T allows, which fits whenever any cut does."""
-    lo, hi = 0.0, max(sum(w[s] for w in weights) for s in range(n_stages))
-    best = _fill(weights, n_stages, hi)
-    assert best is not None
-    for _ in range(BISECTIONS):
-        mid = (lo + hi) / 2
-        found = _fill(weights, n_stages, mid)
-        if found is None:
-            lo = mid
-        else:
-            hi, best = mid, found
-        if hi - lo <= 1e-12 * max(hi, 1e-30):
-            break
-    return best
-
-
-def _fill(weights: list[list[float]], n_stages: int, limit: float) -> list[int] | None:
-    """Each stage takes items while its load stays within `limit`, leaving one item per later stage;
-    None when the loads do not fit."""
-    n = len(weights)
-    out: list[int] = []
-    stage, load = 0, 0.0
-    for i, w in enumerate(weights):
-        if out and stage < n_stages - 1 and (load + w[stage] > limit or n - i == n_stages - 1 - stage):
-            stage, load = stage + 1, 0.0
-        if load + w[stage] > limit * (1 + 1e-12):
-            return None
-        out.append(stage)
-        load += w[stage]
-    return out if stage == n_stages - 1 else None
-
-
-# ---------------------------------------------------------------- schedule
-
-def stage_slots(schedule: str, s: int, n_stages: int, m: int) -> list[Slot]:
-    """The order in which stage s runs its slots."""
-    forwards = [("F", i) for i in range(m)]
-    backwards = [("B", i) for i in range(m)]
-    if schedule == "gpipe":
-        return forwards + backwards
-    warm = min(n_stages - s - 1, m)
-    steady = [slot for i in range(m - warm) for slot in (forwards[warm + i], backwards[i])]
-    return forwards[:warm] + steady + backwards[m - warm:]
-
-
-def slot_ticks(schedule: str, n_stages: int, m: int) -> dict[tuple[int, str, int], float]:
-    """Each (stage, phase, micro-batch) slot's start on the abstract pipeline: stages run their slots
-    in `stage_slots` order; F(s, i) waits for F(s-1, i); B(s, i) for B(s+1, i), and on the last
-    stage for F(s, i)."""
-    seqs = [stage_slots(schedule, s, n_stages, m) for s in range(n_stages)]
-    pos, free = [0] * n_stages, [0.0] * n_stages
-    end: dict[tuple[int, str, int], float] = {}
-    start: dict[tuple[int, str, int], float] = {}
-    while any(p < len(seq) for p, seq in zip(pos, seqs)):
-        progressed = False
-        for s, seq in enumerate(seqs):
-            while pos[s] < len(seq):
-                phase, i = seq[pos[s]]
-                dep = (s - 1, "F", i) if phase == "F" else (s + 1, "B", i) if s < n_stages - 1 else (s, "F", i)
-                if dep[0] in (-1, n_stages) or dep in end:
-                    t = max(free[s], end.get(dep, 0.0))
-                    start[(s, phase, i)] = t
-                    end[(s, phase, i)] = free[s] = t + PHASE_TIME[phase]
-                    pos[s] += 1
-                    progressed = True
-                else:
-                    break
-        if not progressed:
-            raise AssertionError(f"the {schedule} slot orders deadlock")  # not for these two schedules
-    return start
-
-
-def priorities(graph: Graph, stage_of: dict[str, int], ticks: dict[tuple[int, str, int], float]) -> dict[str, float]:
-    """Each op's priority: its slot's tick; an op outside the slots takes its latest producer's, or
-    with no producer in a slot its earliest consumer's (it runs just before that consumer)."""
-    prio: dict[str, float] = {}
-    for op in graph.ops:
-        i = op.get("microbatch")
-        if i is not None:
-            prio[op.name] = ticks[(stage_of[op.name], "B" if is_backward(op) else "F", int(i))]
-        else:
-            found = [prio[p.name] for p in op.producers() if p.name in prio]
-            if found:
-                prio[op.name] = max(found)
-    for op in reversed(graph.ops):
-        if op.name not in prio:
-            prio[op.name] = min((prio[c.name] for c in op.consumers()), default=0.0)
-    return prio
-
-
-def eager_priorities(graph: Graph, cluster: Cluster, placement: Mapping[str, str],
-                     prepared: Prepared | None = None) -> dict[str, tuple[float, ...]]:
-    """The eager schedule's choice among ready ops: the oldest micro-batch first, then the longest
-    path from the op to the step's end (its cost on its device included, transfers not). Oldest
-    first keeps micro-batches moving through the stages, as a pipeline must; by longest path alone
-    a device would run one op for every micro-batch before the next. An op without a micro-batch
-    takes its latest producer's (a gradient sum, the update), else its earliest consumer's (an
-    optimizer term that reads only state runs with the first micro-batch that needs it), else 0,
-    as `priorities` places such ops in the fixed schedules."""
-    prepared = prepared.of(graph, cluster) if prepared else Prepared(graph, cluster)
-    consumers = prepared.consumers
-    to_end: dict[str, float] = {}
-    for op in reversed(graph.ops):
-        tail = max((to_end[c] for c in consumers[op.name]), default=0.0)
-        to_end[op.name] = prepared.cost(op.name, placement[op.name]) + tail
-    batch: dict[str, int] = {}
-    for op in graph.ops:
-        i = op.get("microbatch")
-        found = [batch[p] for p in prepared.producers[op.name] if p in batch]
-        if i is not None or found:
-            batch[op.name] = int(i) if i is not None else max(found)
-    for op in reversed(graph.ops):
-        if op.name not in batch:
-            batch[op.name] = min((batch[c] for c in consumers[op.name]), default=0)
-    return {op.name: (float(batch[op.name]), -to_end[op.name]) for op in graph.ops}

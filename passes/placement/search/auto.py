@@ -37,7 +37,7 @@ from pesto_ir.passes.placement.search.lns import LNS_MAX_OPS, improve_with_lns
 from pesto_ir.passes.placement.search.local_search import improve_by_moves
 from pesto_ir.passes.rewrite.replicas import sub_cluster
 from pesto_ir.schedule.bounds import lower_bound
-from pesto_ir.schedule.plan import Plan
+from pesto_ir.schedule.plan import Plan, faster
 from pesto_ir.schedule.validate import check_plan, validate_plan
 from pesto_ir.util.errors import PestoError
 
@@ -89,7 +89,7 @@ class _Portfolio:
     def offer(self, engine: str, plan: Plan, always: bool = False) -> None:
         """Record a stage's result; keep its plan if it is faster than the best (or `always`)."""
         self.stages.append((engine, plan.makespan))
-        if self.plan is None or always or plan.makespan < self.plan.makespan * (1 - 1e-12):
+        if self.plan is None or always or faster(plan.makespan, self.plan.makespan):
             self.plan, self.engine = plan, engine
 
     def summary(self, how: str) -> Plan:

@@ -28,19 +28,20 @@ import time
 
 from pesto_ir.cluster.model import Cluster
 from pesto_ir.ir.graph import Graph
+from pesto_ir.passes.placement.budget import Budget
 from pesto_ir.passes.placement.expansion import expand_plan
 from pesto_ir.passes.placement.heuristics.portfolio import HEURISTICS, best_heuristic_plan
 from pesto_ir.passes.placement.justify import ROUNDS as JUSTIFY_ROUNDS
 from pesto_ir.passes.placement.justify import justified
 from pesto_ir.passes.placement.options import (
     COARSE_NOTE,
+    AlgorithmEntry,
     Interrupted,
     PlaceError,
     PlaceOptions,
     carried_plan,
     interrupted,
 )
-from pesto_ir.passes.placement.registry import AlgorithmEntry
 from pesto_ir.passes.placement.search.hybrid import search
 from pesto_ir.passes.placement.search.lns import LNS_MAX_OPS, improve_with_lns
 from pesto_ir.passes.placement.search.local_search import improve_by_moves
@@ -73,23 +74,23 @@ def place_graph(graph: Graph, cluster: Cluster, algo: AlgorithmEntry, options: P
     as fit in `FLOOR_SHARE` of the time limit."""
     _check_placeable(graph)
     _check_memory(graph, cluster, "")
-    started = time.perf_counter()
+    budget = Budget.start(options.time_limit)
     justify = algo.portfolio and len(cluster) > 1
-    budget = options.time_limit * (1 - JUSTIFY_SHARE) if justify else options.time_limit
+    solving = budget.share(1 - JUSTIFY_SHARE) if justify else budget.seconds  # seconds before justification
     grouped = any("group" in op.attrs for op in graph.ops)
     if not grouped:
-        plan = solve(graph, cluster, algo, dataclasses.replace(options, time_limit=budget))
+        plan = solve(graph, cluster, algo, dataclasses.replace(options, time_limit=solving))
         plan.lower_bound = lower_bound(graph, cluster)
         if justify:
-            plan = justified_plan(graph, cluster, plan, started + options.time_limit)
+            plan = justified_plan(graph, cluster, plan, budget.deadline)
         write_plan_attrs(graph, plan)
         return plan
     coarse, members = quotient_graph(graph, cluster)
     _check_memory(coarse, cluster, " after coarsening (raise coarsen's target to make groups smaller)")
     if algo.exact and floor is None:
         floor = best_heuristic_plan(graph, cluster, dataclasses.replace(options, quiet=True, warm_start=None),
-                                    until=started + options.time_limit * FLOOR_SHARE)
-    left = max(budget - (time.perf_counter() - started), MIN_SOLVE_SECONDS)
+                                    until=budget.at(FLOOR_SHARE))
+    left = max(solving - budget.spent(), MIN_SOLVE_SECONDS)
     refine = algo.portfolio and len(members) < len(graph.ops) <= FINE_REFINE_MAX_OPS and len(cluster) > 1
     coarse_options = dataclasses.replace(options, time_limit=left * (1 - REFINE_SHARE) if refine else left)
     try:
@@ -101,11 +102,10 @@ def place_graph(graph: Graph, cluster: Cluster, algo: AlgorithmEntry, options: P
     if algo.exact and floor is not None:
         fine = faster_than_fine_heuristics(graph, cluster, fine, floor, options)
     if refine:  # the plan is expanded there: its times are the fine ops' own, which justification compares
-        kept = options.time_limit * JUSTIFY_SHARE if justify else 0.0
-        fine = refined_on_fine_graph(graph, cluster, fine, options, budget + kept - (time.perf_counter() - started),
-                                     justify_seconds=kept)
+        kept = budget.share(JUSTIFY_SHARE) if justify else 0.0
+        fine = refined_on_fine_graph(graph, cluster, fine, options, solving + kept - budget.spent(), justify_seconds=kept)
         if justify:
-            fine = justified_plan(graph, cluster, fine, started + options.time_limit)
+            fine = justified_plan(graph, cluster, fine, budget.deadline)
     write_plan_attrs(graph, fine)
     return fine
 
@@ -155,7 +155,7 @@ def place_hybrid(graph: Graph, cluster: Cluster, algo: AlgorithmEntry, options: 
     def heuristic(g: Graph, c: Cluster, o: PlaceOptions) -> Plan:
         if g is graph:  # the one-batch step: the heuristics (the plan auto must never be slower than),
             # as many as fit in the time the search gives them
-            found = best_heuristic_plan(g, c, o, until=time.perf_counter() + o.time_limit)
+            found = best_heuristic_plan(g, c, o, until=Budget.start(o.time_limit).deadline)
             if found is None:
                 raise PlaceError("no heuristic plan of the one-batch step fits in memory")
             return found
@@ -214,13 +214,13 @@ def refined_on_fine_graph(graph: Graph, cluster: Cluster, plan: Plan, options: P
     simulation = time.perf_counter() - began
     if justify_seconds:
         seconds -= justify_kept(justify_seconds, simulation, seconds)
-    deadline = began + seconds
-    if deadline - time.perf_counter() < REFINE_MIN_SECONDS:
+    budget = Budget(seconds, began)
+    if budget.left() < REFINE_MIN_SECONDS:
         return start
     best = start
     try:
-        best = check_plan(graph, cluster, improve_by_moves(graph, cluster, start, deadline - time.perf_counter()))
-        left = deadline - time.perf_counter()
+        best = check_plan(graph, cluster, improve_by_moves(graph, cluster, start, budget.left()))
+        left = budget.left()
         if len(graph.ops) <= LNS_MAX_OPS and left >= REFINE_MIN_SECONDS:
             found = improve_with_lns(graph, cluster, dataclasses.replace(options, time_limit=left, warm_start=best),
                                      engine="cpsat", start=best)

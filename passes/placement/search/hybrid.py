@@ -9,6 +9,9 @@ batch with the fast heuristics and the pipeline schedules (GPipe, 1F1B, and the 
 of their stages on every replica graph built), then spends the rest of its time limit on the
 best strategy with the full engine, warm-started from the screening plan. A strategy that does
 not fit in memory is dropped with the reason kept.
+
+The strategies are `strategies.py`'s and their screening is `screening.py`'s; this module runs
+the search and refines the best strategy.
 """
 
 from __future__ import annotations
@@ -16,33 +19,27 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable
 
 from pesto_ir.cluster.model import Cluster
 from pesto_ir.ir.graph import Graph
+from pesto_ir.passes.placement.expansion import expand_plan
 from pesto_ir.passes.placement.options import Interrupted, PlaceOptions, carried_plan
-from pesto_ir.passes.placement.pipeline.model import MODEL_MICROBATCHES
-from pesto_ir.passes.placement.pipeline.schedules import (
-    EAGER,
-    INTERLEAVED,
-    PIPELINE_SCHEDULES,
-    PipelineGraph,
-    pipeline_plan,
-    schedule_worth,
+from pesto_ir.passes.placement.search.screening import (
+    MIN_REFINE_SECONDS,
+    REPLICA_REFINE_MAX_OPS,
+    Rates,
+    screen_all,
 )
 from pesto_ir.passes.placement.search.start_plan import START, StartPlan
-from pesto_ir.passes.rewrite.batch_axes import MicrobatchError, batch_spec
-from pesto_ir.passes.rewrite.rebatch import MAX_MICROBATCHES
-from pesto_ir.passes.rewrite.replicas import (  # noqa: F401 (all_reduce_cost, place_rewritten: re-exported)
+from pesto_ir.passes.placement.search.strategies import Candidate, batch_size, strategies
+from pesto_ir.passes.rewrite.replicas import (
     ONE_BATCH,
     Solve,
     Strategy,
-    all_reduce_cost,
     as_hybrid,
     bucketed,
     on_replica,
-    place_rewritten,
     replica_graph,
     replica_groups,
     sub_cluster,
@@ -52,201 +49,11 @@ from pesto_ir.schedule.plan import Plan, write_plan_attrs
 from pesto_ir.util.errors import PestoError
 from pesto_ir.util.units import human_time
 
-AUTO_MICROBATCHES = (1, 2, 4, 8, 16, 32)  # what `microbatches=auto` tries
-OPTIMIZER_STATE_CHOICES = ("auto", "replicated", "sharded")  # `optimizer-state`: see `strategies`
-MAX_SCREEN_OPS = 150_000  # a rewritten graph larger than this is not built (memory)
 SCREEN_SHARE = 0.6  # of the time limit, for screening the strategies (the rest refines the best)
 # ... and the screening that may go on past its share ends this much of the limit before its end:
 # the best plan is bucketed, checked and refined after it
 FINISH_SHARE = 0.05
-MIN_REFINE_SECONDS = 0.25  # below this much time left, the best screening plan is not refined
-REFINE_RESERVE = MIN_REFINE_SECONDS + 0.15  # kept for refining a leading one-batch plan: the floor, and a margin for estimates
-PROMISING = 0.05  # ... except from a pipeline predicted this much faster than it (refining gains less)
-REFINE_MAX_OPS = 5_000  # nor on a replica graph larger than this (the engines' set-up alone takes seconds)
-MAX_HEURISTIC_OPS = 5_000  # the heuristics screen a pipelined replica graph up to this size (m-ETF: 60 s at 19,000)
-REWRITE_SECONDS_PER_OP = 2.5e-4  # a rewrite's guessed time per op it builds, until one is timed (2e-4 here)
-REFINE_SECONDS_PER_OP = 1e-3  # nor a pipeline with less time left than this per op (`_refine_floor`)
-MIN_HALVED_DEVICES = 4  # replicas of this many devices or more also try the best pipeline over half of them
-PATIENCE = 2  # pipelines built in a row no faster than the best end a degree (without the model)
-MODEL_SLACK = 0.05  # pipelines predicted within this of the best one built are built too (the model errs)
-OTHERS_SLACK = 0.25  # nor one predicted this much slower than a plan of another strategy (batch statistics
-# make micro-batches wait for each other, which the model leaves out)
-
-
-@dataclass
-class Candidate:
-    """A strategy, its replica graph and its best plan so far (or why it has none)."""
-
-    strategy: Strategy
-    graph: Graph | None = None  # the graph `plan` is of
-    source: Graph | None = None  # the replica graph as rewritten (before all-reduces are bucketed)
-    plan: Plan | None = None
-    why_not: str = ""
-    engine: str = ""
-    pipeline: PipelineGraph | None = None  # `source` over replica 0's devices, for its pipeline schedules
-
-
-# ---------------------------------------------------------------- strategies
-
-def strategies(graph: Graph, cluster: Cluster, data_parallel: int | None, microbatches: int | None,
-               optimizer_state: str = "auto") -> list[Strategy]:
-    """The strategies to try: the fixed ones, or every d dividing the devices and m in
-    `AUTO_MICROBATCHES` (both dividing the batch where the graph has one); with `optimizer_state`
-    "sharded", the state of d > 1 replicas sharded across them (`auto` shards it where the whole
-    state gives no plan, `screen`, and for one-device replicas where that is faster,
-    `_screen_replicas`)."""
-    k = len(cluster)
-    ds = [data_parallel] if data_parallel is not None else [d for d in range(1, k + 1) if k % d == 0]
-    if data_parallel is None and _cost_only(graph) and not any(op.get("param_bytes") for op in graph.ops):
-        ds = [1]  # no gradient bytes to all-reduce: no replicas (`rebatch` says so when asked for them)
-    ms = [microbatches] if microbatches is not None else list(AUTO_MICROBATCHES)
-    batch = _batch_size(graph)
-    out = []
-    for d in ds:
-        for m in ms:
-            if batch is not None and batch % (d * m) and (data_parallel is None or microbatches is None):
-                continue
-            out.append(Strategy(d, m, "sharded" if optimizer_state == "sharded" and d > 1 else "replicated"))
-    return out
-
-
-def _cost_only(graph: Graph) -> bool:
-    from pesto_ir.ir.types import BlobType
-
-    return all(isinstance(v.type, BlobType) for op in graph.ops for v in op.results)
-
-
-def _batch_size(graph: Graph) -> int | None:
-    if _cost_only(graph):
-        return None
-    try:
-        return batch_spec(graph).size
-    except MicrobatchError:
-        return None
-
-
-def parse_degree(text: str | None, what: str) -> int | None:
-    """An option's value: None for `auto`, else a whole number in range."""
-    if text is None or text == "auto":
-        return None
-    try:
-        value = int(text)
-    except ValueError:
-        raise PestoError(f"{what} must be a whole number or auto, not {text!r}") from None
-    if not 1 <= value <= MAX_MICROBATCHES:
-        raise PestoError(f"{what} must be from 1 to {MAX_MICROBATCHES}, not {value}")
-    return value
-
-
-# ---------------------------------------------------------------- the search
-
-@dataclass
-class Rates:
-    """What the search has measured so far, to tell whether the next step fits in the time left:
-    seconds per op of a rewrite (with its cost annotation), and seconds per op and device of the
-    heuristics on one batch (list scheduling tries every device for every op); and the fastest
-    plan screened so far with its graph, which Ctrl-C keeps."""
-
-    rewrite_seconds: float = 0.0
-    rewrite_ops: int = 0
-    heuristic: float | None = None
-    fastest: tuple[Graph, Plan] | None = None
-    shard: bool = False  # the search may shard optimizer state (`optimizer-state=auto`, a step with state)
-    prebuilt: dict[Strategy, Graph] = field(default_factory=dict)  # replica graphs built before: the start plan's
-    halved: bool = False  # a start plan uses at most half of each replica's devices (`_on_fewer_devices` need not)
-
-    def screened(self, c: Candidate) -> None:
-        if c.plan is not None and c.graph is not None and (self.fastest is None
-                                                           or c.plan.makespan < self.fastest[1].makespan):
-            self.fastest = (c.graph, c.plan)
-
-    def rewrote(self, seconds: float, ops: int) -> None:
-        self.rewrite_seconds += seconds
-        self.rewrite_ops += ops
-
-    def rewrite(self, ops: float) -> float | None:
-        """Seconds to rewrite into a graph of `ops` ops, or None before any rewrite was timed."""
-        return self.rewrite_seconds / self.rewrite_ops * ops if self.rewrite_ops else None
-
-    def rewrite_or_guess(self, ops: float) -> float:
-        """`rewrite`, or before any rewrite was timed, `REWRITE_SECONDS_PER_OP`'s guess."""
-        measured = self.rewrite(ops)
-        return REWRITE_SECONDS_PER_OP * ops if measured is None else measured
-
-    def screening(self, ops: float, devices: int) -> float | None:
-        """Seconds to rewrite into `ops` ops and run the heuristics on them over `devices` devices,
-        or None before the heuristics were timed."""
-        if self.heuristic is None:
-            return None
-        return self.rewrite_or_guess(ops) + self.heuristic * ops * devices
-
-
-def screen(graph: Graph, cluster: Cluster, found: Candidate, options: PlaceOptions, heuristic: Solve,
-           engines: Sequence[str] = ("heuristics",), rates: Rates | None = None,
-           until: float | None = None) -> Candidate:
-    """`found`'s replica graph (built once) and its best plan so far, trying `engines`: the
-    pipeline schedules ("gpipe", "1f1b": a simulation each; "eager", "interleaved": several, as
-    `schedule_worth` counts them; on replicas of several devices with several micro-batches) or
-    "heuristics" (list scheduling the whole graph). Where `rates`
-    allows it (`Rates.shard`), replicas that give no plan holding the whole optimizer state (it
-    does not fit) are tried with it sharded across them (`passes/rewrite/shard_state.py`), and the
-    candidate becomes that strategy. `until` cuts the eager schedules' searches short
-    (`pipeline_plan`)."""
-    found = _screened(graph, cluster, found, options, heuristic, engines, rates, until)
-    strategy = found.strategy
-    built = found.graph is not None and len(found.graph.ops) <= MAX_SCREEN_OPS  # else sharding changes nothing
-    if rates is None or not rates.shard or found.plan is not None or not built or strategy.data_parallel < 2 \
-            or strategy.optimizer_state == "sharded":
-        return found
-    retry = _screened(graph, cluster, Candidate(strategy.sharded()), options, heuristic, engines, rates, until)
-    if retry.plan is None:
-        found.why_not = f"{found.why_not}; with the optimizer state sharded: {retry.why_not}"
-        return found
-    retry.why_not = f"the whole optimizer state gives no plan ({found.why_not})"
-    return retry
-
-
-def _screened(graph: Graph, cluster: Cluster, found: Candidate, options: PlaceOptions, heuristic: Solve,
-              engines: Sequence[str], rates: Rates | None, until: float | None = None) -> Candidate:
-    """`screen` for `found`'s own strategy."""
-    strategy = found.strategy
-    if found.graph is None and rates is not None and strategy in rates.prebuilt:
-        found.graph = rates.prebuilt.pop(strategy)
-    if found.graph is None:
-        started = time.perf_counter()
-        try:
-            found.graph = replica_graph(graph, cluster, strategy)
-        except PestoError as e:
-            found.why_not = str(e).splitlines()[0]
-            return found
-        if rates is not None and found.graph is not graph:
-            rates.rewrote(time.perf_counter() - started, len(found.graph.ops))
-    if len(found.graph.ops) > MAX_SCREEN_OPS:
-        found.why_not = f"{len(found.graph.ops)} ops after the rewrite, more than {MAX_SCREEN_OPS} to screen"
-        return found
-    sub = sub_cluster(cluster, replica_groups(cluster, strategy.data_parallel)[0])
-    source = found.source or found.graph
-    found.source = source  # the rewrite as built: the plans are of it, or of copies with buckets
-    for engine in engines:
-        try:
-            if engine == "heuristics":
-                started = time.perf_counter()
-                plan = heuristic(source, sub, options)
-                if rates is not None and strategy == ONE_BATCH:
-                    rates.heuristic = (time.perf_counter() - started) / max(len(source.ops) * len(sub), 1)
-            else:
-                if found.pipeline is None or found.pipeline.graph is not source:
-                    found.pipeline = PipelineGraph(source, sub)
-                plan = pipeline_plan(source, found.pipeline.cluster, engine, options, until, found.pipeline)
-        except PestoError as e:
-            found.why_not = found.why_not or f"{engine}: {str(e).splitlines()[0]}"
-            continue
-        planned = source
-        if strategy != ONE_BATCH:
-            planned, plan = bucketed(source, cluster, plan, strategy)
-        if found.plan is None or plan.makespan < found.plan.makespan:
-            found.graph, found.plan, found.engine = planned, plan, plan.algorithm or engine
-    return found
+REFINE_SECONDS_PER_OP = 1e-3  # a pipeline is not refined with less time left than this per op (`_refine_floor`)
 
 
 Refine = Callable[[Graph, Cluster, PlaceOptions, Plan | None], Plan]  # the full engine; a heuristic plan it must beat
@@ -262,7 +69,7 @@ def search(graph: Graph, cluster: Cluster, options: PlaceOptions, data_parallel:
     deadline = started + options.time_limit
     todo = strategies(graph, cluster, data_parallel, microbatches, optimizer_state)
     if not todo:
-        raise PestoError(f"no strategy divides the batch of {_batch_size(graph)} and the {len(cluster)} devices "
+        raise PestoError(f"no strategy divides the batch of {batch_size(graph)} and the {len(cluster)} devices "
                          f"(data-parallel {data_parallel or 'auto'}, microbatches {microbatches or 'auto'})")
     quiet = dataclasses.replace(options, quiet=True, warm_start=None)
     rates = Rates(shard=optimizer_state == "auto" and has_optimizer_state(graph))
@@ -273,8 +80,8 @@ def search(graph: Graph, cluster: Cluster, options: PlaceOptions, data_parallel:
         used = {slot.device for slot in start.given.ops.values()}
         rates.halved = 2 * len(used) <= len(cluster) // start.strategy.data_parallel
     try:
-        tried = _screen_all(graph, cluster, todo, quiet, heuristic, started + options.time_limit * SCREEN_SHARE,
-                            deadline - options.time_limit * FINISH_SHARE, options, rates) \
+        tried = screen_all(graph, cluster, todo, quiet, heuristic, started + options.time_limit * SCREEN_SHARE,
+                           deadline - options.time_limit * FINISH_SHARE, options, rates) \
             if len(todo) > 1 else [Candidate(todo[0])]
     except KeyboardInterrupt:
         options.progress("place: hybrid search interrupted while screening; keeping the fastest plan screened")
@@ -341,7 +148,7 @@ def _refine_best(graph: Graph, cluster: Cluster, best: Candidate, options: Place
         best.graph = replica_graph(graph, cluster, best.strategy)
     left = max(deadline - time.perf_counter(), 0.05)
     plan = best.plan
-    if plan is not None and (left < _refine_floor(best) or len(best.graph.ops) > REFINE_MAX_OPS):
+    if plan is not None and (left < _refine_floor(best) or len(best.graph.ops) > REPLICA_REFINE_MAX_OPS):
         return plan  # the screening used the time, or the graph is too large to refine in it: its plan stands
     if best.strategy == ONE_BATCH:  # the one-batch plan, as `place` makes it (its heuristics screened)
         refined = refine(best.graph, cluster, dataclasses.replace(options, time_limit=left), best.plan)
@@ -387,308 +194,10 @@ def retimed(graph: Graph, cluster: Cluster, refined: Plan, screened: Plan | None
     """`refined` re-timed as `expand` and the executable run it (links first come, first served:
     LNS times its plans with the solver's order of transfers), unless that makes it slower than
     the screening plan, which the simulator timed that way already."""
-    from pesto_ir.passes.placement.expansion import expand_plan  # expand builds on place, which builds on this module
-
     timed = expand_plan(graph, cluster, refined)
     if screened is not None and timed.makespan >= screened.makespan:
         return screened
     return dataclasses.replace(timed, notes=refined.notes)  # the coarse note, for `expand`
-
-
-def _screen_all(graph: Graph, cluster: Cluster, todo: list[Strategy], options: PlaceOptions, heuristic: Solve,
-                until: float, deadline: float, log: PlaceOptions, rates: Rates) -> list[Candidate]:
-    """Screen the strategies of each data-parallel degree, each degree with an equal share of the
-    screening time: pure data parallelism first (one-device replicas: the cheapest to screen),
-    then one batch, then the mixes."""
-    by_d: dict[int, list[Strategy]] = {}
-    for s in sorted(todo):
-        by_d.setdefault(s.data_parallel, []).append(s)
-    order = sorted(by_d, key=lambda d: (d != len(cluster), d != 1, -d))
-    tried: list[Candidate] = []
-    for i, d in enumerate(order):
-        share = (until - time.perf_counter()) / (len(order) - i)
-        stop = time.perf_counter() + max(share, 0.0)
-        if len(cluster) == d:
-            done = _screen_replicas(graph, cluster, by_d[d], options, heuristic, stop, tried == [], log, rates)
-        else:
-            done = _screen_pipelines(graph, cluster, by_d[d], options, heuristic, until, stop,
-                                     deadline if i == len(order) - 1 else stop, deadline, tried, log, rates)
-        tried.extend(done)
-    return tried
-
-
-def _screen_replicas(graph: Graph, cluster: Cluster, todo: list[Strategy], options: PlaceOptions,
-                     heuristic: Solve, stop: float, first: bool, log: PlaceOptions, rates: Rates) -> list[Candidate]:
-    """One-device replicas: m ascending, up to the first that fits in memory. One device runs all
-    its ops one after another, and m micro-batches' copies take at least the whole batch's time
-    (the same on a cost graph, more on a roofline-costed one: launch overheads, weights read m
-    times), so more micro-batches than memory needs cannot be faster. Where the search may shard
-    the optimizer state, the first that fits is screened sharded too, and kept if faster."""
-    tried: list[Candidate] = []
-    for strategy in todo:
-        if not (first and not tried) and time.perf_counter() > stop:
-            tried.append(Candidate(strategy, why_not="not screened: its share of the time ran out"))
-            continue
-        c = _logged(screen(graph, cluster, Candidate(strategy), options, heuristic, rates=rates), log, rates)
-        tried.append(c)
-        if c.plan is not None and rates.shard and c.strategy.optimizer_state == "replicated" and \
-                time.perf_counter() <= stop:
-            # one device's update of its 1/d of the state, with the reduce-scatters and all-gathers
-            # that replace each all-reduce, is often faster than the whole update
-            sharded = screen(graph, cluster, Candidate(strategy.sharded()), options, heuristic, rates=rates)
-            if sharded.plan is not None and sharded.plan.makespan < c.plan.makespan:
-                sharded.why_not = f"faster than with the whole state, {human_time(c.plan.makespan, 4)}"
-                tried.append(_logged(sharded, log, rates))
-        if c.plan is not None:
-            rest = todo[todo.index(strategy) + 1:]
-            tried.extend(Candidate(s, why_not=f"not screened: one device is no faster with more micro-batches "
-                                              f"than {strategy}, which fits") for s in rest)
-            break
-    return tried
-
-
-def _screen_pipelines(graph: Graph, cluster: Cluster, todo: list[Strategy], options: PlaceOptions,
-                      heuristic: Solve, until: float, stop: float, deadline: float, hard: float, before: list[Candidate],
-                      log: PlaceOptions, rates: Rates) -> list[Candidate]:
-    """Replicas of several devices: one batch placed freely (the heuristics), then the fixed
-    pipeline schedules in the order `passes/placement/pipeline/model.py` predicts them, while the prediction
-    is within `OTHERS_SLACK` of the best plan of any strategy and `MODEL_SLACK` of the best built
-    (or the rewrite is built already: the model ranks m better than the two schedules of an
-    operator graph) and building one fits in the time (the first, and the other schedule of a graph
-    built already, may go on to `deadline`, the end of the time limit for the last degree
-    screened: on large graphs they are what matters, and refining a pipeline gains little), then
-    the heuristics on the fastest pipelined replica graph. The first schedule built on a replica
-    graph is followed by the eager schedules the model does not predict, those that fit in the
-    time by what the fixed one took (`_eager_schedules_that_fit`): the interleaved layouts, and the
-    eager schedule of the same stages (on the JAX zoo's GPT, LSTM and ResNet at k = 4 it was faster
-    than both fixed schedules).
-
-    One batch is always screened, its heuristics given until `until`, the end of the screening (on
-    a large graph they cannot all run in it). What does not fit is not started: one batch of
-    several replicas (the winner on CNNs) starts while the degree's share lasts, and, by the `rates`
-    measured so far, it and the pipeline model's rewrite (twice the ops; without it no pipeline of
-    the degree is tried) must end by `hard`, the end of the time limit."""
-    tried: list[Candidate] = []
-    per_replica = len(cluster) // todo[0].data_parallel
-    for strategy in (s for s in todo if s.microbatches == 1):  # one batch is always screened: the heuristics' floor
-        expected = rates.screening(len(graph.ops), per_replica) or 0.0
-        now = time.perf_counter()
-        if strategy != ONE_BATCH and (before or tried) and \
-                (now > stop or now + expected > hard - _one_batch_reserve([*before, *tried])):
-            why = ("not screened: its share of the time ran out" if now > stop
-                   else _no_time(expected, "to screen", now + expected <= hard))
-            tried.append(Candidate(strategy, why_not=why))
-        else:
-            given = options if strategy != ONE_BATCH else dataclasses.replace(options, time_limit=max(until - now, 1e-3))
-            tried.append(_logged(screen(graph, cluster, Candidate(strategy), given, heuristic, rates=rates), log, rates))
-    pipelined = [s for s in todo if s.microbatches > 1]
-    if not pipelined:
-        return tried
-    rewrite = rates.rewrite_or_guess(MODEL_MICROBATCHES * len(graph.ops))
-    now = time.perf_counter()
-    if any(c.plan is not None for c in [*before, *tried]) and now + rewrite > hard - _one_batch_reserve([*before, *tried]):
-        why = _no_time(rewrite, "for the pipeline model", now + rewrite <= hard)
-        return tried + [Candidate(s, why_not=why) for s in pipelined]
-    ranked, candidates, cost = _ranked_pipelines(graph, cluster, pipelined, log, rates)
-    best: tuple[float, float | None] | None = None  # (makespan, its prediction) of the fastest built
-    slower = 0
-    other = min((c.plan.makespan for c in [*before, *tried] if c.plan is not None), default=None)
-    for predicted, strategy, schedule in ranked:
-        c = candidates[strategy]
-        if c.graph is None and c.why_not:  # the rewrite failed
-            continue
-        if predicted is not None and other is not None and predicted > other * (1 + OTHERS_SLACK):
-            c.why_not = c.why_not or (f"{schedule} not built: predicted {human_time(predicted, 4)}, slower than "
-                                      f"the {human_time(other, 4)} plan found")
-            continue
-        if best is not None and c.source is None and (slower >= PATIENCE if predicted is None or best[1] is None
-                                                      else predicted > best[1] * (1 + MODEL_SLACK)):
-            why = "predicted slower" if predicted is not None else f"{PATIENCE} in a row were slower"
-            c.why_not = c.why_not or f"{schedule} not built: {why}"
-            continue
-        promising = predicted is not None and other is not None and predicted < other * (1 - PROMISING)
-        kept = 0.0 if promising else _one_batch_reserve([*before, *tried, *candidates.values()])
-        end = (deadline if best is None or c.source is not None else stop) - kept
-        # another schedule of a graph built, or one-device replicas (every schedule gives the same
-        # plan there): the fixed schedule alone
-        alone = c.source is not None or per_replica == 1
-        estimate = cost.estimate(c, (schedule,))
-        if time.perf_counter() + estimate > end:
-            past = "past the time limit" if not kept else f"into the {kept:g} s kept for refining the one-batch plan"
-            c.why_not = c.why_not or f"{schedule} not built: it would take about {estimate:.2g} s, {past}"
-            continue
-        previous = c.plan.makespan if c.plan is not None else None
-        started, built = time.perf_counter(), c.graph is not None
-        _logged(screen(graph, cluster, c, options, heuristic, (schedule,)), log, rates)
-        cost.learn(c, time.perf_counter() - started, built, (schedule,))
-        left = [] if alone or c.source is None else [INTERLEAVED, EAGER]
-        while eager := _eager_schedules_that_fit(c, cost, end, left):
-            # not learnt: their searches take what is left, the first the most; one left out may
-            # still fit once the first has ended (its search may not need all it was given)
-            until = end - cost.estimate(c, eager[1:])
-            _logged(screen(graph, cluster, c, options, heuristic, eager[:1], until=until), log, rates)
-            left.remove(eager[0])
-        if c.plan is None or c.plan.makespan == previous:
-            continue
-        slower = slower + 1 if best is not None and c.plan.makespan >= best[0] else 0
-        if best is None or c.plan.makespan < best[0]:
-            best = (c.plan.makespan, predicted)
-    tried.extend(candidates[s] for s in pipelined)
-    fastest = sorted((c for c in candidates.values() if c.plan is not None), key=lambda c: c.plan.makespan)  # type: ignore[union-attr]
-    for c in fastest[:1]:  # then list scheduling, which grows faster than the ops: small pipelines only
-        _on_fewer_devices(cluster, c, options, cost, deadline - _one_batch_reserve([*before, *tried]), log, rates)
-        if c.source is not None and len(c.source.ops) <= MAX_HEURISTIC_OPS and \
-                time.perf_counter() + cost.estimate(c, ("heuristics",)) <= stop:
-            _logged(screen(graph, cluster, c, options, heuristic), log, rates)
-    for c in candidates.values():
-        c.pipeline = None  # the schedules are done: their graphs' preparations need not stay in memory
-    return tried
-
-
-def _on_fewer_devices(cluster: Cluster, c: Candidate, options: PlaceOptions, cost: BuildCost, end: float,
-                      log: PlaceOptions, rates: Rates) -> None:
-    """`c`'s pipeline schedule over the first half of each replica's devices, kept if faster (the
-    others idle): where the largest unit holds the step, fewer stages pay fewer transfers for the
-    same floor, and a plan on fewer devices is a plan on all of them, so more devices never make
-    the pipeline slower (bert_l-3_training_op: 40.97 ms over 8 stages, 40.89 over 4). Run if its
-    schedule fits by the estimate before `end`, and no start plan on half the devices or fewer is
-    in hand (the search that made it had the whole time limit)."""
-    assert c.plan is not None
-    engine = c.plan.algorithm
-    per_replica = len(cluster) // c.strategy.data_parallel
-    if c.source is None or engine not in PIPELINE_SCHEDULES or per_replica < MIN_HALVED_DEVICES or per_replica % 2 \
-            or rates.halved:
-        return
-    if time.perf_counter() + cost.estimate(c, (engine,)) > end:
-        return
-    group = replica_groups(cluster, c.strategy.data_parallel)[0]
-    half = sub_cluster(cluster, group[:per_replica // 2])
-    try:
-        plan = pipeline_plan(c.source, half, engine, options, end)
-    except PestoError:  # fewer forward units than half the devices, or it does not fit in memory there
-        return
-    graph, plan = bucketed(c.source, cluster, dataclasses.replace(plan, devices=list(group), peak_memory=None),
-                           c.strategy)
-    if plan.makespan < c.plan.makespan:
-        plan.notes.append(f"{engine} over {len(half)} of the {per_replica} devices: "
-                          f"{human_time(plan.makespan, 4)}, against {human_time(c.plan.makespan, 4)} over all")
-        c.graph, c.plan, c.engine = graph, plan, f"{engine} on {len(half)} devices"
-        _logged(c, log, rates)
-
-
-def _eager_schedules_that_fit(c: Candidate, cost: BuildCost, end: float, left: Sequence[str]) -> tuple[str, ...]:
-    """Of the eager schedules `left` to run on `c`'s graph (built, its fixed schedule timed: the
-    estimate scales what that took), those that can end by `end` (their searches stop in time,
-    after one justification round), in the order to run them: both, else the interleaved layouts
-    (on the MSR training graphs the faster), else the eager schedule of the fixed schedule's
-    stages."""
-    for engines in ((INTERLEAVED, EAGER), (INTERLEAVED,), (EAGER,)):
-        if all(e in left for e in engines) and time.perf_counter() + cost.estimate(c, engines) <= end:
-            return engines
-    return ()
-
-
-@dataclass
-class BuildCost:
-    """Seconds per op of the rewrite and of a schedule's simulation and check, as measured so far
-    (a schedule's first guessed at twice the rewrite's, the heuristics at three schedules'), and
-    the size of a rewrite: ops per micro-batch and ops that run once."""
-
-    rewrite: float
-    ops_per_microbatch: float = 0.0
-    once_ops: float = 0.0
-    schedule: float | None = None
-
-    def estimate(self, c: Candidate, engines: Sequence[str]) -> float:
-        """Seconds to build `c`'s graph (unless built) and run `engines` on it (the heuristics as
-        three schedules; the eager schedules cut short by a deadline, as `schedule_worth` counts
-        them)."""
-        built = c.source or c.graph
-        ops = len(built.ops) if built is not None else self.once_ops + self.ops_per_microbatch * c.strategy.microbatches
-        rate = self.schedule if self.schedule is not None else 2 * self.rewrite
-        build = 0.0 if built is not None else self.rewrite * ops
-        return build + rate * ops * _schedules_worth(engines)
-
-    def learn(self, c: Candidate, seconds: float, built: bool, engines: Sequence[str]) -> None:
-        """`engines` on `c` took `seconds` (with the rewrite, unless `built` before)."""
-        if c.source is None:
-            return
-        ops = len(c.source.ops)
-        worth = _schedules_worth(engines)
-        self.schedule = max(seconds - (0.0 if built else self.rewrite * ops), 0.0) / max(ops * worth, 1)
-
-
-def _schedules_worth(engines: Sequence[str]) -> float:
-    """What `engines` cost in simulations of a fixed schedule: the heuristics three, a pipeline
-    schedule its `schedule_worth`."""
-    return sum(3.0 if engine == "heuristics" else schedule_worth(engine) for engine in engines)
-
-
-def _ranked_pipelines(graph: Graph, cluster: Cluster, todo: list[Strategy], log: PlaceOptions, rates: Rates
-                      ) -> tuple[list[tuple[float | None, Strategy, str]], dict[Strategy, Candidate], BuildCost]:
-    """(prediction, strategy, schedule) in the order to build them, a candidate per strategy, and
-    what building costs. The prediction is the stage model's, from the two-micro-batch rewrite
-    (built here, and kept for m = 2); without it (the batch does not split in two, the rewrite
-    fails) the largest m first, both schedules, unpredicted."""
-    from pesto_ir.passes.placement.pipeline.model import build_model
-    from pesto_ir.passes.placement.pipeline.schedules import SCHEDULES
-
-    d = todo[0].data_parallel
-    candidates = {s: Candidate(s, graph=rates.prebuilt.pop(s, None)) for s in todo}
-    state = todo[0].optimizer_state
-    two = candidates.get(Strategy(d, MODEL_MICROBATCHES, state)) or Candidate(Strategy(d, MODEL_MICROBATCHES, state))
-    sub = sub_cluster(cluster, replica_groups(cluster, d)[0])
-    started = time.perf_counter()
-    try:
-        two.graph = replica_graph(graph, cluster, two.strategy)
-    except PestoError as e:
-        two.why_not = str(e).splitlines()[0]
-        fallback: list[tuple[float | None, Strategy, str]] = [
-            (None, s, schedule) for s in sorted(todo, key=lambda s: -s.microbatches) for schedule in SCHEDULES]
-        return fallback, candidates, BuildCost(rewrite=1e-4)
-    seconds = time.perf_counter() - started
-    rates.rewrote(seconds, len(two.graph.ops))
-    per_op = seconds / max(len(two.graph.ops), 1)
-    copies = sum(1 for op in two.graph.ops if op.get("microbatch") is not None)
-    cost = BuildCost(rewrite=per_op, ops_per_microbatch=copies / MODEL_MICROBATCHES,
-                     once_ops=len(two.graph.ops) - copies)
-    try:
-        model = build_model(two.graph, sub, graph)
-        ranked = sorted(((model.predict(schedule, s.microbatches), s, schedule) for s in todo for schedule in SCHEDULES),
-                        key=lambda x: (x[0], -x[1].microbatches, x[2]))
-    except (PestoError, ValueError) as e:
-        log.progress(f"place: no pipeline model for d={d} ({str(e).splitlines()[0]}); trying the largest m first")
-        return [(None, s, schedule) for s in sorted(todo, key=lambda s: -s.microbatches)
-                for schedule in SCHEDULES], candidates, cost
-    best = ", ".join(f"m={s.microbatches} {schedule} {human_time(t, 4)}" for t, s, schedule in ranked[:4])
-    log.progress(f"place: pipeline model, d={d}: {best}")
-    return ranked, candidates, cost  # type: ignore[return-value]
-
-
-def _one_batch_reserve(screened: list[Candidate]) -> float:
-    """The time to keep for refining the one-batch plan when it is the fastest screened so far:
-    under short limits refining it gains more than screening the pipelines and mixes."""
-    fastest = min((c for c in screened if c.plan is not None), key=lambda c: c.plan.makespan, default=None)  # type: ignore[union-attr]
-    if fastest is None or fastest.strategy != ONE_BATCH or fastest.graph is None or len(fastest.graph.ops) > REFINE_MAX_OPS:
-        return 0.0
-    return REFINE_RESERVE
-
-
-def _no_time(seconds: float, what: str, kept: bool = False) -> str:
-    """Why a step was not started: the time left, or (`kept`) the time kept for the refinement."""
-    if kept:
-        return (f"not screened: its {seconds:.2g} s or so would use the last {REFINE_RESERVE:g} s, kept for "
-                "refining the one-batch plan")
-    return f"not screened: no time left {what} (about {seconds:.2g} s by the rates measured or guessed so far)"
-
-
-def _logged(c: Candidate, log: PlaceOptions, rates: Rates) -> Candidate:
-    rates.screened(c)
-    if c.plan is not None:
-        log.progress(f"place: {c.strategy}: {human_time(c.plan.makespan, 4)} ({c.engine})")
-    elif c.why_not:
-        log.progress(f"place: {c.strategy}: no plan ({c.why_not})")
-    return c
 
 
 def _summary(tried: list[Candidate], chosen: Strategy, plan: Plan) -> str:

@@ -41,7 +41,7 @@ from pesto_ir.passes.rewrite.replicas import (
     sub_cluster,
 )
 from pesto_ir.schedule.bounds import lower_bound
-from pesto_ir.schedule.plan import RING_PHASES, Parallelism, Plan
+from pesto_ir.schedule.plan import RING_PHASES, Parallelism, Plan, faster
 from pesto_ir.schedule.validate import check_plan, collectives_for
 from pesto_ir.util.errors import PestoError
 from pesto_ir.util.loader import decode_json, read_source_text
@@ -73,7 +73,7 @@ class StartPlan:
 
     def beats(self, makespan: float) -> bool:
         """Whether the start is faster than `makespan`: by its own times, then checked here."""
-        return self.claimed < makespan * (1 - 1e-12) and self.checked().makespan < makespan * (1 - 1e-12)
+        return faster(self.claimed, makespan) and faster(self.checked().makespan, makespan)
 
     def checked(self) -> Plan:
         """The plan, valid here: as given, or re-timed by the simulator with its devices and orders."""

@@ -1,0 +1,87 @@
+"""The strategies the hybrid search tries, and a candidate for each.
+
+A strategy is d data-parallel replicas of m micro-batches, their optimizer state whole on every
+replica or sharded across them (`passes/rewrite/replicas.py`). Which strategies a graph and a
+cluster allow, and how the `data-parallel` and `microbatches` options read, is decided here, apart
+from how the search screens them (`screening.py`) and refines the best (`hybrid.py`), which both
+carry a strategy's replica graph and plan in a `Candidate`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pesto_ir.cluster.model import Cluster
+from pesto_ir.ir.graph import Graph
+from pesto_ir.ir.types import BlobType
+from pesto_ir.passes.placement.pipeline.schedules import PipelineGraph
+from pesto_ir.passes.rewrite.batch_axes import MicrobatchError, batch_spec
+from pesto_ir.passes.rewrite.rebatch import MAX_MICROBATCHES
+from pesto_ir.passes.rewrite.replicas import Strategy
+from pesto_ir.schedule.plan import Plan
+from pesto_ir.util.errors import PestoError
+
+AUTO_MICROBATCHES = (1, 2, 4, 8, 16, 32)  # what `microbatches=auto` tries
+OPTIMIZER_STATE_CHOICES = ("auto", "replicated", "sharded")  # `optimizer-state`: see `strategies`
+
+
+@dataclass
+class Candidate:
+    """A strategy, its replica graph and its best plan so far (or why it has none)."""
+
+    strategy: Strategy
+    graph: Graph | None = None  # the graph `plan` is of
+    source: Graph | None = None  # the replica graph as rewritten (before all-reduces are bucketed)
+    plan: Plan | None = None
+    why_not: str = ""
+    engine: str = ""
+    pipeline: PipelineGraph | None = None  # `source` over replica 0's devices, for its pipeline schedules
+
+
+def strategies(graph: Graph, cluster: Cluster, data_parallel: int | None, microbatches: int | None,
+               optimizer_state: str = "auto") -> list[Strategy]:
+    """The strategies to try: the fixed ones, or every d dividing the devices and m in
+    `AUTO_MICROBATCHES` (both dividing the batch where the graph has one); with `optimizer_state`
+    "sharded", the state of d > 1 replicas sharded across them (`auto` shards it where the whole
+    state gives no plan, `screening.screen`, and for one-device replicas where that is faster,
+    `screening._screen_replicas`)."""
+    k = len(cluster)
+    ds = [data_parallel] if data_parallel is not None else [d for d in range(1, k + 1) if k % d == 0]
+    if data_parallel is None and _cost_only(graph) and not any(op.get("param_bytes") for op in graph.ops):
+        ds = [1]  # no gradient bytes to all-reduce: no replicas (`rebatch` says so when asked for them)
+    ms = [microbatches] if microbatches is not None else list(AUTO_MICROBATCHES)
+    batch = batch_size(graph)
+    out = []
+    for d in ds:
+        for m in ms:
+            if batch is not None and batch % (d * m) and (data_parallel is None or microbatches is None):
+                continue
+            out.append(Strategy(d, m, "sharded" if optimizer_state == "sharded" and d > 1 else "replicated"))
+    return out
+
+
+def _cost_only(graph: Graph) -> bool:
+    return all(isinstance(v.type, BlobType) for op in graph.ops for v in op.results)
+
+
+def batch_size(graph: Graph) -> int | None:
+    """The graph's batch size, or None where it has none (a cost graph, or no batch axis found)."""
+    if _cost_only(graph):
+        return None
+    try:
+        return batch_spec(graph).size
+    except MicrobatchError:
+        return None
+
+
+def parse_degree(text: str | None, what: str) -> int | None:
+    """An option's value: None for `auto`, else a whole number in range."""
+    if text is None or text == "auto":
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise PestoError(f"{what} must be a whole number or auto, not {text!r}") from None
+    if not 1 <= value <= MAX_MICROBATCHES:
+        raise PestoError(f"{what} must be from 1 to {MAX_MICROBATCHES}, not {value}")
+    return value

@@ -1,0 +1,316 @@
+"""How `coarsen` groups ops into coarse nodes (the steps and why: `passes/coarsen.py`): the rounds
+of merges in each order tried, under the caps on a node's cost and memory and on what a colocation
+class forces together, and the choice among the orders' groupings.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from pesto_ir.cluster.model import Cluster
+from pesto_ir.cost.lookup import op_cost, value_bytes
+from pesto_ir.ir.attributes import StringAttr
+from pesto_ir.ir.graph import Graph, Op
+from pesto_ir.passes.rewrite.coarse_graph import KEY_DEVICE, cost_keys, key_device, quotient_graph
+from pesto_ir.passes.rewrite.colocation_groups import (
+    DEFAULT_COLOCATION,
+    colocation_labels,
+    members_by_label,
+    split_classes,
+)
+from pesto_ir.passes.rewrite.contraction import ColocationClasses, Contraction
+from pesto_ir.schedule.bounds import lower_bound
+from pesto_ir.schedule.memory import footprints
+
+NODE_CAP_FACTOR = 2.0  # a coarse node may hold up to this many times an average node's cost
+CAP_RELAX = 1.5  # the node cost cap grows by this factor when it blocks every merge
+DEVICES_WITHOUT_CLUSTER = 8  # device count the class cap assumes when the pass has no cluster
+CLASS_SHARE = 4  # a colocation class may force together up to 1 / (this * devices) of the work
+GROWTH_TOLERANCE = 1e-9  # of the critical path: a merge that lengthens it less is free
+LENGTHENING_SHARE = 0.05  # of the nodes: at most this many merges a round once every merge lengthens the path
+# of the nodes: at most this many merges a round while they lengthen nothing, in the order
+# `PATH_SIBLINGS` (its fused kernels' rounds too; the other orders as before, without a limit): each
+# merge is free by the round's levels, not all of them together (lstm_seq2seq's coarse bound at 200
+# groups is 1.17 times the fine one with 0.25, 1.20 without a limit)
+FREE_SHARE = 0.25
+SIBLING_REACH = 3  # a node may merge with the next this many of its level (or of the sinks) by top level
+EDGE, SIBLINGS = "edge", "siblings"  # what a merge joins: the two ends of an edge, or two nodes no path joins
+# the orders of merges tried (the grouping with the lowest coarse bound is kept): least lengthening
+# first, with siblings or edges only, and heaviest tensor first
+PATH_SIBLINGS, PATH, HEAVIEST = "path+siblings", "path", "heaviest"
+ORDERS = (PATH_SIBLINGS, PATH, HEAVIEST)
+EDGE_ORDERS = (PATH, HEAVIEST)  # without `siblings`
+
+
+def coarsen_groups(graph: Graph, target: int, cluster: Cluster | None = None,
+                   colocation: str = DEFAULT_COLOCATION, siblings: bool = False) -> list[str]:
+    """Group name ("g0", "g1", ... in topological order) of every op of `graph`, in op order: of the
+    groupings of `ORDERS` (with `siblings`) or of `EDGE_ORDERS`, the one with the lowest coarse
+    bound (`grouped_bound`, with `siblings` and a cluster), else the shortest critical path of node
+    costs."""
+    n = len(graph.ops)
+    if n == 0:
+        return []
+    index = {op.name: i for i, op in enumerate(graph.ops)}
+    edges = _fine_edges(graph, index)
+    cost = [_proxy_cost(op, cluster) for op in graph.ops]
+    footprint = footprints(graph)  # memory caps on groups count every byte as held all step
+    mem = [footprint[op.name] for op in graph.ops]
+    label, split = colocation_labels(graph, edges, colocation)
+    fused = _fused_edges(graph)
+    best: tuple[float, list[str]] | None = None
+    for order in ORDERS if siblings else EDGE_ORDERS:
+        dag = Contraction(n, edges, cost, mem)
+        for members in members_by_label(label).values():
+            head = members[0]
+            for m in members[1:]:
+                head = dag.contract(head, m)  # the group as a whole was checked acyclic
+        class_of_op, classes = split_classes(graph, split, cost, mem)
+        _contract(dag, target, sum(cost), cluster, _node_classes(dag, class_of_op), classes, fused, order)
+        groups = _name_groups(dag, n)
+        score = grouped_bound(graph, cluster, groups) if siblings and cluster is not None else dag.path_levels()[2]
+        if best is None or score < best[0] * (1 - 1e-9):
+            best = (score, groups)
+    assert best is not None
+    return best[1]
+
+
+def grouped_bound(graph: Graph, cluster: Cluster, groups: list[str]) -> float:
+    """The lower bound (`pesto_ir.schedule.bounds`) of `graph` contracted by `groups` (a name per op): what
+    no plan of the coarse graph can beat, transfers at joins included."""
+    g = graph.clone()
+    for op, name in zip(g.ops, groups):
+        op.attrs["group"] = StringAttr(name)
+    return lower_bound(quotient_graph(g, cluster)[0], cluster)
+
+
+def _contract(dag: Contraction, target: int, total: float, cluster: Cluster | None, node_class: dict[int, int],
+              classes: ColocationClasses, fused: Callable[[Contraction, int, int], bool] | None, order: str) -> None:
+    """Contract `dag` (colocation groups already contracted) toward `target` nodes under the caps:
+    edges inside fused kernels first, then any edge (and, in the order `PATH_SIBLINGS`, siblings)."""
+    devices = len(cluster) if cluster is not None else DEVICES_WITHOUT_CLUSTER
+    caps = _Caps.initial(dag, target, total, cluster, devices)
+    if fused is not None:
+        _contract_rounds(dag, target, caps, node_class, classes, order, fused)
+    _contract_rounds(dag, target, caps, node_class, classes, order)
+
+
+def _fused_edges(graph: Graph) -> Callable[[Contraction, int, int], bool] | None:
+    """Whether an edge joins parts of one fused kernel (the `fusion` labels annotate-costs writes);
+    None when no op has a label."""
+    labels = [op.get("fusion") for op in graph.ops]
+    if all(label is None for label in labels):
+        return None
+
+    def fused(dag: Contraction, u: int, v: int) -> bool:
+        mine = {labels[m] for m in dag.members[u]} - {None}
+        return any(labels[m] in mine for m in dag.members[v])
+
+    return fused
+
+
+def _fine_edges(graph: Graph, index: dict[str, int]) -> dict[tuple[int, int], int]:
+    """Bytes of every producer -> consumer pair (each value counted once per consumer op)."""
+    edges: dict[tuple[int, int], int] = {}
+    for p, c, v in graph.edges():
+        key = (index[p.name], index[c.name])
+        edges[key] = edges.get(key, 0) + value_bytes(v)
+    return edges
+
+
+def _proxy_cost(op: Op, cluster: Cluster | None) -> float:
+    """One number for an op's cost: its mean over the cluster's devices (or over its cost keys)."""
+    if cluster is not None:
+        return sum(op_cost(op, d) for d in cluster.devices) / len(cluster)
+    keys = cost_keys(op)
+    if keys is None:
+        return op_cost(op, KEY_DEVICE)
+    return sum(op_cost(op, key_device(k)) for k in keys) / len(keys)
+
+
+
+def _node_classes(dag: Contraction, class_of_op: dict[int, int]) -> dict[int, int]:
+    """The split class each live node holds a part of (nodes hold at most one at this point)."""
+    return {x: class_of_op[x] for x in dag.alive if x in class_of_op}
+
+
+@dataclass
+class _Caps:
+    """Limits on a merged node's cost and memory and on what a colocation class forces together."""
+
+    cost: float
+    memory: float
+    class_cost: float
+
+    @staticmethod
+    def initial(dag: Contraction, target: int, total: float, cluster: Cluster | None, devices: int) -> _Caps:
+        biggest = max(dag.cost[x] for x in dag.alive)
+        return _Caps(max(biggest, NODE_CAP_FACTOR * total / target), _memory_cap(dag, cluster),
+                     total / (CLASS_SHARE * max(1, devices)))
+
+
+def _memory_cap(dag: Contraction, cluster: Cluster | None) -> float:
+    """Largest memory a merge may build: half the smallest device, and little enough to pack.
+
+    Nodes of at most s bytes always fit greedily when the devices' spare memory (capacity minus
+    the graph's needs) is at least (devices - 1) * s: each device then wastes less than s.
+    """
+    if cluster is None:
+        return float("inf")
+    k = len(cluster)
+    smallest = min(d.memory for d in cluster.devices)
+    if k == 1:
+        return smallest
+    spare = sum(d.memory for d in cluster.devices) - sum(dag.mem[x] for x in dag.alive)
+    return min(smallest / 2, max(0.0, spare) / (k - 1))
+
+
+def _contract_rounds(dag: Contraction, target: int, caps: _Caps, node_class: dict[int, int],
+                     classes: ColocationClasses, order: str,
+                     only: Callable[[Contraction, int, int], bool] | None = None) -> None:
+    """Merge in safe batches, in `order`, until `target` nodes remain or none can merge. With
+    `only`, merge only the edges it accepts (the node cost cap does not apply to them)."""
+    while len(dag.alive) > target:
+        level = dag.levels()
+        batch, capped = _choose_batch(dag, level, len(dag.alive) - target, caps, node_class, classes, order, only)
+        if not batch:
+            if not capped or only is not None:
+                return
+            caps.cost *= CAP_RELAX
+            continue
+        for u, v, c in batch:
+            node_class.pop(u, None)
+            node_class.pop(v, None)
+            w = dag.contract(u, v)
+            if c is not None:
+                node_class[w] = c
+
+
+def _join_classes(dag: Contraction, u: int, v: int, node_class: dict[int, int], classes: ColocationClasses) -> int | None:
+    """Record that u and v merge: the class they end up in, its totals updated (None if neither has one).
+
+    Done when a merge joins the batch, so the caps see every earlier merge of the same round.
+    """
+    cu, cv = node_class.get(u), node_class.get(v)
+    if cu is not None and cv is not None:
+        return classes.union(cu, cv)
+    if cu is None and cv is None:
+        return None
+    c, free = (classes.find(cu), v) if cu is not None else (classes.find(cv), u)  # type: ignore[arg-type]
+    classes.weight[c] += dag.cost[free]
+    classes.memory[c] += dag.mem[free]
+    return c
+
+
+def _choose_batch(dag: Contraction, level: dict[int, int], budget: int, caps: _Caps,
+                  node_class: dict[int, int], classes: ColocationClasses, order: str,
+                  only: Callable[[Contraction, int, int], bool] | None = None,
+                  ) -> tuple[list[tuple[int, int, int | None]], bool]:
+    """Merges to make this round (edges, or in the order `PATH_SIBLINGS` siblings: no shared
+    endpoints, safe together, accepted by `only`); and whether the cost cap blocked any."""
+    cands = []
+    keep_path = order != HEAVIEST
+    top, bottom, path = dag.path_levels() if keep_path else ({}, {}, 0.0)
+    for u in dag.alive:
+        cu = node_class.get(u)
+        for v, nbytes in dag.succ[u].items():
+            if only is not None and not only(dag, u, v):
+                continue
+            cv = node_class.get(v)
+            same = cu is not None and cv is not None and classes.find(cu) == classes.find(cv)
+            growth = dag.growth(u, v, top, bottom, path) if keep_path else 0.0
+            cands.append((not same, growth, -nbytes, level[u], u, v, EDGE))
+    if order == PATH_SIBLINGS and only is None:
+        for a, b in _sibling_pairs(dag, level, top):
+            same = a in node_class and b in node_class and classes.find(node_class[a]) == classes.find(node_class[b])
+            cands.append((not same, dag.sibling_growth(a, b, top, bottom, path), 0, level[a], a, b, SIBLINGS))
+    cands.sort()
+    marked: set[int] = set()
+    batch: list[tuple[int, int, int | None]] = []
+    capped = False
+    slack = GROWTH_TOLERANCE * path
+    limit = min(budget, max(1, int(len(dag.alive) * FREE_SHARE))) if order == PATH_SIBLINGS else budget
+    kind = ""
+    for _, growth, _, _, u, v, what in cands:
+        if growth > slack:
+            if batch:
+                break  # the levels moved: measure again before lengthening the path
+            limit = min(budget, max(1, int(len(dag.alive) * LENGTHENING_SHARE)))
+            slack = float("inf")
+        if u in marked or v in marked or (kind and what != kind):
+            continue  # a batch merges edges or siblings, not both: each kind is safe by its own rule
+        if what == EDGE and not dag.safe(u, v, level):
+            continue
+        blocked = _blocked_by(dag, u, v, caps, node_class, classes)
+        if blocked == "cost" and only is not None:
+            blocked = ""  # a fused kernel is one unit of work: the node cost cap does not split it
+        if blocked:
+            capped = capped or blocked == "cost"
+            continue
+        batch.append((u, v, _join_classes(dag, u, v, node_class, classes)))
+        kind = what
+        marked.add(u)
+        marked.add(v)
+        if what == EDGE:
+            lu = level[u]
+            marked.update(p for p in dag.pred[v] if level[p] == lu)
+        if len(batch) == limit:
+            break
+    return batch, capped
+
+
+def _sibling_pairs(dag: Contraction, level: dict[int, int], top: dict[int, float]) -> list[tuple[int, int]]:
+    """Pairs of nodes no path joins, that may merge (Pesto's rules merge only along edges): nodes of
+    one longest-path level (every edge climbs a level, so merging any number of such pairs keeps
+    the levels a proof of acyclicity), and sinks (no path leaves one). Neighbours in order of
+    their top level, so that work ready at about the same time merges."""
+    by_level: dict[int, list[int]] = defaultdict(list)
+    for x in dag.alive:
+        by_level[level[x]].append(x)
+    sinks = [x for x in dag.alive if not dag.succ[x]]
+    pairs: set[tuple[int, int]] = set()
+    for nodes in [*by_level.values(), sinks]:
+        nodes.sort(key=lambda x: (top[x], x))
+        for gap in range(1, SIBLING_REACH + 1):
+            pairs.update((min(a, b), max(a, b)) for a, b in zip(nodes, nodes[gap:]))
+    return sorted(pairs)
+
+
+def _blocked_by(dag: Contraction, u: int, v: int, caps: _Caps, node_class: dict[int, int],
+                classes: ColocationClasses) -> str:
+    """Which cap forbids merging u and v: "" (none), "cost" (only the relaxable node cost cap) or "hard"."""
+    if dag.mem[u] + dag.mem[v] > caps.memory:
+        return "hard"
+    cu, cv = node_class.get(u), node_class.get(v)
+    free = v if cu is not None else u
+    cost, mem = classes.merged(cu, cv, dag.cost[free], dag.mem[free])
+    if cost > caps.class_cost or mem > caps.memory:
+        return "hard"
+    return "cost" if dag.cost[u] + dag.cost[v] > caps.cost else ""
+
+
+def _name_groups(dag: Contraction, n: int) -> list[str]:
+    """Name live nodes g0, g1, ... in a topological order of the contracted graph (stable by op index)."""
+    import heapq
+
+    indeg = {x: len(dag.pred[x]) for x in dag.alive}
+    first = {x: min(dag.members[x]) for x in dag.alive}
+    ready = [(first[x], x) for x, d in indeg.items() if d == 0]
+    heapq.heapify(ready)
+    names = [""] * n
+    count = 0
+    while ready:
+        _, x = heapq.heappop(ready)
+        name = f"g{count}"
+        count += 1
+        for m in dag.members[x]:
+            names[m] = name
+        for s in dag.succ[x]:
+            indeg[s] -= 1
+            if indeg[s] == 0:
+                heapq.heappush(ready, (first[s], s))
+    if count != len(dag.alive):
+        raise RuntimeError("coarsening closed a cycle (a bug in the merge rules)")
+    return names
