@@ -315,7 +315,13 @@ def test_screening_keeps_time_to_refine_the_one_batch_plan_that_leads(resnet50_l
     """With the one-batch plan screened and fastest, and only `REFINE_RESERVE` and a little more
     left, the pipeline model (guessed at 0.18 s: 708 ops) is not built: the time goes to refining
     that plan. With time, it is."""
-    from pesto_ir.passes.placement.search.screening import REFINE_RESERVE, Rates, _screen_pipelines, screen
+    from pesto_ir.passes.placement.search.screening import (
+        REFINE_RESERVE,
+        Rates,
+        ScreeningTimes,
+        _screen_pipelines,
+        screen,
+    )
     from pesto_ir.passes.placement.search.strategies import Candidate
     from pesto_ir.passes.rewrite.replicas import ONE_BATCH
 
@@ -328,7 +334,7 @@ def test_screening_keeps_time_to_refine_the_one_batch_plan_that_leads(resnet50_l
     assert one_batch.plan is not None, one_batch.why_not
     hard = time.perf_counter() + REFINE_RESERVE + seconds_left
     tried = _screen_pipelines(resnet50_layer, cluster, [Strategy(1, 2), Strategy(1, 4)], options, m_etf,
-                              until=hard, stop=hard, deadline=hard, hard=hard, before=[one_batch], log=options,
+                              times=ScreeningTimes(hard, hard), stop=hard, last=True, before=[one_batch], log=options,
                               rates=Rates())
     kept = ["kept for refining the one-batch plan" in (c.why_not or "") for c in tried]
     assert kept == [seconds_left < 1] * 2, [c.why_not for c in tried]

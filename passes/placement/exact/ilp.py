@@ -25,7 +25,7 @@ from pesto_ir.passes.placement.exact.ilp_instance import IlpError, Instance, rel
 from pesto_ir.passes.placement.exact.ilp_model import ALGORITHM, Milp, MilpResult, solver_name
 from pesto_ir.passes.placement.options import PlaceOptions
 from pesto_ir.schedule.bounds import lower_bound
-from pesto_ir.schedule.plan import Plan
+from pesto_ir.schedule.plan import Plan, faster
 from pesto_ir.schedule.simulate import simulate
 from pesto_ir.schedule.validate import check_plan, validate_plan
 
@@ -173,7 +173,7 @@ class _Search:
     def offer(self, plan: Plan, label: str) -> bool:
         """Keep `plan` when it beats the best so far (ties keep the earlier), and tell
         `options.on_incumbent` (the worker's caller keeps it in case the solve is cut short)."""
-        if self.best is not None and plan.makespan >= self.best.makespan * (1 - 1e-12):
+        if self.best is not None and not faster(plan.makespan, self.best.makespan):
             return False
         self.best, self.source = plan, label
         if self.options.on_incumbent is not None and not validate_plan(self.inst.graph, self.inst.cluster, plan):

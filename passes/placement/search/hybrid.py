@@ -23,12 +23,14 @@ from collections.abc import Callable
 
 from pesto_ir.cluster.model import Cluster
 from pesto_ir.ir.graph import Graph
+from pesto_ir.passes.placement.budget import Budget
 from pesto_ir.passes.placement.expansion import expand_plan
 from pesto_ir.passes.placement.options import Interrupted, PlaceOptions, carried_plan
 from pesto_ir.passes.placement.search.screening import (
     MIN_REFINE_SECONDS,
     REPLICA_REFINE_MAX_OPS,
     Rates,
+    ScreeningTimes,
     screen_all,
 )
 from pesto_ir.passes.placement.search.start_plan import START, StartPlan
@@ -65,8 +67,8 @@ def search(graph: Graph, cluster: Cluster, options: PlaceOptions, data_parallel:
     """The fastest plan over the strategies within the time limit: screening, then `refine` (the
     full engine, warm-started) on the best strategy's replica graph; its graph and plan. A `start`
     plan is its strategy's plan so far where it is faster than that strategy's screening plan."""
-    started = time.perf_counter()
-    deadline = started + options.time_limit
+    budget = Budget.start(options.time_limit)
+    deadline = budget.deadline
     todo = strategies(graph, cluster, data_parallel, microbatches, optimizer_state)
     if not todo:
         raise PestoError(f"no strategy divides the batch of {batch_size(graph)} and the {len(cluster)} devices "
@@ -80,8 +82,8 @@ def search(graph: Graph, cluster: Cluster, options: PlaceOptions, data_parallel:
         used = {slot.device for slot in start.given.ops.values()}
         rates.halved = 2 * len(used) <= len(cluster) // start.strategy.data_parallel
     try:
-        tried = screen_all(graph, cluster, todo, quiet, heuristic, started + options.time_limit * SCREEN_SHARE,
-                           deadline - options.time_limit * FINISH_SHARE, options, rates) \
+        times = ScreeningTimes(budget.at(SCREEN_SHARE), deadline - budget.share(FINISH_SHARE))
+        tried = screen_all(graph, cluster, todo, quiet, heuristic, times, options, rates) \
             if len(todo) > 1 else [Candidate(todo[0])]
     except KeyboardInterrupt:
         options.progress("place: hybrid search interrupted while screening; keeping the fastest plan screened")

@@ -98,6 +98,22 @@ class Rates:
         return self.rewrite_or_guess(ops) + self.heuristic * ops * devices
 
 
+@dataclass(frozen=True)
+class ScreeningTimes:
+    """The clock readings (`time.perf_counter()`) the screening of strategies works to, taken from
+    the search's `Budget`: `screened_by` ends the screening's share of the time limit (the one-batch
+    heuristics' time, and the degrees' equal shares of it); `finish_by` is the last a screening step
+    may end, so that bucketing, checking and refining the best plan keep the rest of the limit."""
+
+    screened_by: float
+    finish_by: float
+
+    def degree_end(self, stop: float, last: bool) -> float:
+        """Where a degree's first schedules may go on to: the end of screening for the last degree
+        screened, else the end of its share (`stop`)."""
+        return self.finish_by if last else stop
+
+
 def screen(graph: Graph, cluster: Cluster, found: Candidate, options: PlaceOptions, heuristic: Solve,
            engines: Sequence[str] = ("heuristics",), rates: Rates | None = None,
            until: float | None = None) -> Candidate:
@@ -167,7 +183,7 @@ def _screened(graph: Graph, cluster: Cluster, found: Candidate, options: PlaceOp
 
 
 def screen_all(graph: Graph, cluster: Cluster, todo: list[Strategy], options: PlaceOptions, heuristic: Solve,
-               until: float, deadline: float, log: PlaceOptions, rates: Rates) -> list[Candidate]:
+               times: ScreeningTimes, log: PlaceOptions, rates: Rates) -> list[Candidate]:
     """Screen the strategies of each data-parallel degree, each degree with an equal share of the
     screening time: pure data parallelism first (one-device replicas: the cheapest to screen),
     then one batch, then the mixes."""
@@ -177,13 +193,13 @@ def screen_all(graph: Graph, cluster: Cluster, todo: list[Strategy], options: Pl
     order = sorted(by_d, key=lambda d: (d != len(cluster), d != 1, -d))
     tried: list[Candidate] = []
     for i, d in enumerate(order):
-        share = (until - time.perf_counter()) / (len(order) - i)
+        share = (times.screened_by - time.perf_counter()) / (len(order) - i)
         stop = time.perf_counter() + max(share, 0.0)
         if len(cluster) == d:
             done = _screen_replicas(graph, cluster, by_d[d], options, heuristic, stop, tried == [], log, rates)
         else:
-            done = _screen_pipelines(graph, cluster, by_d[d], options, heuristic, until, stop,
-                                     deadline if i == len(order) - 1 else stop, deadline, tried, log, rates)
+            done = _screen_pipelines(graph, cluster, by_d[d], options, heuristic, times, stop,
+                                     i == len(order) - 1, tried, log, rates)
         tried.extend(done)
     return tried
 
@@ -219,14 +235,14 @@ def _screen_replicas(graph: Graph, cluster: Cluster, todo: list[Strategy], optio
 
 
 def _screen_pipelines(graph: Graph, cluster: Cluster, todo: list[Strategy], options: PlaceOptions,
-                      heuristic: Solve, until: float, stop: float, deadline: float, hard: float, before: list[Candidate],
+                      heuristic: Solve, times: ScreeningTimes, stop: float, last: bool, before: list[Candidate],
                       log: PlaceOptions, rates: Rates) -> list[Candidate]:
     """Replicas of several devices: one batch placed freely (the heuristics), then the fixed
     pipeline schedules in the order `passes/placement/pipeline/model.py` predicts them, while the prediction
     is within `OTHERS_SLACK` of the best plan of any strategy and `MODEL_SLACK` of the best built
     (or the rewrite is built already: the model ranks m better than the two schedules of an
     operator graph) and building one fits in the time (the first, and the other schedule of a graph
-    built already, may go on to `deadline`, the end of the time limit for the last degree
+    built already, may go on to `times.degree_end`, the end of screening for the last degree
     screened: on large graphs they are what matters, and refining a pipeline gains little), then
     the heuristics on the fastest pipelined replica graph. The first schedule built on a replica
     graph is followed by the eager schedules the model does not predict, those that fit in the
@@ -234,11 +250,13 @@ def _screen_pipelines(graph: Graph, cluster: Cluster, todo: list[Strategy], opti
     eager schedule of the same stages (on the JAX zoo's GPT, LSTM and ResNet at k = 4 it was faster
     than both fixed schedules).
 
-    One batch is always screened, its heuristics given until `until`, the end of the screening (on
+    One batch is always screened, its heuristics given until `times.screened_by`, the end of the screening (on
     a large graph they cannot all run in it). What does not fit is not started: one batch of
     several replicas (the winner on CNNs) starts while the degree's share lasts, and, by the `rates`
     measured so far, it and the pipeline model's rewrite (twice the ops; without it no pipeline of
-    the degree is tried) must end by `hard`, the end of the time limit."""
+    the degree is tried) must end by `times.finish_by`."""
+    until, hard = times.screened_by, times.finish_by
+    deadline = times.degree_end(stop, last)
     tried: list[Candidate] = []
     per_replica = len(cluster) // todo[0].data_parallel
     for strategy in (s for s in todo if s.microbatches == 1):  # one batch is always screened: the heuristics' floor
