@@ -18,9 +18,10 @@ from pesto_ir.ir.graph import Graph
 from pesto_ir.passes.placement.expansion import expand_plan
 from pesto_ir.passes.placement.options import (
     COARSE_NOTE,
-    Interrupted,
     PlaceError,
     PlaceOptions,
+    inner,
+    kept_on_interrupt,
     require_cluster,
     time_limit_problem,
 )
@@ -89,11 +90,12 @@ class PlacePass(Pass):
         started = time.perf_counter()
         try:
             graph, plan = self.place(graph, cluster, options)
-        except Interrupted as e:
-            if e.plan is None or e.graph is None:
+        except KeyboardInterrupt:
+            held = options.incumbent
+            if held.plan is None or held.graph is None:
                 raise KeyboardInterrupt from None  # nothing found yet: the command stops
-            graph, plan = e.graph, _kept_on_interrupt(e.graph, cluster, e.plan, self.algo,
-                                                      time.perf_counter() - started)
+            graph, plan = held.graph, _kept_on_interrupt(held.graph, cluster, held.plan, self.algo,
+                                                         time.perf_counter() - started)
             ctx.progress("place: interrupted (Ctrl-C); keeping the best plan found so far")
         ctx.progress(f"place: {plan.algorithm} makespan {human_time(plan.makespan, 4)}"
                      + (f", lower bound {human_time(plan.lower_bound, 4)}" if plan.lower_bound else ""))
@@ -111,13 +113,15 @@ class PlacePass(Pass):
         spent = time.perf_counter() - began
         options.progress(f"place: start plan {self.start} ({start.strategy}): {human_time(start.claimed, 4)} "
                          f"as written, read in {spent:.1f}s")
-        options = dataclasses.replace(options, time_limit=max(options.time_limit - spent, MIN_SOLVE_SECONDS))
+        # the search's plans meet the start on Ctrl-C
+        searching = inner(dataclasses.replace(options, time_limit=max(options.time_limit - spent, MIN_SOLVE_SECONDS)))
         try:
-            found_graph, found = self.search(graph, cluster, options, start)
-        except Interrupted as e:
-            if e.plan is None or e.graph is None or _faster(start, e.graph, cluster, e.plan):
-                raise Interrupted(self._kept_start(start, e.plan), start.graph) from None
-            raise
+            found_graph, found = self.search(graph, cluster, searching, start)
+        except KeyboardInterrupt:
+            held = searching.incumbent
+            if held.plan is None or held.graph is None or _faster(start, held.graph, cluster, held.plan):
+                raise kept_on_interrupt(options, start.graph, self._kept_start(start, held.plan)) from None
+            raise kept_on_interrupt(options, held.graph, held.plan) from None
         if _faster(start, found_graph, cluster, found):
             return start.graph, self._kept_start(start, found)
         return found_graph, found

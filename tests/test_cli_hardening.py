@@ -26,7 +26,7 @@ from pesto_ir.passes.place import MAX_DEFAULT_TIME_LIMIT
 from pesto_ir.passes.placement.exact.cpsat_problem import Problem, Request
 from pesto_ir.passes.placement.exact.cpsat_worker import SolverProcess
 from pesto_ir.passes.placement.heuristics.portfolio import best_heuristic_plan
-from pesto_ir.passes.placement.options import Interrupted, PlaceOptions
+from pesto_ir.passes.placement.options import Incumbent, PlaceOptions
 from pesto_ir.passes.placement.registry import ALGORITHMS
 from pesto_ir.passes.placement.search.auto import place_auto
 from pesto_ir.passes.rewrite.coarse_graph import quotient_graph
@@ -321,14 +321,16 @@ def test_ctrl_c_during_cpsat_stops_within_2_s_and_keeps_the_best_plan(tmp_path: 
     assert any(n.startswith("interrupted (Ctrl-C) after") for n in plan.notes)
 
 
-def _interrupted_after(seconds: float, place: Callable[[], object]) -> Interrupted:
-    """What `place` raises when SIGINT comes `seconds` into it (the test fails if it returns first)."""
+def _interrupted_after(seconds: float, place: Callable[[Incumbent], object]) -> Incumbent:
+    """What `place` kept in its sink when SIGINT came `seconds` into it (the test fails if it returns
+    first, or if the interrupt does not reach the caller)."""
     timer = threading.Timer(seconds, lambda: os.kill(os.getpid(), signal.SIGINT))
     timer.start()
+    kept = Incumbent()
     try:
-        place()
-    except Interrupted as e:
-        return e
+        place(kept)
+    except KeyboardInterrupt:
+        return kept
     finally:
         timer.cancel()
     pytest.fail("placement ended before the interrupt, so the interrupt was not tested")
@@ -343,7 +345,8 @@ def test_ctrl_c_during_auto_keeps_its_best_plan() -> None:
     graph, cluster = pesto_ir.load(MSR_OPS), Cluster.homogeneous(4, "v100")
     coarse = PassManager("coarsen{target=150}").run(graph, PassContext(cluster=cluster, quiet=True))
     quotient, _ = quotient_graph(coarse, cluster)
-    e = _interrupted_after(2.5, lambda: place_auto(quotient, cluster, PlaceOptions(time_limit=60, quiet=True)))
+    e = _interrupted_after(2.5, lambda kept: place_auto(quotient, cluster,
+                                                         PlaceOptions(time_limit=60, quiet=True, incumbent=kept)))
     assert e.graph is quotient and e.plan is not None
     check_plan(quotient, cluster, e.plan)
     heuristic = best_heuristic_plan(quotient, cluster, PlaceOptions(quiet=True))

@@ -8,6 +8,7 @@ op and transfer. The `place` pass validates that plan before it is recorded.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import sys
 from collections.abc import Callable
@@ -17,7 +18,7 @@ from typing import TextIO
 from pesto_ir.cluster.model import Cluster
 from pesto_ir.ir.graph import Graph
 from pesto_ir.passmanager import PassContext
-from pesto_ir.schedule.plan import Plan
+from pesto_ir.schedule.plan import Plan, faster
 from pesto_ir.util.errors import PestoError
 from pesto_ir.util.loader import MAX_SECONDS
 
@@ -56,7 +57,7 @@ class PlaceOptions:
     warm_start: Plan | None = None  # best heuristic plan, for exact solvers to start from
     quiet: bool = False
     log: TextIO = field(default_factory=lambda: sys.stderr)
-    on_incumbent: Callable[[Plan], None] | None = None  # told each better plan as a solver finds it
+    incumbent: Incumbent = field(default_factory=lambda: Incumbent())  # the best plan so far, for Ctrl-C
 
     def progress(self, message: str) -> None:
         if not self.quiet:
@@ -81,27 +82,44 @@ class AlgorithmEntry:
     portfolio: bool = False
 
 
-class Interrupted(KeyboardInterrupt):
-    """Ctrl-C during placement, carrying the best valid plan the search held: `plan` of `graph`
-    (the graph being placed, its coarse quotient or a replica graph), or None when it had none.
+class Incumbent:
+    """Where a stage of a search keeps the best valid plan it holds, for Ctrl-C to keep.
 
-    Each layer of a search that holds plans of its own catches it and raises its own with the
-    faster plan (`interrupted`), in its own graph's terms; the place pass records what arrives,
-    and the pipeline goes on, as it does when the MILP worker is interrupted."""
+    Every stage writes to the sink in its options (`PlaceOptions.incumbent`). A stage that turns
+    its inner stages' plans into plans of its own (a coarse plan projected on the fine ops, a
+    replica's plan as the whole step's, a portfolio's summary) gives them a sink of their own and,
+    on Ctrl-C, offers the result to its own sink (`kept_on_interrupt`); the KeyboardInterrupt goes
+    on, and the place pass records what its sink holds. Each better plan is also reported (`report`:
+    the MILP worker sends its incumbents to the process that waits for it)."""
 
-    def __init__(self, plan: Plan | None, graph: Graph | None) -> None:
-        super().__init__("interrupted")
-        self.plan = plan
-        self.graph = graph
+    def __init__(self, report: Callable[[Plan], None] | None = None) -> None:
+        self.graph: Graph | None = None  # the graph `plan` is a plan of
+        self.plan: Plan | None = None
+        self._report = report
+
+    def offer(self, plan: Plan | None, graph: Graph) -> bool:
+        """Keep `plan`, a valid plan of `graph`, when it is the first or faster than the one held
+        (a tie keeps the one held); whether it was kept."""
+        if plan is None or (self.plan is not None and not faster(plan.makespan, self.plan.makespan)):
+            return False
+        self.plan, self.graph = plan, graph
+        if self._report is not None:
+            self._report(plan)
+        return True
+
+    def plan_of(self, graph: Graph) -> Plan | None:
+        """The plan held, when it is a plan of `graph`; else None."""
+        return self.plan if self.graph is graph else None
 
 
-def carried_plan(caught: BaseException, graph: Graph) -> Plan | None:
-    """The plan the interrupt `caught` carries, when it is a plan of `graph`; else None."""
-    return caught.plan if isinstance(caught, Interrupted) and caught.graph is graph else None
+def inner(options: PlaceOptions) -> PlaceOptions:
+    """`options` with a sink of their own, for a stage whose plans the caller converts on Ctrl-C."""
+    return dataclasses.replace(options, incumbent=Incumbent())
 
 
-def interrupted(caught: BaseException, graph: Graph, *plans: Plan | None) -> Interrupted:
-    """What a layer placing `graph` raises on Ctrl-C: the fastest of its `plans` (valid plans of
-    `graph`) and the plan `caught` carries, when that is a plan of `graph` too."""
-    found = [p for p in (carried_plan(caught, graph), *plans) if p is not None]
-    return Interrupted(min(found, key=lambda p: p.makespan) if found else None, graph)
+def kept_on_interrupt(options: PlaceOptions, graph: Graph, *plans: Plan | None) -> KeyboardInterrupt:
+    """Ctrl-C in a stage placing `graph`: the fastest of `plans` (valid plans of `graph`, the first
+    of those as fast) offered to the stage's sink; the interrupt to raise on."""
+    for plan in plans:
+        options.incumbent.offer(plan, graph)
+    return KeyboardInterrupt()

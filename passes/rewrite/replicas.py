@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from pesto_ir.cluster.model import Cluster, ring_time
 from pesto_ir.ir.graph import Graph
-from pesto_ir.passes.placement.options import Interrupted, PlaceOptions, carried_plan
+from pesto_ir.passes.placement.options import PlaceOptions, inner, kept_on_interrupt
 from pesto_ir.passes.rewrite.collective_buckets import bucket_all_reduces
 from pesto_ir.passes.rewrite.rebatch import rebatch
 from pesto_ir.schedule.plan import RING_PHASES, Parallelism, Plan, write_plan_attrs
@@ -161,10 +161,11 @@ def place_rewritten(graph: Graph, cluster: Cluster, options: PlaceOptions, place
     degrees = graph.attrs["microbatched"].value
     strategy = Strategy(int(degrees["data_parallel"]), int(degrees["microbatches"]), state_of(graph))
     sub = sub_cluster(cluster, replica_groups(cluster, strategy.data_parallel)[0])
+    replica = inner(options)  # its plan becomes the whole step's on Ctrl-C
     try:
-        plan = as_hybrid(graph, cluster, place(graph, sub, options), strategy)
-    except KeyboardInterrupt as e:
-        carried = carried_plan(e, graph)
-        raise Interrupted(None if carried is None else as_hybrid(graph, cluster, carried, strategy), graph) from None
+        plan = as_hybrid(graph, cluster, place(graph, sub, replica), strategy)
+    except KeyboardInterrupt:
+        carried = replica.incumbent.plan_of(graph)
+        raise kept_on_interrupt(options, graph, None if carried is None else as_hybrid(graph, cluster, carried, strategy)) from None
     write_plan_attrs(graph, plan)
     return plan

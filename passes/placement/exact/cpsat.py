@@ -45,7 +45,7 @@ from pesto_ir.passes.placement.exact.cpsat_problem import (
 )
 from pesto_ir.passes.placement.exact.cpsat_worker import SolverProcess, shared_solver
 from pesto_ir.passes.placement.heuristics.portfolio import best_heuristic_plan
-from pesto_ir.passes.placement.options import Interrupted, PlaceOptions, interrupted
+from pesto_ir.passes.placement.options import PlaceOptions, kept_on_interrupt
 from pesto_ir.schedule.bounds import lower_bound
 from pesto_ir.schedule.plan import Plan
 from pesto_ir.schedule.validate import check_plan
@@ -67,15 +67,15 @@ HEURISTIC_SHARE = 0.3
 
 def place_cpsat(graph: Graph, cluster: Cluster, options: PlaceOptions) -> Plan:
     """Solve the CP-SAT model from the warm start; return the best real schedule found. On Ctrl-C,
-    raise `Interrupted` with the best of the solver's last incumbent and the warm start."""
+    the best of the solver's last incumbent and the warm start is offered to `options.incumbent`."""
     started = time.perf_counter()
     if not graph.ops:
         return Plan(graph.name, ALGORITHM, list(cluster.names), {}, [], 0.0,
                     solver_info("optimal", 0.0, 0.0, 0.0, 0.0, None, options))
     try:
         warm, notes = starting_plan(graph, cluster, options)
-    except KeyboardInterrupt as e:
-        raise interrupted(e, graph, options.warm_start) from None
+    except KeyboardInterrupt:
+        raise kept_on_interrupt(options, graph, options.warm_start) from None
     lb = lower_bound(graph, cluster)
     early = _early_answer(graph, cluster, warm, lb, started, options)
     if early is not None:
@@ -107,15 +107,15 @@ def place_cpsat(graph: Graph, cluster: Cluster, options: PlaceOptions) -> Plan:
 
 
 def _interrupted(graph: Graph, cluster: Cluster, prob: Problem, caught: KeyboardInterrupt, warm: Plan | None,
-                 notes: list[str], lb: float, started: float, options: PlaceOptions) -> Interrupted:
+                 notes: list[str], lb: float, started: float, options: PlaceOptions) -> KeyboardInterrupt:
     """Ctrl-C during the solve: the best of its last incumbent (timed exactly) and the warm start."""
     result = caught.result if isinstance(caught, SolveInterrupted) else Result("interrupted", None, None, 0.0)
     seconds = time.perf_counter() - started
     plan = realise(graph, cluster, prob, result, warm,
                    [*notes, f"interrupted (Ctrl-C) after {seconds:.1f}s: the best plan CP-SAT had found"])
     if plan is None:
-        return Interrupted(None, graph)
-    return Interrupted(finish(graph, cluster, plan, result, prob, lb, started, options), graph)
+        return KeyboardInterrupt()
+    return kept_on_interrupt(options, graph, finish(graph, cluster, plan, result, prob, lb, started, options))
 
 
 def solver_info(status: str, seconds: float, bound: float | None, gap: float | None, objective: float | None,

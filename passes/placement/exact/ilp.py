@@ -172,12 +172,12 @@ class _Search:
 
     def offer(self, plan: Plan, label: str) -> bool:
         """Keep `plan` when it beats the best so far (ties keep the earlier), and tell
-        `options.on_incumbent` (the worker's caller keeps it in case the solve is cut short)."""
+        `options.incumbent` when valid (the worker's caller keeps it in case the solve is cut short)."""
         if self.best is not None and not faster(plan.makespan, self.best.makespan):
             return False
         self.best, self.source = plan, label
-        if self.options.on_incumbent is not None and not validate_plan(self.inst.graph, self.inst.cluster, plan):
-            self.options.on_incumbent(plan)
+        if not validate_plan(self.inst.graph, self.inst.cluster, plan):
+            self.options.incumbent.offer(plan, self.inst.graph)
         return True
 
     def neighbourhoods(self) -> None:

@@ -31,7 +31,7 @@ from pesto_ir.cluster.figures import FIGURE_RANGES
 from pesto_ir.cluster.model import Cluster
 from pesto_ir.ir.graph import Graph
 from pesto_ir.passes.placement.exact.ilp_model import MIN_CBC_SECONDS
-from pesto_ir.passes.placement.options import PlaceOptions
+from pesto_ir.passes.placement.options import Incumbent, PlaceOptions
 from pesto_ir.schedule.plan import Plan
 from pesto_ir.util.errors import PestoError
 
@@ -205,7 +205,7 @@ def serve() -> int:
         warm = Plan.from_json(request.warm_start) if request.warm_start is not None else None
         options = PlaceOptions(time_limit=request.time_limit, seed=request.seed, solver=request.solver,
                                threads=request.threads, warm_start=warm, quiet=False, log=Log(),  # type: ignore[arg-type]
-                               on_incumbent=incumbent)
+                               incumbent=Incumbent(report=incumbent))
         send("started", None)
         plan = place_ilp(graph, cluster, options)
     except PestoError as e:

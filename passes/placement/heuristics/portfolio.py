@@ -17,7 +17,7 @@ from pesto_ir.ir.graph import Graph
 from pesto_ir.passes.placement.heuristics.baechi import m_etf, m_sct, m_topo
 from pesto_ir.passes.placement.heuristics.list_scheduling import etf, heft
 from pesto_ir.passes.placement.heuristics.simple import place_expert, place_random, place_single
-from pesto_ir.passes.placement.options import Algorithm, PlaceOptions, interrupted
+from pesto_ir.passes.placement.options import Algorithm, PlaceOptions, kept_on_interrupt
 from pesto_ir.schedule.plan import Plan
 from pesto_ir.schedule.validate import check_plan
 from pesto_ir.util.errors import PestoError
@@ -65,8 +65,8 @@ def best_heuristic_plan(graph: Graph, cluster: Cluster, options: PlaceOptions, u
         except PestoError as e:  # out of memory: no plan, and its time says little of the others'
             options.progress(f"place: {name} gives no plan to start from: {str(e).splitlines()[0]}")
             continue
-        except KeyboardInterrupt as e:
-            raise interrupted(e, graph, _fastest(found)) from None
+        except KeyboardInterrupt:
+            raise kept_on_interrupt(options, graph, _fastest(found)) from None
         per_unit.append((time.perf_counter() - started) / RELATIVE_TIME[name])
     if skipped:
         options.progress(f"place: {', '.join(skipped)} not run: by the times of the heuristics before them, "

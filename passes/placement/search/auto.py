@@ -32,7 +32,7 @@ from pesto_ir.passes.placement.common import colocation_units
 from pesto_ir.passes.placement.exact.common import REL_GAP, as_algorithm, fmt, gap
 from pesto_ir.passes.placement.exact.cpsat import place_cpsat, starting_plan
 from pesto_ir.passes.placement.exact.cpsat_worker import shared_solver
-from pesto_ir.passes.placement.options import Interrupted, PlaceOptions, carried_plan
+from pesto_ir.passes.placement.options import PlaceOptions, inner, kept_on_interrupt
 from pesto_ir.passes.placement.search.lns import LNS_MAX_OPS, improve_with_lns
 from pesto_ir.passes.placement.search.local_search import improve_by_moves
 from pesto_ir.passes.rewrite.replicas import sub_cluster
@@ -57,17 +57,17 @@ MARGIN = 0.03  # of the time left, kept for timing and checking the solver's pla
 
 def place_auto(graph: Graph, cluster: Cluster, options: PlaceOptions) -> Plan:
     """Heuristics, then CP-SAT (small graphs) or CP-SAT LNS (larger ones) within the time limit.
-    On Ctrl-C, `Interrupted` with the best plan of the stages run so far."""
+    On Ctrl-C, the best plan of the stages run so far is offered to `options.incumbent`."""
     if not graph.ops:
         return Plan(graph.name, ALGORITHM, list(cluster.names), {}, [], 0.0,
                     {"name": "none", "status": "optimal", "gap": 0.0, "bound": 0.0, "seconds": 0.0, "winner": "none"})
     if len(cluster) > 1:
         shared_solver().start()
-    run = _Portfolio(graph, cluster, options)
+    run = _Portfolio(graph, cluster, inner(options))  # its stages' plans become its summary on Ctrl-C
     try:
         return run.run()
-    except KeyboardInterrupt as e:
-        raise run.interrupted(e) from None
+    except KeyboardInterrupt:
+        raise kept_on_interrupt(options, graph, run.interrupted()) from None
 
 
 class _Portfolio:
@@ -97,22 +97,23 @@ class _Portfolio:
         return _summary(self.graph, self.cluster, _relabelled(self.plan), self.engine, self.stages, self.bound,
                         self.notes, self.started, how)
 
-    def interrupted(self, caught: KeyboardInterrupt) -> Interrupted:
-        """Ctrl-C: the faster of the plan the interrupted stage carries and the best before it."""
-        carried = carried_plan(caught, self.graph)
+    def interrupted(self) -> Plan | None:
+        """Ctrl-C: the faster of the plan the interrupted stage kept and the best before it, as the
+        run's summary (None when it had none)."""
+        carried = self.options.incumbent.plan_of(self.graph)
         if carried is not None:
             self.offer(carried.algorithm or "interrupted stage", carried)
         given = self.options.warm_start
         if self.plan is None and given is not None and not validate_plan(self.graph, self.cluster, given):
             self.offer(given.algorithm or "warm start", given)  # interrupted while the heuristics ran
         if self.plan is None:
-            return Interrupted(None, self.graph)
+            return None
         seconds = time.perf_counter() - self.started
         self.options.progress(f"auto: interrupted after {seconds:.1f}s; keeping the best plan found so far")
         plan = self.summary(f"interrupted (Ctrl-C) after {seconds:.1f}s")
         assert plan.solver is not None  # _summary sets it
         plan.solver["status"] = "interrupted"
-        return Interrupted(plan, self.graph)
+        return plan
 
     def run(self) -> Plan:
         graph, cluster, options = self.graph, self.cluster, self.options
@@ -150,8 +151,8 @@ class _Portfolio:
         left = self.left()
         assert self.plan is not None  # the heuristic plan was offered
         if left >= MIN_EXACT_SECONDS and len(graph.ops) > LNS_MAX_OPS:
-            self.offer("moves", check_plan(graph, cluster, improve_by_moves(graph, cluster, self.plan,
-                                                                            left * (1 - MARGIN))))
+            moved = improve_by_moves(graph, cluster, self.plan, left * (1 - MARGIN), options.incumbent)
+            self.offer("moves", check_plan(graph, cluster, moved))
             return self.summary(f"critical-path moves ({len(graph.ops)} ops: more than LNS's steps can model "
                                 "in time)")
         if left >= MIN_EXACT_SECONDS:
@@ -168,16 +169,16 @@ class _Portfolio:
         if len(cluster) < MIN_SEED_DEVICES or left * SEED_SHARE < MIN_EXACT_SECONDS:
             return
         half = sub_cluster(cluster, cluster.names[:len(cluster) // 2])
-        options = dataclasses.replace(self.options, time_limit=left * SEED_SHARE, warm_start=None, quiet=True)
-        inner = _Portfolio(self.graph, half, options, as_seed=True)
+        options = inner(dataclasses.replace(self.options, time_limit=left * SEED_SHARE, warm_start=None, quiet=True))
+        on_half = _Portfolio(self.graph, half, options, as_seed=True)
         try:
-            seed = inner.run()
+            seed = on_half.run()
         except PestoError as e:  # no heuristic plan fits on half the devices
             self.notes.append(f"auto: no plan on {len(half)} of the {len(cluster)} devices to start from "
                               f"({str(e).splitlines()[0]})")
             return
-        except KeyboardInterrupt as e:
-            best = inner.interrupted(e).plan  # a plan on the half: offered here as a plan on all
+        except KeyboardInterrupt:
+            best = on_half.interrupted()  # a plan on the half: offered here as a plan on all
             if best is not None:
                 self.offer(f"auto on {len(half)} devices", self._on_all(best))
             raise KeyboardInterrupt from None  # carrying no plan of the half: the caller keeps self.plan

@@ -36,11 +36,11 @@ from pesto_ir.passes.placement.justify import justified
 from pesto_ir.passes.placement.options import (
     COARSE_NOTE,
     AlgorithmEntry,
-    Interrupted,
+    Incumbent,
     PlaceError,
     PlaceOptions,
-    carried_plan,
-    interrupted,
+    inner,
+    kept_on_interrupt,
 )
 from pesto_ir.passes.placement.search.hybrid import search
 from pesto_ir.passes.placement.search.lns import LNS_MAX_OPS, improve_with_lns
@@ -82,7 +82,7 @@ def place_graph(graph: Graph, cluster: Cluster, algo: AlgorithmEntry, options: P
         plan = solve(graph, cluster, algo, dataclasses.replace(options, time_limit=solving))
         plan.lower_bound = lower_bound(graph, cluster)
         if justify:
-            plan = justified_plan(graph, cluster, plan, budget.deadline)
+            plan = justified_plan(graph, cluster, plan, budget.deadline, options)
         write_plan_attrs(graph, plan)
         return plan
     coarse, members = quotient_graph(graph, cluster)
@@ -92,11 +92,11 @@ def place_graph(graph: Graph, cluster: Cluster, algo: AlgorithmEntry, options: P
                                     until=budget.at(FLOOR_SHARE))
     left = max(solving - budget.spent(), MIN_SOLVE_SECONDS)
     refine = algo.portfolio and len(members) < len(graph.ops) <= FINE_REFINE_MAX_OPS and len(cluster) > 1
-    coarse_options = dataclasses.replace(options, time_limit=left * (1 - REFINE_SHARE) if refine else left)
+    coarse_options = inner(dataclasses.replace(options, time_limit=left * (1 - REFINE_SHARE) if refine else left))
     try:
         plan = solve(coarse, cluster, algo, coarse_options)
-    except KeyboardInterrupt as e:
-        raise _coarse_interrupted(e, graph, cluster, coarse, members, floor, options) from None
+    except KeyboardInterrupt:
+        raise _coarse_interrupted(coarse_options.incumbent, graph, cluster, coarse, members, floor, options) from None
     plan.lower_bound = lower_bound(graph, cluster)
     fine = project_coarse_plan(graph, plan, members)
     if algo.exact and floor is not None:
@@ -105,12 +105,12 @@ def place_graph(graph: Graph, cluster: Cluster, algo: AlgorithmEntry, options: P
         kept = budget.share(JUSTIFY_SHARE) if justify else 0.0
         fine = refined_on_fine_graph(graph, cluster, fine, options, solving + kept - budget.spent(), justify_seconds=kept)
         if justify:
-            fine = justified_plan(graph, cluster, fine, budget.deadline)
+            fine = justified_plan(graph, cluster, fine, budget.deadline, options)
     write_plan_attrs(graph, fine)
     return fine
 
 
-def justified_plan(graph: Graph, cluster: Cluster, plan: Plan, deadline: float) -> Plan:
+def justified_plan(graph: Graph, cluster: Cluster, plan: Plan, deadline: float, options: PlaceOptions) -> Plan:
     """`plan` (of the fine ops, one replica) with its devices' orders justified
     (`passes/placement/justify.py`: same placement, the eager schedule of the priorities a schedule run
     backward from the end gives), where that is faster and valid; auto's last step (MSR graphs
@@ -119,8 +119,8 @@ def justified_plan(graph: Graph, cluster: Cluster, plan: Plan, deadline: float) 
     placement = {name: slot.device for name, slot in plan.ops.items()}
     try:
         found = justified(graph, cluster, placement, plan, deadline=deadline)
-    except KeyboardInterrupt as e:
-        raise interrupted(e, graph, plan) from None
+    except KeyboardInterrupt:
+        raise kept_on_interrupt(options, graph, plan) from None
     if found is plan:
         return plan
     try:
@@ -132,18 +132,18 @@ def justified_plan(graph: Graph, cluster: Cluster, plan: Plan, deadline: float) 
                                notes=[*plan.notes, f"justified: {plan.makespan:.6g}s -> {found.makespan:.6g}s"])
 
 
-def _coarse_interrupted(caught: KeyboardInterrupt, graph: Graph, cluster: Cluster, coarse: Graph,
-                        members: dict[str, list[str]], floor: Plan | None, options: PlaceOptions) -> Interrupted:
+def _coarse_interrupted(held: Incumbent, graph: Graph, cluster: Cluster, coarse: Graph,
+                        members: dict[str, list[str]], floor: Plan | None, options: PlaceOptions) -> KeyboardInterrupt:
     """Ctrl-C during the coarse solve: its best plan on the fine ops, unless the fine heuristics'
     plan (`floor`) beats it once expanded."""
-    carried = carried_plan(caught, coarse)
+    carried = held.plan_of(coarse)
     if carried is None:
-        return interrupted(caught, graph, floor)
+        return kept_on_interrupt(options, graph, floor)
     carried.lower_bound = lower_bound(graph, cluster)
     fine = project_coarse_plan(graph, carried, members)
     if floor is not None:
         fine = faster_than_fine_heuristics(graph, cluster, fine, floor, options)
-    return Interrupted(fine, graph)
+    return kept_on_interrupt(options, graph, fine)
 
 
 def place_hybrid(graph: Graph, cluster: Cluster, algo: AlgorithmEntry, options: PlaceOptions, data_parallel: int | None,
@@ -182,9 +182,9 @@ def place_hybrid(graph: Graph, cluster: Cluster, algo: AlgorithmEntry, options: 
     try:
         out, plan = search(graph, cluster, options, data_parallel, microbatches, heuristic, refine, optimizer_state,
                            start)
-    except Interrupted as e:
-        if e.plan is not None:
-            _labelled(e.plan, algo.name)
+    except KeyboardInterrupt:  # the search kept its best plan: labelled as this algorithm's
+        if options.incumbent.plan is not None:
+            _labelled(options.incumbent.plan, algo.name)
         raise
     if _labelled(plan, algo.name):
         write_plan_attrs(out, plan)
@@ -218,18 +218,19 @@ def refined_on_fine_graph(graph: Graph, cluster: Cluster, plan: Plan, options: P
     if budget.left() < REFINE_MIN_SECONDS:
         return start
     best = start
+    stages = inner(options)  # their plans are re-timed and labelled here on Ctrl-C
     try:
-        best = check_plan(graph, cluster, improve_by_moves(graph, cluster, start, budget.left()))
+        best = check_plan(graph, cluster, improve_by_moves(graph, cluster, start, budget.left(), stages.incumbent))
         left = budget.left()
         if len(graph.ops) <= LNS_MAX_OPS and left >= REFINE_MIN_SECONDS:
-            found = improve_with_lns(graph, cluster, dataclasses.replace(options, time_limit=left, warm_start=best),
+            found = improve_with_lns(graph, cluster, dataclasses.replace(stages, time_limit=left, warm_start=best),
                                      engine="cpsat", start=best)
             best = _faster_retimed(graph, cluster, found, best)
-    except KeyboardInterrupt as e:  # the interrupted stage's plan, re-timed, or the best before it
-        carried = carried_plan(e, graph)
+    except KeyboardInterrupt:  # the interrupted stage's plan, re-timed, or the best before it
+        carried = stages.incumbent.plan_of(graph)
         if carried is not None:
             best = _faster_retimed(graph, cluster, carried, best)
-        raise Interrupted(_refinement(start, best, options, seconds, len(graph.ops)), graph) from None
+        raise kept_on_interrupt(options, graph, _refinement(start, best, options, seconds, len(graph.ops))) from None
     return _refinement(start, best, options, seconds, len(graph.ops))
 
 

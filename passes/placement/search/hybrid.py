@@ -25,7 +25,7 @@ from pesto_ir.cluster.model import Cluster
 from pesto_ir.ir.graph import Graph
 from pesto_ir.passes.placement.budget import Budget
 from pesto_ir.passes.placement.expansion import expand_plan
-from pesto_ir.passes.placement.options import Interrupted, PlaceOptions, carried_plan
+from pesto_ir.passes.placement.options import Incumbent, PlaceOptions, inner, kept_on_interrupt
 from pesto_ir.passes.placement.search.screening import (
     MIN_REFINE_SECONDS,
     REPLICA_REFINE_MAX_OPS,
@@ -73,7 +73,7 @@ def search(graph: Graph, cluster: Cluster, options: PlaceOptions, data_parallel:
     if not todo:
         raise PestoError(f"no strategy divides the batch of {batch_size(graph)} and the {len(cluster)} devices "
                          f"(data-parallel {data_parallel or 'auto'}, microbatches {microbatches or 'auto'})")
-    quiet = dataclasses.replace(options, quiet=True, warm_start=None)
+    quiet = inner(dataclasses.replace(options, quiet=True, warm_start=None))  # screening: its fastest plan is kept
     rates = Rates(shard=optimizer_state == "auto" and has_optimizer_state(graph))
     if start is not None:
         if start.rewritten is not None:
@@ -88,7 +88,7 @@ def search(graph: Graph, cluster: Cluster, options: PlaceOptions, data_parallel:
     except KeyboardInterrupt:
         options.progress("place: hybrid search interrupted while screening; keeping the fastest plan screened")
         fastest_graph, fastest = rates.fastest or (graph, None)
-        raise Interrupted(fastest, fastest_graph) from None
+        raise kept_on_interrupt(options, fastest_graph, fastest) from None
     if start is not None:
         _offer_start(tried, start)
     screened = [c for c in tried if c.plan is not None]
@@ -97,9 +97,10 @@ def search(graph: Graph, cluster: Cluster, options: PlaceOptions, data_parallel:
     else:  # no quick plan: the full engine on the one-batch step (it can search from scratch)
         best = next((c for c in tried if c.strategy == ONE_BATCH), tried[0])
     plan = best.plan
+    refining = inner(options)  # the engine's plan becomes the whole step's on Ctrl-C
     try:
         try:
-            plan = _refine_best(graph, cluster, best, options, deadline, refine)
+            plan = _refine_best(graph, cluster, best, refining, deadline, refine)
         except PestoError as e:
             # a fixed strategy is not screened: its replicas may hold the whole state and not fit
             if plan is not None or len(tried) > 1 or not rates.shard or best.strategy.data_parallel < 2 \
@@ -108,7 +109,7 @@ def search(graph: Graph, cluster: Cluster, options: PlaceOptions, data_parallel:
             first = str(e).splitlines()[0]
             sharded = Candidate(best.strategy.sharded(), why_not=f"the whole optimizer state gives no plan ({first})")
             try:
-                plan = _refine_best(graph, cluster, sharded, options, deadline, refine)
+                plan = _refine_best(graph, cluster, sharded, refining, deadline, refine)
             except PestoError:
                 raise e from None  # the strategy's own failure, not the retry's
             best = tried[0] = sharded
@@ -118,11 +119,12 @@ def search(graph: Graph, cluster: Cluster, options: PlaceOptions, data_parallel:
                 raise
             reasons = "; ".join(f"{c.strategy}: {c.why_not}" for c in tried if c.why_not)
             raise PestoError(f"no strategy gave a plan: {best.strategy}: {str(e).splitlines()[0]}; {reasons}") from e
-    except KeyboardInterrupt as e:
-        found = _refined_so_far(e, cluster, best, plan)
-        if found is not None:
+    except KeyboardInterrupt:
+        found = _refined_so_far(refining.incumbent, cluster, best, plan)
+        if found is not None and best.graph is not None:
             found.notes = [*found.notes, _summary(tried, best.strategy, found) + "; interrupted (Ctrl-C) refining it"]
-        raise Interrupted(found, best.graph) from None
+            raise kept_on_interrupt(options, best.graph, found) from None
+        raise
     assert plan is not None and best.graph is not None  # _refine_best builds the graph
     plan.notes = [*plan.notes, _summary(tried, best.strategy, plan)]
     write_plan_attrs(best.graph, plan)
@@ -169,11 +171,11 @@ def _refine_best(graph: Graph, cluster: Cluster, best: Candidate, options: Place
     return plan
 
 
-def _refined_so_far(caught: KeyboardInterrupt, cluster: Cluster, best: Candidate, screened: Plan | None) -> Plan | None:
+def _refined_so_far(held: Incumbent, cluster: Cluster, best: Candidate, screened: Plan | None) -> Plan | None:
     """Ctrl-C while refining `best`: the plan the engine had so far, as a plan of the whole step, if
     it beats the screening plan (else that plan)."""
     assert best.graph is not None
-    carried = carried_plan(caught, best.graph)
+    carried = held.plan_of(best.graph)
     if carried is None:
         return screened
     if best.strategy != ONE_BATCH:

@@ -48,7 +48,7 @@ from pesto_ir.passes.placement.exact.cpsat_problem import Hint, Problem, Result,
 from pesto_ir.passes.placement.exact.cpsat_worker import SolverProcess, shared_solver
 from pesto_ir.passes.placement.exact.ilp_instance import Instance
 from pesto_ir.passes.placement.exact.ilp_model import Milp, solver_name
-from pesto_ir.passes.placement.options import PlaceOptions, interrupted
+from pesto_ir.passes.placement.options import PlaceOptions, kept_on_interrupt
 from pesto_ir.schedule.bounds import lower_bound
 from pesto_ir.schedule.memory import fits_memory
 from pesto_ir.schedule.plan import Plan
@@ -89,8 +89,8 @@ def improve_with_lns(graph: Graph, cluster: Cluster, options: PlaceOptions, engi
     if start is None:
         try:
             start, notes = starting_plan(graph, cluster, options)
-        except KeyboardInterrupt as e:
-            raise interrupted(e, graph, options.warm_start) from None
+        except KeyboardInterrupt:
+            raise kept_on_interrupt(options, graph, options.warm_start) from None
         if start is None:
             raise LnsError(f"LNS needs a plan to start from and no heuristic plan of '{graph.name}' fits in memory")
     problems = validate_plan(graph, cluster, start)
@@ -99,12 +99,12 @@ def improve_with_lns(graph: Graph, cluster: Cluster, options: PlaceOptions, engi
     search = _Search(graph, cluster, options, engine, start, started, shared_solver())
     try:
         plan = search.run()
-    except KeyboardInterrupt as e:  # the incumbent stands: every step's plan was timed exactly
+    except KeyboardInterrupt:  # the incumbent stands: every step's plan was timed exactly
         options.progress(f"{search.algorithm}: interrupted after {len(search.steps)} steps; keeping the best "
                          f"plan found so far ({fmt(search.best.makespan)})")
         plan = search._finish("interrupted")
         plan.notes[:0] = notes
-        raise interrupted(e, graph, check_plan(graph, cluster, plan)) from None
+        raise kept_on_interrupt(options, graph, check_plan(graph, cluster, plan)) from None
     plan.notes[:0] = notes
     return check_plan(graph, cluster, plan)
 

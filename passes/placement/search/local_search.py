@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from pesto_ir.cluster.model import Cluster
 from pesto_ir.ir.graph import Graph
 from pesto_ir.passes.placement.common import colocation_units
-from pesto_ir.passes.placement.options import interrupted
+from pesto_ir.passes.placement.options import Incumbent
 from pesto_ir.schedule.memory import fits_memory
 from pesto_ir.schedule.plan import Plan
 from pesto_ir.schedule.simulate import Prepared, order_from_priority, simulate
@@ -34,14 +34,17 @@ from pesto_ir.schedule.validate import check_plan
 IMPROVEMENT = 1e-9  # relative: a move must shorten the plan by more than this
 
 
-def improve_by_moves(graph: Graph, cluster: Cluster, start: Plan, seconds: float) -> Plan:
+def improve_by_moves(graph: Graph, cluster: Cluster, start: Plan, seconds: float,
+                     incumbent: Incumbent | None = None) -> Plan:
     """The plan after the improving critical-path moves found from `start` within `seconds` (on
-    Ctrl-C, `Interrupted` with the plan after the moves made so far)."""
+    Ctrl-C, the plan after the moves made so far is offered to `incumbent`)."""
     state = _Moves(start)
     try:
         _search(graph, cluster, state, time.perf_counter() + seconds)
-    except KeyboardInterrupt as e:
-        raise interrupted(e, graph, check_plan(graph, cluster, state.result())) from None
+    except KeyboardInterrupt:
+        if incumbent is not None:
+            incumbent.offer(check_plan(graph, cluster, state.result()), graph)
+        raise
     return state.result()
 
 
