@@ -35,6 +35,7 @@ from pesto_ir.cluster.model import Cluster
 from pesto_ir.cost.lookup import op_cost
 from pesto_ir.ir.attributes import BytesAttr
 from pesto_ir.ir.graph import Graph
+from pesto_ir.passes.placement.budget import Budget
 from pesto_ir.passes.placement.exact.common import earliest_schedule
 from pesto_ir.passes.placement.exact.cpsat import place_cpsat
 from pesto_ir.passes.placement.exact.cpsat_problem import Problem, Request, tick_for
@@ -359,7 +360,7 @@ def _memory_tight_lns_search(k: int) -> _Search:
     graph, cluster = model.build(), msr_cluster(k)
     options = PlaceOptions(time_limit=30, seed=0, quiet=True)
     start = check_plan(graph, cluster, HEURISTICS["etf"](graph, cluster, options))
-    return _Search(graph, cluster, options, "cpsat", start, time.perf_counter(), shared_solver())
+    return _Search(graph, cluster, options, "cpsat", start, Budget.start(options.time_limit), shared_solver())
 
 
 def test_lns_steps_on_a_memory_tight_plan_are_not_infeasible() -> None:

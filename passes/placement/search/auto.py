@@ -23,11 +23,11 @@ importing OR-tools overlaps them.
 from __future__ import annotations
 
 import dataclasses
-import time
 from typing import Any
 
 from pesto_ir.cluster.model import Cluster
 from pesto_ir.ir.graph import Graph
+from pesto_ir.passes.placement.budget import Budget
 from pesto_ir.passes.placement.common import colocation_units
 from pesto_ir.passes.placement.exact.common import REL_GAP, as_algorithm, fmt, gap
 from pesto_ir.passes.placement.exact.cpsat import place_cpsat, starting_plan
@@ -76,7 +76,7 @@ class _Portfolio:
     def __init__(self, graph: Graph, cluster: Cluster, options: PlaceOptions, as_seed: bool = False) -> None:
         self.graph, self.cluster, self.options = graph, cluster, options
         self.as_seed = as_seed  # a starting plan for more devices: give up where no heuristic fits
-        self.started = time.perf_counter()
+        self.budget = Budget.start(options.time_limit)
         self.plan: Plan | None = None
         self.engine = ""
         self.stages: list[tuple[str, float]] = []
@@ -84,7 +84,7 @@ class _Portfolio:
         self.notes: list[str] = []
 
     def left(self) -> float:
-        return self.options.time_limit - (time.perf_counter() - self.started)
+        return self.budget.left()
 
     def offer(self, engine: str, plan: Plan, always: bool = False) -> None:
         """Record a stage's result; keep its plan if it is faster than the best (or `always`)."""
@@ -95,7 +95,7 @@ class _Portfolio:
     def summary(self, how: str) -> Plan:
         assert self.plan is not None
         return _summary(self.graph, self.cluster, _relabelled(self.plan), self.engine, self.stages, self.bound,
-                        self.notes, self.started, how)
+                        self.notes, self.budget, how)
 
     def interrupted(self) -> Plan | None:
         """Ctrl-C: the faster of the plan the interrupted stage kept and the best before it, as the
@@ -108,7 +108,7 @@ class _Portfolio:
             self.offer(given.algorithm or "warm start", given)  # interrupted while the heuristics ran
         if self.plan is None:
             return None
-        seconds = time.perf_counter() - self.started
+        seconds = self.budget.spent()
         self.options.progress(f"auto: interrupted after {seconds:.1f}s; keeping the best plan found so far")
         plan = self.summary(f"interrupted (Ctrl-C) after {seconds:.1f}s")
         assert plan.solver is not None  # _summary sets it
@@ -201,12 +201,12 @@ def _relabelled(plan: Plan) -> Plan:
 
 
 def _summary(graph: Graph, cluster: Cluster, plan: Plan, winner: str, stages: list[tuple[str, float]], lb: float,
-             notes: list[str], started: float, how: str) -> Plan:
+             notes: list[str], budget: Budget, how: str) -> Plan:
     """Record which engine won, the portfolio's results and the gap to the lower bound."""
     bound = min(max(lb, (plan.solver or {}).get("bound") or 0.0), plan.makespan)
     solver: dict[str, Any] = dict(plan.solver or {})
     solver.update({"bound": bound, "gap": gap(plan.makespan, bound),
-                   "seconds": round(time.perf_counter() - started, 3), "winner": winner,
+                   "seconds": round(budget.spent(), 3), "winner": winner,
                    "portfolio": ", ".join(f"{name} {fmt(t)}" for name, t in stages)})
     solver.setdefault("status", "feasible")
     plan.solver = solver

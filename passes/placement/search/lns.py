@@ -42,6 +42,7 @@ from dataclasses import dataclass
 
 from pesto_ir.cluster.model import Cluster
 from pesto_ir.ir.graph import Graph
+from pesto_ir.passes.placement.budget import Budget
 from pesto_ir.passes.placement.exact.common import as_algorithm, fmt, gap
 from pesto_ir.passes.placement.exact.cpsat import SEARCH_PARAMS, schedules, solve, starting_plan
 from pesto_ir.passes.placement.exact.cpsat_problem import Hint, Problem, Result, device_classes
@@ -82,7 +83,7 @@ def improve_with_lns(graph: Graph, cluster: Cluster, options: PlaceOptions, engi
                      start: Plan | None = None) -> Plan:
     """The best plan found from `start` (default: `options.warm_start`, else a heuristic plan)
     within `options.time_limit`; never worse than the start."""
-    started = time.perf_counter()
+    budget = Budget.start(options.time_limit)
     if engine not in ENGINES:
         raise LnsError(f"unknown LNS engine '{engine}' (choose one of: {', '.join(ENGINES)})")
     notes: list[str] = []
@@ -96,7 +97,7 @@ def improve_with_lns(graph: Graph, cluster: Cluster, options: PlaceOptions, engi
     problems = validate_plan(graph, cluster, start)
     if problems:
         raise LnsError(f"the LNS start plan for '{graph.name}' is invalid: {problems[0]}")
-    search = _Search(graph, cluster, options, engine, start, started, shared_solver())
+    search = _Search(graph, cluster, options, engine, start, budget, shared_solver())
     try:
         plan = search.run()
     except KeyboardInterrupt:  # the incumbent stands: every step's plan was timed exactly
@@ -121,11 +122,11 @@ class _Search:
     """One LNS run: the incumbent, the neighbourhood size and the random stream."""
 
     def __init__(self, graph: Graph, cluster: Cluster, options: PlaceOptions, engine: str, start: Plan,
-                 started: float, proc: SolverProcess) -> None:
+                 budget: Budget, proc: SolverProcess) -> None:
         self.graph, self.cluster, self.engine, self.proc = graph, cluster, engine, proc
         self.options = options
         self.quiet = dataclasses.replace(options, quiet=True)
-        self.started = started
+        self.budget = budget
         self.algorithm = f"{engine}-lns"
         self.start = start
         self.best = as_algorithm(start, self.algorithm)
@@ -145,7 +146,7 @@ class _Search:
         return self.prob
 
     def left(self) -> float:
-        return self.options.time_limit - (time.perf_counter() - self.started)
+        return self.budget.left()
 
     def run(self) -> Plan:
         if not self._worth_searching():
@@ -183,7 +184,7 @@ class _Search:
         k = len(self.steps)
         if improved or k % 10 == 0:
             step = self.steps[-1]
-            elapsed = time.perf_counter() - self.started
+            elapsed = self.budget.spent()
             self.options.progress(f"{self.algorithm}: {elapsed:6.1f}s  step {k} ({step.kind}, {step.free} ops, "
                                   f"{step.status})  incumbent {fmt(self.best.makespan)}  bound {fmt(self.lb)}")
 
@@ -194,7 +195,7 @@ class _Search:
         plan.lower_bound = bound
         plan.solver = {"name": f"{'cp-sat' if self.engine == 'cpsat' else self.options.solver}-lns",
                        "status": status, "gap": gap(plan.makespan, bound), "bound": bound,
-                       "seconds": round(time.perf_counter() - self.started, 3), "objective": plan.makespan,
+                       "seconds": round(self.budget.spent(), 3), "objective": plan.makespan,
                        "steps": len(self.steps), "improvements": improved}
         if self.steps:
             plan.notes.append(f"LNS ({self.engine}): {len(self.steps)} steps, {improved} improvements, "
