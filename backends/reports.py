@@ -6,6 +6,9 @@ with `pesto_ir.util.loader.write_atomic`, so a failure in one report leaves no f
 
 from __future__ import annotations
 
+from pesto_ir.backends.gantt import gantt_for_path
+from pesto_ir.backends.plan_json import plan_json_text
+from pesto_ir.backends.trace import trace_json_text
 from pesto_ir.ir.graph import Graph
 from pesto_ir.schedule.plan import Plan, read_plan_attrs
 from pesto_ir.util.errors import PestoError
@@ -32,15 +35,9 @@ def render_reports(graph: Graph, *, plan_json: str | None = None, trace: str | N
     plan = require_plan(graph)
     out: list[tuple[str, str | bytes]] = []
     if plan_json is not None:
-        from pesto_ir.backends.plan_json import plan_json_text
-
         out.append((plan_json, plan_json_text(plan)))
     if trace is not None:
-        from pesto_ir.backends.trace import trace_json_text
-
         out.append((trace, trace_json_text(plan, graph)))
     if gantt is not None:
-        from pesto_ir.backends.gantt import gantt_for_path
-
         out.append((gantt, gantt_for_path(plan, graph, gantt)))
     return out

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from pesto_ir.frontends.json_graph import load_json_graph
 from pesto_ir.ir.graph import Graph
 from pesto_ir.util.loader import ArgumentError
 
@@ -15,7 +16,7 @@ def parse(text: str, filename: str = "<string>", engine: str = "fast") -> Graph:
 
     `engine="lark"` runs only the reference Lark parser; the default fast path gives the same graph.
     """
-    from pesto_ir.frontends.text import parse as parse_text
+    from pesto_ir.frontends.text import parse as parse_text  # start-up: Lark
 
     return parse_text(text, filename, engine)
 
@@ -26,10 +27,8 @@ def load(path: str | os.PathLike[str]) -> Graph:
         raise ArgumentError(f"load() takes a file path (a str or a pathlib.Path), got {type(path).__name__}")
     p = Path(path)
     if p.suffix == ".json":
-        from pesto_ir.frontends.json_graph import load_json_graph
-
         return load_json_graph(p)
-    from pesto_ir.frontends.text import parse_file
+    from pesto_ir.frontends.text import parse_file  # start-up: Lark
 
     return parse_file(p)
 

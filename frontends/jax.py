@@ -59,6 +59,8 @@ from pesto_ir.frontends.jax_primitives import (
 from pesto_ir.ir.attributes import Attr, DictAttr, FloatAttr, GraphAttr, IntAttr, ListAttr, StringAttr, to_attr
 from pesto_ir.ir.graph import Graph, Location, Op, Value
 from pesto_ir.ir.types import TensorType, dtype_short_name
+from pesto_ir.ir.verifier import verify as verify_graph
+from pesto_ir.jaxrt.interpreter import evaluate
 from pesto_ir.jaxrt.params import (
     DERIVED_PARAMS,
     ParamEncodeError,
@@ -114,8 +116,6 @@ class LoweredFunction:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Run the graph with the reference interpreter; same pytree result as the function."""
-        from pesto_ir.jaxrt.interpreter import evaluate
-
         outs = evaluate(self.graph, *self.flat_inputs(*args, **kwargs))
         return jax.tree_util.tree_unflatten(self.out_tree, outs)
 
@@ -155,8 +155,6 @@ def lower_function(fn: Callable[..., Any], *example_args: Any, param_argnums: in
     if batch or batch_argnums is not None:  # `batch_argnums=()` says: no batch (written as {})
         graph.attrs["batch_inputs"] = DictAttr(tuple((name, IntAttr(0)) for name in batch))
     if verify:
-        from pesto_ir.ir.verifier import verify as verify_graph
-
         verify_graph(graph, f"after lowering {graph.name}")
     return LoweredFunction(graph, consts, in_tree, jax.tree_util.tree_structure(out_shape), closed)
 

@@ -46,7 +46,9 @@ from pesto_ir.cost.lookup import CostError, op_cost
 from pesto_ir.cost.roofline import COLLECTIVES, NO_KERNEL, WORK_RULES, op_time, op_work
 from pesto_ir.ir.attributes import Attr, BytesAttr, DictAttr, DurationAttr, IntAttr, StringAttr
 from pesto_ir.ir.graph import Graph, Op
+from pesto_ir.jaxrt.profile import Profiler
 from pesto_ir.passmanager import Pass, PassContext
+from pesto_ir.util.errors import PestoError
 
 MAX_LISTED = 10
 FUSION_MODES = ("xla", "none")
@@ -210,8 +212,7 @@ def _warn_replaced(graph: Graph, model: str, ctx: PassContext) -> None:
 def guessed_opcodes(graph: Graph) -> list[str]:
     """Opcodes the roofline model can only guess at: no rule of their own and no JAX primitive of
     that name (whose elementwise default would be right), once each, nested bodies included."""
-    from pesto_ir.jaxrt.params import lookup_primitive
-    from pesto_ir.util.errors import PestoError
+    from pesto_ir.jaxrt.params import lookup_primitive  # start-up: JAX
 
     seen: set[str] = set()
     out: list[str] = []
@@ -232,8 +233,6 @@ def guessed_opcodes(graph: Graph) -> list[str]:
 
 
 def _profile(p: AnnotateCostsPass, graph: Graph, cluster: Cluster | None, ctx: PassContext) -> None:
-    from pesto_ir.jaxrt.profile import Profiler
-
     cluster = cluster or Cluster.from_jax_devices()
     _warn_replaced(graph, "profiled", ctx)
     profiler = Profiler(runs=p.runs, warmup=p.warmup, cache=p.cache, progress=ctx.progress, stat=p.stat,

@@ -17,6 +17,7 @@ from typing import ClassVar
 
 from pesto_ir.cluster.model import Cluster
 from pesto_ir.ir.graph import Graph
+from pesto_ir.passes.rewrite.replicas import sub_cluster
 from pesto_ir.passmanager import Pass, PassContext
 from pesto_ir.schedule.bounds import lower_bound
 from pesto_ir.schedule.plan import Plan, read_plan_attrs, write_plan_attrs
@@ -62,8 +63,6 @@ def resimulate(graph: Graph, cluster: Cluster) -> Plan:
         plan.solver, plan.notes = previous.solver, list(previous.notes)
     bounded = cluster
     if previous is not None and previous.parallelism is not None:  # replica 0's schedule, run by every replica
-        from pesto_ir.passes.rewrite.replicas import sub_cluster
-
         plan.devices, plan.parallelism = list(previous.devices), previous.parallelism
         plan.collectives = collectives_for(graph, plan)
         bounded = sub_cluster(cluster, previous.parallelism.replicas[0])

@@ -17,6 +17,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from pesto_ir.backends.gantt import gantt_for_path
+from pesto_ir.backends.memory_plot import memory_plot_for_path
+from pesto_ir.backends.reports import render_reports, require_plan
 from pesto_ir.cluster.devices import KINDS
 from pesto_ir.cluster.figures import ClusterError
 from pesto_ir.cluster.model import Cluster, suggestion_problem
@@ -24,7 +27,10 @@ from pesto_ir.frontends import load
 from pesto_ir.ir.attributes import parse_size
 from pesto_ir.ir.graph import Graph
 from pesto_ir.ir.verifier import verify
+from pesto_ir.passes.place import MAX_DEFAULT_TIME_LIMIT
 from pesto_ir.passes.placement.options import time_limit_problem
+from pesto_ir.passes.placement.registry import ALGORITHMS, DEFAULT_ALGO
+from pesto_ir.passes.placement.search.strategies import parse_degree
 from pesto_ir.passmanager import PassContext, PassManager, Pipeline
 from pesto_ir.util.errors import PestoError
 from pesto_ir.util.loader import MAX_SEED, seed_problem, write_atomic
@@ -36,7 +42,7 @@ DEFAULT_KIND = "h100"
 
 
 def _emit_python(graph: Graph) -> str:
-    from pesto_ir.backends.python_emit import emit_python
+    from pesto_ir.backends.python_emit import emit_python  # start-up: JAX
 
     return emit_python(graph)
 
@@ -86,8 +92,6 @@ def _seed(text: str) -> int:
 
 def _degree(text: str) -> str:
     """--data-parallel / --microbatches: a whole number from 1, or auto."""
-    from pesto_ir.passes.placement.search.strategies import parse_degree
-
     try:
         parse_degree(text, "the value")
     except PestoError as e:
@@ -96,10 +100,6 @@ def _degree(text: str) -> str:
 
 
 def build_arg_parser() -> argparse.ArgumentParser:
-    # start-up: the passes import JAX-free but heavy modules; --help and --version need none of them
-    from pesto_ir.passes.place import MAX_DEFAULT_TIME_LIMIT
-    from pesto_ir.passes.placement.registry import ALGORITHMS, DEFAULT_ALGO
-
     ap = argparse.ArgumentParser(
         prog="pesto-compile",
         description="Place and schedule a DNN graph across devices (Pesto IR).",
@@ -166,7 +166,7 @@ def run(argv: Sequence[str] | None = None) -> int:
     graph = load(args.model)
     verify(graph, context=f"{args.model}: the input is not valid IR")
     if args.output and args.emit == "python":  # a cost graph has nothing to emit: say so before placing it
-        from pesto_ir.backends.python_emit import check_computable
+        from pesto_ir.backends.python_emit import check_computable  # start-up: JAX
 
         check_computable(graph)
     ctx = PassContext(cluster=make_cluster(args, graph), quiet=args.quiet, seed=args.seed)
@@ -272,8 +272,6 @@ def _suggested_cluster(graph: Graph) -> dict[str, Any]:
 
 def write_outputs(graph: Graph, args: argparse.Namespace, cluster: Cluster | None = None) -> None:
     """Render every requested output first, then write each atomically."""
-    from pesto_ir.backends.reports import render_reports
-
     rendered: list[tuple[str, str | bytes]] = []
     if args.output:
         rendered.append((args.output, EMITTERS[args.emit](graph)))
@@ -293,10 +291,6 @@ def render_memory_reports(graph: Graph, args: argparse.Namespace,
     which the other reports do not."""
     if not args.memory_plot and not args.gantt_memory:
         return []
-    from pesto_ir.backends.gantt import gantt_for_path
-    from pesto_ir.backends.memory_plot import memory_plot_for_path
-    from pesto_ir.backends.reports import require_plan
-
     plan = require_plan(graph)
     out: list[tuple[str, bytes]] = []
     if args.gantt_memory:

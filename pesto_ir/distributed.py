@@ -126,7 +126,7 @@ def fetch(tree: Any) -> Any:
     import jax
     import numpy as np
 
-    from pesto_ir.jaxrt.cross_process import copy_to_every_process, resident_device
+    from pesto_ir.jaxrt.cross_process import copy_to_every_process, resident_device  # start-up: JAX
 
     everyone = set(range(jax.process_count()))
 

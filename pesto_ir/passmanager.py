@@ -17,15 +17,13 @@ import typing
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, TextIO
+from typing import Any, ClassVar, TextIO
 
+from pesto_ir.cluster.model import Cluster
 from pesto_ir.ir.graph import Graph
 from pesto_ir.ir.verifier import verify
 from pesto_ir.util.errors import ParseError, PassError, PestoError, SourceSpan
 from pesto_ir.util.loader import ArgumentError, seed_problem
-
-if TYPE_CHECKING:
-    from pesto_ir.cluster.model import Cluster
 
 
 @dataclass
@@ -38,8 +36,6 @@ class PassContext:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        from pesto_ir.cluster.model import Cluster
-
         if self.cluster is not None and not isinstance(self.cluster, Cluster):
             raise ArgumentError(f"PassContext(cluster=...) takes a Cluster or None, not {type(self.cluster).__name__}")
         if not isinstance(self.quiet, bool):

@@ -51,14 +51,18 @@ def sigint_reaches_python() -> Iterator[None]:
     hypothesis's `gc_callback`), and the interrupt under test is lost (1 run in 3 to 8 of
     tests/test_cli_hardening.py, with other work on the machine, for JAX's; once in a full run for
     Hypothesis's). `pesto-compile` imports neither on a cost graph. The list is changed in place:
-    the collector holds it, not the module attribute."""
+    the collector holds it, not the module attribute. SIGINT gets Python's own handler for the test:
+    a shell starts a background job (`pytest &`) with SIGINT ignored, and Python keeps it so."""
     import gc
+    import signal
 
     theirs = [cb for cb in gc.callbacks
               if (getattr(cb, "__module__", "") or "").startswith(("jax", "hypothesis"))]
     for cb in theirs:
         gc.callbacks.remove(cb)
+    handler = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         yield
     finally:
+        signal.signal(signal.SIGINT, handler)
         gc.callbacks.extend(theirs)

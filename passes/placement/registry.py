@@ -4,8 +4,9 @@ asks for an algorithm by its name.
 
 The heuristics come from `heuristics/portfolio.py`; the exact engines and `auto`'s search are
 registered here when the solver they need is installed (python-mip for `ilp`, OR-tools for the
-others). Their modules are imported on first use, inside the entry's function: importing
-python-mip and OR-tools costs more start-up than `pesto-compile --help` or a heuristic run takes.
+others; CP-SAT runs in a worker process, so its modules import without OR-tools). The MILP's
+worker module is imported on first use: it imports python-mip, which costs more start-up than
+`pesto-compile --help` or a heuristic run takes.
 """
 
 from __future__ import annotations
@@ -14,8 +15,11 @@ import importlib.util
 
 from pesto_ir.cluster.model import Cluster
 from pesto_ir.ir.graph import Graph
+from pesto_ir.passes.placement.exact.cpsat import place_cpsat
 from pesto_ir.passes.placement.heuristics.portfolio import HEURISTICS
 from pesto_ir.passes.placement.options import Algorithm, AlgorithmEntry, PlaceError, PlaceOptions
+from pesto_ir.passes.placement.search.auto import place_auto
+from pesto_ir.passes.placement.search.lns import improve_with_lns
 from pesto_ir.schedule.plan import Plan
 
 
@@ -26,26 +30,10 @@ def _place_ilp(graph: Graph, cluster: Cluster, options: PlaceOptions) -> Plan:
     return place_ilp_in_worker(graph, cluster, options)
 
 
-def _place_cpsat(graph: Graph, cluster: Cluster, options: PlaceOptions) -> Plan:
-    """Pesto's problem in CP-SAT."""
-    from pesto_ir.passes.placement.exact.cpsat import place_cpsat  # start-up: OR-tools
-
-    return place_cpsat(graph, cluster, options)
-
-
-def _place_auto(graph: Graph, cluster: Cluster, options: PlaceOptions) -> Plan:
-    """The portfolio of heuristics, CP-SAT and LNS."""
-    from pesto_ir.passes.placement.search.auto import place_auto  # start-up: OR-tools
-
-    return place_auto(graph, cluster, options)
-
-
 def _place_lns(engine: str) -> Algorithm:
     """Large-neighbourhood search re-solving one part of the plan at a time with `engine`."""
 
     def place(graph: Graph, cluster: Cluster, options: PlaceOptions) -> Plan:
-        from pesto_ir.passes.placement.search.lns import improve_with_lns  # start-up: OR-tools, python-mip
-
         return improve_with_lns(graph, cluster, options, engine=engine)
 
     return place
@@ -57,9 +45,9 @@ def _registry() -> dict[str, AlgorithmEntry]:
         entries += [AlgorithmEntry("ilp", _place_ilp, exact=True, warm_start=True),
                     AlgorithmEntry("ilp-lns", _place_lns("ilp"), exact=True)]
     if importlib.util.find_spec("ortools") is not None:
-        entries += [AlgorithmEntry("cpsat", _place_cpsat, exact=True),
+        entries += [AlgorithmEntry("cpsat", place_cpsat, exact=True),
                     AlgorithmEntry("cpsat-lns", _place_lns("cpsat"), exact=True),
-                    AlgorithmEntry("auto", _place_auto, exact=True, portfolio=True)]
+                    AlgorithmEntry("auto", place_auto, exact=True, portfolio=True)]
     return {e.name: e for e in entries}
 
 

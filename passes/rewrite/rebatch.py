@@ -38,6 +38,7 @@ from typing import Any
 from pesto_ir.ir.attributes import Attr, BytesAttr, DictAttr, DurationAttr, IntAttr, StringAttr, to_attr
 from pesto_ir.ir.graph import Graph, Op, Value
 from pesto_ir.ir.types import BlobType, TensorType, Type
+from pesto_ir.ir.verifier import verify
 from pesto_ir.passes.dce import dead_code_elimination
 from pesto_ir.passes.rewrite.batch_axes import (
     BATCH_RULES,
@@ -449,7 +450,5 @@ def rebatch(graph: Graph, microbatches: int, data_parallel: int = 1,
         # the micro-batch's size) are unread now; ops the source itself left unread stay (the user's)
         dead_code_elimination(out, only=rw.whole)
     out.attrs["microbatched"] = to_attr({"data_parallel": d, "microbatches": m})
-    from pesto_ir.ir.verifier import verify
-
     verify(out, context=f"the micro-batched graph of '{graph.name}' is invalid (a bug in the rewrite)")
     return out

@@ -15,9 +15,13 @@ from dataclasses import dataclass
 
 from pesto_ir.cluster.model import Cluster, ring_time
 from pesto_ir.ir.graph import Graph
+from pesto_ir.ir.verifier import verify
+from pesto_ir.passes.annotate_costs import AnnotateCostsPass
 from pesto_ir.passes.placement.options import PlaceOptions, inner, kept_on_interrupt
 from pesto_ir.passes.rewrite.collective_buckets import bucket_all_reduces
 from pesto_ir.passes.rewrite.rebatch import rebatch
+from pesto_ir.passes.rewrite.shard_state import shard_optimizer_state
+from pesto_ir.passmanager import PassContext
 from pesto_ir.schedule.plan import RING_PHASES, Parallelism, Plan, write_plan_attrs
 from pesto_ir.schedule.validate import check_plan, collectives_for
 from pesto_ir.util.errors import PestoError
@@ -92,18 +96,12 @@ def replica_graph(graph: Graph, cluster: Cluster, strategy: Strategy) -> Graph:
     if strategy.optimizer_state == "sharded":
         shard_state(out, strategy, collective_cost(cluster, groups))
     if out is not graph and any("flops" in op.attrs for op in graph.ops):
-        from pesto_ir.passes.annotate_costs import AnnotateCostsPass
-        from pesto_ir.passmanager import PassContext
-
         AnnotateCostsPass(model="roofline").run(out, PassContext(cluster=sub_cluster(cluster, groups[0]), quiet=True))
     return out
 
 
 def shard_state(graph: Graph, strategy: Strategy, cost: Callable[[str, int], float] | None) -> None:
     """Shard the optimizer state of a replica graph (`passes/rewrite/shard_state.py`), or say why not."""
-    from pesto_ir.ir.verifier import verify
-    from pesto_ir.passes.rewrite.shard_state import shard_optimizer_state
-
     if strategy.data_parallel < 2:
         raise PestoError("optimizer state is sharded across data-parallel replicas; with one replica there is "
                          "nothing to shard it across")

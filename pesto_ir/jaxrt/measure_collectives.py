@@ -17,6 +17,9 @@ from typing import Any
 from pesto_ir.cluster.figures import AllReduceFit, ClusterError
 from pesto_ir.cluster.host import machine_key, machine_of
 from pesto_ir.cluster.model import Cluster
+from pesto_ir.distributed import shared_text
+from pesto_ir.jaxrt.timing import call_time
+from pesto_ir.util.diskcache import cache_get, cache_put
 
 # Transfer sizes `measure_links` times: 4 KiB to 16 MiB, enough to separate latency from bandwidth.
 LINK_PROBE_SIZES: tuple[int, ...] = tuple(4096 * 4**i for i in range(7))
@@ -34,8 +37,7 @@ def measure_host_link(devices: Sequence[Any], sizes: Sequence[int] = LINK_PROBE_
     import jax
     import numpy as np
 
-    from pesto_ir.distributed import shared_text
-    from pesto_ir.jaxrt.cross_process import copy, is_local
+    from pesto_ir.jaxrt.cross_process import copy, is_local  # start-up: JAX
 
     first: dict[int, Any] = {}
     for d in devices:
@@ -68,8 +70,6 @@ def measure_links(devices: Sequence[Any], sizes: Sequence[int] = LINK_PROBE_SIZE
     fitted by least squares to `latency + bytes / bandwidth`. The fit is cached on disk per
     machine (`pesto_ir.cluster.host.machine_key`) and device count, since it only changes with them.
     """
-    from pesto_ir.util.diskcache import cache_get, cache_put
-
     if len(devices) < 2:
         raise ClusterError("measuring links needs at least two devices")
     import jax
@@ -152,8 +152,6 @@ def measure_all_reduce(devices: Sequence[Any], sizes: Sequence[int] = ALL_REDUCE
     """
     import jax
 
-    from pesto_ir.util.diskcache import cache_get, cache_put
-
     own = [d for d in devices if getattr(d, "process_index", 0) == jax.process_index()]
     if len(own) < 2:
         return None
@@ -212,8 +210,6 @@ def _time_psum(devices: Sequence[Any], nbytes: int, repeats: int, reduce: bool =
     import jax
     import numpy as np
     from jax.sharding import Mesh, NamedSharding, PartitionSpec
-
-    from pesto_ir.jaxrt.timing import call_time
 
     mesh = Mesh(np.array(list(devices)), ("replicas",))
     spec = PartitionSpec("replicas")

@@ -28,6 +28,7 @@ from pesto_ir.ir.graph import Graph, Op, Value
 from pesto_ir.ir.printer import print_attr_dict
 from pesto_ir.ir.types import TensorType
 from pesto_ir.jaxrt.timing import CLOCKS, STATS, call_time
+from pesto_ir.util.diskcache import cache_get, cache_put
 from pesto_ir.util.errors import PestoError
 
 PROGRESS_EVERY_S = 2.0
@@ -39,7 +40,7 @@ class ProfileError(PestoError):
 
 def _interpreter_class() -> type[Any]:
     """The interpreter, imported when first needed (it imports JAX)."""
-    from pesto_ir.jaxrt.interpreter import Interpreter
+    from pesto_ir.jaxrt.interpreter import Interpreter  # start-up: JAX
 
     return Interpreter
 
@@ -67,7 +68,7 @@ def example_arrays(values: Sequence[Value], device: Any, who: str) -> list[Any]:
     import jax
     import numpy as np
 
-    from pesto_ir.jaxrt.params import jax_dtype
+    from pesto_ir.jaxrt.params import jax_dtype  # start-up: JAX
 
     rng = np.random.default_rng(0)
     out = []
@@ -179,8 +180,6 @@ class Profiler:
         return self._cached(group_signature(group.ops), jax_device, lambda: self.time_ops(group.ops, jax_device))
 
     def _cached(self, signature: str, device: Any, measure: Callable[[], float]) -> float:
-        from pesto_ir.util.diskcache import cache_get, cache_put
-
         key = self._cache_key(signature, device)
         memo_key = (signature, key)
         if memo_key in self._memo:

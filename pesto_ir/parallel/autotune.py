@@ -37,6 +37,7 @@ from typing import Any
 
 from pesto_ir.cluster.devices import Device
 from pesto_ir.cluster.model import Cluster
+from pesto_ir.cost.roofline import graph_time
 from pesto_ir.ir.graph import Graph
 from pesto_ir.util.errors import PestoError
 from pesto_ir.util.units import human_time
@@ -127,8 +128,6 @@ def speed_factor(graph: Graph, device: Device, measured: float) -> float:
     """The s for which `graph`'s roofline time on `device` with peak FLOP/s and memory bandwidth
     divided by s equals `measured` seconds (less the dispatch floor): (measured - L) / A, from the
     times at s = 1 and s = 2."""
-    from pesto_ir.cost.roofline import graph_time
-
     at_1 = graph_time(graph, device)
     slower = dataclasses.replace(device, peak_flops=device.peak_flops / 2,  # type: ignore[operator]
                                  mem_bandwidth=device.mem_bandwidth / 2)  # type: ignore[operator]

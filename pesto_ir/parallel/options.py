@@ -11,9 +11,13 @@ from typing import Any
 
 from pesto_ir.cluster.devices import Link
 from pesto_ir.cluster.model import Cluster
+from pesto_ir.parallel.autotune import check_steps
+from pesto_ir.passes.annotate_costs import MODELS
 from pesto_ir.passes.placement.options import time_limit_problem
+from pesto_ir.passes.placement.registry import ALGORITHMS
+from pesto_ir.passes.rewrite.rebatch import MAX_MICROBATCHES  # the place pass's own bound on both
 from pesto_ir.util.errors import PestoError
-from pesto_ir.util.loader import brief, seed_problem
+from pesto_ir.util.loader import ArgumentError, brief, seed_problem
 
 DEFAULT_ALGO = "m-etf"
 DEFAULT_COST_MODEL = "roofline"
@@ -54,8 +58,6 @@ class ParallelizeOptions:
 
 
 def check_callable(fn: Any) -> None:
-    from pesto_ir.util.loader import ArgumentError
-
     if not callable(fn):
         raise ArgumentError(f"parallelize needs a function to plan (e.g. a training step), got {fn!r:.80}")
 
@@ -75,9 +77,6 @@ def as_argnums_or_none(x: Any) -> Any:
 
 
 def check_options(o: ParallelizeOptions) -> None:
-    from pesto_ir.passes.annotate_costs import MODELS
-    from pesto_ir.passes.placement.registry import ALGORITHMS
-
     if not isinstance(o.algo, str) or o.algo not in ALGORITHMS:
         raise PestoError(f"unknown placement algorithm {o.algo!r} (known: {', '.join(sorted(ALGORITHMS))})")
     if not isinstance(o.cost_model, str) or o.cost_model not in MODELS:
@@ -95,8 +94,6 @@ def check_options(o: ParallelizeOptions) -> None:
         if not isinstance(nums, tuple) or any(isinstance(i, bool) or not isinstance(i, int) or i < 0 for i in nums):
             raise PestoError(f"{name} must be argument positions (whole numbers from 0), got {nums!r}")
     _check_batch_options(o)
-    from pesto_ir.util.loader import ArgumentError
-
     if o.cluster is not None and not isinstance(o.cluster, Cluster):
         raise ArgumentError(f"cluster must be a pesto_ir Cluster (e.g. Cluster.load('cluster.json') or "
                          f"Cluster.from_jax_devices()), got {o.cluster!r:.80}")
@@ -119,8 +116,6 @@ def check_options(o: ParallelizeOptions) -> None:
 
 def _check_batch_options(o: ParallelizeOptions) -> None:
     """`data_parallel`, `microbatches`, `batch_argnums`, `autotune`: well-formed, then supported."""
-    from pesto_ir.passes.rewrite.rebatch import MAX_MICROBATCHES  # the place pass's own bound on both
-
     for name, value in (("data_parallel", o.data_parallel), ("microbatches", o.microbatches)):
         if value is None or isinstance(value, str) and value == "auto":
             continue
@@ -139,8 +134,6 @@ def _check_batch_options(o: ParallelizeOptions) -> None:
         raise PestoError(f"autotune must be True or False, got {o.autotune!r}")
     if o.optimizer_state not in ("auto", "replicated", "sharded"):
         raise PestoError(f"optimizer_state must be \"auto\", \"replicated\" or \"sharded\", got {o.optimizer_state!r}")
-    from pesto_ir.parallel.autotune import check_steps
-
     check_steps(o.autotune_steps)
 
 

@@ -49,6 +49,7 @@ from pesto_ir.cluster.model import Cluster
 from pesto_ir.distributed import is_multiprocess, shared_text
 from pesto_ir.ir.graph import Graph
 from pesto_ir.jaxrt.measure_collectives import measured_cluster
+from pesto_ir.parallel import autotune
 from pesto_ir.parallel.arguments import NewSignature, flat_indices, guarded_jit, plain_jit, signatures, state_map
 from pesto_ir.parallel.options import (
     DEFAULT_ALGO,
@@ -63,8 +64,10 @@ from pesto_ir.parallel.options import (
     first_device,
     renamed_cluster,
 )
+from pesto_ir.passmanager import PassContext, PassManager
 from pesto_ir.schedule.plan import Plan, read_plan_attrs
 from pesto_ir.util.errors import PestoError
+from pesto_ir.util.loader import ArgumentError
 from pesto_ir.util.units import human_time
 
 
@@ -168,12 +171,10 @@ class Parallelized:
 
     def report(self) -> str:
         """The most recent signature's autotune table: each candidate's simulated and measured step."""
-        from pesto_ir.parallel.autotune import report
-
         last = self.last
         if not last.candidates:
             return f"{self.__name__}: not autotuned (autotune=False): runs the {last.plan.algorithm} plan"
-        table = report(last.candidates, next((c for c in last.candidates if c.name == last.chosen), None))
+        table = autotune.report(last.candidates, next((c for c in last.candidates if c.name == last.chosen), None))
         devices, cluster = devices_and_cluster(self.options)
         elsewhere = elsewhere_note(cluster.calibrated_on, machine_of(first_device(devices)), "the cluster's calibrated figures")
         table += f"\n\n{elsewhere}" if elsewhere else ""
@@ -189,8 +190,6 @@ class Parallelized:
         or `measure_links=False`, links fitted to timed copies between the devices. Pass it as
         `parallelize(..., cluster=...)` to plan with what these devices really do. It says it
         describes this machine (`calibrated_on`), unless the cluster given was measured on another."""
-        from pesto_ir.parallel.autotune import with_speed
-
         last = self.last
         if last.speed_factor is None:
             raise PestoError(f"{self.__name__}: no measured speed to calibrate with: "
@@ -204,18 +203,16 @@ class Parallelized:
         # the speed factor was measured here; a given cluster measured elsewhere keeps saying so
         here = machine_of(first_device(devices))
         mixed = cluster.calibrated_on is not None and bool(differences(cluster.calibrated_on, here))
-        return dataclasses.replace(with_speed(cluster, last.speed_factor),
+        return dataclasses.replace(autotune.with_speed(cluster, last.speed_factor),
                                    calibrated_on=cluster.calibrated_on if mixed else here)
 
     # ---------------------------------------------------------------- compiling
     def _compile(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Compiled:
-        from pesto_ir.frontends.jax import lower_function
+        from pesto_ir.frontends.jax import lower_function  # start-up: JAX
 
         o = self.options
         t0 = time.perf_counter()
         if o.autotune:
-            from pesto_ir.util.loader import ArgumentError
-
             devices, _ = devices_and_cluster(o)
             if is_multiprocess(devices.values() if isinstance(devices, Mapping) else devices):
                 raise ArgumentError("autotune times its candidates on one process's devices; devices of several "
@@ -235,8 +232,6 @@ class Parallelized:
     def _planned(self, lowered: Any, graph: Graph, args: tuple[Any, ...], o: ParallelizeOptions,
                  donate: Sequence[int]) -> Compiled:
         """`graph` (a lowered step) planned with `o`'s pipeline and built on `o`'s devices."""
-        from pesto_ir.passmanager import PassContext, PassManager
-
         devices, cluster = devices_and_cluster(o)
         t1 = time.perf_counter()
         pipeline = o.pipeline()
@@ -245,7 +240,7 @@ class Parallelized:
             return PassManager(pipeline).run(graph, PassContext(cluster=cluster, quiet=o.quiet, seed=o.seed))
 
         if is_multiprocess(devices.values() if isinstance(devices, Mapping) else devices):
-            from pesto_ir.frontends.text import parse
+            from pesto_ir.frontends.text import parse  # start-up: Lark
 
             # process 0 plans, every process runs its plan: time-limited solvers differ run to run
             graph = parse(shared_text("plan", make_plan), filename="<plan from process 0>")
@@ -262,7 +257,7 @@ class Parallelized:
     def _built(lowered: Any, graph: Graph, args: tuple[Any, ...], o: ParallelizeOptions,
                donate: Sequence[int]) -> Any:
         """The executable of a placed graph on `o`'s devices."""
-        from pesto_ir.backends.jax import build
+        from pesto_ir.backends.jax import build  # start-up: JAX
 
         devices, cluster = devices_and_cluster(o)
         names = dict(zip(cluster.names, devices.values() if isinstance(devices, Mapping) else devices))
@@ -274,10 +269,6 @@ class Parallelized:
                    donate: list[int]) -> Compiled:
         """`entry` (the plan asked for) timed against plain jax.jit on the first device and data
         parallelism over all the devices; the fastest, with every candidate in `candidates`."""
-        import dataclasses
-
-        from pesto_ir.parallel.autotune import Candidate, choose, dispatch_floor
-
         o = self.options
         t0 = time.perf_counter()
         leaves, treedef = self._flatten((args, kwargs))
@@ -285,37 +276,38 @@ class Parallelized:
         device_list = list(devices.values()) if isinstance(devices, Mapping) else list(devices)
         built: dict[str, Compiled] = {"plan": entry}
         variants: dict[str, ParallelizeOptions] = {"plan": o}
-        candidates = [Candidate("plan", f"{entry.plan.algorithm} on {len(device_list)} device(s)"
-                                + _strategy(entry.plan), entry.executable, entry.plan.makespan)]
+        candidates = [autotune.Candidate("plan", f"{entry.plan.algorithm} on {len(device_list)} device(s)"
+                                         + _strategy(entry.plan), entry.executable, entry.plan.makespan)]
         one = dataclasses.replace(o, devices=device_list[:1], cluster=None, algo="single", data_parallel=None,
                                   microbatches=None, autotune=False, optimizer_state="auto")
         try:
             built["jit"] = self._planned(entry.lowered, pristine.clone(), args, one, ())
-            candidates.append(Candidate("jit", f"jax.jit on {device_list[0]}",
-                                        plain_jit(self.fn, treedef, len(leaves), device_list[0], ()),
-                                        built["jit"].plan.makespan))
+            candidates.append(autotune.Candidate("jit", f"jax.jit on {device_list[0]}",
+                                                 plain_jit(self.fn, treedef, len(leaves), device_list[0], ()),
+                                                 built["jit"].plan.makespan))
         except PestoError as e:
-            candidates.append(Candidate("jit", "jax.jit on one device", None, why=str(e).splitlines()[0]))
+            candidates.append(autotune.Candidate("jit", "jax.jit on one device", None, why=str(e).splitlines()[0]))
         if len(device_list) > 1:
             dp = dataclasses.replace(o, algo="single", data_parallel=len(device_list), microbatches=1, autotune=False)
             try:
                 built["data-parallel"] = self._planned(entry.lowered, pristine.clone(), args, dp, ())
                 variants["data-parallel"] = dp
                 plan = built["data-parallel"].plan
-                candidates.append(Candidate("data-parallel", f"{len(device_list)} replicas, shard_map over all "
-                                            "devices", built["data-parallel"].executable, plan.makespan))
+                candidates.append(autotune.Candidate("data-parallel", f"{len(device_list)} replicas, shard_map "
+                                                     "over all devices", built["data-parallel"].executable,
+                                                     plan.makespan))
             except PestoError as e:
                 why = getattr(e, "cause", e)
-                candidates.append(Candidate("data-parallel", f"{len(device_list)} replicas", None,
-                                            why=str(why).splitlines()[0]))
-        chosen = choose(candidates, leaves, o.autotune_steps)
+                candidates.append(autotune.Candidate("data-parallel", f"{len(device_list)} replicas", None,
+                                                     why=str(why).splitlines()[0]))
+        chosen = autotune.choose(candidates, leaves, o.autotune_steps)
         winner = built[chosen.name]
         if chosen.name == "jit":
             winner.executable = plain_jit(self.fn, treedef, len(leaves), device_list[0], donate)
         elif donate:  # timed without donating the caller's arrays; the one that runs donates
             winner.executable = self._built(entry.lowered, winner.graph, args, variants[chosen.name], donate)
         winner.candidates, winner.chosen = candidates, chosen.name
-        winner.dispatch = dispatch_floor(device_list[0])
+        winner.dispatch = autotune.dispatch_floor(device_list[0])
         winner.speed_factor, winner.speed_note = _speed(built.get("jit"), candidates,
                                                         devices_and_cluster(one)[1].devices[0], winner.dispatch)
         winner.seconds.update(lower=entry.seconds.get("lower", 0.0), autotune=time.perf_counter() - t0)
@@ -352,13 +344,11 @@ def parallelize(fn: Callable[..., Any] | None = None, *, devices: Sequence[Any] 
 def _speed(jit: Compiled | None, candidates: list[Any], device: Device, dispatch: float) -> tuple[float | None, str]:
     """The speed factor the `jit` candidate's measured step gives (see `autotune.speed_factor`),
     or why there is none."""
-    from pesto_ir.parallel.autotune import speed_factor
-
     measured = next((c.measured for c in candidates if c.name == "jit"), None)
     if jit is None or measured is None:
         return None, "plain jax.jit on one device was not measured"
     try:
-        return speed_factor(jit.graph, device, measured - dispatch), ""
+        return autotune.speed_factor(jit.graph, device, measured - dispatch), ""
     except PestoError as e:
         return None, str(e)
 

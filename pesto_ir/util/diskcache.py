@@ -13,6 +13,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from pesto_ir.util.loader import write_atomic
+
 
 def cache_dir() -> Path:
     """Where measurements are kept: `$PESTO_CACHE`, else `~/.cache/pesto-ir`."""
@@ -39,8 +41,6 @@ def cache_get(namespace: str, key: str) -> Any | None:
 
 def cache_put(namespace: str, key: str, value: Any) -> None:
     """Store `value` (JSON-able) under `key`; a cache that cannot be written is skipped silently."""
-    from pesto_ir.util.loader import write_atomic
-
     p = _path(namespace, key)
     try:
         p.parent.mkdir(parents=True, exist_ok=True)

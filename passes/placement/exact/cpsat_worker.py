@@ -218,7 +218,7 @@ def _pipe(stream: IO[bytes] | None) -> IO[bytes]:
 
 def serve(requests: IO[bytes], answers: IO[bytes]) -> None:
     """Answer `solve` messages until the input closes."""
-    from pesto_ir.passes.placement.exact.cpsat_model import CpModel
+    from pesto_ir.passes.placement.exact.cpsat_model import CpModel  # start-up: OR-tools (never beside CBC)
 
     while True:
         message = read_message(requests)

@@ -29,7 +29,10 @@ from typing import Any
 
 from pesto_ir.cluster.figures import FIGURE_RANGES
 from pesto_ir.cluster.model import Cluster
+from pesto_ir.frontends.text import parse
 from pesto_ir.ir.graph import Graph
+from pesto_ir.passes.placement.exact.cpsat_worker import exit_with_parent, read_message, write_message
+from pesto_ir.passes.placement.exact.ilp import place_ilp
 from pesto_ir.passes.placement.exact.ilp_model import MIN_CBC_SECONDS
 from pesto_ir.passes.placement.options import Incumbent, PlaceOptions
 from pesto_ir.schedule.plan import Plan
@@ -75,8 +78,6 @@ def _finite_memory(cluster: Cluster) -> Cluster:
 def place_ilp_in_worker(graph: Graph, cluster: Cluster, options: PlaceOptions) -> Plan:
     """`place_ilp` in a worker process: its plan, or on Ctrl-C or a worker crash the best plan
     it had sent (with a note), or an error when it had sent none."""
-    from pesto_ir.passes.placement.exact.cpsat_worker import read_message, write_message
-
     request = IlpRequest(str(graph), _finite_memory(cluster).to_json(),
                          options.warm_start.to_json() if options.warm_start else None,
                          options.time_limit, options.seed, options.solver, options.threads)
@@ -165,11 +166,6 @@ def _death(returncode: int | None, errors: Any) -> str:
 # ---------------------------------------------------------------- the worker's side
 
 def serve() -> int:
-    from pesto_ir.cluster.model import Cluster
-    from pesto_ir.frontends.text import parse
-    from pesto_ir.passes.placement.exact.cpsat_worker import exit_with_parent, read_message, write_message
-    from pesto_ir.passes.placement.exact.ilp import place_ilp
-
     exit_with_parent()
     # Messages go out on a descriptor of their own: CBC's log capture points fd 1 at a pipe while it
     # solves, and a message written there would be lost in the log (or block on a full pipe).
