@@ -55,7 +55,7 @@ class PlacePass(Pass):
     time_limit: float | None = None  # None: `default_time_limit` of the graph's size
     seed: int | None = None  # None: the pipeline's seed
     solver: str = "cbc"
-    data_parallel: str | None = None  # N or auto; None: auto for algo=auto, else 1 (passes/placement/search/hybrid.py)
+    data_parallel: str | None = None  # N or auto; None: auto for a portfolio (auto), else 1 (search/strategies.py)
     microbatches: str | None = None  # N or auto; None: auto for algo=auto, else 1
     # replicated, sharded across the data-parallel replicas (passes/rewrite/shard_state.py), or auto:
     # sharded where a strategy's replicas with the whole state give no plan (memory), and for

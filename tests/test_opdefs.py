@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from pesto_ir.cost import fusion, roofline
-from pesto_ir.ir.annotations import ANNOTATION_KEYS, primitive_params
+from pesto_ir.ir.annotations import ANNOTATIONS, primitive_params
 from pesto_ir.ir.attributes import to_attr
 from pesto_ir.ir.graph import Graph
 from pesto_ir.ir.opdefs import OPDEFS, OpDef, OpDefError, check_kinds, define, opcodes, opdef
@@ -53,4 +53,4 @@ def test_primitive_params_leave_the_annotations_out():
     op = g.add_op("reduce_sum", [x], [TensorType("f32", (2,))],
                   attrs={"axes": to_attr((0,)), "cost": to_attr(1e-6), "device": to_attr("gpu0"), "scope": to_attr("f")})
     assert set(primitive_params(op)) == {"axes"}
-    assert {"cost", "device", "scope", "fusion", "microbatch"} <= ANNOTATION_KEYS
+    assert {"cost", "device", "scope", "fusion", "microbatch"} <= ANNOTATIONS.keys()

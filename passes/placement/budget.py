@@ -3,7 +3,7 @@
 
 Searches split their time limit into shares (the heuristics' floor, the coarse solve, refinement,
 justification) and stop stages at points inside it. A `Budget` says each of those once (`at`,
-`share`, `left`, `sub`) instead of each stage keeping its own start time and adding seconds to it.
+`share`, `left`, `spent`) instead of each stage keeping its own start time and adding seconds to it.
 """
 
 from __future__ import annotations
@@ -44,7 +44,3 @@ class Budget:
     def left(self) -> float:
         """Seconds until the deadline (negative once past it)."""
         return self.deadline - time.perf_counter()
-
-    def sub(self, seconds: float) -> Budget:
-        """A budget of `seconds` starting now, for one stage of this one."""
-        return Budget.start(seconds)

@@ -42,9 +42,8 @@ ANNOTATIONS: dict[str, str] = {
     "scope": "the JAX name stack, joined with `/` (the JAX frontend)",
     "label": "display name of a pesto-graph/1 node whose name differs from its id",
 }
-ANNOTATION_KEYS: frozenset[str] = frozenset(ANNOTATIONS)
 
 
 def primitive_params(op: Op) -> dict[str, Attr]:
     """The attributes of `op` that are its primitive's parameters: all but the annotations."""
-    return {k: a for k, a in op.attrs.items() if k not in ANNOTATION_KEYS}
+    return {k: a for k, a in op.attrs.items() if k not in ANNOTATIONS}
