@@ -95,6 +95,10 @@ def parallelism_line(plan: Plan) -> str | None:
     par = plan.parallelism
     if par is None:
         return None
+    if par.tensor_parallel > 1:
+        ranks = _named([",".join(g) for g in par.replicas], " | ")
+        return (f"tensor-parallel {par.tensor_parallel} x {par.microbatches} micro-batches; "
+                f"ranks: {ranks} (each runs this schedule on its blocks)")
     if par.data_parallel == 1:
         return f"{par.microbatches} micro-batches, one replica"
     replicas = _named([",".join(g) for g in par.replicas], " | ")

@@ -75,7 +75,7 @@ def build(placed_graph: Graph, devices: DeviceSpec, *, constants: Sequence[Any] 
     all-reduces across replicas its plan does not have is refused (`BackendError`).
     """
     plan = read_plan_attrs(placed_graph)
-    replicas = plan.parallelism.data_parallel if plan is not None and plan.parallelism is not None else 1
+    replicas = plan.parallelism.mirrors if plan is not None and plan.parallelism is not None else 1
     bad = next((op for op in placed_graph.ops if op.opcode in ACROSS_REPLICAS and not one_replica(op)), None)
     if replicas == 1 and bad is not None:
         what = "all-reduces" if bad.opcode == "all_reduce" else f"runs {bad.opcode}"
@@ -152,7 +152,7 @@ class Executable:
         self._sharding = {n: SingleDeviceSharding(d) for n, d in self.devices.items()}
         plan = read_plan_attrs(graph)
         par = plan.parallelism if plan is not None else None
-        self.replicas = Replicas(graph, par, self.devices) if par is not None and par.data_parallel > 1 else None
+        self.replicas = Replicas(graph, par, self.devices) if par is not None and par.mirrors > 1 else None
         # Devices of several processes: this process runs its own devices' segments and its side of
         # each copy between processes (`pesto_ir/jaxrt/cross_process.py`); None in a single process.
         # With replicas, a device of the schedule stands for its mesh: the process runs its segments
@@ -461,7 +461,8 @@ class Executable:
         """One line per segment and transfer, in dispatch order."""
         lines = []
         if self.replicas is not None:
-            lines.append(f"{self.replicas.d} data-parallel replicas: each segment runs over the mesh "
+            what = "tensor-parallel ranks" if self.replicas.tensor else "data-parallel replicas"
+            lines.append(f"{self.replicas.d} {what}: each segment runs over the mesh "
                          f"'{REPLICA_AXIS}' of the devices that mirror its device; stacked values carry one "
                          "replica's array per device, the others are replicated")
         for item in self._order:

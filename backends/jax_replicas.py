@@ -32,13 +32,18 @@ class ReplicaLayout:
     sharded optimizer state (`sharded_inputs`, `sharded_outputs`: `passes/rewrite/shard_state.py`) is split
     into the replicas' blocks and put back together the same way."""
 
-    def __init__(self, graph: Graph, replicas: int) -> None:
+    def __init__(self, graph: Graph, replicas: int, tensor: bool = False) -> None:
         self.d = replicas
-        self.varying = _varying(graph)
+        self.tensor = tensor
+        # the mirrors are one tensor-parallel group's ranks (`passes/rewrite/tensor_shard.py`): what
+        # differs per rank is the split parameters' blocks, and the batch is every rank's whole
+        inputs, outputs = (("tensor_inputs",), ("tensor_outputs",)) if tensor else (
+            ("batch_inputs", "sharded_inputs"), ("batch_outputs", "sharded_outputs"))
+        self.varying = _varying(graph, inputs)
         by_name = {v.name: i for i, v in enumerate(graph.inputs)}
         by_index = {str(k): k for k in range(len(graph.outputs))}
-        self.input_axes = {**_axes(graph, "batch_inputs", by_name), **_axes(graph, "sharded_inputs", by_name)}
-        self.output_axes = {**_axes(graph, "batch_outputs", by_index), **_axes(graph, "sharded_outputs", by_index)}
+        self.input_axes = {i: a for attr in inputs for i, a in _axes(graph, attr, by_name).items()}
+        self.output_axes = {k: a for attr in outputs for k, a in _axes(graph, attr, by_index).items()}
         for i, v in enumerate(graph.inputs):
             if id(v) in self.varying and i not in self.input_axes:
                 raise BackendError(f"input %{v.name} differs per replica but has no batch axis")
@@ -62,7 +67,10 @@ class Replicas(ReplicaLayout):
     modules run too."""
 
     def __init__(self, graph: Graph, par: Parallelism, devices: Mapping[str, Any]) -> None:
-        super().__init__(graph, par.data_parallel)
+        if par.data_parallel > 1 and par.tensor_parallel > 1:
+            raise BackendError(f"this backend runs data-parallel replicas or tensor-parallel ranks, not both "
+                               f"(the plan has {par.data_parallel} x {par.tensor_parallel})")
+        super().__init__(graph, par.mirrors, par.tensor_parallel > 1)
         self.replicated: dict[str, Sharding] = {}
         self.stacked: dict[str, Sharding] = {}
         for name in par.replicas[0]:
@@ -91,12 +99,13 @@ class Replicas(ReplicaLayout):
         return join_rows(x, axis)
 
 
-def _varying(graph: Graph) -> set[int]:
-    """Values that differ per replica: the batch inputs and the blocks of sharded optimizer state
-    (`sharded_inputs`), a replica's block of a value (`reduce_scatter`, `replica_slice`), and what
-    is computed from them without an all-reduce or all-gather in between."""
+def _varying(graph: Graph, inputs: tuple[str, ...]) -> set[int]:
+    """Values that differ per replica: the inputs the graph attributes `inputs` name (the batch
+    inputs and the blocks of sharded optimizer state, or a rank's parameter blocks), a replica's
+    block of a value (`reduce_scatter`, `replica_slice`), and what is computed from them without an
+    all-reduce or all-gather in between."""
     names: set[str] = set()
-    for attr in ("batch_inputs", "sharded_inputs"):
+    for attr in inputs:
         axes = graph.attrs.get(attr)
         names |= set(axes.value) if axes is not None and isinstance(axes.value, dict) else set()
     out = {id(v) for v in graph.inputs if v.name in names}

@@ -65,6 +65,8 @@ def emit_python(placed_graph: Graph, state_map: Mapping[int, int] | None = None)
     every data-parallel replica of its plan included."""
     check_computable(placed_graph)
     par = _parallelism(placed_graph)
+    if par is not None and par.tensor_parallel > 1:  # the JAX backend (build, parallelize) runs them
+        raise EmitError(f"@{placed_graph.name}: emitted modules do not run tensor-parallel ranks yet")
     try:
         layout = ReplicaLayout(placed_graph, par.data_parallel) if par is not None else None
     except BackendError as e:
@@ -88,7 +90,7 @@ def _parallelism(graph: Graph) -> Parallelism | None:
     """The plan's replicas when it has more than one."""
     plan = read_plan_attrs(graph)
     par = plan.parallelism if plan is not None else None
-    return par if par is not None and par.data_parallel > 1 else None
+    return par if par is not None and par.mirrors > 1 else None
 
 
 def _check_all_reduces(graph: Graph, par: Parallelism | None) -> None:

@@ -61,12 +61,16 @@ class PlacePass(Pass):
     # sharded where a strategy's replicas with the whole state give no plan (memory), and for
     # one-device replicas where that is faster
     optimizer_state: str = "auto"
+    # N or auto: t devices run each op on their blocks of the split parameters (passes/sharding/);
+    # None: 1 (the search tries tensor parallelism when asked: N, or auto)
+    tensor_parallel: str | None = None
     start: str | None = None  # a pesto-plan/1 file: the plan to start from and to beat (passes/placement/search/start_plan.py)
 
     def __post_init__(self) -> None:
         algorithm(self.algo)
         parse_degree(self.data_parallel, "data-parallel")
         parse_degree(self.microbatches, "microbatches")
+        parse_degree(self.tensor_parallel, "tensor-parallel")
         if self.optimizer_state not in OPTIMIZER_STATE_CHOICES:
             raise PlaceError(f"optimizer-state must be one of {', '.join(OPTIMIZER_STATE_CHOICES)}, "
                              f"not {self.optimizer_state!r}")
@@ -165,9 +169,10 @@ class PlacePass(Pass):
         if d == 1 and self.optimizer_state == "sharded":
             raise PlaceError("optimizer-state=sharded splits the optimizer state across data-parallel replicas; "
                              "with data-parallel 1 there is nothing to split it across")
-        if d == 1 and m == 1:
+        t = parse_degree(self.tensor_parallel or "1", "tensor-parallel")
+        if d == 1 and m == 1 and t == 1:
             return graph, driver.place_graph(graph, cluster, algo, options)
-        return place_hybrid(graph, cluster, algo, options, d, m, self.optimizer_state, start)
+        return place_hybrid(graph, cluster, algo, options, d, m, self.optimizer_state, start, t)
 
     def degrees(self) -> tuple[int | None, int | None]:
         """(data-parallel, microbatches): a number, or None to search; unset means search for

@@ -22,7 +22,7 @@ from pesto_ir.backends.memory_plot import memory_plot_for_path
 from pesto_ir.backends.reports import render_reports, require_plan
 from pesto_ir.cluster.devices import KINDS
 from pesto_ir.cluster.figures import ClusterError
-from pesto_ir.cluster.model import Cluster, suggestion_problem
+from pesto_ir.cluster.model import MAX_DEVICES, Cluster, suggestion_problem
 from pesto_ir.frontends import load
 from pesto_ir.ir.attributes import parse_size
 from pesto_ir.ir.graph import Graph
@@ -114,7 +114,11 @@ def build_arg_parser() -> argparse.ArgumentParser:
     target = ap.add_argument_group("target cluster")
     target.add_argument("--cluster", metavar="FILE", help="a pesto-cluster/1 JSON file")
     target.add_argument("--devices", type=_positive_int, metavar="N",
-                        help=f"N identical devices (default: the graph's suggested cluster, else {DEFAULT_DEVICES})")
+                        help=f"N identical devices, at most {MAX_DEVICES} (default: the graph's suggested cluster, "
+                             f"else {DEFAULT_DEVICES})")
+    target.add_argument("--devices-per-host", type=_positive_int, metavar="P",
+                        help="split the --devices into nodes of P devices each (P divides N), linked by the kind's "
+                             "network between nodes, InfiniBand for GPUs (default: all on one host)")
     target.add_argument("--device-kind", default=None, metavar="K", choices=sorted(KINDS),
                         help=f"built-in device kind for --devices (default: {DEFAULT_KIND})")
     target.add_argument("--memory", type=_size, metavar="BYTES",
@@ -132,6 +136,11 @@ def build_arg_parser() -> argparse.ArgumentParser:
     place.add_argument("--microbatches", type=_degree, metavar="N|auto",
                        help="micro-batches per replica, pipelined by the schedule; auto searches them "
                             "(default: auto for --algo auto, else 1)")
+    place.add_argument("--tensor-parallel", type=_degree, metavar="N|auto",
+                       help="tensor-parallel groups of N devices: each runs every op on its block of the "
+                            "parameters the planner splits (Megatron's column- and row-parallel layers, "
+                            "attention by heads), partial sums all-reduced; auto also tries every N dividing "
+                            "the devices up to 8 (default: 1)")
     place.add_argument("--optimizer-state", choices=("auto", "replicated", "sharded"),
                        help="with data-parallel replicas: each holds the whole optimizer state (replicated), "
                             "or 1/N of it and updates that part (sharded, ZeRO-1); auto shards it where "
@@ -221,11 +230,12 @@ def _check_writable(option: str, path: str, key: Path) -> None:
 
 
 def with_place_options(pipeline: Pipeline, args: argparse.Namespace) -> Pipeline:
-    """Apply --algo, --time-limit, --data-parallel, --microbatches, --optimizer-state and --start to
+    """Apply --algo, --time-limit, --data-parallel, --microbatches, --tensor-parallel, --optimizer-state and --start to
     the pipeline's place passes (an error if it has none)."""
     changes = {k: v for k, v in (("algo", args.algo), ("time_limit", args.time_limit),
                                  ("data_parallel", args.data_parallel), ("microbatches", args.microbatches),
-                                 ("optimizer_state", args.optimizer_state), ("start", args.start))
+                                 ("optimizer_state", args.optimizer_state), ("start", args.start),
+                                 ("tensor_parallel", args.tensor_parallel))
                if v is not None}
     if not changes:
         return pipeline
@@ -246,16 +256,20 @@ def with_place_options(pipeline: Pipeline, args: argparse.Namespace) -> Pipeline
 
 
 def make_cluster(args: argparse.Namespace, graph: Graph) -> Cluster:
-    """--cluster FILE, else N devices of one kind: N from --devices, the graph's suggestion, or 2."""
+    """--cluster FILE, else N devices of one kind: N from --devices, the graph's suggestion, or 2; in
+    nodes of --devices-per-host each."""
     if args.cluster:
-        if args.devices or args.device_kind:
-            raise ClusterError("give either --cluster or --devices/--device-kind, not both")
+        if args.devices or args.device_kind or args.devices_per_host:
+            raise ClusterError("give either --cluster or --devices/--device-kind/--devices-per-host, not both")
         cluster = Cluster.load(args.cluster)
         return cluster.with_memory(args.memory) if args.memory is not None else cluster
     hint = _suggested_cluster(graph)
     n = args.devices or hint.get("devices", DEFAULT_DEVICES)
     memory = args.memory if args.memory is not None else hint.get("memory")
-    return Cluster.homogeneous(n, args.device_kind or DEFAULT_KIND, memory=memory)
+    per_host = args.devices_per_host
+    if per_host is not None and n % per_host:
+        raise ClusterError(f"--devices-per-host {per_host} does not divide the {n} devices into whole hosts")
+    return Cluster.homogeneous(n, args.device_kind or DEFAULT_KIND, memory=memory, devices_per_host=per_host)
 
 
 def _suggested_cluster(graph: Graph) -> dict[str, Any]:

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from pesto_ir.cluster.devices import OP_FAMILIES, Device
+from pesto_ir.cluster.devices import OP_FAMILIES, Device, Link
 from pesto_ir.cluster.figures import AllReduceFit, ClusterError
 from pesto_ir.cluster.host import machine_of
-from pesto_ir.cluster.model import Cluster, jax_device_kind, ring_all_reduce_time
+from pesto_ir.cluster.model import NODE_LINKS, Cluster, jax_device_kind, ring_all_reduce_time, ring_time
 from pesto_ir.jaxrt.measure_collectives import fit_all_reduce, fit_link, measure_links, measured_cluster
 
 
@@ -429,3 +429,108 @@ def test_memory_beyond_any_device_is_refused_but_no_limit_is_allowed() -> None:
     with pytest.raises(ClusterError, match="memory 1e\\+308 is out of range"):
         cluster.with_memory(1e308)
     assert cluster.with_memory(math.inf).devices[0].memory == math.inf
+
+
+# ---------------------------------------------------------------- nodes of several devices
+
+ROOT = Path(__file__).resolve().parent.parent
+CLUSTERS = ROOT / "examples" / "clusters"
+
+
+def test_64_nodes_of_8_devices_link_within_and_across_nodes_and_round_trip() -> None:
+    c = Cluster.homogeneous(512, "h100", devices_per_host=8)
+    assert len(c) == 512 and len(c.links) == 512 * 511 and c.hosts == list(range(64))
+    assert [d.host for d in c.devices[7:10]] == [0, 1, 1] and c.names[-1] == "gpu511"
+    within, across = (1e-5, 450e9), NODE_LINKS["h100"]
+    assert across == (2e-5, 50e9)  # 400 Gb/s NDR per GPU
+    for a, b in (("gpu0", "gpu7"), ("gpu7", "gpu0"), ("gpu504", "gpu511")):
+        assert (c.link(a, b).latency, c.link(a, b).bandwidth) == within and c.link(a, b).src == a
+    for a, b in (("gpu0", "gpu8"), ("gpu8", "gpu0"), ("gpu7", "gpu511")):
+        assert (c.link(a, b).latency, c.link(a, b).bandwidth) == across and c.link(a, b).dst == b
+    data = c.to_json()
+    assert data["link"] == {"latency": 1e-5, "bandwidth": 450e9}
+    assert data["host_link"] == {"latency": 2e-5, "bandwidth": 50e9} and "links" not in data
+    back = Cluster.from_json(json.loads(json.dumps(data)))
+    assert back.devices == c.devices and back.links == c.links and back.to_json() == data
+
+
+def test_nodes_take_given_links_and_one_host_is_the_default() -> None:
+    c = Cluster.homogeneous(8, "a100", latency=2e-6, bandwidth=1e11, devices_per_host=4, host_link=(3e-5, 1e9))
+    assert c.link("gpu0", "gpu3") == Link("gpu0", "gpu3", 2e-6, 1e11)
+    assert (c.link("gpu3", "gpu4").latency, c.link("gpu3", "gpu4").bandwidth) == (3e-5, 1e9)
+    assert Cluster.homogeneous(8, "a100", devices_per_host=8).hosts == [0] == Cluster.homogeneous(8, "a100").hosts
+    assert Cluster.homogeneous(4, "v100", devices_per_host=1).link("gpu0", "gpu1").bandwidth == NODE_LINKS["v100"][1]
+    assert Cluster.homogeneous(16, "h100", devices_per_host=8).to_json() == Cluster.load(CLUSTERS / "h100_2x8.json").to_json()
+
+
+def test_links_that_differ_from_link_and_host_link_are_written_one_by_one() -> None:
+    c = two_hosts()
+    odd = dataclasses.replace(c, links={**c.links, ("gpu1", "gpu2"): Link("gpu1", "gpu2", 1e-3, 1e6)})
+    data = odd.to_json()
+    assert data["links"] == [{"src": "gpu1", "dst": "gpu2", "latency": 1e-3, "bandwidth": 1e6}]
+    assert Cluster.from_json(data).links == odd.links
+    assert Cluster.from_json(Cluster.homogeneous(1, "h100").to_json()).names == ["gpu0"]
+
+
+def test_a_ring_across_nodes_is_as_slow_as_the_network_between_them() -> None:
+    c = Cluster.homogeneous(16, "h100", devices_per_host=8)
+    nbytes = 1 << 30
+    (lat, bw), n = NODE_LINKS["h100"], 16
+    assert ring_all_reduce_time(c, c.names, nbytes) == pytest.approx(2 * (n - 1) * (lat + nbytes / n / bw))
+    assert ring_time(c, c.names[:8], nbytes, phases=1) == pytest.approx(7 * (1e-5 + nbytes / 8 / 450e9))
+    fitted = dataclasses.replace(c, all_reduce=AllReduceFit(1e-6, 1e12))  # a fit is of one host's collective
+    assert ring_all_reduce_time(fitted, c.names, nbytes) == ring_all_reduce_time(c, c.names, nbytes)
+    assert ring_all_reduce_time(c, c.names, nbytes) > 8 * ring_all_reduce_time(c, c.names[:8], nbytes)
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"devices_per_host": 0}, "the devices per host must be at least 1, got 0"),
+    ({"devices_per_host": -8}, "the devices per host must be at least 1, got -8"),
+    ({"devices_per_host": 3}, "16 devices do not make whole hosts of 3 devices"),
+    ({"devices_per_host": 32}, "16 devices do not make whole hosts of 32 devices"),
+    ({"devices_per_host": 8.0}, "the devices per host must be a whole number, got 8.0"),
+    ({"devices_per_host": True}, "the devices per host must be a whole number, got True"),
+    ({"devices_per_host": "8"}, "the devices per host must be a whole number, got '8'"),
+    ({"host_link": (2e-5, 5e10)}, "host_link is the link between hosts: give devices_per_host too"),
+    ({"devices_per_host": 8, "host_link": "fast"}, "host_link is a pair \\(latency in seconds, bandwidth"),
+    ({"devices_per_host": 8, "host_link": (2e-5,)}, "host_link is a pair"),
+    ({"devices_per_host": 8, "host_link": (2e-5, math.nan)}, "link gpu0->gpu8: bandwidth must be positive"),
+    ({"devices_per_host": 8, "host_link": (2e-5, 0)}, "link gpu0->gpu8: bandwidth must be positive"),
+    ({"devices_per_host": 8, "host_link": (2e-5, math.inf)}, "link gpu0->gpu8: bandwidth inf is out of range"),
+    ({"devices_per_host": 8, "host_link": (-1, 5e10)}, "link gpu0->gpu8: latency must be a finite number"),
+    ({"devices_per_host": 8, "bandwidth": -1}, "link gpu0->gpu1: bandwidth must be positive"),
+    ({"devices_per_host": 1, "latency": math.inf}, "link gpu0->gpu1: latency must be a finite number"),
+])
+def test_bad_nodes_are_refused_with_the_reason(kwargs: dict[str, object], message: str) -> None:
+    with pytest.raises(ClusterError, match=message):
+        Cluster.homogeneous(16, "h100", **kwargs)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("name", "memory", "across"), [("h100_2x8", 80 * 2**30, (2e-5, 50e9)),
+                                                         ("v100_p3_2x8", 16 * 2**30, (5e-5, 25e9 / 8))])
+def test_the_example_cluster_files_are_two_nodes_of_eight(name: str, memory: float,
+                                                          across: tuple[float, float]) -> None:
+    c = Cluster.load(CLUSTERS / f"{name}.json")
+    assert len(c) == 16 and [d.host for d in c.devices] == [0] * 8 + [1] * 8
+    assert {d.memory for d in c.devices} == {memory}
+    assert (c.link("gpu15", "gpu0").latency, c.link("gpu15", "gpu0").bandwidth) == across
+    assert c.link("gpu8", "gpu15").bandwidth == (450e9 if name.startswith("h100") else 150e9)
+
+
+def test_the_cli_plans_on_nodes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from pesto_ir.cli import build_arg_parser, main
+
+    model, plan = str(ROOT / "examples" / "mlp_train_step.pir"), tmp_path / "plan.json"
+    assert main([model, "--devices", "16", "--devices-per-host", "8", "--algo", "m-etf",
+                 "--plan-json", str(plan), "-o", str(tmp_path / "x.pir"), "-q"]) == 0
+    assert json.loads(plan.read_text())["devices"] == [f"gpu{i}" for i in range(16)]
+    assert main([model, "--cluster", str(CLUSTERS / "v100_p3_2x8.json"), "--algo", "m-etf", "-q",
+                 "-o", str(tmp_path / "y.pir")]) == 0
+    assert main([model, "--devices", "16", "--devices-per-host", "3", "-q"]) == 1
+    assert "--devices-per-host 3 does not divide the 16 devices into whole hosts" in capsys.readouterr().err
+    assert main([model, "--cluster", str(CLUSTERS / "h100_2x8.json"), "--devices-per-host", "8", "-q"]) == 1
+    assert "give either --cluster or --devices/--device-kind/--devices-per-host" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main([model, "--devices", "16", "--devices-per-host", "0", "-q"])
+    assert "argument --devices-per-host: '0' is not a positive whole number" in capsys.readouterr().err
+    assert "at most 512" in " ".join(build_arg_parser().format_help().split())

@@ -65,7 +65,13 @@ class _PerSample:
 
 
 class Rewriter:
-    """Builds one replica's micro-batched graph from a whole-batch graph."""
+    """Builds one replica's micro-batched graph from a whole-batch graph.
+
+    The tensor-parallel rewrite (`passes/sharding/tensor_rewrite.py`) is this rewrite along a
+    parameter's axis instead of the batch: it overrides the hooks `copy_name`, `copy_attrs`,
+    `whole_rows` and `all_reduce`, the rules and the attribute the split outputs are listed in."""
+
+    OUTPUT_AXES = "batch_outputs"  # the graph attribute listing split outputs (index -> axis)
 
     def __init__(self, src: Graph, microbatches: int, data_parallel: int,
                  all_reduce_cost: Callable[[int], float] | None) -> None:
@@ -80,6 +86,7 @@ class Rewriter:
         self.whole: set[str] = set()  # ops kept whole: the rewrite may leave them unread
         self.summed: dict[int, Value] = {}  # cost graphs: a per-sample value summed over micro-batches
         self.groups = {str(op.get("colocate")) for op in src.ops if op.get("colocate") is not None}
+        self.rules: dict[str, Any] = BATCH_RULES
 
     # -- helpers
     def emit(self, src_op: Op | None, opcode: str, operands: Sequence[Value], types: Sequence[Type],
@@ -161,19 +168,21 @@ class Rewriter:
                 attrs = scaled_costs(attrs, self.factor)
                 small = self.emit(op, op.opcode, [self.value(x) for x in op.operands], [t], attrs,
                                   self.out.fresh_name(f"{op.name}.mb")).result
-        if small is None:
-            if self.d > 1 and not constant_along(v, axis):  # every replica runs this graph: replica 0's rows
-                # of a value that varies along the batch would be wrong on the others
-                where = f"op '{op.name}' ({op.where()})" if op is not None else f"input %{v.name}"
-                raise MicrobatchError(f"cannot split %{v.name} for {self.d} data-parallel replicas: it has the batch "
-                                      f"along axis {axis} but is made from no batch input ({where}), so each replica "
-                                      "would need its own rows of it; declare it a batch input (batch_inputs / "
-                                      "batch_argnums) or use micro-batches without replicas")
-            copies = self._slices(op, whole, axis, _as_tensor(self.small(v.type, axis)).shape[axis])
-        else:
-            copies = [small] * self.m
+        copies = self.whole_rows(v, axis, whole) if small is None else [small] * self.m
         self.sliced[key] = copies
         return copies
+
+    def whole_rows(self, v: Value, axis: int, whole: Value) -> list[Value]:
+        """The copies' rows of a whole value `v` (rewritten: `whole`) that varies along `axis`."""
+        op = v.owner
+        if self.d > 1 and not constant_along(v, axis):  # every replica runs this graph: replica 0's rows
+            # of a value that varies along the batch would be wrong on the others
+            where = f"op '{op.name}' ({op.where()})" if op is not None else f"input %{v.name}"
+            raise MicrobatchError(f"cannot split %{v.name} for {self.d} data-parallel replicas: it has the batch "
+                                  f"along axis {axis} but is made from no batch input ({where}), so each replica "
+                                  "would need its own rows of it; declare it a batch input (batch_inputs / "
+                                  "batch_argnums) or use micro-batches without replicas")
+        return self._slices(op, whole, axis, _as_tensor(self.small(v.type, axis)).shape[axis])
 
     # -- ops
     def op(self, op: Op) -> None:
@@ -187,7 +196,7 @@ class Rewriter:
             for r, n in zip(op.results, new.results):
                 self.one[id(r)] = n
             return
-        found = BATCH_RULES.get(op.opcode)
+        found = self.rules.get(op.opcode)
         if found is None:
             raise refuse(op, "micro-batching has no rule for how it treats the batch axis")
         how = found(op, axes)
@@ -215,14 +224,18 @@ class Rewriter:
         copies: list[list[Value]] = [[] for _ in op.results]
         for i in range(self.m):
             new = self.emit(op, op.opcode, self.operands_for(op, axes, i, how.split), types,
-                            self._copy_attrs(op, attrs, i), f"{op.name}.mb{i}",
-                            [f"{r.name}.mb{i}" for r in op.results])
+                            self.copy_attrs(op, attrs, i), self.copy_name(op.name, i),
+                            [self.copy_name(r.name, i) for r in op.results])
             for k, r in enumerate(new.results):
                 copies[k].append(r)
         for r, a, cs in zip(op.results, how.out_axes, copies):
             self.per[id(r)] = _PerSample(cs, (a, rows))
 
-    def _copy_attrs(self, op: Op, attrs: dict[str, Attr], i: int) -> dict[str, Attr]:
+    def copy_name(self, name: str, i: int) -> str:
+        """The name of micro-batch i's copy of an op or value."""
+        return f"{name}.mb{i}"
+
+    def copy_attrs(self, op: Op, attrs: dict[str, Attr], i: int) -> dict[str, Attr]:
         out = scaled_costs(attrs, self.factor)
         if i > 0 and "memory" in out:  # resident bytes (weights) are held once, by the first copy
             out["memory"] = BytesAttr(0)
@@ -247,11 +260,11 @@ class Rewriter:
             operands = self.operands_for(op, axes, i, how.split)
             if combine == "chain" and partial:
                 operands[0] = partial[-1].result
-            a = self._copy_attrs(op, attrs, i)
+            a = self.copy_attrs(op, attrs, i)
+            whole = self.m == 1 and self.d == 1
             partial.append(self.emit(op, op.opcode, operands, [r.type for r in op.results], a,
-                                     op.name if self.m == 1 and self.d == 1 else f"{op.name}.mb{i}",
-                                     [r.name if self.m == 1 and self.d == 1 else f"{r.name}.mb{i}"
-                                      for r in op.results]))
+                                     op.name if whole else self.copy_name(op.name, i),
+                                     [r.name if whole else self.copy_name(r.name, i) for r in op.results]))
         if combine == "chain" and self.d > 1 and not _is_zeros(op.operands[0]):
             raise refuse(op, "it adds into a tensor that is not zeros, which an all-reduce would count once "
                               "per replica")
@@ -303,7 +316,7 @@ class Rewriter:
                                       {"dimension": IntAttr(a)}, self.out.fresh_name(f"{v.name}.whole")).result)
         self.out.set_outputs(outs)
         if rows:
-            self.out.attrs["batch_outputs"] = DictAttr(tuple(rows))
+            self.out.attrs[self.OUTPUT_AXES] = DictAttr(tuple(rows))
 
 
 def _as_tensor(t: Type) -> TensorType:
@@ -370,7 +383,7 @@ def _rebatch_costs(src: Graph, m: int, d: int, all_reduce_cost: Callable[[int], 
         copies: list[list[Value]] = [[] for _ in op.results]
         for i in range(m):
             operands = [rw.per[id(v)].copies[i] if id(v) in rw.per else rw.one[id(v)] for v in op.operands]
-            new = rw.emit(op, op.opcode, operands, types, rw._copy_attrs(op, attrs, i), f"{op.name}.mb{i}",
+            new = rw.emit(op, op.opcode, operands, types, rw.copy_attrs(op, attrs, i), f"{op.name}.mb{i}",
                           [f"{r.name}.mb{i}" for r in op.results])
             for k, r in enumerate(new.results):
                 copies[k].append(r)

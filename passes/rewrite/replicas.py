@@ -21,6 +21,7 @@ from pesto_ir.passes.placement.options import PlaceOptions, inner, kept_on_inter
 from pesto_ir.passes.rewrite.collective_buckets import bucket_all_reduces
 from pesto_ir.passes.rewrite.rebatch import rebatch
 from pesto_ir.passes.rewrite.shard_state import shard_optimizer_state
+from pesto_ir.passes.rewrite.tensor_shard import TensorLayout, partition_specs, tensor_shard
 from pesto_ir.passmanager import PassContext
 from pesto_ir.schedule.plan import RING_PHASES, Parallelism, Plan, write_plan_attrs
 from pesto_ir.schedule.validate import check_plan, collectives_for
@@ -34,10 +35,16 @@ class Strategy:
     data_parallel: int
     microbatches: int
     optimizer_state: str = "replicated"  # or "sharded" (`passes/rewrite/shard_state.py`), with d > 1
+    tensor: TensorLayout = TensorLayout(1)  # t ranks and the inputs split across them (`tensor_shard.py`)
+
+    @property
+    def tensor_parallel(self) -> int:
+        return self.tensor.size
 
     def __str__(self) -> str:
         sharded = " state sharded" if self.optimizer_state == "sharded" else ""
-        return f"d={self.data_parallel} m={self.microbatches}{sharded}"
+        ranks = f" t={self.tensor_parallel}" if self.tensor_parallel > 1 else ""
+        return f"d={self.data_parallel} m={self.microbatches}{ranks}{sharded}"
 
     def sharded(self) -> Strategy:
         return dataclasses.replace(self, optimizer_state="sharded")
@@ -61,6 +68,31 @@ def replica_groups(cluster: Cluster, d: int) -> tuple[tuple[str, ...], ...]:
                 raise PestoError(f"data-parallel {d}: device {b} would mirror {a}, but they differ "
                                  f"({db.kind} vs {da.kind}); replicas need alike devices")
     return groups
+
+
+def mirror_groups(cluster: Cluster, d: int, t: int = 1) -> tuple[tuple[str, ...], ...]:
+    """The devices that run replica 0's schedule: with t tensor-parallel ranks, each replica's
+    devices are cut into runs of t contiguous devices (one rank group, inside a host where hosts
+    hold whole groups), rank 0 of each run is placed, and list r*t + j holds replica r's rank j."""
+    groups = replica_groups(cluster, d)
+    per = len(groups[0])
+    if t < 1 or per % t:
+        raise PestoError(f"tensor-parallel {t} does not divide the {per} device(s) of a replica into equal groups")
+    if t == 1:
+        return groups
+    out = tuple(tuple(g[s * t + j] for s in range(per // t)) for g in groups for j in range(t))
+    for rank in out[1:]:
+        for a, b in zip(out[0], rank):
+            da, db = cluster.device(a), cluster.device(b)
+            if (da.kind, da.memory, da.peak_flops) != (db.kind, db.memory, db.peak_flops):
+                raise PestoError(f"tensor-parallel {t}: device {b} would run {a}'s schedule on its own blocks, but "
+                                 f"they differ ({db.kind} vs {da.kind}); a tensor-parallel group needs alike devices")
+    return out
+
+
+def placed_devices(cluster: Cluster, strategy: Strategy) -> tuple[str, ...]:
+    """The devices a strategy's plan places its replica graph on: replica 0's (its rank 0's)."""
+    return mirror_groups(cluster, strategy.data_parallel, strategy.tensor_parallel)[0]
 
 
 def sub_cluster(cluster: Cluster, names: Sequence[str]) -> Cluster:
@@ -95,8 +127,12 @@ def replica_graph(graph: Graph, cluster: Cluster, strategy: Strategy) -> Graph:
     out = rebatch(graph, strategy.microbatches, strategy.data_parallel, all_reduce_cost(cluster, groups))
     if strategy.optimizer_state == "sharded":
         shard_state(out, strategy, collective_cost(cluster, groups))
+    mirrors = groups
+    if strategy.tensor.size > 1:
+        mirrors = mirror_groups(cluster, strategy.data_parallel, strategy.tensor.size)
+        out = tensor_shard(out, strategy.tensor, collective_cost(cluster, mirrors))
     if out is not graph and any("flops" in op.attrs for op in graph.ops):
-        AnnotateCostsPass(model="roofline").run(out, PassContext(cluster=sub_cluster(cluster, groups[0]), quiet=True))
+        AnnotateCostsPass(model="roofline").run(out, PassContext(cluster=sub_cluster(cluster, mirrors[0]), quiet=True))
     return out
 
 
@@ -123,11 +159,12 @@ def as_hybrid(graph: Graph, cluster: Cluster, plan: Plan, strategy: Strategy) ->
 
     With one replica on all of `cluster` the plan is the same plan, and one that has passed the
     validator (it has its peaks) is not checked again: on a 25,000-op pipeline a check is 0.7 s."""
-    groups = replica_groups(cluster, strategy.data_parallel)
-    same = strategy.data_parallel == 1 and list(plan.devices) == list(cluster.names) and plan.peak_memory is not None
+    groups = mirror_groups(cluster, strategy.data_parallel, strategy.tensor_parallel)
+    same = len(groups) == 1 and list(plan.devices) == list(cluster.names) and plan.peak_memory is not None
     plan = dataclasses.replace(plan, devices=list(cluster.names),
                                parallelism=Parallelism(strategy.data_parallel, strategy.microbatches, groups,
-                                                       state_of(graph)))
+                                                       state_of(graph), strategy.tensor_parallel,
+                                                       partition_specs(graph)))
     plan.collectives = collectives_for(graph, plan)
     return plan if same else check_plan(graph, cluster, plan)
 

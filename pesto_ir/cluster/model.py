@@ -28,6 +28,7 @@ from pesto_ir.cluster.devices import KINDS, Device, Link, kind_named
 from pesto_ir.cluster.figures import AllReduceFit, ClusterError, is_real, out_of_range
 from pesto_ir.cluster.host import Machine, machine_from_json
 from pesto_ir.cluster.json_fields import all_reduce_from_json, device_from_json, link_figure
+from pesto_ir.util.gc_pause import gc_paused
 from pesto_ir.util.loader import brief, finite
 
 
@@ -111,31 +112,37 @@ class Cluster:
     # ---------------------------------------------------------------- builders
     @staticmethod
     def homogeneous(n: int, kind: str = "v100", memory: float | None = None,
-                    latency: float | None = None, bandwidth: float | None = None, prefix: str | None = None) -> Cluster:
-        """`n` devices of one built-in kind, fully connected by identical links."""
+                    latency: float | None = None, bandwidth: float | None = None, prefix: str | None = None,
+                    devices_per_host: int | None = None, host_link: tuple[float, float] | None = None) -> Cluster:
+        """`n` devices of one built-in kind, fully connected by identical links.
+
+        With `devices_per_host` p, the devices are n / p nodes (hosts 0, 1, ...) of p devices each,
+        device i on host i // p, as a multi-node training cluster is: links within a node are the
+        kind's (NVLink for GPUs, or `latency` and `bandwidth`), links across nodes `host_link`
+        (latency s, bandwidth B/s), by default the kind's network between nodes (`NODE_LINKS`).
+        Devices keep one numbering across nodes (`gpu0` .. `gpu{n-1}`), so plans name them as for
+        one node."""
         if isinstance(n, bool) or not isinstance(n, int):
             raise ClusterError(f"the number of devices must be a whole number, got {brief(repr(n))}")
         if n < 1:
             raise ClusterError(f"the number of devices must be at least 1, got {n}")
         _check_size(n)
+        per_host = _check_per_host(n, devices_per_host, host_link)
         k = kind_named(kind)
         prefix = prefix or ("cpu" if k.name == "cpu" else "gpu")
-        devices = [Device.of_kind(f"{prefix}{i}", k.name, memory) for i in range(n)]
+        devices = [Device.of_kind(f"{prefix}{i}", k.name, memory, i // per_host) for i in range(n)]
+        across = None if devices_per_host is None else host_link if host_link is not None else NODE_LINKS[k.name]
         return Cluster.fully_connected(devices, k.link_latency if latency is None else latency,
-                                       k.link_bandwidth if bandwidth is None else bandwidth)
+                                       k.link_bandwidth if bandwidth is None else bandwidth,
+                                       None if across is None else (across[0], across[1]))
 
     @staticmethod
     def fully_connected(devices: Sequence[Device], latency: float, bandwidth: float,
                         across_hosts: tuple[float, float] | None = None) -> Cluster:
         """A link of `latency` and `bandwidth` between every two devices; between devices of
         different hosts, of `across_hosts` (latency, bandwidth) when given."""
-        def link(a: Device, b: Device) -> Link:
-            if across_hosts is not None and a.host != b.host:
-                return Link(a.name, b.name, *across_hosts)
-            return Link(a.name, b.name, latency, bandwidth)
-
-        links = {(a.name, b.name): link(a, b) for a in devices for b in devices if a.name != b.name}
-        return Cluster(list(devices), links)
+        devices = list(devices)
+        return Cluster(devices, _pair_links(devices, (latency, bandwidth), across_hosts))
 
     @property
     def hosts(self) -> list[int]:
@@ -145,7 +152,8 @@ class Cluster:
     # ---------------------------------------------------------------- pesto-cluster/1
     def to_json(self) -> dict[str, Any]:
         """The cluster as pesto-cluster/1; calibrated figures only when set, so that files without
-        them write back as they were."""
+        them write back as they were. Links are written as `link` and `host_link` (see
+        `_links_to_json`), so that 512 devices take 70 KB, not 20 MB of pairs."""
         out: dict[str, Any] = {
             "format": "pesto-cluster/1",
             "devices": [{"name": d.name, "kind": d.kind, "memory": d.memory,
@@ -155,13 +163,38 @@ class Cluster:
                          **({"efficiency": dict(d.efficiency)} if d.efficiency else {}),
                          **({"setup": dict(d.setup)} if d.setup else {})}
                         for d in self.devices],
-            "links": [{"src": lk.src, "dst": lk.dst, "latency": lk.latency, "bandwidth": lk.bandwidth}
-                      for lk in self.links.values()],
+            **self._links_to_json(),
         }
         if self.all_reduce is not None:
             out["all_reduce"] = {"latency": self.all_reduce.latency, "bandwidth": self.all_reduce.bandwidth}
         if self.calibrated_on is not None:
             out["calibrated_on"] = dict(self.calibrated_on)
+        return out
+
+    def _links_to_json(self) -> dict[str, Any]:
+        """`link`: the figures most pairs within a host have (or, with one device per host, most
+        pairs); `host_link`: those most pairs across hosts have, when they differ; `links`: each
+        pair whose figures differ from the one of these it would get. `from_json` builds every pair
+        back as it was."""
+        host = {d.name: d.host for d in self.devices}
+        # (across hosts?, latency, bandwidth) of every pair; None for a pair naming no device
+        counts = Counter((host[a] != host[b], lk.latency, lk.bandwidth) if a in host and b in host else None
+                         for (a, b), lk in self.links.items())
+        ranked = [key for key, _ in counts.most_common() if key is not None]
+        within = next((key[1:] for key in ranked if not key[0]), None)
+        across = next((key[1:] for key in ranked if key[0]), None)
+        link = within or across
+        if link is None:
+            return {}  # one device: no pairs
+        default = (link, across or link)
+        out: dict[str, Any] = {"link": {"latency": link[0], "bandwidth": link[1]}}
+        if across is not None and across != link:
+            out["host_link"] = {"latency": across[0], "bandwidth": across[1]}
+        if len(counts) > (within is not None) + (across is not None):  # some pairs differ from their default
+            out["links"] = [{"src": a, "dst": b, "latency": lk.latency, "bandwidth": lk.bandwidth}
+                            for (a, b), lk in self.links.items()
+                            if a not in host or b not in host
+                            or (lk.latency, lk.bandwidth) != default[host[a] != host[b]]]
         return out
 
     @staticmethod
@@ -194,12 +227,7 @@ class Cluster:
         bw0 = link_figure(default, "bandwidth", first_kind.link_bandwidth if first_kind else 1e10, bad, "link")
         lat1 = link_figure(across, "latency", lat0, bad, "host_link") if across is not None else lat0
         bw1 = link_figure(across, "bandwidth", bw0, bad, "host_link") if across is not None else bw0
-        links: dict[tuple[str, str], Link] = {}
-        for a in devices:
-            for b in devices:
-                if a.name != b.name:
-                    links[(a.name, b.name)] = (Link(a.name, b.name, lat0, bw0) if a.host == b.host
-                                               else Link(a.name, b.name, lat1, bw1))
+        links = _pair_links(devices, (lat0, bw0), (lat1, bw1))
         for i, lk in enumerate(raw_links):
             where = f"links[{i}]"
             if not isinstance(lk, dict):
@@ -359,8 +387,76 @@ def _jax_memory_limit(device: Any) -> float | None:
 # network (Ethernet or InfiniBand HDR class), slower than any link within a host.
 HOST_LINK: tuple[float, float] = (2e-5, 12.5e9)
 
+# (latency s, bandwidth B/s) between two devices of different nodes of `Cluster.homogeneous(...,
+# devices_per_host=p)` when not given, per built-in kind: the InfiniBand of NVIDIA's DGX node of
+# that generation, where each GPU has its own network port (DGX-1V: four 100 Gb/s EDR ports for 8
+# GPUs, so 50 Gb/s each). A link is one pair's: 8 GPUs sending to 8 others at once each get it.
+NODE_LINKS: dict[str, tuple[float, float]] = {
+    "cpu": HOST_LINK,
+    "v100": (2e-5, 6.25e9),  # DGX-1V: 4 x 100 Gb/s EDR for 8 GPUs
+    "a100": (2e-5, 25e9),  # DGX A100: 8 x 200 Gb/s HDR (ConnectX-6), one per GPU
+    "h100": (2e-5, 50e9),  # DGX H100: 8 x 400 Gb/s NDR (ConnectX-7), one per GPU
+    "h200": (2e-5, 50e9),  # DGX H200: the same network as the DGX H100
+}
 
-MAX_DEVICES = 512  # 1024 devices already take 6 s just to build their million links
+
+def _check_per_host(n: int, per_host: int | None, host_link: Any) -> int:
+    """The devices per host of `Cluster.homogeneous` (n when not given): a whole number that
+    divides n; `host_link` only with it, a (latency, bandwidth) pair (its figures are checked as
+    every link's are)."""
+    if per_host is None:
+        if host_link is not None:
+            raise ClusterError("host_link is the link between hosts: give devices_per_host too")
+        return n
+    if isinstance(per_host, bool) or not isinstance(per_host, int):
+        raise ClusterError(f"the devices per host must be a whole number, got {brief(repr(per_host))}")
+    if per_host < 1:
+        raise ClusterError(f"the devices per host must be at least 1, got {per_host}")
+    if n % per_host:
+        raise ClusterError(f"{n} devices do not make whole hosts of {per_host} devices: "
+                           "the devices per host must divide the number of devices")
+    if host_link is not None and (isinstance(host_link, (str, bytes)) or not isinstance(host_link, Sequence)
+                                  or len(host_link) != 2):
+        raise ClusterError("host_link is a pair (latency in seconds, bandwidth in bytes per second), "
+                           f"got {brief(repr(host_link))}")
+    return per_host
+
+
+def _pair_links(devices: Sequence[Device], within: tuple[float, float],
+               across: tuple[float, float] | None) -> dict[tuple[str, str], Link]:
+    """A link for every ordered pair of distinct devices: `within` (latency, bandwidth) between
+    devices of one host, `across` (default `within`) between hosts.
+
+    Each of the two figures is checked once, by a `Link` made for the first pair that takes it
+    (its error names that pair); the other links are copies of it under their own names, made
+    without the checks and with the garbage collector paused: 512 devices have 261,632 links,
+    which took 0.6 s to build one checked `Link` at a time."""
+    devices = list(devices)
+    figures = (within, across if across is not None else within)
+    by_host: dict[int, list[Device]] = {}
+    for d in devices:
+        by_host.setdefault(d.host, []).append(d)
+    if len(devices) > 1:  # figures given are checked even when no pair takes them (one device per host)
+        one_host = next((ds[:2] for ds in by_host.values() if len(ds) > 1), devices[:2])
+        Link(one_host[0].name, one_host[1].name, *figures[0])
+        hosts = [ds[0] for ds in by_host.values()][:2]
+        two_hosts = hosts if len(hosts) == 2 else devices[:2]
+        Link(two_hosts[0].name, two_hosts[1].name, *figures[1])
+    links: dict[tuple[str, str], Link] = {}
+    new = object.__new__
+    with gc_paused():
+        for a in devices:
+            src, host = a.name, a.host
+            for b in devices:
+                if b.name != src:
+                    latency, bandwidth = figures[b.host != host]
+                    lk = new(Link)
+                    lk.__dict__.update(src=src, dst=b.name, latency=latency, bandwidth=bandwidth)  # frozen: no setattr
+                    links[(src, b.name)] = lk
+    return links
+
+
+MAX_DEVICES = 512  # 1024 devices take 1.5 s just to build their million links (512: 0.3 s), 6 s before `_pair_links`
 
 
 def _check_size(n: int, where: str = "") -> None:

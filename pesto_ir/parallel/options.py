@@ -44,6 +44,8 @@ class ParallelizeOptions:
     microbatches: int | str | None = None  # micro-batches per step: a whole number >= 1, "auto", or None (1)
     batch_argnums: tuple[int, ...] | None = None  # None: every positional argument not in param_argnums
     optimizer_state: str = "auto"  # replicated, sharded across the replicas (ZeRO-1), or auto (see place)
+    # tensor-parallel ranks: a whole number >= 1, "auto", or None (1); the place pass's tensor-parallel
+    tensor_parallel: int | str | None = None
     autotune: bool = False  # time the plan, plain jax.jit and data parallelism; run the fastest
     autotune_steps: int = 5  # timed steps per candidate (after a warm-up step)
 
@@ -53,6 +55,8 @@ class ParallelizeOptions:
             f" microbatches={self.microbatches or 1} data-parallel={self.data_parallel or 1}"
         if self.optimizer_state != "auto":
             batch += f" optimizer-state={self.optimizer_state}"
+        if self.tensor_parallel not in (None, 1):
+            batch += f" tensor-parallel={self.tensor_parallel}"
         return (f"annotate-costs{{model={self.cost_model}}},{coarsen},"
                 f"place{{algo={self.algo} time-limit={self.time_limit} seed={self.seed}{batch}}},expand,simulate")
 
@@ -116,7 +120,8 @@ def check_options(o: ParallelizeOptions) -> None:
 
 def _check_batch_options(o: ParallelizeOptions) -> None:
     """`data_parallel`, `microbatches`, `batch_argnums`, `autotune`: well-formed, then supported."""
-    for name, value in (("data_parallel", o.data_parallel), ("microbatches", o.microbatches)):
+    for name, value in (("data_parallel", o.data_parallel), ("microbatches", o.microbatches),
+                        ("tensor_parallel", o.tensor_parallel)):
         if value is None or isinstance(value, str) and value == "auto":
             continue
         if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_MICROBATCHES:

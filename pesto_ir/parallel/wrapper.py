@@ -326,14 +326,16 @@ def parallelize(fn: Callable[..., Any] | None = None, *, devices: Sequence[Any] 
                 quiet: bool = True, compiler_options: Mapping[str, Any] | None = None,
                 data_parallel: int | str | None = None, microbatches: int | str | None = None,
                 batch_argnums: int | Sequence[int] | None = None, autotune: bool = False,
-                autotune_steps: int = 5, optimizer_state: str = "auto") -> Any:
+                autotune_steps: int = 5, optimizer_state: str = "auto",
+                tensor_parallel: int | str | None = None) -> Any:
     """`fn` planned with Pesto and run across `devices` (a list, or a dict from cluster device name to
     JAX device); used bare or as `@parallelize(devices=...)`. See the module docstring."""
     options = ParallelizeOptions(devices, algo, time_limit, cluster, cost_model, as_argnums(param_argnums),
                                  as_argnums(donate_argnums), coarsen_target, seed, quiet, compiler_options,
                                  data_parallel=data_parallel, microbatches=microbatches,
                                  batch_argnums=as_argnums_or_none(batch_argnums), autotune=autotune,
-                                 autotune_steps=autotune_steps, optimizer_state=optimizer_state)
+                                 autotune_steps=autotune_steps, optimizer_state=optimizer_state,
+                                 tensor_parallel=tensor_parallel)
     if fn is None:
         return lambda f: Parallelized(f, options)
     return Parallelized(fn, options)
@@ -355,7 +357,10 @@ def _speed(jit: Compiled | None, candidates: list[Any], device: Device, dispatch
 
 def _strategy(plan: Plan) -> str:
     par = plan.parallelism
-    return "" if par is None else f", data-parallel {par.data_parallel} x {par.microbatches} micro-batches"
+    if par is None:
+        return ""
+    ranks = f" x tensor-parallel {par.tensor_parallel}" if par.tensor_parallel > 1 else ""
+    return f", data-parallel {par.data_parallel}{ranks} x {par.microbatches} micro-batches"
 
 
 __all__ = ["Compiled", "Parallelized", "parallelize"]

@@ -65,12 +65,17 @@ class Parallelism:
     microbatches: int
     replicas: tuple[tuple[str, ...], ...]
     optimizer_state: str = "replicated"  # or "sharded": each replica holds 1/d of it (ZeRO-1)
+    # t ranks per replica (`passes/rewrite/tensor_shard.py`): then `replicas` lists every mirror of
+    # replica 0's rank-0 devices, list r*t + j being replica r's rank j
+    tensor_parallel: int = 1
+    # each split input's layout: its partition spec, one entry per axis ("tensor" or None)
+    layouts: tuple[tuple[str, tuple[str | None, ...]], ...] = ()
 
     def __post_init__(self) -> None:
         if self.optimizer_state not in OPTIMIZER_STATES:
             raise PestoError(f"parallelism: optimizer_state must be one of {', '.join(OPTIMIZER_STATES)}, "
                              f"not {brief(repr(self.optimizer_state))}")
-        for key in ("data_parallel", "microbatches"):
+        for key in ("data_parallel", "microbatches", "tensor_parallel"):
             v = getattr(self, key)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise PestoError(f"parallelism: {key} must be a whole number >= 1, not {brief(repr(v))}")
@@ -81,9 +86,11 @@ class Parallelism:
                              f"not {brief(repr(groups))}")
         groups = tuple(tuple(g) for g in groups)
         object.__setattr__(self, "replicas", groups)
-        if len(groups) != self.data_parallel:
-            raise PestoError(f"parallelism: data_parallel is {self.data_parallel} but {len(groups)} replica "
-                             "device list(s) are given")
+        if len(groups) != self.mirrors:
+            ranks = f" x tensor_parallel {self.tensor_parallel}" if self.tensor_parallel > 1 else ""
+            raise PestoError(f"parallelism: data_parallel is {self.data_parallel}{ranks} but {len(groups)} replica "
+                             f"device list(s) are given (it needs {self.mirrors})")
+        object.__setattr__(self, "layouts", tuple((str(n), tuple(spec)) for n, spec in dict(self.layouts).items()))
         for r, g in enumerate(groups):
             if not all(isinstance(d, str) for d in g):
                 raise PestoError(f"parallelism: replica {r} must list device names (strings), "
@@ -100,6 +107,11 @@ class Parallelism:
                     where = "twice in replica" if seen[d] == r else f"in replicas {seen[d]} and"
                     raise PestoError(f"parallelism: device {d} is {where} {r}; each device belongs to one replica once")
                 seen[d] = r
+
+    @property
+    def mirrors(self) -> int:
+        """How many devices run each of replica 0's devices' schedule: replicas x tensor ranks."""
+        return self.data_parallel * self.tensor_parallel
 
     @property
     def devices(self) -> list[str]:
@@ -120,6 +132,9 @@ class Parallelism:
                "replicas": [list(g) for g in self.replicas]}
         if self.optimizer_state != "replicated":  # plans without it read as before
             out["optimizer_state"] = self.optimizer_state
+        if self.tensor_parallel > 1:
+            out["tensor_parallel"] = self.tensor_parallel
+            out["layouts"] = {name: list(spec) for name, spec in self.layouts}
         return out
 
 
@@ -330,10 +345,12 @@ def write_plan_attrs(graph: Graph, plan: Plan) -> None:
     if plan.parallelism is not None:
         par = plan.parallelism
         sharded = (("optimizer_state", StringAttr(par.optimizer_state)),) if par.optimizer_state != "replicated" else ()
+        ranks = (("tensor_parallel", to_attr(par.tensor_parallel)),
+                 ("layouts", to_attr({n: list(spec) for n, spec in par.layouts}))) if par.tensor_parallel > 1 else ()
         meta["parallelism"] = DictAttr((
             ("data_parallel", to_attr(par.data_parallel)), ("microbatches", to_attr(par.microbatches)),
             ("replicas", ListAttr(tuple(ListAttr(tuple(DeviceAttr(d) for d in g)) for g in par.replicas))),
-            *sharded))
+            *sharded, *ranks))
     graph.attrs["plan"] = to_attr(meta)
     graph.attrs["transfers"] = ListAttr(tuple(
         DictAttr((("src", StringAttr(t.src)), ("from", DeviceAttr(t.src_device)), ("to", DeviceAttr(t.to)),
@@ -393,15 +410,22 @@ def _parallelism(raw: Any) -> Parallelism | None:
     if not isinstance(raw, dict):
         raise PestoError("parallelism must be an object {data_parallel, microbatches, replicas}, "
                          f"not {brief(repr(raw))}")
-    for key in ("data_parallel", "microbatches"):
-        if not _whole(raw.get(key)) or raw[key] < 1:
-            raise PestoError(f"parallelism: {key} must be a whole number >= 1, not {brief(repr(raw.get(key)))}")
+    for key in ("data_parallel", "microbatches", "tensor_parallel"):
+        if key in raw or key != "tensor_parallel":
+            if not _whole(raw.get(key)) or raw[key] < 1:
+                raise PestoError(f"parallelism: {key} must be a whole number >= 1, not {brief(repr(raw.get(key)))}")
     groups = raw.get("replicas")
     if not isinstance(groups, list) or not all(isinstance(g, list) and all(isinstance(d, str) for d in g)
                                                for g in groups):
         raise PestoError(f"parallelism: replicas must be a list of lists of device names, not {brief(repr(groups))}")
+    layouts = raw.get("layouts", {})
+    if not isinstance(layouts, dict) or not all(
+            isinstance(spec, list) and all(a is None or a == "tensor" for a in spec) for spec in layouts.values()):
+        raise PestoError("parallelism: layouts must map input names to partition specs (lists of \"tensor\" or "
+                         f"null, one per axis), not {brief(repr(layouts))}")
     return Parallelism(raw["data_parallel"], raw["microbatches"], tuple(tuple(g) for g in groups),
-                       raw.get("optimizer_state", "replicated"))
+                       raw.get("optimizer_state", "replicated"), raw.get("tensor_parallel", 1),
+                       tuple((n, tuple(spec)) for n, spec in layouts.items()))
 
 
 def _collectives(raw: Any) -> list[Collective]:

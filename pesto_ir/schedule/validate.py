@@ -132,6 +132,7 @@ def _check_replicas(graph: Graph, cluster: Cluster, plan: Plan, problems: list[s
         problems.append(f"the plan says data_parallel {par.data_parallel} x {par.microbatches} micro-batches but the "
                         f"graph is the step for data_parallel {degrees.get('data_parallel')} x "
                         f"{degrees.get('microbatches')} (its microbatched attribute)")
+    _check_layouts(graph, par, problems)
     home = set(par.replicas[0])
     for op in graph.ops:
         slot = plan.ops.get(op.name)
@@ -141,6 +142,26 @@ def _check_replicas(graph: Graph, cluster: Cluster, plan: Plan, problems: list[s
     for t in plan.transfers:
         if t.to in names and t.to not in home:
             problems.append(f"transfer of '{t.src}' goes to {t.to}, which is not a device of replica 0")
+
+
+def _check_layouts(graph: Graph, par: Parallelism, problems: list[str]) -> None:
+    """A plan's tensor-parallel degree and layouts are its graph's: the rank graph's
+    `tensor_parallel` and its split inputs (`tensor_inputs`), each split along its spec's axis."""
+    degree = graph.attrs.get("tensor_parallel")
+    t = int(degree.value) if degree is not None else 1
+    if t != par.tensor_parallel:
+        problems.append(f"the plan says tensor_parallel {par.tensor_parallel} but the graph is a rank's step for "
+                        f"tensor_parallel {t} (its tensor_parallel attribute)")
+    raw = graph.attrs.get("tensor_inputs")
+    split = {k: int(a) for k, a in raw.value.items()} if raw is not None and isinstance(raw.value, dict) else {}
+    specs = dict(par.layouts)
+    for name in sorted(set(split) | set(specs)):
+        spec = specs.get(name)
+        axes = [i for i, a in enumerate(spec or ()) if a is not None]
+        if name not in split or spec is None or axes != [split[name]]:
+            want = f"split along axis {split[name]}" if name in split else "whole"
+            problems.append(f"the plan's layout of input %{name} is {list(spec) if spec is not None else 'whole'} "
+                            f"but the graph holds it {want}")
 
 
 def _check_collectives(graph: Graph, cluster: Cluster, plan: Plan, problems: list[str]) -> None:
@@ -169,10 +190,10 @@ def _check_collectives(graph: Graph, cluster: Cluster, plan: Plan, problems: lis
         replicas = op.get("replicas")
         if par is None:  # one replica's plan on its own devices (as `place` makes it before naming the
             continue     # replicas): the op's cost attribute stands for its ring, checked with the other ops
-        if replicas != par.data_parallel:
+        if replicas != par.mirrors:
             verb = "all-reduces" if op.opcode == "all_reduce" else f"is {_a(op.opcode)}"
             problems.append(f"op '{op.name}' {verb} across {replicas} replicas but the plan has "
-                            f"data_parallel {par.data_parallel}")
+                            f"{_mirrors(par)}")
         slot = plan.ops[op.name]
         group = par.group(slot.device)
         nbytes = collective_bytes(op)
@@ -205,9 +226,14 @@ def _check_sharded_state(graph: Graph, par: Parallelism, problems: list[str]) ->
         problems.append(f"the plan's optimizer state is {par.optimizer_state} but the graph holds it "
                         f"{'in blocks (sharded_inputs)' if sharded else 'whole (no sharded_inputs)'}")
     for op in graph.ops:
-        if op.opcode == "replica_slice" and op.get("replicas") != par.data_parallel:
+        if op.opcode == "replica_slice" and op.get("replicas") != par.mirrors:
             problems.append(f"op '{op.name}' slices for {op.get('replicas')} replicas but the plan has "
-                            f"data_parallel {par.data_parallel}")
+                            f"{_mirrors(par)}")
+
+
+def _mirrors(par: Parallelism) -> str:
+    ranks = f" x tensor_parallel {par.tensor_parallel}" if par.tensor_parallel > 1 else ""
+    return f"data_parallel {par.data_parallel}{ranks}"
 
 
 def _a(opcode: str) -> str:

@@ -43,7 +43,7 @@ from pesto_ir.passes.rewrite.replicas import (
     bucketed,
     on_replica,
     replica_graph,
-    replica_groups,
+    placed_devices,
     sub_cluster,
 )
 from pesto_ir.passes.rewrite.shard_state import has_optimizer_state
@@ -63,13 +63,14 @@ Refine = Callable[[Graph, Cluster, PlaceOptions, Plan | None], Plan]  # the full
 
 def search(graph: Graph, cluster: Cluster, options: PlaceOptions, data_parallel: int | None,
            microbatches: int | None, heuristic: Solve, refine: Refine,
-           optimizer_state: str = "auto", start: StartPlan | None = None) -> tuple[Graph, Plan]:
+           optimizer_state: str = "auto", start: StartPlan | None = None,
+           tensor_parallel: int | None = 1) -> tuple[Graph, Plan]:
     """The fastest plan over the strategies within the time limit: screening, then `refine` (the
     full engine, warm-started) on the best strategy's replica graph; its graph and plan. A `start`
     plan is its strategy's plan so far where it is faster than that strategy's screening plan."""
     budget = Budget.start(options.time_limit)
     deadline = budget.deadline
-    todo = strategies(graph, cluster, data_parallel, microbatches, optimizer_state)
+    todo = strategies(graph, cluster, data_parallel, microbatches, optimizer_state, tensor_parallel, options.progress)
     if not todo:
         raise PestoError(f"no strategy divides the batch of {batch_size(graph)} and the {len(cluster)} devices "
                          f"(data-parallel {data_parallel or 'auto'}, microbatches {microbatches or 'auto'})")
@@ -157,7 +158,7 @@ def _refine_best(graph: Graph, cluster: Cluster, best: Candidate, options: Place
     if best.strategy == ONE_BATCH:  # the one-batch plan, as `place` makes it (its heuristics screened)
         refined = refine(best.graph, cluster, dataclasses.replace(options, time_limit=left), best.plan)
     else:
-        sub = sub_cluster(cluster, replica_groups(cluster, best.strategy.data_parallel)[0])
+        sub = sub_cluster(cluster, placed_devices(cluster, best.strategy))
         warm = on_replica(best.plan, sub) if best.plan is not None else None
         # the screening plan is the floor to beat: the heuristics need not run again (on a
         # 32-micro-batch pipeline they take seconds the time limit does not have)

@@ -36,6 +36,7 @@ from pesto_ir.passes.rewrite.replicas import (
     Strategy,
     bucketed,
     replica_graph,
+    placed_devices,
     replica_groups,
     sub_cluster,
 )
@@ -157,7 +158,7 @@ def _screened(graph: Graph, cluster: Cluster, found: Candidate, options: PlaceOp
     if len(found.graph.ops) > MAX_SCREEN_OPS:
         found.why_not = f"{len(found.graph.ops)} ops after the rewrite, more than {MAX_SCREEN_OPS} to screen"
         return found
-    sub = sub_cluster(cluster, replica_groups(cluster, strategy.data_parallel)[0])
+    sub = sub_cluster(cluster, placed_devices(cluster, strategy))
     source = found.source or found.graph
     found.source = source  # the rewrite as built: the plans are of it, or of copies with buckets
     for engine in engines:
@@ -189,7 +190,8 @@ def screen_all(graph: Graph, cluster: Cluster, todo: list[Strategy], options: Pl
     then one batch, then the mixes."""
     by_d: dict[int, list[Strategy]] = {}
     for s in sorted(todo):
-        by_d.setdefault(s.data_parallel, []).append(s)
+        if s.tensor_parallel == 1:
+            by_d.setdefault(s.data_parallel, []).append(s)
     order = sorted(by_d, key=lambda d: (d != len(cluster), d != 1, -d))
     tried: list[Candidate] = []
     for i, d in enumerate(order):
@@ -201,6 +203,24 @@ def screen_all(graph: Graph, cluster: Cluster, todo: list[Strategy], options: Pl
             done = _screen_pipelines(graph, cluster, by_d[d], options, heuristic, times, stop,
                                      i == len(order) - 1, tried, log, rates)
         tried.extend(done)
+    tried.extend(_screen_ranks(graph, cluster, [s for s in todo if s.tensor_parallel > 1], options, heuristic,
+                               times, log, rates, first=not tried))
+    return tried
+
+
+def _screen_ranks(graph: Graph, cluster: Cluster, todo: list[Strategy], options: PlaceOptions, heuristic: Solve,
+                  times: ScreeningTimes, log: PlaceOptions, rates: Rates, first: bool) -> list[Candidate]:
+    """Tensor-parallel strategies, after the others (their layouts are chosen already): the
+    heuristics on one batch, the fixed pipeline schedules on micro-batches over several groups."""
+    tried: list[Candidate] = []
+    for strategy in todo:
+        if not (first and not tried) and time.perf_counter() > times.finish_by:
+            tried.append(Candidate(strategy, why_not="not screened: the screening time ran out"))
+            continue
+        several = len(placed_devices(cluster, strategy)) > 1 and strategy.microbatches > 1
+        engines = ("1f1b", "gpipe") if several else ("heuristics",)
+        tried.append(_logged(screen(graph, cluster, Candidate(strategy), options, heuristic, engines, rates,
+                                    times.finish_by), log, rates))
     return tried
 
 

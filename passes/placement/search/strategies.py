@@ -9,6 +9,8 @@ carry a strategy's replica graph and plan in a `Candidate`.
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from pesto_ir.cluster.model import Cluster
@@ -18,10 +20,12 @@ from pesto_ir.passes.placement.pipeline.schedules import PipelineGraph
 from pesto_ir.passes.rewrite.batch_axes import MicrobatchError, batch_spec
 from pesto_ir.passes.rewrite.rebatch import MAX_MICROBATCHES
 from pesto_ir.passes.rewrite.replicas import Strategy
+from pesto_ir.passes.sharding.choose import tensor_layout
 from pesto_ir.schedule.plan import Plan
 from pesto_ir.util.errors import PestoError
 
 AUTO_MICROBATCHES = (1, 2, 4, 8, 16, 32)  # what `microbatches=auto` tries
+MAX_AUTO_TENSOR_PARALLEL = 8  # `tensor-parallel=auto` tries groups up to one host of 8 devices
 OPTIMIZER_STATE_CHOICES = ("auto", "replicated", "sharded")  # `optimizer-state`: see `strategies`
 
 
@@ -39,12 +43,42 @@ class Candidate:
 
 
 def strategies(graph: Graph, cluster: Cluster, data_parallel: int | None, microbatches: int | None,
-               optimizer_state: str = "auto") -> list[Strategy]:
+               optimizer_state: str = "auto", tensor_parallel: int | None = 1,
+               progress: Callable[[str], None] | None = None) -> list[Strategy]:
     """The strategies to try: the fixed ones, or every d dividing the devices and m in
     `AUTO_MICROBATCHES` (both dividing the batch where the graph has one); with `optimizer_state`
     "sharded", the state of d > 1 replicas sharded across them (`auto` shards it where the whole
     state gives no plan, `screening.screen`, and for one-device replicas where that is faster,
-    `screening._screen_replicas`)."""
+    `screening._screen_replicas`). With `tensor_parallel` t > 1 (None: every t dividing the devices
+    up to `MAX_AUTO_TENSOR_PARALLEL`, and 1), each t's layout is chosen first
+    (`passes/sharding/choose.py`) and its strategies have one replica."""
+    out = [s for s in _replica_strategies(graph, cluster, data_parallel, microbatches, optimizer_state)]
+    k = len(cluster)
+    ts = [tensor_parallel] if tensor_parallel is not None else \
+        [1, *(t for t in range(2, min(k, MAX_AUTO_TENSOR_PARALLEL) + 1) if k % t == 0)]
+    if ts == [1]:
+        return out
+    if data_parallel not in (None, 1) and tensor_parallel not in (None, 1):
+        raise PestoError(f"tensor-parallel {tensor_parallel} with data-parallel {data_parallel}: tensor-parallel "
+                         "groups inside data-parallel replicas are not built yet; use data-parallel 1")
+    if tensor_parallel not in (None, 1):
+        out = []
+    failed: list[str] = []
+    for t in (t for t in ts if t > 1):
+        try:
+            layout = tensor_layout(graph, cluster, t, progress)
+        except PestoError as e:
+            if tensor_parallel is not None:
+                raise
+            failed.append(str(e).splitlines()[0])
+            continue
+        out += [dataclasses.replace(s, tensor=layout)
+                for s in _replica_strategies(graph, cluster, 1, microbatches, "replicated")]
+    return out
+
+
+def _replica_strategies(graph: Graph, cluster: Cluster, data_parallel: int | None, microbatches: int | None,
+                        optimizer_state: str) -> list[Strategy]:
     k = len(cluster)
     ds = [data_parallel] if data_parallel is not None else [d for d in range(1, k + 1) if k % d == 0]
     if data_parallel is None and _cost_only(graph) and not any(op.get("param_bytes") for op in graph.ops):

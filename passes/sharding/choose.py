@@ -1,0 +1,113 @@
+"""Choose a tensor-parallel layout: which parameter classes t ranks split, and along which axis.
+
+Each class (`classes.py`) is whole or split along one of its axes; a layout is valid when the
+rank's graph can be built from it (`tensor_shard`, which inserts the collectives and block slices
+the layout implies). A layout is scored on the rank's graph itself: its peak memory, with the ops
+one after another on a device of the group (the lifetimes `pesto_ir.schedule.memory` follows),
+over the device's capacity first, then the ops' total time (compute on blocks, all-reduces on the
+group's ring, whole ops repeated on every rank). The search is coordinate descent over the classes,
+largest first: each class in turn takes its best option with the others fixed, until a sweep
+changes nothing (at most `MAX_SWEEPS`). It counts rewrites, not seconds, so the same graph,
+cluster and degree always give the same layout; `max_evaluations` bounds the work.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from pesto_ir.cluster.devices import Device
+from pesto_ir.cluster.model import Cluster
+from pesto_ir.cost.lookup import op_cost
+from pesto_ir.ir.graph import Graph
+from pesto_ir.passes.rewrite.replicas import collective_cost, mirror_groups
+from pesto_ir.passes.rewrite.tensor_shard import CollectiveCost, ShardingError, TensorLayout, tensor_shard
+from pesto_ir.passes.sharding.classes import ParamClass, parameter_classes
+from pesto_ir.schedule.memory import peak_memory
+from pesto_ir.schedule.plan import OpSlot, Plan
+
+MAX_SWEEPS = 3
+MAX_EVALUATIONS = 400  # rewrites one choice may build: about 60 on a GPT block stack
+
+
+@dataclass(frozen=True, order=True)
+class Score:
+    """A layout's score, compared as a tuple: bytes over capacity, then seconds."""
+
+    overflow: float
+    seconds: float
+    peak: int
+
+
+@dataclass(frozen=True)
+class Choice:
+    layout: TensorLayout
+    score: Score
+    evaluations: int
+
+
+def score_layout(graph: Graph, layout: TensorLayout, device: Device, cost: CollectiveCost | None) -> Score | None:
+    """The score of `layout` (None when its rank graph cannot be built)."""
+    try:
+        rank = tensor_shard(graph, layout, cost)
+    except ShardingError:
+        return None
+    slots = {op.name: OpSlot(device.name, float(i), float(i + 1)) for i, op in enumerate(rank.ops)}
+    plan = Plan(rank.name, "sequential", [device.name], slots)
+    peak = peak_memory(rank, plan).get(device.name)
+    nbytes = peak.nbytes if peak is not None else 0
+    seconds = sum(op_cost(op, device) for op in rank.ops)
+    return Score(max(0.0, nbytes - device.memory), seconds, nbytes)
+
+
+def choose_layout(graph: Graph, size: int, device: Device, cost: CollectiveCost | None,
+                  max_evaluations: int = MAX_EVALUATIONS,
+                  progress: Callable[[str], None] | None = None) -> Choice:
+    """The best layout found for `size` ranks of `device`'s kind (see the module docstring)."""
+    classes = parameter_classes(graph)
+    chosen: dict[int, int | None] = {i: None for i in range(len(classes))}
+    evaluations = 0
+
+    def layout_of(picks: dict[int, int | None]) -> TensorLayout:
+        return TensorLayout(size, tuple((name, axis) for i, axis in picks.items() if axis is not None
+                                        for name in classes[i].names))
+
+    best = score_layout(graph, layout_of(chosen), device, cost)
+    if best is None:
+        raise ShardingError(f"graph '{graph.name}' cannot run as {size} tensor-parallel ranks even with every "
+                            "parameter whole")
+    for sweep in range(MAX_SWEEPS):
+        changed = False
+        for i, cls in enumerate(classes):
+            for axis in _options(cls, size, chosen[i]):
+                if evaluations >= max_evaluations:
+                    break
+                evaluations += 1
+                found = score_layout(graph, layout_of({**chosen, i: axis}), device, cost)
+                if found is not None and found < best:
+                    best, chosen[i], changed = found, axis, True
+        if progress is not None:
+            split = sum(1 for a in chosen.values() if a is not None)
+            progress(f"tensor-parallel {size}: sweep {sweep + 1}: {split} of {len(classes)} parameter classes split, "
+                     f"{best.seconds * 1e3:.4g} ms a step, peak {best.peak / 2**30:.3g} GiB ({evaluations} layouts)")
+        if not changed or evaluations >= max_evaluations:
+            break
+    return Choice(layout_of(chosen), best, evaluations)
+
+
+def tensor_layout(graph: Graph, cluster: Cluster, size: int,
+                  progress: Callable[[str], None] | None = None) -> TensorLayout:
+    """The layout of `size` tensor-parallel ranks on `cluster` (groups of `size` contiguous devices,
+    `mirror_groups`), their collectives costed on the group's ring; refused where it splits nothing."""
+    groups = mirror_groups(cluster, 1, size)
+    choice = choose_layout(graph, size, cluster.device(groups[0][0]), collective_cost(cluster, groups),
+                           progress=progress)
+    if not choice.layout.splits:
+        raise ShardingError(f"tensor-parallel {size}: splitting no parameter of graph '{graph.name}' is as fast "
+                            f"as any layout found ({choice.evaluations} tried)")
+    return choice.layout
+
+
+def _options(cls: ParamClass, size: int, current: int | None) -> list[int | None]:
+    """The class's other options: whole, or split along each axis that divides."""
+    return [a for a in [None, *cls.axes(size)] if a != current]
