@@ -397,9 +397,11 @@ class Executable:
         if self.replicas is None and [getattr(x, "sharding", None) for x in inputs] == self._input_shardings:
             return inputs
         out = []
-        for (_, sharding, dtype, axis), x, v in zip(self._inputs, inputs, self.schedule.graph.inputs):
+        for i, ((_, sharding, dtype, axis), x, v) in enumerate(zip(self._inputs, inputs, self.schedule.graph.inputs)):
             if axis is not None:  # a batch input of replicas: the caller's whole batch, as the replicas' rows
-                x = self._put(self.replicas.stack(_converted(x, dtype, v), axis), sharding)  # type: ignore[union-attr]
+                assert self.replicas is not None
+                x = self._put(self.replicas.stack(_converted(x, dtype, v), axis, self.replicas.input_runs.get(i, 1)),
+                              sharding)
                 out.append(x)
                 continue
             placed = getattr(x, "sharding", None)
@@ -525,10 +527,11 @@ def _tensor(v: Value) -> TensorType:
 
 def _unstacked(outputs: Gather, replicas: Replicas) -> Gather:
     """`outputs`, with the replicas' rows of each stacked output put together."""
-    axes = replicas.output_axes
+    axes, runs = replicas.output_axes, replicas.output_runs
 
     def gather(regs: Indexed) -> tuple[Any, ...]:
-        return tuple(replicas.unstack(x, axes[k]) if k in axes else x for k, x in enumerate(outputs(regs)))
+        return tuple(replicas.unstack(x, axes[k], runs.get(k, 1)) if k in axes else x
+                     for k, x in enumerate(outputs(regs)))
 
     return gather
 

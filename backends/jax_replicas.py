@@ -44,6 +44,9 @@ class ReplicaLayout:
         by_index = {str(k): k for k in range(len(graph.outputs))}
         self.input_axes = {i: a for attr in inputs for i, a in _axes(graph, attr, by_name).items()}
         self.output_axes = {k: a for attr in outputs for k, a in _axes(graph, attr, by_index).items()}
+        # split in several runs of blocks (a fused projection's parts, each split alike)
+        self.input_runs = _axes(graph, "tensor_input_runs", by_name) if tensor else {}
+        self.output_runs = _axes(graph, "tensor_output_runs", by_index) if tensor else {}
         for i, v in enumerate(graph.inputs):
             if id(v) in self.varying and i not in self.input_axes:
                 raise BackendError(f"input %{v.name} differs per replica but has no batch axis")
@@ -86,17 +89,18 @@ class Replicas(ReplicaLayout):
         mesh = self.replicated[seg.device].mesh  # type: ignore[attr-defined]
         return over_replicas(fn, mesh, self.stacked_flags(seg.inputs), self.stacked_flags(seg.outputs))
 
-    def stack(self, x: Any, axis: int) -> Any:
-        """A global batch input as d replicas' rows (replica r: the r-th block of rows along `axis`)."""
+    def stack(self, x: Any, axis: int, runs: int = 1) -> Any:
+        """A global batch input as d replicas' rows (replica r: the r-th block of rows along `axis`,
+        of each of `runs` runs)."""
         try:
-            return split_rows(x, axis, self.d)
+            return split_rows(x, axis, self.d, runs)
         except ValueError as e:
             raise BackendError(str(e)) from None
 
     @staticmethod
-    def unstack(x: Any, axis: int) -> Any:
+    def unstack(x: Any, axis: int, runs: int = 1) -> Any:
         """The replicas' rows of a stacked output, put together along `axis`."""
-        return join_rows(x, axis)
+        return join_rows(x, axis, runs)
 
 
 def _varying(graph: Graph, inputs: tuple[str, ...]) -> set[int]:

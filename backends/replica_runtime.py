@@ -30,24 +30,28 @@ def replica_sharding(mesh: jax.sharding.Mesh, stacked: bool) -> jax.sharding.Nam
     return jax.sharding.NamedSharding(mesh, spec)
 
 
-def split_rows(x: jax.Array | np.ndarray, axis: int, replicas: int) -> jax.Array | np.ndarray:
+def split_rows(x: jax.Array | np.ndarray, axis: int, replicas: int, runs: int = 1) -> jax.Array | np.ndarray:
     """A global batch input as the replicas' rows, stacked: replica r's is the r-th block of rows
-    along `axis` (what jax.jit over a batch-sharded mesh gives each device)."""
+    along `axis` (what jax.jit over a batch-sharded mesh gives each device). With `runs`, the axis
+    is that many equal runs and replica r's rows are the r-th block of each, in run order."""
     shape = tuple(x.shape)
-    if shape[axis] % replicas:
+    if shape[axis] % (replicas * runs):
         raise ValueError(f"the batch axis {axis} of an input of shape {shape} does not split into {replicas} "
-                         "replicas")
-    blocked = shape[:axis] + (replicas, shape[axis] // replicas) + shape[axis + 1:]
+                         "replicas" + (f" in {runs} runs" if runs > 1 else ""))
+    blocked = shape[:axis] + (runs, replicas, shape[axis] // (replicas * runs)) + shape[axis + 1:]
+    local = shape[:axis] + (shape[axis] // replicas,) + shape[axis + 1:]
     if isinstance(x, jax.Array):
-        return jnp.moveaxis(jnp.reshape(x, blocked), axis, 0)
-    return np.moveaxis(np.reshape(x, blocked), axis, 0)
+        return jnp.reshape(jnp.moveaxis(jnp.reshape(x, blocked), axis + 1, 0), (replicas, *local))
+    return np.reshape(np.moveaxis(np.reshape(x, blocked), axis + 1, 0), (replicas, *local))
 
 
-def join_rows(x: jax.Array, axis: int) -> jax.Array:
-    """The replicas' rows of a stacked per-sample output, put back together along `axis`."""
-    rows = jnp.moveaxis(x, 0, axis)
-    shape = rows.shape
-    return jnp.reshape(rows, shape[:axis] + (shape[axis] * shape[axis + 1],) + shape[axis + 2:])
+def join_rows(x: jax.Array, axis: int, runs: int = 1) -> jax.Array:
+    """The replicas' rows of a stacked per-sample output, put back together along `axis` (in
+    `runs` runs, as `split_rows` cut them)."""
+    d, shape = x.shape[0], x.shape[1:]
+    blocked = jnp.reshape(x, (d, *shape[:axis], runs, shape[axis] // runs, *shape[axis + 1:]))
+    rows = jnp.moveaxis(blocked, 0, axis + 1)
+    return jnp.reshape(rows, (*shape[:axis], shape[axis] * d, *shape[axis + 1:]))
 
 
 def over_replicas(fn: Callable[..., list[jax.Array]], mesh: jax.sharding.Mesh, ins: tuple[bool, ...],

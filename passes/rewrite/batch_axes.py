@@ -84,6 +84,7 @@ class Batched:
     out_axes: list[int]
     split: dict[int, int] = field(default_factory=dict)
     fix: Callable[[dict[str, Attr], list[Type]], dict[str, Attr]] | None = None  # (attrs, copy types) -> attrs
+    rows: list[int] | None = None  # each result's rows, where they are not the operands' (a split axis cut up)
 
 
 @dataclass

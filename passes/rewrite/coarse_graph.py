@@ -116,7 +116,9 @@ def group_memory(ops: list[Op], produced: set[str], inputs: dict[str, int]) -> d
         peak = max(peak, live + workspace_bytes(op))
         frees[last_read[i]] = frees.get(last_read[i], 0) + internal[i]
         live -= frees.pop(i, 0)
-    out: dict[str, Attr] = {"memory": BytesAttr(resident), "activation": BytesAttr(activation)}
+    out: dict[str, Attr] = {"memory": BytesAttr(resident)}
+    if any("activation" in op.attrs for op in ops):
+        out["activation"] = BytesAttr(activation)
     if peak:
         out["workspace"] = BytesAttr(peak)
     return out

@@ -82,7 +82,7 @@ class Rewriter:
         self.out = Graph(src.name, attrs)
         self.one: dict[int, Value] = {}
         self.per: dict[int, _PerSample] = {}
-        self.sliced: dict[tuple[int, int], list[Value]] = {}
+        self.sliced: dict[tuple[int, ...], list[Value]] = {}
         self.whole: set[str] = set()  # ops kept whole: the rewrite may leave them unread
         self.summed: dict[int, Value] = {}  # cost graphs: a per-sample value summed over micro-batches
         self.groups = {str(op.get("colocate")) for op in src.ops if op.get("colocate") is not None}
@@ -153,7 +153,7 @@ class Rewriter:
     def split(self, v: Value, axis: int) -> list[Value]:
         """Micro-batch versions of a whole value read where the batch is: a small broadcast or iota
         when it is one along another axis, else (one replica only) slices of it."""
-        key = (id(v), axis)
+        key = self.slice_key(v, axis)
         if key in self.sliced:
             return self.sliced[key]
         op = v.owner
@@ -171,6 +171,10 @@ class Rewriter:
         copies = self.whole_rows(v, axis, whole) if small is None else [small] * self.m
         self.sliced[key] = copies
         return copies
+
+    def slice_key(self, v: Value, axis: int) -> tuple[int, ...]:
+        """What identifies the copies' rows of a whole value `v` along `axis`, made once."""
+        return (id(v), axis)
 
     def whole_rows(self, v: Value, axis: int, whole: Value) -> list[Value]:
         """The copies' rows of a whole value `v` (rewritten: `whole`) that varies along `axis`."""
@@ -228,8 +232,8 @@ class Rewriter:
                             [self.copy_name(r.name, i) for r in op.results])
             for k, r in enumerate(new.results):
                 copies[k].append(r)
-        for r, a, cs in zip(op.results, how.out_axes, copies):
-            self.per[id(r)] = _PerSample(cs, (a, rows))
+        for k, (r, a, cs) in enumerate(zip(op.results, how.out_axes, copies)):
+            self.per[id(r)] = _PerSample(cs, (a, rows if how.rows is None else how.rows[k]))
 
     def copy_name(self, name: str, i: int) -> str:
         """The name of micro-batch i's copy of an op or value."""

@@ -21,7 +21,7 @@ from pesto_ir.passes.placement.options import PlaceOptions, inner, kept_on_inter
 from pesto_ir.passes.rewrite.collective_buckets import bucket_all_reduces
 from pesto_ir.passes.rewrite.rebatch import rebatch
 from pesto_ir.passes.rewrite.shard_state import shard_optimizer_state
-from pesto_ir.passes.rewrite.tensor_shard import TensorLayout, partition_specs, tensor_shard
+from pesto_ir.passes.rewrite.tensor_shard import TensorLayout, interleaved, partition_specs, tensor_shard
 from pesto_ir.passmanager import PassContext
 from pesto_ir.schedule.plan import RING_PHASES, Parallelism, Plan, write_plan_attrs
 from pesto_ir.schedule.validate import check_plan, collectives_for
@@ -164,7 +164,7 @@ def as_hybrid(graph: Graph, cluster: Cluster, plan: Plan, strategy: Strategy) ->
     plan = dataclasses.replace(plan, devices=list(cluster.names),
                                parallelism=Parallelism(strategy.data_parallel, strategy.microbatches, groups,
                                                        state_of(graph), strategy.tensor_parallel,
-                                                       partition_specs(graph)))
+                                                       partition_specs(graph), interleaved(graph)))
     plan.collectives = collectives_for(graph, plan)
     return plan if same else check_plan(graph, cluster, plan)
 

@@ -21,7 +21,8 @@ rank's block of a whole one (a row-parallel layer whose weight is not split itse
 makes every layout of split parameters a valid program, only a slower or larger one.
 
 The rewritten graph lists its split inputs in the attribute `tensor_inputs` (name -> axis) and its
-split outputs in `tensor_outputs` (output index -> axis), and says `tensor_parallel = t`; a
+split outputs in `tensor_outputs` (output index -> axis), those split in several runs in
+`tensor_input_runs` and `tensor_output_runs`, and says `tensor_parallel = t`; a
 backend running the group splits the caller's parameters into blocks and puts the new ones
 together by them (`backends/jax_replicas.py`).
 """
@@ -32,12 +33,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pesto_ir.ir.attributes import Attr, DictAttr, IntAttr, StringAttr
+from pesto_ir.ir.attributes import Attr, DictAttr, IntAttr, StringAttr, to_attr
 from pesto_ir.ir.graph import Graph, Op, Value
-from pesto_ir.ir.types import BlobType, TensorType
+from pesto_ir.ir.types import BlobType, TensorType, Type
 from pesto_ir.ir.verifier import verify
 from pesto_ir.passes.dce import dead_code_elimination
-from pesto_ir.passes.rewrite.batch_axes import BATCH_RULES, Batch, Batched, Cut, MicrobatchError
+from pesto_ir.passes.rewrite.batch_axes import BATCH_RULES, Batch, Batched, Cut, MicrobatchError, refuse
 from pesto_ir.passes.rewrite.rebatch import MAX_MICROBATCHES, Rewriter, _PerSample, scaled_costs
 from pesto_ir.util.errors import PestoError
 
@@ -50,39 +51,63 @@ class ShardingError(PestoError):
 
 @dataclass(frozen=True, order=True)
 class TensorLayout:
-    """t ranks, and the inputs split across them: (input name, axis), sorted by name."""
+    """t ranks, and the inputs split across them: (input name, axis), sorted by name. An input in
+    `interleave` (name, runs) is split as `runs` runs of t blocks: its axis is `runs` equal parts
+    (a fused projection's q, k and v) and rank j holds block j of each, so that each part is split
+    alike (Megatron keeps fused QKV weights so, by heads)."""
 
     size: int
     splits: tuple[tuple[str, int], ...] = ()
+    interleave: tuple[tuple[str, int], ...] = ()
 
     def __post_init__(self) -> None:
         if isinstance(self.size, bool) or not isinstance(self.size, int) or not 1 <= self.size <= MAX_MICROBATCHES:
             raise ShardingError(f"tensor-parallel must be a whole number from 1 to {MAX_MICROBATCHES}, "
                                 f"not {self.size!r}")
         object.__setattr__(self, "splits", tuple(sorted(dict(self.splits).items())))
+        runs = {n: r for n, r in dict(self.interleave).items() if r != 1}
+        bad = next((n for n, r in runs.items() if n not in self.axes or isinstance(r, bool) or not isinstance(r, int)
+                    or r < 1), None)
+        if bad is not None:
+            raise ShardingError(f"interleave of %{bad} must be a whole number >= 1 of an input the layout splits")
+        object.__setattr__(self, "interleave", tuple(sorted(runs.items())))
 
     @property
     def axes(self) -> dict[str, int]:
         return dict(self.splits)
+
+    def runs(self, name: str) -> int:
+        return dict(self.interleave).get(name, 1)
 
     def __str__(self) -> str:
         return f"t={self.size}" + (f" ({len(self.splits)} inputs split)" if self.splits else "")
 
 
 # ---------------------------------------------------------------- rules
+#
+# A split value's batch is (axis, rows) with rows = t x runs: its axis is `runs` runs of t blocks
+# (runs = 1: t contiguous blocks), rank j holding block j of each run. The batch-axis rules keep
+# the rows where the axis keeps its size, and a reshape moves rows to a new axis only where they
+# are its major part, which keeps this structure. The rules below add what the batch has no use
+# for: a contraction with the rank's block of a whole operand, output channels of a convolution,
+# and splits, slices and concatenations along the split axis in whole runs.
 
 def _tensor_dot_general(op: Op, axes: list[Batch | None]) -> Batched | Cut:
-    """The batch rule, and one more pairing: a contraction over one operand's split axis reads the
-    rank's block of the other, whole operand (partial sums, all-reduced)."""
-    (lc, rc), _ = [[list(x) for x in pair] for pair in op.get("dimension_numbers")]
+    """The batch rule, and one more pairing: a split contracting or batch axis of one operand reads
+    the rank's block of the other, whole operand along the axis it pairs with (a contraction then
+    gives partial sums, all-reduced; a batch axis, the rank's heads)."""
+    (lc, rc), (lb, rb) = [[list(x) for x in pair] for pair in op.get("dimension_numbers")]
     al = axes[0][0] if axes[0] is not None else None
     ar = axes[1][0] if axes[1] is not None else None
     if al is not None and ar is None and al in lc:
         return Cut("sum", {1: rc[lc.index(al)]})
     if ar is not None and al is None and ar in rc:
         return Cut("sum", {0: lc[rc.index(ar)]})
-    rule = BATCH_RULES["dot_general"]
-    return rule(op, axes)
+    if al is not None and ar is None and al in lb:
+        return Batched([lb.index(al)], {1: rb[lb.index(al)]})
+    if ar is not None and al is None and ar in rb:
+        return Batched([rb.index(ar)], {0: lb[rb.index(ar)]})
+    return BATCH_RULES["dot_general"](op, axes)
 
 
 def _tensor_conv(op: Op, axes: list[Batch | None]) -> Batched | Cut:
@@ -102,13 +127,71 @@ def _tensor_conv(op: Op, axes: list[Batch | None]) -> Batched | Cut:
             return Cut("sum", {1: rhs[1]})
         if al is None and ar == rhs[1]:
             return Cut("sum", {0: lhs[1]})
-    rule = BATCH_RULES["conv_general_dilated"]
-    return rule(op, axes)
+    return BATCH_RULES["conv_general_dilated"](op, axes)
 
 
-TENSOR_RULES: dict[str, Any] = {**BATCH_RULES, "dot_general": _tensor_dot_general,
-                                **{name: _tensor_conv for name, rule in BATCH_RULES.items()
-                                   if rule is BATCH_RULES.get("conv_general_dilated")}}
+def _runs(op: Op, t: int, b: Batch, size: int, lengths: list[int]) -> list[int]:
+    """The rows of each piece of a split axis cut into `lengths`: each must be whole runs."""
+    runs = b[1] // t
+    run = size // runs
+    if any(n % run for n in lengths):
+        raise refuse(op, f"it cuts the split axis (runs of {run}) into pieces of {lengths}, not whole runs")
+    return [t * (n // run) for n in lengths]
+
+
+def tensor_rules(t: int) -> dict[str, Any]:
+    """The rules of a rewrite for t ranks (the split, slice and concatenation rules need t)."""
+
+    def split(op: Op, axes: list[Batch | None]) -> Batched | Cut:
+        b = axes[0]
+        assert b is not None
+        if op.get("axis") != b[0]:
+            return BATCH_RULES["split"](op, axes)
+        sizes = [int(n) for n in op.get("sizes")]
+        rows = _runs(op, t, b, sum(sizes), sizes)
+
+        def fix(attrs: dict[str, Attr], types: list[Type]) -> dict[str, Attr]:
+            return {**attrs, "sizes": to_attr(tuple(n // t for n in sizes))}
+
+        return Batched([b[0]] * len(op.results), fix=fix, rows=rows)
+
+    def slice_(op: Op, axes: list[Batch | None]) -> Batched | Cut:
+        b = axes[0]
+        assert b is not None
+        a = b[0]
+        start, limit = list(op.get("start_indices")), list(op.get("limit_indices"))
+        strides = op.get("strides")
+        size = _shape_of(op.operands[0])[a]
+        if start[a] == 0 and limit[a] == size or strides is not None and list(strides)[a] != 1:
+            return BATCH_RULES["slice"](op, axes)
+        rows = _runs(op, t, b, size, [start[a], limit[a] - start[a]])[1:]
+
+        def fix(attrs: dict[str, Attr], types: list[Type]) -> dict[str, Attr]:
+            lo, hi = list(start), list(limit)
+            lo[a], hi[a] = start[a] // t, limit[a] // t
+            return {**attrs, "start_indices": to_attr(tuple(lo)), "limit_indices": to_attr(tuple(hi))}
+
+        return Batched([a], fix=fix, rows=rows)
+
+    def concatenate(op: Op, axes: list[Batch | None]) -> Batched | Cut:
+        dim = op.get("dimension")
+        if not any(b is not None and b[0] == dim for b in axes):
+            return BATCH_RULES["concatenate"](op, axes)
+        if any(b is None or b[0] != dim for b in axes):
+            raise refuse(op, "it concatenates split and whole values along the split axis")
+        lengths = [_shape_of(v)[dim] * t // b[1] for v, b in zip(op.operands, axes) if b is not None]
+        if len(set(lengths)) != 1:
+            raise refuse(op, f"it concatenates values split in runs of different lengths ({lengths})")
+        return Batched([dim], rows=[sum(b[1] for b in axes if b is not None)])
+
+    return {**BATCH_RULES, "dot_general": _tensor_dot_general,
+            **{name: _tensor_conv for name, rule in BATCH_RULES.items()
+               if rule is BATCH_RULES.get("conv_general_dilated")},
+            "split": split, "slice": slice_, "concatenate": concatenate}
+
+
+def _shape_of(v: Value) -> tuple[int, ...]:
+    return v.type.shape if isinstance(v.type, TensorType) else ()
 
 
 # ---------------------------------------------------------------- the rewrite
@@ -121,7 +204,19 @@ class TensorRewriter(Rewriter):
     def __init__(self, src: Graph, size: int, cost: CollectiveCost | None) -> None:
         super().__init__(src, 1, size, None if cost is None else (lambda nbytes: cost("all_reduce", nbytes)))
         self.cost = cost
-        self.rules = TENSOR_RULES
+        self.rules = tensor_rules(size)
+        self.runs = 1  # the runs of the op being rewritten's split operands (`op`)
+
+    def op(self, op: Op) -> None:
+        rows = {self.per[id(v)].batch[1] for v in op.operands if id(v) in self.per}
+        if len(rows) > 1 and op.opcode != "concatenate":
+            raise refuse(op, f"its operands are split in different runs ({sorted(r // self.d for r in rows)} runs "
+                              f"of {self.d} blocks)")
+        self.runs = next(iter(rows)) // self.d if rows else 1
+        super().op(op)
+
+    def slice_key(self, v: Value, axis: int) -> tuple[int, ...]:
+        return (id(v), axis, self.runs)
 
     def split_inputs(self, layout: TensorLayout) -> None:
         inputs = {v.name: v for v in self.src.inputs}
@@ -140,8 +235,12 @@ class TensorRewriter(Rewriter):
             if split is None:
                 self.one[id(v)] = self.out.add_input(v.name, v.type, v.param)
                 continue
+            runs = layout.runs(v.name)
+            if _shape_of(v)[split] % (runs * self.d):
+                raise ShardingError(f"graph '{self.src.name}': axis {split} of %{v.name} ({v.type}) does not split "
+                                    f"into {runs} runs of {self.d} equal blocks")
             new = self.out.add_input(v.name, self.small(v.type, split), v.param)
-            self.per[id(v)] = _PerSample([new], (split, self.d))
+            self.per[id(v)] = _PerSample([new], (split, self.d * runs))
 
     def copy_name(self, name: str, i: int) -> str:
         return name  # one copy per op: the rank's op keeps the source's name
@@ -154,6 +253,8 @@ class TensorRewriter(Rewriter):
         assert isinstance(t, TensorType)
         block = self.small(t, axis)
         attrs: dict[str, Attr] = {"replicas": IntAttr(self.d), "axis": IntAttr(axis)}
+        if self.runs > 1:
+            attrs["runs"] = IntAttr(self.runs)
         if v.owner is not None and v.owner.get("colocate") is not None:
             attrs["colocate"] = StringAttr(str(v.owner.get("colocate")))
         op = self.emit(v.owner, "replica_slice", [whole], [block], attrs, self.out.fresh_name(f"{v.name}.block"))
@@ -199,6 +300,12 @@ def tensor_shard(graph: Graph, layout: TensorLayout, cost: CollectiveCost | None
     dead_code_elimination(out, only=rw.whole)
     out.attrs["tensor_parallel"] = IntAttr(layout.size)
     out.attrs["tensor_inputs"] = DictAttr(tuple((name, IntAttr(a)) for name, a in layout.splits))
+    if layout.interleave:
+        out.attrs["tensor_input_runs"] = DictAttr(tuple((n, IntAttr(r)) for n, r in layout.interleave))
+    runs = [(str(k), IntAttr(rw.per[id(v)].batch[1] // layout.size)) for k, v in enumerate(graph.outputs)
+            if id(v) in rw.per and rw.per[id(v)].batch[1] > layout.size]
+    if runs:
+        out.attrs["tensor_output_runs"] = DictAttr(tuple(runs))
     verify(out, context=f"the tensor-parallel graph of '{graph.name}' is invalid (a bug in the rewrite)")
     return out
 
@@ -207,6 +314,11 @@ def split_axes(graph: Graph, key: str) -> Mapping[str, int]:
     """A graph attribute mapping names (or output indices) to split axes, or {} without one."""
     raw = graph.attrs.get(key)
     return {k: int(a) for k, a in raw.value.items()} if raw is not None and isinstance(raw.value, dict) else {}
+
+
+def interleaved(graph: Graph) -> tuple[tuple[str, int], ...]:
+    """A rank graph's inputs split in several runs, for the plan's `interleave`."""
+    return tuple(sorted(split_axes(graph, "tensor_input_runs").items()))
 
 
 def partition_specs(graph: Graph) -> tuple[tuple[str, tuple[str | None, ...]], ...]:

@@ -27,6 +27,7 @@ from pesto_ir.schedule.memory import peak_memory
 from pesto_ir.schedule.plan import OpSlot, Plan
 
 MAX_SWEEPS = 3
+Option = tuple[int, int] | None  # a class split along an axis in some runs of blocks, or whole
 MAX_EVALUATIONS = 400  # rewrites one choice may build: about 60 on a GPT block stack
 
 
@@ -65,12 +66,14 @@ def choose_layout(graph: Graph, size: int, device: Device, cost: CollectiveCost 
                   progress: Callable[[str], None] | None = None) -> Choice:
     """The best layout found for `size` ranks of `device`'s kind (see the module docstring)."""
     classes = parameter_classes(graph)
-    chosen: dict[int, int | None] = {i: None for i in range(len(classes))}
+    chosen: dict[int, Option] = {i: None for i in range(len(classes))}
     evaluations = 0
+    runs = run_counts(graph)
 
-    def layout_of(picks: dict[int, int | None]) -> TensorLayout:
-        return TensorLayout(size, tuple((name, axis) for i, axis in picks.items() if axis is not None
-                                        for name in classes[i].names))
+    def layout_of(picks: dict[int, Option]) -> TensorLayout:
+        split = [(name, pick, i) for i, pick in picks.items() if pick is not None for name in classes[i].names]
+        return TensorLayout(size, tuple((name, pick[0]) for name, pick, _ in split),
+                            tuple((name, pick[1]) for name, pick, _ in split if pick[1] > 1))
 
     best = score_layout(graph, layout_of(chosen), device, cost)
     if best is None:
@@ -80,12 +83,18 @@ def choose_layout(graph: Graph, size: int, device: Device, cost: CollectiveCost 
         changed = False
         for i, cls in enumerate(classes):
             for axis in _options(cls, size, chosen[i]):
-                if evaluations >= max_evaluations:
-                    break
-                evaluations += 1
-                found = score_layout(graph, layout_of({**chosen, i: axis}), device, cost)
-                if found is not None and found < best:
-                    best, chosen[i], changed = found, axis, True
+                # contiguous blocks first; runs of blocks only where those cannot be built (a fused
+                # projection cut into its parts along the split axis)
+                for pick in [None] if axis is None else [(axis, r) for r in (1, *runs)
+                                                          if cls.shape[axis] % (r * size) == 0]:
+                    if evaluations >= max_evaluations or pick == chosen[i]:
+                        break
+                    evaluations += 1
+                    found = score_layout(graph, layout_of({**chosen, i: pick}), device, cost)
+                    if found is not None and found < best:
+                        best, chosen[i], changed = found, pick, True
+                    if found is not None:
+                        break
         if progress is not None:
             split = sum(1 for a in chosen.values() if a is not None)
             progress(f"tensor-parallel {size}: sweep {sweep + 1}: {split} of {len(classes)} parameter classes split, "
@@ -108,6 +117,15 @@ def tensor_layout(graph: Graph, cluster: Cluster, size: int,
     return choice.layout
 
 
-def _options(cls: ParamClass, size: int, current: int | None) -> list[int | None]:
+def _options(cls: ParamClass, size: int, current: Option) -> list[int | None]:
     """The class's other options: whole, or split along each axis that divides."""
-    return [a for a in [None, *cls.axes(size)] if a != current]
+    now = None if current is None else current[0]
+    return [a for a in [None, *cls.axes(size)] if a != now or a is not None]
+
+
+def run_counts(graph: Graph) -> list[int]:
+    """How many equal runs a split axis may be in: the part counts of the graph's splits and
+    concatenations (a fused QKV projection is 3), ascending."""
+    counts = {len(op.get("sizes")) for op in graph.ops if op.opcode == "split"} | \
+        {len(op.operands) for op in graph.ops if op.opcode == "concatenate"}
+    return sorted(n for n in counts if n > 1)

@@ -342,9 +342,15 @@ def _sharded_bucket(op: Op, ts: Sequence[TensorType], gather: bool) -> list[Type
 
 
 def _replica_slice(op: Op, ts: Sequence[TensorType]) -> list[Type]:
-    """`replica_slice {replicas, axis}`: each replica's own block of a value every replica has."""
+    """`replica_slice {replicas, axis}`: each replica's own block of a value every replica has;
+    with `runs = r`, the axis is r equal runs and the replica's block is its block of each."""
     _arity(ts, 1)
-    return [_blocks(ts[0], _axis(_need(op, "axis"), ts[0], "axis"), _replicas(op), gather=False)]
+    runs = op.get("runs", 1)
+    if isinstance(runs, bool) or not isinstance(runs, int) or runs < 1:
+        raise ShapeError(f"runs must be a whole number >= 1, not {op.attrs['runs']}")
+    axis = _axis(_need(op, "axis"), ts[0], "axis")
+    _blocks(ts[0], axis, _replicas(op) * runs, gather=False)  # every run splits into equal blocks
+    return [_blocks(ts[0], axis, _replicas(op), gather=False)]
 
 
 # The rules by name, as op definitions (`pesto_ir.ir.opdefs`) name them in their `shape` field.

@@ -207,10 +207,13 @@ class ReplicaInterpreter(Interpreter):
             reduce = self.collective(op, self.replicas)
             return [reduce(x, self.axis) for x in args]
         self.check_replicas(op, self.replicas)
-        if op.opcode == "replica_slice":
-            axis = int(op.get("axis"))
-            block = args[0].shape[axis] // self.replicas
-            return [jax.lax.dynamic_slice_in_dim(args[0], jax.lax.axis_index(self.axis) * block, block, axis)]
+        if op.opcode == "replica_slice":  # the replica's block (of each run)
+            axis, runs, x = int(op.get("axis")), int(op.get("runs", 1)), args[0]
+            shape = x.shape
+            x = x.reshape(*shape[:axis], runs, shape[axis] // runs, *shape[axis + 1:])
+            block = shape[axis] // (runs * self.replicas)
+            x = jax.lax.dynamic_slice_in_dim(x, jax.lax.axis_index(self.axis) * block, block, axis + 1)
+            return [x.reshape(*shape[:axis], shape[axis] // self.replicas, *shape[axis + 1:])]
         axes = [int(a) for a in op.get("axes")]
         if op.opcode == "all_gather":
             return [jax.lax.all_gather(x, self.axis, axis=a, tiled=True) for x, a in zip(args, axes)]

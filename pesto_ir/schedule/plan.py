@@ -70,6 +70,8 @@ class Parallelism:
     tensor_parallel: int = 1
     # each split input's layout: its partition spec, one entry per axis ("tensor" or None)
     layouts: tuple[tuple[str, tuple[str | None, ...]], ...] = ()
+    # inputs split in several equal runs, each split alike (`passes/rewrite/tensor_shard.py`): name -> runs
+    interleave: tuple[tuple[str, int], ...] = ()
 
     def __post_init__(self) -> None:
         if self.optimizer_state not in OPTIMIZER_STATES:
@@ -91,6 +93,7 @@ class Parallelism:
             raise PestoError(f"parallelism: data_parallel is {self.data_parallel}{ranks} but {len(groups)} replica "
                              f"device list(s) are given (it needs {self.mirrors})")
         object.__setattr__(self, "layouts", tuple((str(n), tuple(spec)) for n, spec in dict(self.layouts).items()))
+        object.__setattr__(self, "interleave", tuple((str(n), int(r)) for n, r in dict(self.interleave).items()))
         for r, g in enumerate(groups):
             if not all(isinstance(d, str) for d in g):
                 raise PestoError(f"parallelism: replica {r} must list device names (strings), "
@@ -135,6 +138,8 @@ class Parallelism:
         if self.tensor_parallel > 1:
             out["tensor_parallel"] = self.tensor_parallel
             out["layouts"] = {name: list(spec) for name, spec in self.layouts}
+            if self.interleave:
+                out["interleave"] = dict(self.interleave)
         return out
 
 
@@ -346,7 +351,9 @@ def write_plan_attrs(graph: Graph, plan: Plan) -> None:
         par = plan.parallelism
         sharded = (("optimizer_state", StringAttr(par.optimizer_state)),) if par.optimizer_state != "replicated" else ()
         ranks = (("tensor_parallel", to_attr(par.tensor_parallel)),
-                 ("layouts", to_attr({n: list(spec) for n, spec in par.layouts}))) if par.tensor_parallel > 1 else ()
+                 ("layouts", to_attr({n: list(spec) for n, spec in par.layouts})),
+                 *((("interleave", to_attr(dict(par.interleave))),) if par.interleave else ())) \
+            if par.tensor_parallel > 1 else ()
         meta["parallelism"] = DictAttr((
             ("data_parallel", to_attr(par.data_parallel)), ("microbatches", to_attr(par.microbatches)),
             ("replicas", ListAttr(tuple(ListAttr(tuple(DeviceAttr(d) for d in g)) for g in par.replicas))),
@@ -423,9 +430,13 @@ def _parallelism(raw: Any) -> Parallelism | None:
             isinstance(spec, list) and all(a is None or a == "tensor" for a in spec) for spec in layouts.values()):
         raise PestoError("parallelism: layouts must map input names to partition specs (lists of \"tensor\" or "
                          f"null, one per axis), not {brief(repr(layouts))}")
+    interleave = raw.get("interleave", {})
+    if not isinstance(interleave, dict) or not all(_whole(r) and r >= 1 for r in interleave.values()):
+        raise PestoError(f"parallelism: interleave must map input names to whole numbers of runs, "
+                         f"not {brief(repr(interleave))}")
     return Parallelism(raw["data_parallel"], raw["microbatches"], tuple(tuple(g) for g in groups),
                        raw.get("optimizer_state", "replicated"), raw.get("tensor_parallel", 1),
-                       tuple((n, tuple(spec)) for n, spec in layouts.items()))
+                       tuple((n, tuple(spec)) for n, spec in layouts.items()), tuple(interleave.items()))
 
 
 def _collectives(raw: Any) -> list[Collective]:

@@ -162,6 +162,11 @@ def _check_layouts(graph: Graph, par: Parallelism, problems: list[str]) -> None:
             want = f"split along axis {split[name]}" if name in split else "whole"
             problems.append(f"the plan's layout of input %{name} is {list(spec) if spec is not None else 'whole'} "
                             f"but the graph holds it {want}")
+    raw = graph.attrs.get("tensor_input_runs")
+    runs = {k: int(r) for k, r in raw.value.items()} if raw is not None and isinstance(raw.value, dict) else {}
+    if runs != dict(par.interleave):
+        problems.append(f"the plan interleaves {dict(par.interleave) or 'no input'} but the graph splits "
+                        f"{runs or 'no input'} in runs")
 
 
 def _check_collectives(graph: Graph, cluster: Cluster, plan: Plan, problems: list[str]) -> None:
