@@ -36,7 +36,7 @@ import numpy as np
 from jax.sharding import NamedSharding, Sharding, SingleDeviceSharding
 
 from pesto_ir.backends.jax_replicas import BackendError, Replicas
-from pesto_ir.backends.replica_runtime import REPLICA_AXIS
+from pesto_ir.backends.replica_runtime import REPLICA_AXIS, TENSOR_AXIS
 from pesto_ir.backends.schedule import Move, Schedule, ScheduleError, Segment, schedule, segment_graph
 from pesto_ir.distributed import is_multiprocess
 from pesto_ir.ir.graph import Graph, Value
@@ -295,7 +295,8 @@ class Executable:
         """The function a segment's sub-graph `sub` computes (over its replicas, if any)."""
         if self.replicas is None:
             return as_function(sub)
-        return self.replicas.per_replica(as_function(sub, REPLICA_AXIS, self.replicas.d), seg)
+        r = self.replicas
+        return r.per_replica(as_function(sub, REPLICA_AXIS, r.dp, TENSOR_AXIS, r.tp), seg)
 
     def _shapes_only(self, seg: Segment, args: tuple[int, ...], outs: tuple[int, ...]) -> None:
         """The result shapes of a segment another process runs (for the copies that read them)."""
@@ -400,8 +401,8 @@ class Executable:
         for i, ((_, sharding, dtype, axis), x, v) in enumerate(zip(self._inputs, inputs, self.schedule.graph.inputs)):
             if axis is not None:  # a batch input of replicas: the caller's whole batch, as the replicas' rows
                 assert self.replicas is not None
-                x = self._put(self.replicas.stack(_converted(x, dtype, v), axis, self.replicas.input_runs.get(i, 1)),
-                              sharding)
+                held = self.replicas.stack_placed(x, i, sharding)  # a split parameter this returned
+                x = held if held is not None else self._put(self.replicas.stack(_converted(x, dtype, v), i), sharding)
                 out.append(x)
                 continue
             placed = getattr(x, "sharding", None)
@@ -463,10 +464,12 @@ class Executable:
         """One line per segment and transfer, in dispatch order."""
         lines = []
         if self.replicas is not None:
-            what = "tensor-parallel ranks" if self.replicas.tensor else "data-parallel replicas"
-            lines.append(f"{self.replicas.d} {what}: each segment runs over the mesh "
-                         f"'{REPLICA_AXIS}' of the devices that mirror its device; stacked values carry one "
-                         "replica's array per device, the others are replicated")
+            r = self.replicas
+            what = " x ".join(([f"{r.dp} data-parallel replicas"] if r.dp > 1 else []) +
+                              ([f"{r.tp} tensor-parallel ranks"] if r.tp > 1 else []))
+            axes = f"'{REPLICA_AXIS}' x '{TENSOR_AXIS}'" if r.tp > 1 else f"'{REPLICA_AXIS}'"
+            lines.append(f"{what}: each segment runs over the mesh {axes} of the devices that mirror its "
+                         "device; stacked values carry one replica's array per device, the others are replicated")
         for item in self._order:
             if isinstance(item, Segment):
                 ops = item.planned_ops
@@ -527,11 +530,10 @@ def _tensor(v: Value) -> TensorType:
 
 def _unstacked(outputs: Gather, replicas: Replicas) -> Gather:
     """`outputs`, with the replicas' rows of each stacked output put together."""
-    axes, runs = replicas.output_axes, replicas.output_runs
+    axes = replicas.output_axes
 
     def gather(regs: Indexed) -> tuple[Any, ...]:
-        return tuple(replicas.unstack(x, axes[k], runs.get(k, 1)) if k in axes else x
-                     for k, x in enumerate(outputs(regs)))
+        return tuple(replicas.unstack(x, k) if k in axes else x for k, x in enumerate(outputs(regs)))
 
     return gather
 

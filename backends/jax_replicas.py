@@ -8,9 +8,18 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from jax.sharding import Sharding
+import jax
+import jax.numpy as jnp
+from jax.sharding import NamedSharding, PartitionSpec, Sharding
 
-from pesto_ir.backends.replica_runtime import join_rows, over_replicas, replica_mesh, replica_sharding, split_rows
+from pesto_ir.backends.replica_runtime import (
+    TENSOR_AXIS,
+    join_rows,
+    over_replicas,
+    replica_mesh,
+    replica_sharding,
+    split_rows,
+)
 from pesto_ir.backends.schedule import Segment
 from pesto_ir.ir.graph import Graph, Value
 from pesto_ir.schedule.plan import Parallelism
@@ -32,21 +41,33 @@ class ReplicaLayout:
     sharded optimizer state (`sharded_inputs`, `sharded_outputs`: `passes/rewrite/shard_state.py`) is split
     into the replicas' blocks and put back together the same way."""
 
-    def __init__(self, graph: Graph, replicas: int, tensor: bool = False) -> None:
-        self.d = replicas
-        self.tensor = tensor
-        # the mirrors are one tensor-parallel group's ranks (`passes/rewrite/tensor_shard.py`): what
-        # differs per rank is the split parameters' blocks, and the batch is every rank's whole
-        inputs, outputs = (("tensor_inputs",), ("tensor_outputs",)) if tensor else (
-            ("batch_inputs", "sharded_inputs"), ("batch_outputs", "sharded_outputs"))
-        self.varying = _varying(graph, inputs)
+    def __init__(self, graph: Graph, replicas: int, tensor: int = 1) -> None:
+        self.dp, self.tp = replicas, tensor
+        self.d = replicas * tensor  # the mirrors: replica r's rank j is mirror r*tensor + j
+        self.tensor = tensor > 1
+        # a tensor-parallel group's ranks (`passes/rewrite/tensor_shard.py`) differ by the split
+        # parameters' blocks; every rank of a replica has its whole batch
+        kinds = ([("replica", ("batch_inputs", "sharded_inputs"), ("batch_outputs", "sharded_outputs"))]
+                 if replicas > 1 else []) + ([("tensor", ("tensor_inputs",), ("tensor_outputs",))] if tensor > 1 else [])
+        self.varying = _varying(graph, tuple(a for _, ins, _ in kinds for a in ins))
         by_name = {v.name: i for i, v in enumerate(graph.inputs)}
         by_index = {str(k): k for k in range(len(graph.outputs))}
-        self.input_axes = {i: a for attr in inputs for i, a in _axes(graph, attr, by_name).items()}
-        self.output_axes = {k: a for attr in outputs for k, a in _axes(graph, attr, by_index).items()}
+        self.input_axes: dict[int, int] = {}
+        self.output_axes: dict[int, int] = {}
+        self.input_kind: dict[int, str] = {}  # "replica" (split over replicas) or "tensor" (over ranks)
+        self.output_kind: dict[int, str] = {}
+        for kind, ins, outs in kinds:
+            for attrs, axes, kind_of, what in ((ins, self.input_axes, self.input_kind, "input"),
+                                                (outs, self.output_axes, self.output_kind, "output")):
+                index = by_name if what == "input" else by_index
+                for i, a in (item for attr in attrs for item in _axes(graph, attr, index).items()):
+                    if i in kind_of and kind_of[i] != kind:
+                        raise BackendError(f"{what} {i} is split both across replicas and across tensor-parallel "
+                                           "ranks, which this backend does not lay out")
+                    axes[i], kind_of[i] = a, kind
         # split in several runs of blocks (a fused projection's parts, each split alike)
-        self.input_runs = _axes(graph, "tensor_input_runs", by_name) if tensor else {}
-        self.output_runs = _axes(graph, "tensor_output_runs", by_index) if tensor else {}
+        self.input_runs = _axes(graph, "tensor_input_runs", by_name) if tensor > 1 else {}
+        self.output_runs = _axes(graph, "tensor_output_runs", by_index) if tensor > 1 else {}
         for i, v in enumerate(graph.inputs):
             if id(v) in self.varying and i not in self.input_axes:
                 raise BackendError(f"input %{v.name} differs per replica but has no batch axis")
@@ -70,14 +91,11 @@ class Replicas(ReplicaLayout):
     modules run too."""
 
     def __init__(self, graph: Graph, par: Parallelism, devices: Mapping[str, Any]) -> None:
-        if par.data_parallel > 1 and par.tensor_parallel > 1:
-            raise BackendError(f"this backend runs data-parallel replicas or tensor-parallel ranks, not both "
-                               f"(the plan has {par.data_parallel} x {par.tensor_parallel})")
-        super().__init__(graph, par.mirrors, par.tensor_parallel > 1)
+        super().__init__(graph, par.data_parallel, par.tensor_parallel)
         self.replicated: dict[str, Sharding] = {}
         self.stacked: dict[str, Sharding] = {}
         for name in par.replicas[0]:
-            mesh = replica_mesh([devices[n] for n in par.group(name)])
+            mesh = replica_mesh([devices[n] for n in par.group(name)], par.tensor_parallel)
             self.replicated[name] = replica_sharding(mesh, False)
             self.stacked[name] = replica_sharding(mesh, True)
 
@@ -89,18 +107,54 @@ class Replicas(ReplicaLayout):
         mesh = self.replicated[seg.device].mesh  # type: ignore[attr-defined]
         return over_replicas(fn, mesh, self.stacked_flags(seg.inputs), self.stacked_flags(seg.outputs))
 
-    def stack(self, x: Any, axis: int, runs: int = 1) -> Any:
-        """A global batch input as d replicas' rows (replica r: the r-th block of rows along `axis`,
-        of each of `runs` runs)."""
+    def stack(self, x: Any, i: int) -> Any:
+        """Input i as the mirrors' arrays, stacked: a batch input's rows of replica r (the r-th block
+        along its axis) for each of r's ranks, or a split parameter's block j (of each of its runs)
+        for rank j of each replica."""
+        kind, axis = self.input_kind[i], self.input_axes[i]
         try:
-            return split_rows(x, axis, self.d, runs)
+            if kind == "replica":
+                rows = split_rows(x, axis, self.dp)
+                return rows if self.tp == 1 else jnp.repeat(rows, self.tp, axis=0)
+            blocks = split_rows(x, axis, self.tp, self.input_runs.get(i, 1))
+            return blocks if self.dp == 1 else jnp.tile(blocks, (self.dp,) + (1,) * (blocks.ndim - 1))
         except ValueError as e:
             raise BackendError(str(e)) from None
 
-    @staticmethod
-    def unstack(x: Any, axis: int, runs: int = 1) -> Any:
-        """The replicas' rows of a stacked output, put together along `axis`."""
-        return join_rows(x, axis, runs)
+    def unstack(self, x: Any, k: int) -> Any:
+        """Output k put together from the mirrors' arrays: the replicas' rows (of rank 0), or the
+        ranks' blocks (of replica 0). A parameter split in contiguous blocks stays where it is: the
+        global array is made of the blocks each device holds, sharded over the mesh's tensor axis
+        (so the next step reads it without moving a byte: `stack_placed`)."""
+        axis = self.output_axes[k]
+        if self.output_kind[k] == "replica":
+            return join_rows(x if self.tp == 1 else x[::self.tp], axis)
+        runs = self.output_runs.get(k, 1)
+        if runs == 1 and isinstance(getattr(x, "sharding", None), NamedSharding):
+            local = x.shape[1:]
+            whole = (*local[:axis], local[axis] * self.tp, *local[axis + 1:])
+            held = NamedSharding(x.sharding.mesh, _split_spec(len(local), axis))
+            return jax.make_array_from_single_device_arrays(
+                whole, held, [s.data.reshape(local) for s in x.addressable_shards])
+        return join_rows(x if self.dp == 1 else x[:self.tp], axis, runs)
+
+    def stack_placed(self, x: Any, i: int, stacked: Sharding) -> Any | None:
+        """Input i as the mirrors' stacked arrays without a copy where it is a parameter this
+        executable returned (`unstack`): held in contiguous blocks over the tensor axis of the mesh
+        of `stacked`; else None."""
+        if self.input_kind.get(i) != "tensor" or self.input_runs.get(i, 1) != 1 or not isinstance(stacked, NamedSharding):
+            return None
+        axis = self.input_axes[i]
+        if getattr(x, "sharding", None) != NamedSharding(stacked.mesh, _split_spec(x.ndim, axis)):
+            return None
+        local = (*x.shape[:axis], x.shape[axis] // self.tp, *x.shape[axis + 1:])
+        return jax.make_array_from_single_device_arrays(
+            (self.d, *local), stacked, [s.data.reshape((1, *local)) for s in x.addressable_shards])
+
+
+def _split_spec(rank: int, axis: int) -> PartitionSpec:
+    """A parameter split in contiguous blocks along `axis` over the tensor axis, whole over replicas."""
+    return PartitionSpec(*(TENSOR_AXIS if a == axis else None for a in range(rank)))
 
 
 def _varying(graph: Graph, inputs: tuple[str, ...]) -> set[int]:

@@ -16,17 +16,24 @@ import jax.numpy as jnp
 import numpy as np
 
 REPLICA_AXIS = "replica"  # the mesh axis of data-parallel replicas
+TENSOR_AXIS = "tensor"  # the mesh axis of a tensor-parallel group's ranks
 
 
-def replica_mesh(devices: list[jax.Device]) -> jax.sharding.Mesh:
-    """The mesh of one device of replica 0 and its mirrors, one per replica in replica order."""
-    return jax.sharding.Mesh(np.array(devices, dtype=object), (REPLICA_AXIS,))
+def replica_mesh(devices: list[jax.Device], tensor: int = 1) -> jax.sharding.Mesh:
+    """The mesh of one device of replica 0 and its mirrors, one per replica in replica order; with
+    `tensor` ranks per replica (mirror r*tensor + j is replica r's rank j), a replicas x ranks mesh."""
+    if tensor == 1:
+        return jax.sharding.Mesh(np.array(devices, dtype=object), (REPLICA_AXIS,))
+    grid = np.array(devices, dtype=object).reshape(len(devices) // tensor, tensor)
+    return jax.sharding.Mesh(grid, (REPLICA_AXIS, TENSOR_AXIS))
 
 
 def replica_sharding(mesh: jax.sharding.Mesh, stacked: bool) -> jax.sharding.NamedSharding:
     """A value every replica has the same of is replicated over the mesh; a stacked one (it differs
-    per replica) has one replica's array per device along its leading axis."""
-    spec = jax.sharding.PartitionSpec(REPLICA_AXIS) if stacked else jax.sharding.PartitionSpec()
+    per replica) has one replica's array per device along its leading axis (over every mesh axis)."""
+    names = tuple(mesh.axis_names)
+    spec = jax.sharding.PartitionSpec(names[0] if len(names) == 1 else names) if stacked \
+        else jax.sharding.PartitionSpec()
     return jax.sharding.NamedSharding(mesh, spec)
 
 
@@ -63,7 +70,9 @@ def over_replicas(fn: Callable[..., list[jax.Array]], mesh: jax.sharding.Mesh, i
         results = fn(*(a[0] if stacked else a for a, stacked in zip(args, ins)))
         return [r[None] if stacked else r for r, stacked in zip(results, outs)]
 
-    spec = {True: jax.sharding.PartitionSpec(REPLICA_AXIS), False: jax.sharding.PartitionSpec()}
+    names = tuple(mesh.axis_names)
+    spec = {True: jax.sharding.PartitionSpec(names[0] if len(names) == 1 else names),
+            False: jax.sharding.PartitionSpec()}
     # check_vma off: the ops are bound as primitives, which (unlike jax.numpy) do not mark
     # replicated operands as varying; the caller's analysis of what differs per replica is the
     # same one JAX would make
@@ -73,4 +82,4 @@ def over_replicas(fn: Callable[..., list[jax.Array]], mesh: jax.sharding.Mesh, i
 
 RUNTIME: tuple[Callable[..., object], ...] = (replica_mesh, replica_sharding, split_rows, join_rows, over_replicas)
 
-__all__ = ["REPLICA_AXIS", "RUNTIME", "join_rows", "over_replicas", "replica_mesh", "replica_sharding", "split_rows"]
+__all__ = ["REPLICA_AXIS", "RUNTIME", "TENSOR_AXIS", "join_rows", "over_replicas", "replica_mesh", "replica_sharding", "split_rows"]

@@ -5,6 +5,8 @@ random layered graphs."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -157,6 +159,20 @@ def test_heads_split_in_runs_run_like_jit() -> None:
     assert read_plan_attrs(rank).parallelism.interleave == tuple(sorted(runs.items()))  # type: ignore[union-attr]
 
 
+@pytest.mark.parametrize("name", ["mlp", pytest.param("gpt", marks=pytest.mark.slow)])
+def test_tensor_parallel_groups_inside_data_parallel_replicas(name: str) -> None:
+    """t = 2 x d = 2 on 4 devices: each replica's batch rows on both its ranks, each rank's blocks on
+    both replicas; the replicas' all-reduces over the mesh's replica axis, the ranks' over its
+    tensor axis. jit's step, and every split parameter 1/t per device."""
+    step, params, x, y = MODELS[name]()
+    run = pesto_ir.parallelize(step, devices=jax.devices()[:4], param_argnums=0, tensor_parallel=2,
+                               data_parallel=2)
+    check_steps(run, step, params, x, y, 2)
+    par = run.plan.parallelism
+    assert (par.data_parallel, par.tensor_parallel) == (2, 2) and len(par.replicas) == 4
+    assert "2 data-parallel replicas x 2 tensor-parallel ranks" in run.executable.describe()
+
+
 def test_megatron_mlp_layout_is_found() -> None:
     """Column-parallel first layer (its bias with it), row-parallel second: one all-reduce."""
     step, params, x, y = mlp(512)
@@ -204,8 +220,8 @@ def test_bad_tensor_parallel_options_are_refused() -> None:
     for bad in (0, -2, 2.5, True, "two"):
         with pytest.raises(PestoError, match="tensor_parallel"):
             pesto_ir.parallelize(step, devices=jax.devices()[:2], param_argnums=0, tensor_parallel=bad)(params, x, y)
-    with pytest.raises(PestoError, match="not built yet"):
-        pesto_ir.parallelize(step, devices=jax.devices()[:4], param_argnums=0, tensor_parallel=2,
+    with pytest.raises(PestoError, match="does not divide"):
+        pesto_ir.parallelize(step, devices=jax.devices()[:4], param_argnums=0, tensor_parallel=4,
                              data_parallel=2)(params, x, y)
     with pytest.raises(PestoError, match="does not divide"):
         pesto_ir.parallelize(step, devices=jax.devices()[:3], param_argnums=0, tensor_parallel=2)(params, x, y)
@@ -279,3 +295,14 @@ def test_parameter_classes_tie_repeated_layers() -> None:
     shapes = sorted((c.shape, len(c.families)) for c in classes)
     # the first layer's weight is read by one op fewer (no input gradient): a class of its own
     assert shapes == [((8,), 3), ((8, 8), 1), ((8, 8), 2)]
+
+
+@pytest.mark.slow
+def test_gpt_training_example_with_tensor_and_data_parallelism() -> None:
+    """examples/train_gpt.py: 2 replicas x 2 pipeline devices x 2 ranks on 8 CPU devices trains as
+    jax.jit does (the script exits 0 only when the loss falls and the two agree)."""
+    script = Path(__file__).parent.parent / "examples" / "train_gpt.py"
+    done = subprocess.run([sys.executable, str(script), "--steps", "4", "--log-every", "2", "--data-parallel", "2",
+                           "--microbatches", "2", "--tensor-parallel", "2"], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "2 tensor-parallel ranks" in done.stdout

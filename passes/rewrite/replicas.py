@@ -130,7 +130,8 @@ def replica_graph(graph: Graph, cluster: Cluster, strategy: Strategy) -> Graph:
     mirrors = groups
     if strategy.tensor.size > 1:
         mirrors = mirror_groups(cluster, strategy.data_parallel, strategy.tensor.size)
-        out = tensor_shard(out, strategy.tensor, collective_cost(cluster, mirrors))
+        out = tensor_shard(out, strategy.tensor, collective_cost(cluster, mirrors[:strategy.tensor.size]),
+                           collective_cost(cluster, mirrors[::strategy.tensor.size]))
     if out is not graph and any("flops" in op.attrs for op in graph.ops):
         AnnotateCostsPass(model="roofline").run(out, PassContext(cluster=sub_cluster(cluster, mirrors[0]), quiet=True))
     return out

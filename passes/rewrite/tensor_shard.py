@@ -33,15 +33,17 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pesto_ir.ir.attributes import Attr, DictAttr, IntAttr, StringAttr, to_attr
+from pesto_ir.ir.attributes import Attr, DictAttr, DurationAttr, IntAttr, StringAttr, to_attr
 from pesto_ir.ir.graph import Graph, Op, Value
 from pesto_ir.ir.types import BlobType, TensorType, Type
 from pesto_ir.ir.verifier import verify
 from pesto_ir.passes.dce import dead_code_elimination
 from pesto_ir.passes.rewrite.batch_axes import BATCH_RULES, Batch, Batched, Cut, MicrobatchError, refuse
+from pesto_ir.ir.opdefs import opcodes
 from pesto_ir.passes.rewrite.rebatch import MAX_MICROBATCHES, Rewriter, _PerSample, scaled_costs
 from pesto_ir.util.errors import PestoError
 
+ACROSS_REPLICAS = opcodes(run="replicas")  # the collectives of data-parallel replicas, and their slices
 CollectiveCost = Callable[[str, int], float]  # (opcode, bytes) -> seconds on the group's ring
 
 
@@ -184,7 +186,15 @@ def tensor_rules(t: int) -> dict[str, Any]:
             raise refuse(op, f"it concatenates values split in runs of different lengths ({lengths})")
         return Batched([dim], rows=[sum(b[1] for b in axes if b is not None)])
 
-    return {**BATCH_RULES, "dot_general": _tensor_dot_general,
+    def across_replicas(op: Op, axes: list[Batch | None]) -> Batched | Cut:
+        """A data-parallel replicas' all-reduce of the rank's block: the block's sum."""
+        if op.opcode != "all_reduce" or len(op.operands) != 1:
+            raise refuse(op, "tensor parallelism runs inside data-parallel replicas' all-reduces of one value each, "
+                              "not inside a sharded optimizer state's collectives")
+        return Batched([axes[0][0]])  # type: ignore[index]
+
+    return {**BATCH_RULES, **{name: across_replicas for name in ACROSS_REPLICAS},
+            "dot_general": _tensor_dot_general,
             **{name: _tensor_conv for name, rule in BATCH_RULES.items()
                if rule is BATCH_RULES.get("conv_general_dilated")},
             "split": split, "slice": slice_, "concatenate": concatenate}
@@ -201,9 +211,10 @@ class TensorRewriter(Rewriter):
 
     OUTPUT_AXES = "tensor_outputs"
 
-    def __init__(self, src: Graph, size: int, cost: CollectiveCost | None) -> None:
+    def __init__(self, src: Graph, size: int, cost: CollectiveCost | None,
+                 replica_cost: CollectiveCost | None = None) -> None:
         super().__init__(src, 1, size, None if cost is None else (lambda nbytes: cost("all_reduce", nbytes)))
-        self.cost = cost
+        self.cost, self.replica_cost = cost, replica_cost
         self.rules = tensor_rules(size)
         self.runs = 1  # the runs of the op being rewritten's split operands (`op`)
 
@@ -246,13 +257,16 @@ class TensorRewriter(Rewriter):
         return name  # one copy per op: the rank's op keeps the source's name
 
     def copy_attrs(self, op: Op, attrs: dict[str, Attr], i: int) -> dict[str, Attr]:
-        return scaled_costs(attrs, self.d)  # the op's micro-batch and colocation are the source's
+        out = scaled_costs(attrs, self.d)  # the op's micro-batch and colocation are the source's
+        if op.opcode in ACROSS_REPLICAS and self.replica_cost is not None:  # the replicas' ring, on the block
+            out["cost"] = DurationAttr(self.replica_cost(op.opcode, sum(v.type.nbytes for v in op.operands) // self.d))
+        return out
 
     def whole_rows(self, v: Value, axis: int, whole: Value) -> list[Value]:
         t = whole.type
         assert isinstance(t, TensorType)
         block = self.small(t, axis)
-        attrs: dict[str, Attr] = {"replicas": IntAttr(self.d), "axis": IntAttr(axis)}
+        attrs: dict[str, Attr] = {"replicas": IntAttr(self.d), "axis": IntAttr(axis), "across": StringAttr("tensor")}
         if self.runs > 1:
             attrs["runs"] = IntAttr(self.runs)
         if v.owner is not None and v.owner.get("colocate") is not None:
@@ -264,6 +278,7 @@ class TensorRewriter(Rewriter):
         made = super().all_reduce(src_op, values, reduction, name)
         owner = made[0].owner
         assert owner is not None
+        owner.attrs["across"] = StringAttr("tensor")
         if src_op.get("colocate") is None:  # a rank's op is not a micro-batch copy: no group of its own
             owner.attrs.pop("colocate", None)
         else:
@@ -271,23 +286,25 @@ class TensorRewriter(Rewriter):
         return made
 
 
-def tensor_shard(graph: Graph, layout: TensorLayout, cost: CollectiveCost | None = None) -> Graph:
+def tensor_shard(graph: Graph, layout: TensorLayout, cost: CollectiveCost | None = None,
+                 replica_cost: CollectiveCost | None = None) -> Graph:
     """One rank's graph of `graph` split by `layout` across its t ranks; a new graph, verified.
 
     `cost(opcode, bytes)` gives a collective's duration on the group; without it the collectives
-    have no cost attribute (nor have the block slices: a roofline costing prices them). A layout of one rank returns the graph itself."""
+    have no cost attribute (nor have the block slices: a roofline costing prices them).
+    `replica_cost` re-costs a replica graph's all-reduces across data-parallel replicas, which now
+    reduce the rank's blocks. A layout of one rank returns the graph itself."""
     if layout.size == 1:
         return graph
     if "tensor_parallel" in graph.attrs:
         raise ShardingError(f"graph '{graph.name}' is already one tensor-parallel rank's graph")
-    degrees = graph.attrs.get("microbatched")
-    if degrees is not None and int(degrees.value.get("data_parallel", 1)) > 1:
-        raise ShardingError(f"graph '{graph.name}': tensor parallelism inside data-parallel replicas is not built "
-                            "yet; use data-parallel 1 with tensor-parallel > 1")
+    if "sharded_inputs" in graph.attrs:
+        raise ShardingError(f"graph '{graph.name}' shards its optimizer state across data-parallel replicas; "
+                            "with tensor parallelism keep it replicated (optimizer-state=replicated)")
     if any(isinstance(v.type, BlobType) for op in graph.ops for v in op.results):
         raise ShardingError(f"graph '{graph.name}' is a cost graph (no tensor shapes): tensor parallelism splits "
                             "tensors along their axes, so it needs a graph with shapes (.pir or a JAX function)")
-    rw = TensorRewriter(graph, layout.size, cost)
+    rw = TensorRewriter(graph, layout.size, cost, replica_cost)
     try:
         rw.split_inputs(layout)
         for op in graph.ops:

@@ -63,8 +63,10 @@ def score_layout(graph: Graph, layout: TensorLayout, device: Device, cost: Colle
 
 def choose_layout(graph: Graph, size: int, device: Device, cost: CollectiveCost | None,
                   max_evaluations: int = MAX_EVALUATIONS,
-                  progress: Callable[[str], None] | None = None) -> Choice:
-    """The best layout found for `size` ranks of `device`'s kind (see the module docstring)."""
+                  progress: Callable[[str], None] | None = None, split_some: bool = False) -> Choice:
+    """The best layout found for `size` ranks of `device`'s kind (see the module docstring); with
+    `split_some`, the best of those that split a parameter where splitting none scores best (a
+    degree the user fixed: a small model whose all-reduces cost more than its blocks save)."""
     classes = parameter_classes(graph)
     chosen: dict[int, Option] = {i: None for i in range(len(classes))}
     evaluations = 0
@@ -79,6 +81,7 @@ def choose_layout(graph: Graph, size: int, device: Device, cost: CollectiveCost 
     if best is None:
         raise ShardingError(f"graph '{graph.name}' cannot run as {size} tensor-parallel ranks even with every "
                             "parameter whole")
+    fallback: tuple[Score, dict[int, Option]] | None = None  # the best layout that splits something
     for sweep in range(MAX_SWEEPS):
         changed = False
         for i, cls in enumerate(classes):
@@ -91,6 +94,8 @@ def choose_layout(graph: Graph, size: int, device: Device, cost: CollectiveCost 
                         break
                     evaluations += 1
                     found = score_layout(graph, layout_of({**chosen, i: pick}), device, cost)
+                    if found is not None and pick is not None and (fallback is None or found < fallback[0]):
+                        fallback = (found, {**chosen, i: pick})
                     if found is not None and found < best:
                         best, chosen[i], changed = found, pick, True
                     if found is not None:
@@ -101,19 +106,25 @@ def choose_layout(graph: Graph, size: int, device: Device, cost: CollectiveCost 
                      f"{best.seconds * 1e3:.4g} ms a step, peak {best.peak / 2**30:.3g} GiB ({evaluations} layouts)")
         if not changed or evaluations >= max_evaluations:
             break
+    if split_some and all(pick is None for pick in chosen.values()) and fallback is not None:
+        return Choice(layout_of(fallback[1]), fallback[0], evaluations)
     return Choice(layout_of(chosen), best, evaluations)
 
 
 def tensor_layout(graph: Graph, cluster: Cluster, size: int,
-                  progress: Callable[[str], None] | None = None) -> TensorLayout:
+                  progress: Callable[[str], None] | None = None, fixed: bool = False) -> TensorLayout:
     """The layout of `size` tensor-parallel ranks on `cluster` (groups of `size` contiguous devices,
-    `mirror_groups`), their collectives costed on the group's ring; refused where it splits nothing."""
+    `mirror_groups`), their collectives costed on the group's ring. A degree the search is trying
+    (not `fixed`) is refused where splitting nothing scores best; a fixed one splits what is best
+    to split, and is refused only where no parameter can be split."""
     groups = mirror_groups(cluster, 1, size)
     choice = choose_layout(graph, size, cluster.device(groups[0][0]), collective_cost(cluster, groups),
-                           progress=progress)
+                           progress=progress, split_some=fixed)
     if not choice.layout.splits:
-        raise ShardingError(f"tensor-parallel {size}: splitting no parameter of graph '{graph.name}' is as fast "
-                            f"as any layout found ({choice.evaluations} tried)")
+        why = "no parameter of graph '{}' splits into {} equal blocks that the rewrite can follow" if fixed else \
+            "splitting no parameter of graph '{}' scores better than any layout found for {} ranks"
+        raise ShardingError(f"tensor-parallel {size}: " + why.format(graph.name, size)
+                            + f" ({choice.evaluations} layouts tried)")
     return choice.layout
 
 

@@ -196,31 +196,37 @@ class ReplicaInterpreter(Interpreter):
 
     REDUCE = {"sum": jax.lax.psum, "max": jax.lax.pmax, "min": jax.lax.pmin}
 
-    def __init__(self, graph: Graph, axis: str, replicas: int) -> None:
+    def __init__(self, graph: Graph, axis: str, replicas: int, tensor_axis: str | None = None,
+                 tensor: int = 1) -> None:
         super().__init__(graph)
         self.axis, self.replicas = axis, replicas
+        self.tensor_axis, self.tensor = tensor_axis, tensor
 
     def run_op(self, op: Op, args: list[Any]) -> list[Any]:
         if op.opcode not in ACROSS_REPLICAS or one_replica(op):
             return super().run_op(op, args)
+        # a tensor-parallel group's collective (`across = "tensor"`) runs over the mesh's tensor axis
+        ranks = op.get("across") == "tensor" and self.tensor_axis is not None
+        axis, size = (self.tensor_axis, self.tensor) if ranks else (self.axis, self.replicas)
+        assert axis is not None
         if op.opcode == "all_reduce":
-            reduce = self.collective(op, self.replicas)
-            return [reduce(x, self.axis) for x in args]
-        self.check_replicas(op, self.replicas)
+            reduce = self.collective(op, size)
+            return [reduce(x, axis) for x in args]
+        self.check_replicas(op, size)
         if op.opcode == "replica_slice":  # the replica's block (of each run)
-            axis, runs, x = int(op.get("axis")), int(op.get("runs", 1)), args[0]
+            dim, runs, x = int(op.get("axis")), int(op.get("runs", 1)), args[0]
             shape = x.shape
-            x = x.reshape(*shape[:axis], runs, shape[axis] // runs, *shape[axis + 1:])
-            block = shape[axis] // (runs * self.replicas)
-            x = jax.lax.dynamic_slice_in_dim(x, jax.lax.axis_index(self.axis) * block, block, axis + 1)
-            return [x.reshape(*shape[:axis], shape[axis] // self.replicas, *shape[axis + 1:])]
-        axes = [int(a) for a in op.get("axes")]
+            x = x.reshape(*shape[:dim], runs, shape[dim] // runs, *shape[dim + 1:])
+            block = shape[dim] // (runs * size)
+            x = jax.lax.dynamic_slice_in_dim(x, jax.lax.axis_index(axis) * block, block, dim + 1)
+            return [x.reshape(*shape[:dim], shape[dim] // size, *shape[dim + 1:])]
+        dims = [int(a) for a in op.get("axes")]
         if op.opcode == "all_gather":
-            return [jax.lax.all_gather(x, self.axis, axis=a, tiled=True) for x, a in zip(args, axes)]
+            return [jax.lax.all_gather(x, axis, axis=a, tiled=True) for x, a in zip(args, dims)]
         if op.get("reduction", "sum") != "sum":
             raise PestoError(f"{op.where()}: op '{op.name}' reduce-scatters with {op.get('reduction')!r}; "
                              "only sums are run")
-        return [jax.lax.psum_scatter(x, self.axis, scatter_dimension=a, tiled=True) for x, a in zip(args, axes)]
+        return [jax.lax.psum_scatter(x, axis, scatter_dimension=a, tiled=True) for x, a in zip(args, dims)]
 
     @staticmethod
     def check_replicas(op: Op, replicas: int) -> None:
@@ -241,13 +247,15 @@ class ReplicaInterpreter(Interpreter):
         return reduce
 
 
-def as_function(graph: Graph, replica_axis: str | None = None, replicas: int = 1) -> Callable[..., list[Any]]:
+def as_function(graph: Graph, replica_axis: str | None = None, replicas: int = 1,
+                tensor_axis: str | None = None, tensor: int = 1) -> Callable[..., list[Any]]:
     """`graph` as a Python function of its inputs, to wrap in `jax.jit` (one compile, not one per op);
-    with `replica_axis`, one replica's function for `jax.shard_map` over that axis of `replicas`."""
+    with `replica_axis`, one replica's function for `jax.shard_map` over that axis of `replicas`
+    (and `tensor_axis` of `tensor` ranks, where tensor-parallel groups' collectives run)."""
 
     def fn(*inputs: Any) -> list[Any]:
         if replica_axis is not None:
-            return ReplicaInterpreter(graph, replica_axis, replicas).run(*inputs)
+            return ReplicaInterpreter(graph, replica_axis, replicas, tensor_axis, tensor).run(*inputs)
         return Interpreter(graph).run(*inputs)
 
     fn.__name__ = graph.name.replace(".", "_").replace("-", "_") or "graph"

@@ -121,14 +121,18 @@ class Parallelism:
         """Every device of every replica, replica by replica."""
         return [d for g in self.replicas for d in g]
 
-    def group(self, device: str) -> list[str]:
-        """The devices that mirror replica 0's `device`, one per replica (replica 0's first)."""
+    def group(self, device: str, axis: str | None = None) -> list[str]:
+        """The devices that mirror replica 0's `device`, one per replica (replica 0's first); with
+        `axis` ("replica" or "tensor"), only those a collective over that mesh axis spans from it:
+        its mirrors in the other replicas, or the other ranks of its tensor-parallel group."""
         try:
             i = self.replicas[0].index(device)
         except ValueError:
             raise PestoError(f"device {device} is not a device of replica 0 "
                              f"({', '.join(self.replicas[0])})") from None
-        return [g[i] for g in self.replicas]
+        t = self.tensor_parallel
+        lists = self.replicas if axis is None else self.replicas[::t] if axis == "replica" else self.replicas[:t]
+        return [g[i] for g in lists]
 
     def to_json(self) -> dict[str, Any]:
         out = {"data_parallel": self.data_parallel, "microbatches": self.microbatches,
@@ -306,6 +310,12 @@ def collective_bytes(op: Op) -> int:
     return sum(v.type.nbytes for v in (op.results if op.opcode == "all_gather" else op.operands))
 
 
+def mesh_axis(op: Op) -> str:
+    """The mesh axis a collective (or `replica_slice`) works across: its `across` attribute,
+    "tensor" for a tensor-parallel group's, else "replica" (data-parallel replicas)."""
+    return "tensor" if op.get("across") == "tensor" else "replica"
+
+
 def collectives_for(graph: Graph, plan: Plan) -> list[Collective]:
     """The `collectives` entries of `plan`: one per collective op of `graph`, spanning the group of
     devices that mirror its device across replicas, over its slot. Placement algorithms call it
@@ -319,7 +329,8 @@ def collectives_for(graph: Graph, plan: Plan) -> list[Collective]:
         slot = plan.ops.get(op.name)
         if op.opcode not in RING_PHASES or slot is None or slot.device not in par.replicas[0]:
             continue
-        out.append(Collective(op.name, op.opcode, par.group(slot.device), collective_bytes(op), slot.start, slot.end))
+        out.append(Collective(op.name, op.opcode, par.group(slot.device, mesh_axis(op)), collective_bytes(op),
+                              slot.start, slot.end))
     return out
 
 

@@ -25,7 +25,7 @@ from collections import defaultdict
 
 from pesto_ir.cluster.model import Cluster, ring_time
 from pesto_ir.cost.lookup import op_cost
-from pesto_ir.ir.graph import Graph
+from pesto_ir.ir.graph import Graph, Op
 from pesto_ir.schedule.memory import DevicePeak, peak_memory
 from pesto_ir.schedule.plan import (
     RING_PHASES,
@@ -35,6 +35,7 @@ from pesto_ir.schedule.plan import (
     Transfer,
     collective_bytes,
     collectives_for,
+    mesh_axis,
 )
 from pesto_ir.schedule.simulate import PlanError, transfer_bytes
 
@@ -195,12 +196,12 @@ def _check_collectives(graph: Graph, cluster: Cluster, plan: Plan, problems: lis
         replicas = op.get("replicas")
         if par is None:  # one replica's plan on its own devices (as `place` makes it before naming the
             continue     # replicas): the op's cost attribute stands for its ring, checked with the other ops
-        if replicas != par.mirrors:
+        if replicas != _size(par, op):
             verb = "all-reduces" if op.opcode == "all_reduce" else f"is {_a(op.opcode)}"
             problems.append(f"op '{op.name}' {verb} across {replicas} replicas but the plan has "
                             f"{_mirrors(par)}")
         slot = plan.ops[op.name]
-        group = par.group(slot.device)
+        group = par.group(slot.device, mesh_axis(op))
         nbytes = collective_bytes(op)
         need = ring_time(cluster, group, nbytes, RING_PHASES[op.opcode])
         if _late(slot.end - slot.start, need):
@@ -231,9 +232,14 @@ def _check_sharded_state(graph: Graph, par: Parallelism, problems: list[str]) ->
         problems.append(f"the plan's optimizer state is {par.optimizer_state} but the graph holds it "
                         f"{'in blocks (sharded_inputs)' if sharded else 'whole (no sharded_inputs)'}")
     for op in graph.ops:
-        if op.opcode == "replica_slice" and op.get("replicas") != par.mirrors:
+        if op.opcode == "replica_slice" and op.get("replicas") != _size(par, op):
             problems.append(f"op '{op.name}' slices for {op.get('replicas')} replicas but the plan has "
                             f"{_mirrors(par)}")
+
+
+def _size(par: Parallelism, op: Op) -> int:
+    """How many devices the collective (or slice) `op` spans: its mesh axis's size."""
+    return par.tensor_parallel if mesh_axis(op) == "tensor" else par.data_parallel
 
 
 def _mirrors(par: Parallelism) -> str:

@@ -51,29 +51,30 @@ def strategies(graph: Graph, cluster: Cluster, data_parallel: int | None, microb
     state gives no plan, `screening.screen`, and for one-device replicas where that is faster,
     `screening._screen_replicas`). With `tensor_parallel` t > 1 (None: every t dividing the devices
     up to `MAX_AUTO_TENSOR_PARALLEL`, and 1), each t's layout is chosen first
-    (`passes/sharding/choose.py`) and its strategies have one replica."""
+    (`passes/sharding/choose.py`) and its replicas (d dividing k/t) hold the whole optimizer state."""
     out = [s for s in _replica_strategies(graph, cluster, data_parallel, microbatches, optimizer_state)]
     k = len(cluster)
     ts = [tensor_parallel] if tensor_parallel is not None else \
         [1, *(t for t in range(2, min(k, MAX_AUTO_TENSOR_PARALLEL) + 1) if k % t == 0)]
     if ts == [1]:
         return out
-    if data_parallel not in (None, 1) and tensor_parallel not in (None, 1):
-        raise PestoError(f"tensor-parallel {tensor_parallel} with data-parallel {data_parallel}: tensor-parallel "
-                         "groups inside data-parallel replicas are not built yet; use data-parallel 1")
     if tensor_parallel not in (None, 1):
         out = []
     failed: list[str] = []
     for t in (t for t in ts if t > 1):
         try:
-            layout = tensor_layout(graph, cluster, t, progress)
+            layout = tensor_layout(graph, cluster, t, progress, fixed=tensor_parallel is not None)
         except PestoError as e:
             if tensor_parallel is not None:
                 raise
             failed.append(str(e).splitlines()[0])
             continue
         out += [dataclasses.replace(s, tensor=layout)
-                for s in _replica_strategies(graph, cluster, 1, microbatches, "replicated")]
+                for s in _replica_strategies(graph, cluster, data_parallel, microbatches, "replicated")
+                if (k // s.data_parallel) % t == 0]
+    if not out and data_parallel is not None and tensor_parallel is not None:
+        raise PestoError(f"data-parallel {data_parallel} x tensor-parallel {tensor_parallel} does not divide the "
+                         f"{k} devices")
     return out
 
 
