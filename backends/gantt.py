@@ -102,7 +102,8 @@ def parallelism_line(plan: Plan) -> str | None:
     if par.data_parallel == 1:
         return f"{par.microbatches} micro-batches, one replica"
     replicas = _named([",".join(g) for g in par.replicas], " | ")
-    state = "; optimizer state sharded" if par.optimizer_state == "sharded" else ""
+    state = "; parameters and state sharded" if par.parameters == "sharded" else \
+        "; optimizer state sharded" if par.optimizer_state == "sharded" else ""
     return (f"data-parallel {par.data_parallel} x {par.microbatches} micro-batches{state}; "
             f"replicas: {replicas} (each runs this schedule)")
 

@@ -64,6 +64,9 @@ class PlacePass(Pass):
     # N or auto: t devices run each op on their blocks of the split parameters (passes/sharding/);
     # None: 1 (the search tries tensor parallelism when asked: N, or auto)
     tensor_parallel: str | None = None
+    # replicated, sharded across the data-parallel replicas with the optimizer state (FSDP / ZeRO-3,
+    # passes/rewrite/shard_params.py), or auto: sharded where sharding the state alone gives no plan
+    parameters: str = "auto"
     start: str | None = None  # a pesto-plan/1 file: the plan to start from and to beat (passes/placement/search/start_plan.py)
 
     def __post_init__(self) -> None:
@@ -71,6 +74,11 @@ class PlacePass(Pass):
         parse_degree(self.data_parallel, "data-parallel")
         parse_degree(self.microbatches, "microbatches")
         parse_degree(self.tensor_parallel, "tensor-parallel")
+        if self.parameters not in OPTIMIZER_STATE_CHOICES:
+            raise PlaceError(f"parameters must be one of {', '.join(OPTIMIZER_STATE_CHOICES)}, not {self.parameters!r}")
+        if self.parameters == "sharded" and self.optimizer_state == "replicated":
+            raise PlaceError("parameters=sharded shards the optimizer state with them (FSDP): it cannot be "
+                             "optimizer-state=replicated")
         if self.optimizer_state not in OPTIMIZER_STATE_CHOICES:
             raise PlaceError(f"optimizer-state must be one of {', '.join(OPTIMIZER_STATE_CHOICES)}, "
                              f"not {self.optimizer_state!r}")
@@ -166,13 +174,17 @@ class PlacePass(Pass):
                                  "give data-parallel, microbatches and optimizer-state to the microbatch pass or to "
                                  "place, not both")
             return graph, place_rewritten(graph, cluster, options, lambda g, c, o: driver.place_graph(g, c, algo, o))
+        if d == 1 and self.parameters == "sharded":
+            raise PlaceError("parameters=sharded splits the parameters across data-parallel replicas; with "
+                             "data-parallel 1 there is nothing to split them across")
         if d == 1 and self.optimizer_state == "sharded":
             raise PlaceError("optimizer-state=sharded splits the optimizer state across data-parallel replicas; "
                              "with data-parallel 1 there is nothing to split it across")
         t = parse_degree(self.tensor_parallel or "1", "tensor-parallel")
         if d == 1 and m == 1 and t == 1:
             return graph, driver.place_graph(graph, cluster, algo, options)
-        return place_hybrid(graph, cluster, algo, options, d, m, self.optimizer_state, start, t)
+        state = "sharded" if self.parameters == "sharded" else self.optimizer_state
+        return place_hybrid(graph, cluster, algo, options, d, m, state, start, t, self.parameters)
 
     def degrees(self) -> tuple[int | None, int | None]:
         """(data-parallel, microbatches): a number, or None to search; unset means search for

@@ -141,6 +141,11 @@ def build_arg_parser() -> argparse.ArgumentParser:
                             "parameters the planner splits (Megatron's column- and row-parallel layers, "
                             "attention by heads), partial sums all-reduced; auto also tries every N dividing "
                             "the devices up to 8 (default: 1)")
+    place.add_argument("--parameters", choices=("auto", "replicated", "sharded"),
+                       help="with data-parallel replicas: each holds the whole parameters (replicated), or 1/N "
+                            "of them and of the optimizer state, gathering each parameter before the ops that "
+                            "read it (sharded: FSDP, ZeRO-3); auto shards them where sharding the optimizer "
+                            "state alone does not fit (default: auto)")
     place.add_argument("--optimizer-state", choices=("auto", "replicated", "sharded"),
                        help="with data-parallel replicas: each holds the whole optimizer state (replicated), "
                             "or 1/N of it and updates that part (sharded, ZeRO-1); auto shards it where "
@@ -235,7 +240,7 @@ def with_place_options(pipeline: Pipeline, args: argparse.Namespace) -> Pipeline
     changes = {k: v for k, v in (("algo", args.algo), ("time_limit", args.time_limit),
                                  ("data_parallel", args.data_parallel), ("microbatches", args.microbatches),
                                  ("optimizer_state", args.optimizer_state), ("start", args.start),
-                                 ("tensor_parallel", args.tensor_parallel))
+                                 ("tensor_parallel", args.tensor_parallel), ("parameters", args.parameters))
                if v is not None}
     if not changes:
         return pipeline

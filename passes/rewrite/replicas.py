@@ -20,6 +20,7 @@ from pesto_ir.passes.annotate_costs import AnnotateCostsPass
 from pesto_ir.passes.placement.options import PlaceOptions, inner, kept_on_interrupt
 from pesto_ir.passes.rewrite.collective_buckets import bucket_all_reduces
 from pesto_ir.passes.rewrite.rebatch import rebatch
+from pesto_ir.passes.rewrite.shard_params import shard_parameters
 from pesto_ir.passes.rewrite.shard_state import shard_optimizer_state
 from pesto_ir.passes.rewrite.tensor_shard import TensorLayout, interleaved, partition_specs, tensor_shard
 from pesto_ir.passmanager import PassContext
@@ -36,18 +37,23 @@ class Strategy:
     microbatches: int
     optimizer_state: str = "replicated"  # or "sharded" (`passes/rewrite/shard_state.py`), with d > 1
     tensor: TensorLayout = TensorLayout(1)  # t ranks and the inputs split across them (`tensor_shard.py`)
+    parameters: str = "replicated"  # or "sharded" (FSDP, `passes/rewrite/shard_params.py`), with the state sharded
 
     @property
     def tensor_parallel(self) -> int:
         return self.tensor.size
 
     def __str__(self) -> str:
-        sharded = " state sharded" if self.optimizer_state == "sharded" else ""
+        sharded = " params sharded" if self.parameters == "sharded" else \
+            " state sharded" if self.optimizer_state == "sharded" else ""
         ranks = f" t={self.tensor_parallel}" if self.tensor_parallel > 1 else ""
         return f"d={self.data_parallel} m={self.microbatches}{ranks}{sharded}"
 
     def sharded(self) -> Strategy:
         return dataclasses.replace(self, optimizer_state="sharded")
+
+    def fully_sharded(self) -> Strategy:
+        return dataclasses.replace(self, optimizer_state="sharded", parameters="sharded")
 
 
 ONE_BATCH = Strategy(1, 1)
@@ -127,6 +133,8 @@ def replica_graph(graph: Graph, cluster: Cluster, strategy: Strategy) -> Graph:
     out = rebatch(graph, strategy.microbatches, strategy.data_parallel, all_reduce_cost(cluster, groups))
     if strategy.optimizer_state == "sharded":
         shard_state(out, strategy, collective_cost(cluster, groups))
+    if strategy.parameters == "sharded":
+        shard_params(out, strategy, collective_cost(cluster, groups))
     mirrors = groups
     if strategy.tensor.size > 1:
         mirrors = mirror_groups(cluster, strategy.data_parallel, strategy.tensor.size)
@@ -150,6 +158,23 @@ def shard_state(graph: Graph, strategy: Strategy, cost: Callable[[str, int], flo
     verify(graph)
 
 
+def shard_params(graph: Graph, strategy: Strategy, cost: Callable[[str, int], float] | None) -> None:
+    """Shard the parameters of a replica graph whose state is sharded (`passes/rewrite/shard_params.py`),
+    or say why not."""
+    if strategy.optimizer_state != "sharded":
+        raise PestoError("parameters are sharded with the optimizer state (FSDP shards both)")
+    done = shard_parameters(graph, strategy.data_parallel, cost)
+    if not done.inputs:
+        why = "; ".join(f"%{n}: {w}" for n, w in list(done.kept.items())[:3])
+        raise PestoError(f"{strategy}: graph '{graph.name}' has no parameter to shard" + (f" ({why})" if why else ""))
+    verify(graph)
+
+
+def parameters_of(graph: Graph) -> str:
+    """How a replica graph holds its parameters: "sharded" after `passes/rewrite/shard_params.py`."""
+    return "sharded" if "sharded_parameters" in graph.attrs else "replicated"
+
+
 def state_of(graph: Graph) -> str:
     """How a replica graph holds its optimizer state: "sharded" after `passes/rewrite/shard_state.py`."""
     return "sharded" if "sharded_inputs" in graph.attrs else "replicated"
@@ -165,7 +190,8 @@ def as_hybrid(graph: Graph, cluster: Cluster, plan: Plan, strategy: Strategy) ->
     plan = dataclasses.replace(plan, devices=list(cluster.names),
                                parallelism=Parallelism(strategy.data_parallel, strategy.microbatches, groups,
                                                        state_of(graph), strategy.tensor_parallel,
-                                                       partition_specs(graph), interleaved(graph)))
+                                                       partition_specs(graph), interleaved(graph),
+                                                       parameters_of(graph)))
     plan.collectives = collectives_for(graph, plan)
     return plan if same else check_plan(graph, cluster, plan)
 

@@ -46,6 +46,7 @@ class ParallelizeOptions:
     optimizer_state: str = "auto"  # replicated, sharded across the replicas (ZeRO-1), or auto (see place)
     # tensor-parallel ranks: a whole number >= 1, "auto", or None (1); the place pass's tensor-parallel
     tensor_parallel: int | str | None = None
+    parameters: str = "auto"  # replicated, sharded across the replicas with the state (FSDP), or auto (see place)
     autotune: bool = False  # time the plan, plain jax.jit and data parallelism; run the fastest
     autotune_steps: int = 5  # timed steps per candidate (after a warm-up step)
 
@@ -57,6 +58,8 @@ class ParallelizeOptions:
             batch += f" optimizer-state={self.optimizer_state}"
         if self.tensor_parallel not in (None, 1):
             batch += f" tensor-parallel={self.tensor_parallel}"
+        if self.parameters != "auto":
+            batch += f" parameters={self.parameters}"
         return (f"annotate-costs{{model={self.cost_model}}},{coarsen},"
                 f"place{{algo={self.algo} time-limit={self.time_limit} seed={self.seed}{batch}}},expand,simulate")
 
@@ -137,8 +140,9 @@ def _check_batch_options(o: ParallelizeOptions) -> None:
                              f"either trainable state or batch data, not both")
     if not isinstance(o.autotune, bool):
         raise PestoError(f"autotune must be True or False, got {o.autotune!r}")
-    if o.optimizer_state not in ("auto", "replicated", "sharded"):
-        raise PestoError(f"optimizer_state must be \"auto\", \"replicated\" or \"sharded\", got {o.optimizer_state!r}")
+    for name, value in (("optimizer_state", o.optimizer_state), ("parameters", o.parameters)):
+        if value not in ("auto", "replicated", "sharded"):
+            raise PestoError(f"{name} must be \"auto\", \"replicated\" or \"sharded\", got {value!r}")
     check_steps(o.autotune_steps)
 
 

@@ -327,7 +327,7 @@ def parallelize(fn: Callable[..., Any] | None = None, *, devices: Sequence[Any] 
                 data_parallel: int | str | None = None, microbatches: int | str | None = None,
                 batch_argnums: int | Sequence[int] | None = None, autotune: bool = False,
                 autotune_steps: int = 5, optimizer_state: str = "auto",
-                tensor_parallel: int | str | None = None) -> Any:
+                tensor_parallel: int | str | None = None, parameters: str = "auto") -> Any:
     """`fn` planned with Pesto and run across `devices` (a list, or a dict from cluster device name to
     JAX device); used bare or as `@parallelize(devices=...)`. See the module docstring."""
     options = ParallelizeOptions(devices, algo, time_limit, cluster, cost_model, as_argnums(param_argnums),
@@ -335,7 +335,7 @@ def parallelize(fn: Callable[..., Any] | None = None, *, devices: Sequence[Any] 
                                  data_parallel=data_parallel, microbatches=microbatches,
                                  batch_argnums=as_argnums_or_none(batch_argnums), autotune=autotune,
                                  autotune_steps=autotune_steps, optimizer_state=optimizer_state,
-                                 tensor_parallel=tensor_parallel)
+                                 tensor_parallel=tensor_parallel, parameters=parameters)
     if fn is None:
         return lambda f: Parallelized(f, options)
     return Parallelized(fn, options)

@@ -72,8 +72,12 @@ class Parallelism:
     layouts: tuple[tuple[str, tuple[str | None, ...]], ...] = ()
     # inputs split in several equal runs, each split alike (`passes/rewrite/tensor_shard.py`): name -> runs
     interleave: tuple[tuple[str, int], ...] = ()
+    parameters: str = "replicated"  # or "sharded": each replica holds 1/d of the parameters too (FSDP)
 
     def __post_init__(self) -> None:
+        if self.parameters not in OPTIMIZER_STATES:
+            raise PestoError(f"parallelism: parameters must be one of {', '.join(OPTIMIZER_STATES)}, "
+                             f"not {brief(repr(self.parameters))}")
         if self.optimizer_state not in OPTIMIZER_STATES:
             raise PestoError(f"parallelism: optimizer_state must be one of {', '.join(OPTIMIZER_STATES)}, "
                              f"not {brief(repr(self.optimizer_state))}")
@@ -139,6 +143,8 @@ class Parallelism:
                "replicas": [list(g) for g in self.replicas]}
         if self.optimizer_state != "replicated":  # plans without it read as before
             out["optimizer_state"] = self.optimizer_state
+        if self.parameters != "replicated":
+            out["parameters"] = self.parameters
         if self.tensor_parallel > 1:
             out["tensor_parallel"] = self.tensor_parallel
             out["layouts"] = {name: list(spec) for name, spec in self.layouts}
@@ -360,7 +366,9 @@ def write_plan_attrs(graph: Graph, plan: Plan) -> None:
         meta["peak_memory"] = DictAttr(tuple((d, BytesAttr(int(b))) for d, b in plan.peak_memory.items()))
     if plan.parallelism is not None:
         par = plan.parallelism
-        sharded = (("optimizer_state", StringAttr(par.optimizer_state)),) if par.optimizer_state != "replicated" else ()
+        sharded = tuple((key, StringAttr(value)) for key, value in (("optimizer_state", par.optimizer_state),
+                                                                   ("parameters", par.parameters))
+                        if value != "replicated")
         ranks = (("tensor_parallel", to_attr(par.tensor_parallel)),
                  ("layouts", to_attr({n: list(spec) for n, spec in par.layouts})),
                  *((("interleave", to_attr(dict(par.interleave))),) if par.interleave else ())) \
@@ -447,7 +455,8 @@ def _parallelism(raw: Any) -> Parallelism | None:
                          f"not {brief(repr(interleave))}")
     return Parallelism(raw["data_parallel"], raw["microbatches"], tuple(tuple(g) for g in groups),
                        raw.get("optimizer_state", "replicated"), raw.get("tensor_parallel", 1),
-                       tuple((n, tuple(spec)) for n, spec in layouts.items()), tuple(interleave.items()))
+                       tuple((n, tuple(spec)) for n, spec in layouts.items()), tuple(interleave.items()),
+                       raw.get("parameters", "replicated"))
 
 
 def _collectives(raw: Any) -> list[Collective]:

@@ -122,7 +122,8 @@ def hybrid_line(plan: Plan) -> str:
         moved[c.kind] += c.nbytes
     collectives = ", ".join(f"{n} {kind.replace('_', '-')}{'s' if n != 1 else ''} of {human_bytes(moved[kind])}"
                             for kind, n in kinds.items())
-    state = "; optimizer state sharded across the replicas" if par.optimizer_state == "sharded" else ""
+    state = "; parameters and optimizer state sharded across the replicas (FSDP)" if par.parameters == "sharded" \
+        else "; optimizer state sharded across the replicas" if par.optimizer_state == "sharded" else ""
     if par.tensor_parallel > 1:
         return (f"tensor-parallel {par.tensor_parallel} x {par.microbatches} micro-batches, {len(par.layouts)} "
                 f"input(s) split; ranks {replicas} (each runs the schedule below on its blocks); "

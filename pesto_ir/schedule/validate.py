@@ -231,6 +231,10 @@ def _check_sharded_state(graph: Graph, par: Parallelism, problems: list[str]) ->
     if (par.optimizer_state == "sharded") != sharded:
         problems.append(f"the plan's optimizer state is {par.optimizer_state} but the graph holds it "
                         f"{'in blocks (sharded_inputs)' if sharded else 'whole (no sharded_inputs)'}")
+    fully = "sharded_parameters" in graph.attrs
+    if (par.parameters == "sharded") != fully:
+        problems.append(f"the plan's parameters are {par.parameters} but the graph holds them "
+                        f"{'in blocks (sharded_parameters)' if fully else 'whole (no sharded_parameters)'}")
     for op in graph.ops:
         if op.opcode == "replica_slice" and op.get("replicas") != _size(par, op):
             problems.append(f"op '{op.name}' slices for {op.get('replicas')} replicas but the plan has "

@@ -148,7 +148,8 @@ def _coarse_interrupted(held: Incumbent, graph: Graph, cluster: Cluster, coarse:
 
 def place_hybrid(graph: Graph, cluster: Cluster, algo: AlgorithmEntry, options: PlaceOptions, data_parallel: int | None,
                  microbatches: int | None, optimizer_state: str = "auto",
-                 start: StartPlan | None = None, tensor_parallel: int | None = 1) -> tuple[Graph, Plan]:
+                 start: StartPlan | None = None, tensor_parallel: int | None = 1,
+                 parameters: str = "auto") -> tuple[Graph, Plan]:
     """The fastest plan over data-parallel replicas x micro-batches (`passes/placement/search/hybrid.py`), `algo`
     placing each replica, the search taking `start` as its strategy's plan so far; the replica
     graph it is a plan of, and the plan."""
@@ -181,7 +182,7 @@ def place_hybrid(graph: Graph, cluster: Cluster, algo: AlgorithmEntry, options: 
 
     try:
         out, plan = search(graph, cluster, options, data_parallel, microbatches, heuristic, refine, optimizer_state,
-                           start, tensor_parallel)
+                           start, tensor_parallel, parameters)
     except KeyboardInterrupt:  # the search kept its best plan: labelled as this algorithm's
         if options.incumbent.plan is not None:
             _labelled(options.incumbent.plan, algo.name)

@@ -64,18 +64,20 @@ Refine = Callable[[Graph, Cluster, PlaceOptions, Plan | None], Plan]  # the full
 def search(graph: Graph, cluster: Cluster, options: PlaceOptions, data_parallel: int | None,
            microbatches: int | None, heuristic: Solve, refine: Refine,
            optimizer_state: str = "auto", start: StartPlan | None = None,
-           tensor_parallel: int | None = 1) -> tuple[Graph, Plan]:
+           tensor_parallel: int | None = 1, parameters: str = "auto") -> tuple[Graph, Plan]:
     """The fastest plan over the strategies within the time limit: screening, then `refine` (the
     full engine, warm-started) on the best strategy's replica graph; its graph and plan. A `start`
     plan is its strategy's plan so far where it is faster than that strategy's screening plan."""
     budget = Budget.start(options.time_limit)
     deadline = budget.deadline
-    todo = strategies(graph, cluster, data_parallel, microbatches, optimizer_state, tensor_parallel, options.progress)
+    todo = strategies(graph, cluster, data_parallel, microbatches, optimizer_state, tensor_parallel, options.progress,
+                      parameters)
     if not todo:
         raise PestoError(f"no strategy divides the batch of {batch_size(graph)} and the {len(cluster)} devices "
                          f"(data-parallel {data_parallel or 'auto'}, microbatches {microbatches or 'auto'})")
     quiet = inner(dataclasses.replace(options, quiet=True, warm_start=None))  # screening: its fastest plan is kept
     rates = Rates(shard=optimizer_state == "auto" and has_optimizer_state(graph))
+    rates.fsdp = rates.shard and parameters == "auto"
     if start is not None:
         if start.rewritten is not None:
             rates.prebuilt[start.strategy] = start.rewritten

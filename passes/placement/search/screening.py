@@ -70,6 +70,7 @@ class Rates:
     heuristic: float | None = None
     fastest: tuple[Graph, Plan] | None = None
     shard: bool = False  # the search may shard optimizer state (`optimizer-state=auto`, a step with state)
+    fsdp: bool = False  # and then the parameters too (`parameters=auto`)
     prebuilt: dict[Strategy, Graph] = field(default_factory=dict)  # replica graphs built before: the start plan's
     halved: bool = False  # a start plan uses at most half of each replica's devices (`_on_fewer_devices` need not)
 
@@ -133,6 +134,13 @@ def screen(graph: Graph, cluster: Cluster, found: Candidate, options: PlaceOptio
             or strategy.optimizer_state == "sharded":
         return found
     retry = _screened(graph, cluster, Candidate(strategy.sharded()), options, heuristic, engines, rates, until)
+    if retry.plan is None and rates.fsdp:  # the parameters too (FSDP), where the state alone is not enough
+        fully = _screened(graph, cluster, Candidate(strategy.fully_sharded()), options, heuristic, engines, rates,
+                          until)
+        if fully.plan is not None:
+            fully.why_not = f"sharding the optimizer state alone gives no plan ({retry.why_not})"
+            return fully
+        retry.why_not = f"{retry.why_not}; with the parameters sharded too: {fully.why_not}"
     if retry.plan is None:
         found.why_not = f"{found.why_not}; with the optimizer state sharded: {retry.why_not}"
         return found

@@ -36,10 +36,13 @@ from pesto_ir.passes.rewrite.replicas import (
     Strategy,
     as_hybrid,
     collective_cost,
+    mirror_groups,
+    placed_devices,
     replica_graph,
     replica_groups,
     sub_cluster,
 )
+from pesto_ir.passes.rewrite.tensor_shard import TensorLayout, interleaved, partition_specs
 from pesto_ir.schedule.bounds import lower_bound
 from pesto_ir.schedule.plan import RING_PHASES, Parallelism, Plan, faster
 from pesto_ir.schedule.validate import check_plan, collectives_for
@@ -92,9 +95,15 @@ def read_start_plan(path: str) -> Plan:
 
 
 def strategy_of(plan: Plan) -> Strategy:
-    """The data-parallel degree, micro-batches and optimizer state `plan` was made for."""
+    """The data-parallel degree, micro-batches, optimizer state, tensor-parallel layout and
+    parameters `plan` was made for."""
     par = plan.parallelism
-    return ONE_BATCH if par is None else Strategy(par.data_parallel, par.microbatches, par.optimizer_state)
+    if par is None:
+        return ONE_BATCH
+    splits = tuple((n, next(i for i, a in enumerate(spec) if a is not None)) for n, spec in par.layouts
+                   if any(a is not None for a in spec))
+    return Strategy(par.data_parallel, par.microbatches, par.optimizer_state,
+                    TensorLayout(par.tensor_parallel, splits, par.interleave), par.parameters)
 
 
 def apply_start(graph: Graph, cluster: Cluster, plan: Plan, source: str) -> StartPlan:
@@ -137,7 +146,7 @@ def _timed_here(start: StartPlan) -> Plan:
 
 def _replica0(cluster: Cluster, strategy: Strategy) -> tuple[str, ...]:
     """The devices a plan of `strategy` places its ops on here: replica 0's (all of them for d = 1)."""
-    return replica_groups(cluster, strategy.data_parallel)[0]
+    return placed_devices(cluster, strategy)
 
 
 def _on(plan: Plan, devices: tuple[str, ...]) -> Plan:
@@ -150,7 +159,9 @@ def _as_given(target: Graph, cluster: Cluster, plan: Plan, strategy: Strategy) -
     named = dataclasses.replace(plan, devices=list(cluster.names), peak_memory=None, collectives=[],
                                 parallelism=None if strategy == ONE_BATCH else Parallelism(
                                     strategy.data_parallel, strategy.microbatches,
-                                    replica_groups(cluster, strategy.data_parallel), strategy.optimizer_state))
+                                    mirror_groups(cluster, strategy.data_parallel, strategy.tensor_parallel),
+                                    strategy.optimizer_state, strategy.tensor_parallel, partition_specs(target),
+                                    interleaved(target), strategy.parameters))
     named.collectives = collectives_for(target, named)
     try:
         return check_plan(target, cluster, named)

@@ -26,7 +26,7 @@ from pesto_ir.util.errors import PestoError
 
 AUTO_MICROBATCHES = (1, 2, 4, 8, 16, 32)  # what `microbatches=auto` tries
 MAX_AUTO_TENSOR_PARALLEL = 8  # `tensor-parallel=auto` tries groups up to one host of 8 devices
-OPTIMIZER_STATE_CHOICES = ("auto", "replicated", "sharded")  # `optimizer-state`: see `strategies`
+OPTIMIZER_STATE_CHOICES = ("auto", "replicated", "sharded")  # `optimizer-state` and `parameters`: see `strategies`
 
 
 @dataclass
@@ -44,15 +44,17 @@ class Candidate:
 
 def strategies(graph: Graph, cluster: Cluster, data_parallel: int | None, microbatches: int | None,
                optimizer_state: str = "auto", tensor_parallel: int | None = 1,
-               progress: Callable[[str], None] | None = None) -> list[Strategy]:
+               progress: Callable[[str], None] | None = None, parameters: str = "auto") -> list[Strategy]:
     """The strategies to try: the fixed ones, or every d dividing the devices and m in
     `AUTO_MICROBATCHES` (both dividing the batch where the graph has one); with `optimizer_state`
     "sharded", the state of d > 1 replicas sharded across them (`auto` shards it where the whole
     state gives no plan, `screening.screen`, and for one-device replicas where that is faster,
-    `screening._screen_replicas`). With `tensor_parallel` t > 1 (None: every t dividing the devices
+    `screening._screen_replicas`); with `parameters` "sharded", the parameters too (FSDP; `auto` shards
+them where sharding the state alone gives no plan, `screening.screen`). With `tensor_parallel` t > 1 (None: every t dividing the devices
     up to `MAX_AUTO_TENSOR_PARALLEL`, and 1), each t's layout is chosen first
     (`passes/sharding/choose.py`) and its replicas (d dividing k/t) hold the whole optimizer state."""
-    out = [s for s in _replica_strategies(graph, cluster, data_parallel, microbatches, optimizer_state)]
+    out = [s.fully_sharded() if parameters == "sharded" and s.data_parallel > 1 else s
+           for s in _replica_strategies(graph, cluster, data_parallel, microbatches, optimizer_state)]
     k = len(cluster)
     ts = [tensor_parallel] if tensor_parallel is not None else \
         [1, *(t for t in range(2, min(k, MAX_AUTO_TENSOR_PARALLEL) + 1) if k % t == 0)]
