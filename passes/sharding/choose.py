@@ -8,11 +8,13 @@ over the device's capacity first, then the ops' total time (compute on blocks, a
 group's ring, whole ops repeated on every rank). The search is coordinate descent over the classes,
 largest first: each class in turn takes its best option with the others fixed, until a sweep
 changes nothing (at most `MAX_SWEEPS`). It counts rewrites, not seconds, so the same graph,
-cluster and degree always give the same layout; `max_evaluations` bounds the work.
+cluster and degree always give the same layout; `max_evaluations` bounds the work, and a time
+limit only caps it (saying so).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -45,6 +47,7 @@ class Choice:
     layout: TensorLayout
     score: Score
     evaluations: int
+    cut: bool = False  # the time limit stopped the search before it converged
 
 
 def score_layout(graph: Graph, layout: TensorLayout, device: Device, cost: CollectiveCost | None) -> Score | None:
@@ -63,10 +66,14 @@ def score_layout(graph: Graph, layout: TensorLayout, device: Device, cost: Colle
 
 def choose_layout(graph: Graph, size: int, device: Device, cost: CollectiveCost | None,
                   max_evaluations: int = MAX_EVALUATIONS,
-                  progress: Callable[[str], None] | None = None, split_some: bool = False) -> Choice:
+                  progress: Callable[[str], None] | None = None, split_some: bool = False,
+                  until: float | None = None) -> Choice:
     """The best layout found for `size` ranks of `device`'s kind (see the module docstring); with
     `split_some`, the best of those that split a parameter where splitting none scores best (a
-    degree the user fixed: a small model whose all-reduces cost more than its blocks save)."""
+    degree the user fixed: a small model whose all-reduces cost more than its blocks save). `until`
+    (a `time.perf_counter()` reading) caps the search: a layout is not scored past it, and the
+    choice says it was cut (`Choice.cut`); the first layout (every parameter whole) is always
+    scored."""
     classes = parameter_classes(graph)
     chosen: dict[int, Option] = {i: None for i in range(len(classes))}
     evaluations = 0
@@ -82,6 +89,7 @@ def choose_layout(graph: Graph, size: int, device: Device, cost: CollectiveCost 
         raise ShardingError(f"graph '{graph.name}' cannot run as {size} tensor-parallel ranks even with every "
                             "parameter whole")
     fallback: tuple[Score, dict[int, Option]] | None = None  # the best layout that splits something
+    cut = False
     for sweep in range(MAX_SWEEPS):
         changed = False
         for i, cls in enumerate(classes):
@@ -90,7 +98,9 @@ def choose_layout(graph: Graph, size: int, device: Device, cost: CollectiveCost 
                 # projection cut into its parts along the split axis)
                 for pick in [None] if axis is None else [(axis, r) for r in (1, *runs)
                                                           if cls.shape[axis] % (r * size) == 0]:
-                    if evaluations >= max_evaluations or pick == chosen[i]:
+                    if until is not None and time.perf_counter() > until:
+                        cut = True
+                    if cut or evaluations >= max_evaluations or pick == chosen[i]:
                         break
                     evaluations += 1
                     found = score_layout(graph, layout_of({**chosen, i: pick}), device, cost)
@@ -104,22 +114,24 @@ def choose_layout(graph: Graph, size: int, device: Device, cost: CollectiveCost 
             split = sum(1 for a in chosen.values() if a is not None)
             progress(f"tensor-parallel {size}: sweep {sweep + 1}: {split} of {len(classes)} parameter classes split, "
                      f"{best.seconds * 1e3:.4g} ms a step, peak {best.peak / 2**30:.3g} GiB ({evaluations} layouts)")
-        if not changed or evaluations >= max_evaluations:
+        if not changed or cut or evaluations >= max_evaluations:
             break
+    if cut and progress is not None:
+        progress(f"tensor-parallel {size}: the time limit cut the layout search after {evaluations} layouts")
     if split_some and all(pick is None for pick in chosen.values()) and fallback is not None:
-        return Choice(layout_of(fallback[1]), fallback[0], evaluations)
-    return Choice(layout_of(chosen), best, evaluations)
+        return Choice(layout_of(fallback[1]), fallback[0], evaluations, cut)
+    return Choice(layout_of(chosen), best, evaluations, cut)
 
 
-def tensor_layout(graph: Graph, cluster: Cluster, size: int,
-                  progress: Callable[[str], None] | None = None, fixed: bool = False) -> TensorLayout:
+def tensor_layout(graph: Graph, cluster: Cluster, size: int, progress: Callable[[str], None] | None = None,
+                  fixed: bool = False, until: float | None = None) -> TensorLayout:
     """The layout of `size` tensor-parallel ranks on `cluster` (groups of `size` contiguous devices,
     `mirror_groups`), their collectives costed on the group's ring. A degree the search is trying
     (not `fixed`) is refused where splitting nothing scores best; a fixed one splits what is best
     to split, and is refused only where no parameter can be split."""
     groups = mirror_groups(cluster, 1, size)
     choice = choose_layout(graph, size, cluster.device(groups[0][0]), collective_cost(cluster, groups),
-                           progress=progress, split_some=fixed)
+                           progress=progress, split_some=fixed, until=until)
     if not choice.layout.splits:
         why = "no parameter of graph '{}' splits into {} equal blocks that the rewrite can follow" if fixed else \
             "splitting no parameter of graph '{}' scores better than any layout found for {} ranks"

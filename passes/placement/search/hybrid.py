@@ -58,6 +58,7 @@ FINISH_SHARE = 0.05
 REFINE_SECONDS_PER_OP = 1e-3  # a pipeline is not refined with less time left than this per op (`_refine_floor`)
 
 
+LAYOUT_SHARE = 0.25  # of the time limit, at most, for choosing tensor-parallel layouts (`passes/sharding/`)
 Refine = Callable[[Graph, Cluster, PlaceOptions, Plan | None], Plan]  # the full engine; a heuristic plan it must beat
 
 
@@ -71,7 +72,7 @@ def search(graph: Graph, cluster: Cluster, options: PlaceOptions, data_parallel:
     budget = Budget.start(options.time_limit)
     deadline = budget.deadline
     todo = strategies(graph, cluster, data_parallel, microbatches, optimizer_state, tensor_parallel, options.progress,
-                      parameters)
+                      parameters, until=budget.at(LAYOUT_SHARE))
     if not todo:
         raise PestoError(f"no strategy divides the batch of {batch_size(graph)} and the {len(cluster)} devices "
                          f"(data-parallel {data_parallel or 'auto'}, microbatches {microbatches or 'auto'})")

@@ -219,14 +219,14 @@ def screen_all(graph: Graph, cluster: Cluster, todo: list[Strategy], options: Pl
 def _screen_ranks(graph: Graph, cluster: Cluster, todo: list[Strategy], options: PlaceOptions, heuristic: Solve,
                   times: ScreeningTimes, log: PlaceOptions, rates: Rates, first: bool) -> list[Candidate]:
     """Tensor-parallel strategies, after the others (their layouts are chosen already): the
-    heuristics on one batch, the fixed pipeline schedules on micro-batches over several groups."""
+    heuristics on one batch, the fixed pipeline schedules on micro-batches (over one group, 1F1B is
+    gradient accumulation: each micro-batch's backward pass frees its activations before the next)."""
     tried: list[Candidate] = []
     for strategy in todo:
         if not (first and not tried) and time.perf_counter() > times.finish_by:
             tried.append(Candidate(strategy, why_not="not screened: the screening time ran out"))
             continue
-        several = len(placed_devices(cluster, strategy)) > 1 and strategy.microbatches > 1
-        engines = ("1f1b", "gpipe") if several else ("heuristics",)
+        engines = ("1f1b", "gpipe") if strategy.microbatches > 1 else ("heuristics",)
         tried.append(_logged(screen(graph, cluster, Candidate(strategy), options, heuristic, engines, rates,
                                     times.finish_by), log, rates))
     return tried

@@ -10,6 +10,7 @@ carry a strategy's replica graph and plan in a `Candidate`.
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -44,7 +45,8 @@ class Candidate:
 
 def strategies(graph: Graph, cluster: Cluster, data_parallel: int | None, microbatches: int | None,
                optimizer_state: str = "auto", tensor_parallel: int | None = 1,
-               progress: Callable[[str], None] | None = None, parameters: str = "auto") -> list[Strategy]:
+               progress: Callable[[str], None] | None = None, parameters: str = "auto",
+               until: float | None = None) -> list[Strategy]:
     """The strategies to try: the fixed ones, or every d dividing the devices and m in
     `AUTO_MICROBATCHES` (both dividing the batch where the graph has one); with `optimizer_state`
     "sharded", the state of d > 1 replicas sharded across them (`auto` shards it where the whole
@@ -52,7 +54,8 @@ def strategies(graph: Graph, cluster: Cluster, data_parallel: int | None, microb
     `screening._screen_replicas`); with `parameters` "sharded", the parameters too (FSDP; `auto` shards
 them where sharding the state alone gives no plan, `screening.screen`). With `tensor_parallel` t > 1 (None: every t dividing the devices
     up to `MAX_AUTO_TENSOR_PARALLEL`, and 1), each t's layout is chosen first
-    (`passes/sharding/choose.py`) and its replicas (d dividing k/t) hold the whole optimizer state."""
+    (`passes/sharding/choose.py`, the degrees sharing the time up to `until`) and its replicas (d
+    dividing k/t) hold the whole optimizer state."""
     out = [s.fully_sharded() if parameters == "sharded" and s.data_parallel > 1 else s
            for s in _replica_strategies(graph, cluster, data_parallel, microbatches, optimizer_state)]
     k = len(cluster)
@@ -63,9 +66,11 @@ them where sharding the state alone gives no plan, `screening.screen`). With `te
     if tensor_parallel not in (None, 1):
         out = []
     failed: list[str] = []
-    for t in (t for t in ts if t > 1):
+    degrees = [t for t in ts if t > 1]
+    for n, t in enumerate(degrees):  # each degree's layout search has an equal share of what is left
+        share = None if until is None else time.perf_counter() + (until - time.perf_counter()) / (len(degrees) - n)
         try:
-            layout = tensor_layout(graph, cluster, t, progress, fixed=tensor_parallel is not None)
+            layout = tensor_layout(graph, cluster, t, progress, fixed=tensor_parallel is not None, until=share)
         except PestoError as e:
             if tensor_parallel is not None:
                 raise
