@@ -5,6 +5,7 @@ random layered graphs."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -306,3 +307,24 @@ def test_gpt_training_example_with_tensor_and_data_parallelism() -> None:
                            "--microbatches", "2", "--tensor-parallel", "2"], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert "2 tensor-parallel ranks" in done.stdout
+
+
+def test_cli_plans_reads_back_and_restarts_tensor_parallel_plans(tmp_path: Path, capsys: Any) -> None:
+    """pesto-compile --tensor-parallel 2: the plan JSON names the layout; the placed .pir re-simulates
+    and verifies; the plan JSON is a start plan for the same options; bad degrees are refused."""
+    from pesto_ir.cli import main
+
+    model = Path(__file__).parent.parent / "examples" / "transformer_block.pir"
+    plan_json, placed = tmp_path / "p.json", tmp_path / "out.pir"
+    assert main([str(model), "--devices", "4", "--tensor-parallel", "2", "--plan-json", str(plan_json),
+                 "-o", str(placed), "-q"]) == 0
+    par = json.loads(plan_json.read_text())["parallelism"]
+    assert par["tensor_parallel"] == 2 and par["layouts"] and len(par["replicas"]) == 2
+    assert main([str(placed), "-p", "simulate,verify", "--devices", "4", "-o", str(tmp_path / "back.pir"), "-q"]) == 0
+    assert main([str(model), "--devices", "4", "--tensor-parallel", "2", "--start", str(plan_json),
+                 "-o", str(tmp_path / "again.pir"), "-q"]) == 0
+    capsys.readouterr()
+    assert main([str(model), "--devices", "4", "--tensor-parallel", "3", "-q"]) == 1
+    assert "does not divide" in capsys.readouterr().err
+    assert main([str(model), "--devices", "2", "--parameters", "sharded", "--data-parallel", "1", "-q"]) == 1
+    assert "nothing to split them across" in capsys.readouterr().err
