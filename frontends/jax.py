@@ -47,6 +47,7 @@ import jax.extend.core as jex
 import numpy as np
 
 from pesto_ir.frontends.jax_names import FreshNames, arg_names, function_name, sanitize_name, source_location
+from pesto_ir.frontends.jax_partitioning import record_hints
 from pesto_ir.frontends.jax_primitives import (
     COLLECTIVE_ADVICE,
     COLLECTIVES,
@@ -154,6 +155,7 @@ def lower_function(fn: Callable[..., Any], *example_args: Any, param_argnums: in
     batch = _batch_inputs(graph, example_args, batch_set, explicit=batch_argnums is not None)
     if batch or batch_argnums is not None:  # `batch_argnums=()` says: no batch (written as {})
         graph.attrs["batch_inputs"] = DictAttr(tuple((name, IntAttr(0)) for name in batch))
+    record_hints(graph, example_args, example_kwargs)  # flax partitioning metadata, for the layout search
     if verify:
         verify_graph(graph, f"after lowering {graph.name}")
     return LoweredFunction(graph, consts, in_tree, jax.tree_util.tree_structure(out_shape), closed)

@@ -328,3 +328,34 @@ def test_cli_plans_reads_back_and_restarts_tensor_parallel_plans(tmp_path: Path,
     assert "does not divide" in capsys.readouterr().err
     assert main([str(model), "--devices", "2", "--parameters", "sharded", "--data-parallel", "1", "-q"]) == 1
     assert "nothing to split them across" in capsys.readouterr().err
+
+
+def test_flax_partitioning_metadata_is_the_layout_search_s_start() -> None:
+    """flax's nn.with_partitioning names a model-parallel axis: the lowering keeps it as a hint, the
+    search starts from it (with no budget to move, the hint is the layout), and a step on boxed
+    parameters runs as jit's."""
+    nn = pytest.importorskip("flax.linen")
+
+    class Mlp(nn.Module):  # type: ignore[misc]
+        @nn.compact
+        def __call__(self, x: jax.Array) -> jax.Array:
+            init = nn.initializers.lecun_normal()
+            h = nn.tanh(nn.Dense(256, kernel_init=nn.with_partitioning(init, (None, "model")))(x))
+            return nn.Dense(64, kernel_init=nn.with_partitioning(init, ("model", None)))(h)
+
+    model = Mlp()
+    x = jax.random.normal(jax.random.key(0), (BATCH, 64))
+    params = model.init(jax.random.key(1), x)["params"]
+    step = _sgd(lambda p, x, y: jnp.mean((model.apply({"params": p}, x) - y) ** 2))
+    graph = lower(step, params, x, jnp.sin(x), param_argnums=(0,))
+    hints = {n: int(a) for n, a in graph.attrs["partition_hints"].value.items()}
+    assert sorted(hints.items()) == [("params.Dense_0.kernel.value", 1), ("params.Dense_1.kernel.value", 0)]
+    cluster = Cluster.homogeneous(2, "h100")
+    PassManager("annotate-costs{model=roofline}").run(graph, PassContext(cluster=cluster, quiet=True))
+    start = choose_layout(graph, 2, cluster.devices[0], None, max_evaluations=1).layout
+    assert {n: a for n, a in start.axes.items() if n in hints} == {n: int(a) for n, a in hints.items()}
+    run = pesto_ir.parallelize(step, devices=jax.devices()[:2], param_argnums=0, tensor_parallel=2)
+    got = run(params, x, jnp.sin(x))
+    want = jax.jit(step)(params, x, jnp.sin(x))
+    for a, b in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want)):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=RTOL, atol=ATOL)

@@ -88,6 +88,16 @@ def choose_layout(graph: Graph, size: int, device: Device, cost: CollectiveCost 
     if best is None:
         raise ShardingError(f"graph '{graph.name}' cannot run as {size} tensor-parallel ranks even with every "
                             "parameter whole")
+    hinted = _hinted(graph, classes, size)
+    if hinted:  # the model's own partitioning (flax metadata) as the start, where it can be built
+        found = score_layout(graph, layout_of({**chosen, **hinted}), device, cost)
+        evaluations += 1
+        if found is not None:
+            best = found
+            chosen.update(hinted)
+        if progress is not None:
+            progress(f"tensor-parallel {size}: the model's partitioning metadata splits {len(hinted)} parameter "
+                     f"class(es): {'the start of the search' if found is not None else 'not a layout the rewrite builds'}")
     fallback: tuple[Score, dict[int, Option]] | None = None  # the best layout that splits something
     cut = False
     for sweep in range(MAX_SWEEPS):
@@ -144,6 +154,19 @@ def _options(cls: ParamClass, size: int, current: Option) -> list[int | None]:
     """The class's other options: whole, or split along each axis that divides."""
     now = None if current is None else current[0]
     return [a for a in [None, *cls.axes(size)] if a != now or a is not None]
+
+
+def _hinted(graph: Graph, classes: list[ParamClass], size: int) -> dict[int, Option]:
+    """The classes the graph's `partition_hints` (`frontends/jax_partitioning.py`) split: every
+    hinted member along one axis that divides into `size` blocks."""
+    raw = graph.attrs.get("partition_hints")
+    hints = {k: int(a) for k, a in raw.value.items()} if raw is not None and isinstance(raw.value, dict) else {}
+    out: dict[int, Option] = {}
+    for i, cls in enumerate(classes):
+        axes = {hints[n] for n in cls.names if n in hints}
+        if len(axes) == 1 and (axis := next(iter(axes))) in cls.axes(size):
+            out[i] = (axis, 1)
+    return out
 
 
 def run_counts(graph: Graph) -> list[int]:

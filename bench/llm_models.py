@@ -1,0 +1,118 @@
+"""GPT training steps as large-model systems run them: bf16 compute, fp32 master weights, fp32 Adam.
+
+`bench/llm_zoo.py` plans these steps at the sizes Alpa and Megatron-Core publish. The zoo's GPT
+(`bench/zoo_jax_models.py`) is all f32; here the same decoder (pre-norm blocks, fused QKV, causal
+attention by an additive mask, GELU MLP of 4d, tied embeddings, learned positions) runs the way
+mixed-precision training runs it:
+
+* the parameters and Adam's two moments are f32 graph inputs (`param`): the master weights and the
+  optimizer state, updated in f32 by the zoo's Adam (`bench/zoo_jax_layers.py`);
+* the loss casts every parameter to bf16 first, so the forward and backward passes compute and keep
+  their activations in bf16; the gradients come back through the casts as f32, as the f32 "main
+  grads" of Megatron's optimizer;
+* the logits are cast to f32 for the cross-entropy (Megatron's vocab-parallel cross-entropy runs in
+  f32), and the loss is an f32 scalar.
+
+`precision="f32"` gives the same decoder all in f32 (no casts), for comparison. Steps are traced from
+`jax.ShapeDtypeStruct`s, so nothing is allocated: a 70B step lowers on a laptop.
+
+    from bench.llm_models import GptConfig, lower_gpt, parameter_count
+    graph = lower_gpt(GptConfig(24, 1024, 16, 1024, 8, 51200))
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from bench.zoo_jax_layers import ADAM, F32, I32, Model, Tree, _cross_entropy, _dense, _layer_norm, _train_step
+from bench.zoo_jax_models import GptConfig, _gpt_block_spec, _softmax
+from pesto_ir.frontends.jax import lower
+from pesto_ir.ir.graph import Graph
+
+BF16 = jnp.bfloat16
+PRECISIONS = ("bf16", "f32")
+_COMPUTE = {"bf16": BF16, "f32": F32}
+
+__all__ = ["BF16", "PRECISIONS", "GptConfig", "gpt_model", "gpt_step", "lower_gpt", "parameter_count",
+           "describe"]
+
+
+def _attention(p: dict[str, Any], x: jax.Array, heads: int) -> jax.Array:
+    """Causal multi-head self-attention in `x`'s dtype (the zoo's, with the mask in that dtype too,
+    so that bf16 scores stay bf16)."""
+    b, s, d = x.shape
+    q, k, v = (t.reshape(b, s, heads, d // heads) for t in jnp.split(_dense(p["qkv"], x), 3, axis=-1))
+    causal = lax.broadcasted_iota(I32, (s, s), 0) >= lax.broadcasted_iota(I32, (s, s), 1)
+    bias = jnp.where(causal, 0.0, -1e9).astype(x.dtype)
+    scores = jnp.einsum("bqhd,bkhd->bhqk", q * jnp.asarray(1 / math.sqrt(d // heads), x.dtype), k) + bias
+    return _dense(p["proj"], jnp.einsum("bhqk,bkhd->bqhd", _softmax(scores), v).reshape(b, s, d))
+
+
+def _block(p: dict[str, Any], x: jax.Array, heads: int) -> jax.Array:
+    x = x + _attention(p, _layer_norm(p["ln1"], x), heads)
+    hidden = jax.nn.gelu(_dense(p["fc"], _layer_norm(p["ln2"], x)), approximate=False)
+    return x + _dense(p["out"], hidden)
+
+
+def _loss(params: Tree, tokens: jax.Array, targets: jax.Array, heads: int, compute: Any) -> jax.Array:
+    if compute != F32:  # the master weights, cast for the forward and backward passes
+        params = jax.tree_util.tree_map(lambda w: w.astype(compute), params)
+    x = params["wte"][tokens] + params["wpe"]
+    for block in params["blocks"]:
+        x = _block(block, x, heads)
+    logits = _layer_norm(params["ln_f"], x) @ params["wte"].T  # tied embeddings
+    return _cross_entropy(logits.astype(F32), targets)
+
+
+def gpt_model(c: GptConfig, precision: str = "bf16") -> Model:
+    """The decoder at `c`: f32 parameters (master weights), the loss computing in `precision`."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"unknown precision {precision!r} (precisions: {', '.join(PRECISIONS)})")
+    if c.d_model % c.heads:
+        raise ValueError(f"d_model {c.d_model} is not a multiple of heads {c.heads}")
+    compute = _COMPUTE[precision]
+    params = {"wte": jax.ShapeDtypeStruct((c.vocab, c.d_model), F32),
+              "wpe": jax.ShapeDtypeStruct((c.seq, c.d_model), F32),
+              "blocks": [_gpt_block_spec(c.d_model) for _ in range(c.layers)],
+              "ln_f": {"gamma": jax.ShapeDtypeStruct((c.d_model,), F32),
+                       "beta": jax.ShapeDtypeStruct((c.d_model,), F32)}}
+    tokens = jax.ShapeDtypeStruct((c.batch, c.seq), I32)
+
+    def loss(params: Tree, tokens: jax.Array, targets: jax.Array) -> jax.Array:
+        return _loss(params, tokens, targets, c.heads, compute)
+
+    return Model(loss, params, (tokens, tokens))
+
+
+def gpt_step(c: GptConfig, precision: str = "bf16", name: str = "gpt_llm") -> tuple[Any, tuple[Any, ...]]:
+    """The training step (f32 Adam on the master weights) and its abstract arguments."""
+    model = gpt_model(c, precision)
+    state = tuple(model.params for _ in range(ADAM.slots))
+    return _train_step(name, model.loss, ADAM), (model.params, state, *model.batch)
+
+
+def lower_gpt(c: GptConfig, precision: str = "bf16", name: str = "gpt_llm") -> Graph:
+    """The verified graph of one training step at `c`: inputs are the f32 parameters and Adam's
+    moments (`param`), then tokens and targets (the batch); outputs the new parameters, the new
+    moments and the loss."""
+    step, args = gpt_step(c, precision, name)
+    return lower(step, *args, param_argnums=(0, 1))
+
+
+def parameter_count(c: GptConfig) -> int:
+    """The parameters of the decoder at `c` (tied embeddings counted once, positions included):
+    V d + s d + L (12 d^2 + 13 d) + 2 d."""
+    d = c.d_model
+    per_block = (d * 3 * d + 3 * d) + (d * d + d) + (d * 4 * d + 4 * d) + (4 * d * d + d) + 4 * d
+    return c.vocab * d + c.seq * d + c.layers * per_block + 2 * d
+
+
+def describe(c: GptConfig, precision: str = "bf16") -> str:
+    mixed = "bf16 compute, f32 master weights and Adam" if precision == "bf16" else "f32"
+    return (f"GPT decoder, {c.layers} layers, d={c.d_model}, {c.heads} heads, seq {c.seq}, vocab {c.vocab}, "
+            f"batch {c.batch}; {mixed}")
