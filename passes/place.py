@@ -173,6 +173,10 @@ class PlacePass(Pass):
                 raise PlaceError(f"the graph is already one replica's micro-batched step ({rewritten}): "
                                  "give data-parallel, microbatches and optimizer-state to the microbatch pass or to "
                                  "place, not both")
+            if self.tensor_parallel not in (None, "1") or self.parameters == "sharded":
+                raise PlaceError(f"the graph is already one replica's micro-batched step ({rewritten}): "
+                                 "tensor-parallel and parameters=sharded are planned by place from the whole step; "
+                                 "give place data-parallel and microbatches instead of the microbatch pass")
             return graph, place_rewritten(graph, cluster, options, lambda g, c, o: driver.place_graph(g, c, algo, o))
         if d == 1 and self.parameters == "sharded":
             raise PlaceError("parameters=sharded splits the parameters across data-parallel replicas; with "

@@ -86,6 +86,7 @@ def choose_layout(graph: Graph, size: int, device: Device, cost: CollectiveCost 
 
     best = score_layout(graph, layout_of(chosen), device, cost)
     if best is None:
+        tensor_shard(graph, layout_of(chosen), cost)  # its own reason (a cost graph has no shapes to split)
         raise ShardingError(f"graph '{graph.name}' cannot run as {size} tensor-parallel ranks even with every "
                             "parameter whole")
     hinted = _hinted(graph, classes, size)
