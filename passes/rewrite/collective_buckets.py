@@ -50,9 +50,11 @@ def buckets(graph: Graph, plan: Plan, limit: int = BUCKET_BYTES) -> list[list[Op
 
 
 def mergeable(op: Op, reaches: set[str]) -> bool:
-    """Whether collective `op` may wait for a later one of its kind in a bucket: it sums, and no
-    other collective of its kind is reachable from it (`reaches`, from `feeds_all_reduce`)."""
-    return op.name not in reaches and op.get("reduction", "sum") == "sum"
+    """Whether collective `op` may wait for a later one of its kind in a bucket: it sums across the
+    data-parallel replicas (a tensor-parallel group's collectives, `across = "tensor"`, sum over
+    other devices and sit on the layers' critical path), and no other collective of its kind is
+    reachable from it (`reaches`, from `feeds_all_reduce`)."""
+    return op.name not in reaches and op.get("reduction", "sum") == "sum" and op.get("across") != "tensor"
 
 
 def _runs(graph: Graph, order: list[str], kind: str, reaches: set[str], limit: int) -> list[list[Op]]:

@@ -33,14 +33,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pesto_ir.ir.attributes import Attr, DictAttr, DurationAttr, IntAttr, StringAttr, to_attr
+from pesto_ir.ir.attributes import Attr, DictAttr, DurationAttr, IntAttr, ListAttr, StringAttr, to_attr
 from pesto_ir.ir.graph import Graph, Op, Value
 from pesto_ir.ir.types import BlobType, TensorType, Type
 from pesto_ir.ir.verifier import verify
 from pesto_ir.passes.dce import dead_code_elimination
-from pesto_ir.passes.rewrite.batch_axes import BATCH_RULES, Batch, Batched, Cut, MicrobatchError, refuse
+from pesto_ir.passes.rewrite.batch_axes import ELEMENTWISE, BATCH_RULES, Batch, Batched, Cut, MicrobatchError, refuse
 from pesto_ir.ir.opdefs import opcodes
-from pesto_ir.passes.rewrite.rebatch import MAX_MICROBATCHES, Rewriter, _PerSample, scaled_costs
+from pesto_ir.passes.rewrite.rebatch import MAX_MICROBATCHES, PLAN_KEYS, Rewriter, _is_zeros, _PerSample, scaled_costs
 from pesto_ir.util.errors import PestoError
 
 ACROSS_REPLICAS = opcodes(run="replicas")  # the collectives of data-parallel replicas, and their slices
@@ -212,19 +212,92 @@ class TensorRewriter(Rewriter):
     OUTPUT_AXES = "tensor_outputs"
 
     def __init__(self, src: Graph, size: int, cost: CollectiveCost | None,
-                 replica_cost: CollectiveCost | None = None) -> None:
+                 replica_cost: CollectiveCost | None = None, scatter: dict[int, int] | None = None) -> None:
         super().__init__(src, 1, size, None if cost is None else (lambda nbytes: cost("all_reduce", nbytes)))
         self.cost, self.replica_cost = cost, replica_cost
+        self.scatter = scatter or {}  # id(source value) -> axis: its partial sums reduce-scattered
+        self.reduced: dict[int, int] = {}  # id(an all-reduce's result) -> id(the source value it is)
         self.rules = tensor_rules(size)
         self.runs = 1  # the runs of the op being rewritten's split operands (`op`)
 
     def op(self, op: Op) -> None:
+        try:
+            self.split_op(op)
+        except MicrobatchError:
+            if not self.regathered(op):
+                raise
+
+    def split_op(self, op: Op) -> None:
+        """`op` on blocks, by the rules (refused where they do not run it so)."""
         rows = {self.per[id(v)].batch[1] for v in op.operands if id(v) in self.per}
         if len(rows) > 1 and op.opcode != "concatenate":
             raise refuse(op, f"its operands are split in different runs ({sorted(r // self.d for r in rows)} runs "
                               f"of {self.d} blocks)")
         self.runs = next(iter(rows)) // self.d if rows else 1
         super().op(op)
+
+    def regathered(self, op: Op) -> bool:
+        """`op` where no rule runs it on its blocks (operands split along axes that do not pair up:
+        a sequence-split activation meeting a column-split weight): its operands split in one run
+        gathered whole across the group (`all_gather`), then the op on the rest's blocks, or whole
+        when nothing else is split. False where nothing can be gathered (runs of blocks, which no
+        gather puts back in order)."""
+        split = [v for v in op.operands if id(v) in self.per]
+        single = [v for v in split if self.per[id(v)].batch[1] == self.d]
+        if not single:
+            return False
+        held = {id(v): self.per.pop(id(v)) for v in single}  # seen whole by this op only
+        try:
+            for v in single:
+                if id(v) not in self.one:
+                    self.one[id(v)] = self.gather(op, v, held[id(v)])
+            if len(single) < len(split):
+                try:
+                    self.split_op(op)
+                except MicrobatchError:
+                    return False
+                return True
+            attrs = {k: a for k, a in op.attrs.items() if k not in PLAN_KEYS}
+            new = self.emit(op, op.opcode, [self.value(v) for v in op.operands], [r.type for r in op.results],
+                            attrs, op.name, [r.name for r in op.results])
+            for r, n in zip(op.results, new.results):
+                self.one[id(r)] = n
+            return True
+        finally:
+            self.per.update(held)
+
+    def cut(self, op: Op, axes: list[Batch | None], attrs: dict[str, Attr], how: Cut) -> None:
+        """The rank's partial results, combined across the group: all-reduced, or reduce-scattered
+        into blocks along an axis where everything reads them in blocks (`scatter`)."""
+        if how.combine == "chain" and not _is_zeros(op.operands[0]):
+            raise refuse(op, "it adds into a tensor that is not zeros, which an all-reduce would count once per rank")
+        part = self.emit(op, op.opcode, self.operands_for(op, axes, 0, how.split), [r.type for r in op.results],
+                         self.copy_attrs(op, attrs, 0), op.name, [r.name for r in op.results])
+        reduction = "sum" if how.combine == "chain" else how.combine
+        for r, acc in zip(op.results, part.results):
+            axis = self.scatter.get(id(r)) if reduction == "sum" else None
+            if axis is None:
+                whole = self.all_reduce(op, [acc], reduction, f"{r.name}.allreduce")[0]
+                self.reduced[id(whole)] = id(r)
+                self.one[id(r)] = whole
+                continue
+            attrs = {"reduction": StringAttr("sum"), "replicas": IntAttr(self.d), "axes": ListAttr((IntAttr(axis),)),
+                     "across": StringAttr("tensor")}
+            if self.cost is not None:
+                attrs["cost"] = DurationAttr(self.cost("reduce_scatter", acc.type.nbytes))
+            made = self.emit(op, "reduce_scatter", [acc], [self.small(acc.type, axis)], attrs,
+                             self.out.fresh_name(f"{r.name}.scatter"))
+            self.per[id(r)] = _PerSample([made.result], (axis, self.d))
+
+    def gather(self, op: Op, v: Value, split: _PerSample) -> Value:
+        """`v` whole again: an all-gather of its blocks, made before `op`."""
+        block, axis = split.copies[0], split.batch[0]
+        attrs: dict[str, Attr] = {"replicas": IntAttr(self.d), "axes": ListAttr((IntAttr(axis),)),
+                                  "across": StringAttr("tensor")}
+        if self.cost is not None:
+            attrs["cost"] = DurationAttr(self.cost("all_gather", v.type.nbytes))
+        made = self.emit(op, "all_gather", [block], [v.type], attrs, self.out.fresh_name(f"{v.name}.gather"))
+        return made.result
 
     def slice_key(self, v: Value, axis: int) -> tuple[int, ...]:
         return (id(v), axis, self.runs)
@@ -304,17 +377,16 @@ def tensor_shard(graph: Graph, layout: TensorLayout, cost: CollectiveCost | None
     if any(isinstance(v.type, BlobType) for op in graph.ops for v in op.results):
         raise ShardingError(f"graph '{graph.name}' is a cost graph (no tensor shapes): tensor parallelism splits "
                             "tensors along their axes, so it needs a graph with shapes (.pir or a JAX function)")
-    rw = TensorRewriter(graph, layout.size, cost, replica_cost)
-    try:
-        rw.split_inputs(layout)
-        for op in graph.ops:
-            rw.op(op)
-        rw.outputs()
-    except MicrobatchError as e:
-        raise ShardingError(f"tensor-parallel {layout.size}: " + str(e).replace("cannot micro-batch", "cannot split")
-                            .replace("the batch", "the split").replace("batch axis", "split axis")) from None
+    rw = _rewritten(graph, layout, cost, replica_cost, {})
+    # partial sums read only in blocks after all (a sequence-parallel region after a row-parallel
+    # layer): rewrite again, reduce-scattering them, so that what reads them works on blocks too
+    blocks = {rw.reduced[id(op.result)]: int(u.get("axis")) for op in rw.out.ops
+              if op.opcode == "all_reduce" and id(op.result) in rw.reduced for u in op.result.users()
+              if _is_block_slice(u)}
+    if blocks:
+        rw = _rewritten(graph, layout, cost, replica_cost, blocks)
     out = rw.out
-    dead_code_elimination(out, only=rw.whole)
+    _scatter_sums(out, cost)
     out.attrs["tensor_parallel"] = IntAttr(layout.size)
     out.attrs["tensor_inputs"] = DictAttr(tuple((name, IntAttr(a)) for name, a in layout.splits))
     if layout.interleave:
@@ -325,6 +397,99 @@ def tensor_shard(graph: Graph, layout: TensorLayout, cost: CollectiveCost | None
         out.attrs["tensor_output_runs"] = DictAttr(tuple(runs))
     verify(out, context=f"the tensor-parallel graph of '{graph.name}' is invalid (a bug in the rewrite)")
     return out
+
+
+def _rewritten(graph: Graph, layout: TensorLayout, cost: CollectiveCost | None, replica_cost: CollectiveCost | None,
+               scatter: dict[int, int]) -> TensorRewriter:
+    """The rewrite of `graph` by `layout` (dead whole ops dropped, block slices hoisted), the
+    partial sums in `scatter` reduce-scattered along their axis."""
+    rw = TensorRewriter(graph, layout.size, cost, replica_cost, scatter)
+    try:
+        rw.split_inputs(layout)
+        for op in graph.ops:
+            rw.op(op)
+        rw.outputs()
+    except MicrobatchError as e:
+        raise ShardingError(f"tensor-parallel {layout.size}: " + str(e).replace("cannot micro-batch", "cannot split")
+                            .replace("the batch", "the split").replace("batch axis", "split axis")) from None
+    dead_code_elimination(rw.out, only=rw.whole)
+    _hoist_slices(rw.out, layout.size)
+    return rw
+
+
+def _hoist_slices(graph: Graph, t: int) -> None:
+    """A block slice of a value that only it reads, made by an elementwise op or a broadcast, is
+    that op on its operands' blocks: slices move up towards the all-reduces that made the values
+    (so that those become reduce-scatters, `_scatter_sums`), and the ops run on 1/t of the data (a
+    row-parallel layer's bias added on the rank's positions, as Megatron's sequence parallelism
+    does)."""
+    outputs = {id(v) for v in graph.outputs}
+    work = [op for op in graph.ops if _is_block_slice(op)]
+    while work:
+        sliced = work.pop()
+        src = sliced.operands[0].owner
+        if sliced.graph is None or src is None or len(src.results) != 1 or len(src.result.users()) != 1 \
+                or id(src.result) in outputs or src.subgraphs():
+            continue
+        axis, shape = int(sliced.get("axis")), _shape_of(src.result)
+        if src.opcode in ELEMENTWISE and all(_shape_of(x) in (shape, ()) for x in src.operands):
+            made = [_block_slice(graph, sliced, x, axis) if _shape_of(x) else x for x in src.operands]
+            attrs = dict(src.attrs)
+        elif src.opcode == "broadcast_in_dim" and list(src.get("broadcast_dimensions")).count(axis) == 0:
+            made, attrs = list(src.operands), {**src.attrs, "shape": to_attr(_shape_of(sliced.result))}
+        else:
+            continue
+        attrs = scaled_costs({k: a for k, a in attrs.items() if k not in PLAN_KEYS}, t)
+        name = graph.fresh_name(f"{src.name}.block")
+        moved = Op(name, src.opcode, made, [sliced.result.type], attrs, [name], src.loc)
+        graph.insert(graph.ops.index(sliced), moved)
+        sliced.result.replace_all_uses_with(moved.result)
+        graph.erase(sliced)
+        graph.erase(src)
+        work.extend(x.owner for x in made if x.owner is not None and _is_block_slice(x.owner))
+
+
+def _is_block_slice(op: Op) -> bool:
+    return op.opcode == "replica_slice" and op.get("across") == "tensor" and int(op.get("runs", 1)) == 1
+
+
+def _block_slice(graph: Graph, like: Op, x: Value, axis: int) -> Value:
+    """A block slice of `x` along `axis`, as `like` slices, made before `like`."""
+    t = _shape_of(x)
+    shape = tuple(n // int(like.get("replicas")) if i == axis else n for i, n in enumerate(t))
+    assert isinstance(x.type, TensorType)
+    name = graph.fresh_name(f"{x.name}.block")
+    made = Op(name, "replica_slice", [x], [TensorType(x.type.dtype, shape)], dict(like.attrs), [name], like.loc)
+    graph.insert(graph.ops.index(like), made)
+    return made.result
+
+
+def _scatter_sums(graph: Graph, cost: CollectiveCost | None) -> None:
+    """An all-reduce across the group that only block slices read (of one axis, in one run) is a
+    reduce-scatter: each rank sums only its block (half the ring), as Megatron's sequence
+    parallelism turns a row-parallel layer's all-reduce into one."""
+    outputs = {id(v) for v in graph.outputs}
+    for op in list(graph.ops):
+        if op.opcode != "all_reduce" or op.get("across") != "tensor" or len(op.operands) != 1 \
+                or op.get("reduction", "sum") != "sum" or id(op.result) in outputs:
+            continue
+        readers = op.result.users()
+        axes = {int(u.get("axis")) for u in readers if u.opcode == "replica_slice" and u.get("across") == "tensor"
+                and int(u.get("runs", 1)) == 1}
+        if not readers or len(axes) != 1 or any(u.opcode != "replica_slice" for u in readers):
+            continue
+        axis, first = next(iter(axes)), readers[0]
+        attrs: dict[str, Attr] = {"reduction": StringAttr("sum"), "replicas": op.attrs["replicas"],
+                                  "axes": ListAttr((IntAttr(axis),)), "across": StringAttr("tensor")}
+        if cost is not None:
+            attrs["cost"] = DurationAttr(cost("reduce_scatter", op.result.type.nbytes))
+        name = graph.fresh_name(op.name.replace(".allreduce", "") + ".scatter")
+        scattered = Op(name, "reduce_scatter", list(op.operands), [first.result.type], attrs, [name], op.loc)
+        graph.insert(graph.ops.index(op), scattered)
+        for u in readers:
+            u.result.replace_all_uses_with(scattered.result)
+            graph.erase(u)
+        graph.erase(op)
 
 
 def split_axes(graph: Graph, key: str) -> Mapping[str, int]:

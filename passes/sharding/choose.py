@@ -105,8 +105,8 @@ def choose_layout(graph: Graph, size: int, device: Device, cost: CollectiveCost 
         changed = False
         for i, cls in enumerate(classes):
             for axis in _options(cls, size, chosen[i]):
-                # contiguous blocks first; runs of blocks only where those cannot be built (a fused
-                # projection cut into its parts along the split axis)
+                # contiguous blocks, and runs of blocks (a fused projection cut into its parts along
+                # the split axis: contiguous blocks gather it whole there, runs keep it split)
                 for pick in [None] if axis is None else [(axis, r) for r in (1, *runs)
                                                           if cls.shape[axis] % (r * size) == 0]:
                     if until is not None and time.perf_counter() > until:
@@ -119,8 +119,6 @@ def choose_layout(graph: Graph, size: int, device: Device, cost: CollectiveCost 
                         fallback = (found, {**chosen, i: pick})
                     if found is not None and found < best:
                         best, chosen[i], changed = found, pick, True
-                    if found is not None:
-                        break
         if progress is not None:
             split = sum(1 for a in chosen.values() if a is not None)
             progress(f"tensor-parallel {size}: sweep {sweep + 1}: {split} of {len(classes)} parameter classes split, "

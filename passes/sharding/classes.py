@@ -39,8 +39,10 @@ class ParamClass:
 
 
 def families(graph: Graph) -> list[tuple[str, ...]]:
-    """The parameter inputs (rank >= 1), grouped by the same-shape elementwise ops joining them;
-    in input order."""
+    """The inputs (rank >= 1), grouped by the same-shape elementwise ops joining them; in input
+    order. Batch inputs are families too: split along the sequence, they make the activations
+    between the tensor-parallel layers sequence-parallel (Megatron-SP), gathered before each
+    column-parallel layer and reduce-scattered after each row-parallel one."""
     parent: dict[int, int] = {}
 
     def root(v: Value) -> int:
@@ -58,7 +60,7 @@ def families(graph: Graph) -> list[tuple[str, ...]]:
                         parent[max(a, b)] = min(a, b)
     grouped: dict[int, list[str]] = defaultdict(list)
     for v in graph.inputs:
-        if v.param and isinstance(v.type, TensorType) and v.type.rank >= 1:
+        if isinstance(v.type, TensorType) and v.type.rank >= 1:
             grouped[root(v)].append(v.name)
     return [tuple(names) for names in grouped.values()]
 

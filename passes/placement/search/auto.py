@@ -122,6 +122,10 @@ class _Portfolio:
         left = self.left()
         if heuristic is None and self.as_seed:
             raise PestoError("no heuristic plan fits in memory")
+        if heuristic is None and left < MIN_EXACT_SECONDS:  # no engine starts without time to run
+            raise PestoError(f"no heuristic plan fits in memory, and the {self.budget.spent():.1f}s the heuristics "
+                             f"took leave {max(left, 0.0):.1f}s of the {self.budget.seconds:g}s limit, too little for "
+                             "CP-SAT to search from scratch; add devices or memory, or raise --time-limit")
         if heuristic is None:  # memory too tight for every greedy packing: CP-SAT searches from scratch
             plan = place_cpsat(graph, cluster, dataclasses.replace(options, time_limit=left * (1 - MARGIN),
                                                                    warm_start=None))
