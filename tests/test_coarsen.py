@@ -16,10 +16,13 @@ from pesto_ir.cost.lookup import op_cost, op_memory, value_bytes
 from pesto_ir.frontends.json_graph import graph_from_json
 from pesto_ir.ir.attributes import StringAttr
 from pesto_ir.ir.graph import Graph
+from pesto_ir.passes.rewrite import grouping
 from pesto_ir.passes.rewrite.coarse_graph import CoarsenError, quotient_graph
 from pesto_ir.passes.rewrite.colocation_groups import COLOCATION_MODES
-from pesto_ir.passes.rewrite.grouping import coarsen_groups
+from pesto_ir.passes.rewrite.grouping import all_alive_cap, coarsen_groups, memory_cap, sequential_peak
 from pesto_ir.passmanager import PassContext, PassManager
+from pesto_ir.schedule.memory import footprints
+from pesto_ir.schedule.plan import read_plan_attrs
 
 
 def _grouped(graph: Graph, groups: list[str]) -> Graph:
@@ -242,3 +245,103 @@ def test_siblings_is_a_pass_option_checked_like_the_others() -> None:
     assert [op.get("group") for op in off.ops] != [op.get("group") for op in on.ops]
     with pytest.raises(PestoError, match="siblings"):
         PassManager("coarsen{siblings=3}")
+
+
+def _activation_chain(n: int, floats: int = 256) -> Graph:
+    """x -> a0 -> a1 -> ... -> a(n-1), 1 ms each, every tensor f32[floats] and read only by the next
+    op: run in order, at most two of them are alive at once, beside the input."""
+    lines = [f"graph @chain(%x: f32[{floats}]) {{"]
+    previous = "%x"
+    for i in range(n):
+        lines.append(f"  %a{i} = opaque({previous}) {{cost = 1ms}} : f32[{floats}]")
+        previous = f"%a{i}"
+    lines += [f"  return {previous}", "}"]
+    return parse("\n".join(lines))
+
+
+def test_a_chain_whose_peak_fits_but_not_all_its_activations_is_coarsened_and_placed() -> None:
+    """All 40 activations held at once would need 2.6 times the two devices; by lifetimes the chain
+    holds three tensors at its busiest (12 KiB of the 16 KiB). The all-alive cap is 0 and merged
+    nothing; the lifetime cap lets groups of up to half a device merge, and m-ETF's plan of the
+    coarse graph, expanded, fits and validates."""
+    g = _activation_chain(40)
+    cluster = Cluster.homogeneous(2, "h100", memory=8192)
+    total = sum(d.memory for d in cluster.devices)
+    assert sum(footprints(g).values()) > 2.5 * total
+    assert sequential_peak(g) == 3 * 1024
+    assert all_alive_cap(sum(footprints(g).values()), cluster) == 0
+    assert memory_cap(g, cluster) == 4096  # half a device; (16384 - 3072) / 1 would allow more
+    ctx = PassContext(cluster=cluster, quiet=True)
+    placed = PassManager("coarsen{target=4},place{algo=m-etf},expand,simulate").run(g, ctx)
+    groups = {str(op.get("group")) for op in placed.ops}
+    assert 4 <= len(groups) < len(placed.ops)
+    plan = read_plan_attrs(placed)
+    assert plan is not None and plan.peak_memory is not None
+    assert max(plan.peak_memory.values()) <= 8192  # the validator's exact peaks, after expand
+    coarse, _ = quotient_graph(placed, cluster)
+    assert max(footprints(coarse).values()) <= 4096
+
+
+def test_a_cap_the_coarse_graph_cannot_pack_is_halved() -> None:
+    """The check behind the lifetime cap: forced to 4 KiB, groups of four ops hold 5 KiB at once in
+    the coarse graph, which on two devices of 4 KiB leaves the 3 KiB such a group needs, and on two
+    of 3.5 KiB does not; there the cap is halved, and groups of two ops hold 4 KiB and leave room
+    for their 2 KiB."""
+    g = _activation_chain(40)
+    cluster = Cluster.homogeneous(2, "h100", memory=3584)
+    original = grouping.memory_cap
+    try:
+        grouping.memory_cap = lambda graph, c: 4096.0  # type: ignore[assignment]
+        halved = len(set(coarsen_groups(g, 1, cluster)))
+        packed = len(set(coarsen_groups(g, 1, Cluster.homogeneous(2, "h100", memory=4096))))  # 3 KiB spare
+    finally:
+        grouping.memory_cap = original
+    assert packed == 11 and halved == 21
+    groups = coarsen_groups(g, 1, cluster)  # the cap itself: half a device
+    coarse, _ = quotient_graph(_grouped(g, groups), cluster)
+    assert 2 * 3584 - sequential_peak(coarse) >= max(footprints(coarse).values())
+
+
+def _merged(graph: Graph, groups: list[str]) -> dict[str, list[str]]:
+    """Groups that merging under the caps built: more than one op, not all of one colocation group
+    (those are contracted before any cap applies)."""
+    members: dict[str, list[str]] = defaultdict(list)
+    for op, g in zip(graph.ops, groups):
+        members[g].append(op.name)
+    out = {}
+    for g, names in members.items():
+        labels = {graph.op(n).get("colocate") for n in names}
+        if len(names) > 1 and (None in labels or len(labels) > 1):
+            out[g] = names
+    return out
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(graph=cost_graphs(max_ops=12, memory=False), cluster=clusters(3).filter(lambda c: len(c) > 1),
+       share=st.floats(0.0, 1.2), data=st.data())
+def test_memory_cap_never_lets_a_group_outgrow_the_devices(graph: Graph, cluster: Cluster, share: float,
+                                                           data: st.DataObject) -> None:
+    """On random DAGs whose bytes are the tensors on their edges (so lifetimes matter), with devices
+    that hold together from the graph's sequential peak (share 0) to its all-alive sum (share 1)
+    and more, every group merging builds fits half the smallest device, and the merged groups pack
+    by one of the two arguments: the all-alive sum, or the coarse graph's own peak by lifetimes
+    (`memory_cap`)."""
+    held = sum(footprints(graph).values())
+    peak = sequential_peak(graph)
+    assert peak <= held
+    cluster = cluster.with_memory(max(1.0, (peak + share * (held - peak)) / len(cluster)))
+    target = data.draw(st.integers(1, len(graph.ops)))
+    mode = data.draw(st.sampled_from(COLOCATION_MODES))
+    groups = coarsen_groups(graph, target, cluster, mode, siblings=data.draw(st.booleans()))
+    coarse, _ = quotient_graph(_grouped(graph, groups), cluster)
+    size = footprints(coarse)
+    fine = footprints(graph)
+    merged = _merged(graph, groups)
+    for g, names in merged.items():
+        assert size[g] <= sum(fine[n] for n in names) <= memory_cap(graph, cluster)
+        assert size[g] <= min(d.memory for d in cluster.devices) / 2
+    largest = max((size[g] for g in merged), default=0)
+    if largest:  # groups of no bytes fit anywhere, even where the graph does not
+        total = sum(d.memory for d in cluster.devices)
+        spare = max(total - held, total - sequential_peak(coarse))
+        assert spare >= (len(cluster) - 1) * largest

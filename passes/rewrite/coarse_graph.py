@@ -92,8 +92,11 @@ def group_memory(ops: list[Op], produced: set[str], inputs: dict[str, int]) -> d
     """`memory`, `activation` and `workspace` of a group that runs `ops` in order on one device.
 
     Resident: its ops' `memory` and the graph inputs they read first (the coarse graph has no
-    inputs). Activation: the outputs other groups read, held like any op's output. Workspace: the
-    most its internal tensors hold at once while it runs, each freed after its last reader inside.
+    inputs). Activation: the outputs other groups read, held like any op's output: the coarse op's
+    results, each freed after its own last reader (as the fine tensors are), or, where some op has
+    an `activation` attribute (its results only size edges), one `activation`, freed when the last
+    of them is. Workspace: the most its internal tensors hold at once while it runs, each freed
+    after its last reader inside.
     """
     resident = sum(op_memory(op) + inputs.get(op.name, 0) for op in ops)
     position = {op.name: i for i, op in enumerate(ops)}

@@ -22,7 +22,8 @@ from pesto_ir.passes.rewrite.colocation_groups import (
 )
 from pesto_ir.passes.rewrite.contraction import ColocationClasses, Contraction
 from pesto_ir.schedule.bounds import lower_bound
-from pesto_ir.schedule.memory import footprints
+from pesto_ir.schedule.memory import footprints, live_bytes
+from pesto_ir.schedule.plan import OpSlot, Plan
 
 NODE_CAP_FACTOR = 2.0  # a coarse node may hold up to this many times an average node's cost
 CAP_RELAX = 1.5  # the node cost cap grows by this factor when it blocks every merge
@@ -35,6 +36,7 @@ LENGTHENING_SHARE = 0.05  # of the nodes: at most this many merges a round once 
 # merge is free by the round's levels, not all of them together (lstm_seq2seq's coarse bound at 200
 # groups is 1.17 times the fine one with 0.25, 1.20 without a limit)
 FREE_SHARE = 0.25
+CAP_TRIES = 3  # groupings under the memory cap, halved after each whose coarse graph does not pack
 SIBLING_REACH = 3  # a node may merge with the next this many of its level (or of the sinks) by top level
 EDGE, SIBLINGS = "edge", "siblings"  # what a merge joins: the two ends of an edge, or two nodes no path joins
 # the orders of merges tried (the grouping with the lowest coarse bound is kept): least lengthening
@@ -49,32 +51,44 @@ def coarsen_groups(graph: Graph, target: int, cluster: Cluster | None = None,
     """Group name ("g0", "g1", ... in topological order) of every op of `graph`, in op order: of the
     groupings of `ORDERS` (with `siblings`) or of `EDGE_ORDERS`, the one with the lowest coarse
     bound (`grouped_bound`, with `siblings` and a cluster), else the shortest critical path of node
-    costs."""
+    costs; under `memory_cap`, halved while the coarse graph's own peak leaves too little spare for
+    the groups built (`_packs`), `CAP_TRIES` times at most, then the all-alive cap."""
     n = len(graph.ops)
     if n == 0:
         return []
     index = {op.name: i for i, op in enumerate(graph.ops)}
     edges = _fine_edges(graph, index)
     cost = [_proxy_cost(op, cluster) for op in graph.ops]
-    footprint = footprints(graph)  # memory caps on groups count every byte as held all step
+    footprint = footprints(graph)  # a node's memory: its members' bytes, as if all held all step
     mem = [footprint[op.name] for op in graph.ops]
     label, split = colocation_labels(graph, edges, colocation)
     fused = _fused_edges(graph)
-    best: tuple[float, list[str]] | None = None
-    for order in ORDERS if siblings else EDGE_ORDERS:
-        dag = Contraction(n, edges, cost, mem)
-        for members in members_by_label(label).values():
-            head = members[0]
-            for m in members[1:]:
-                head = dag.contract(head, m)  # the group as a whole was checked acyclic
-        class_of_op, classes = split_classes(graph, split, cost, mem)
-        _contract(dag, target, sum(cost), cluster, _node_classes(dag, class_of_op), classes, fused, order)
-        groups = _name_groups(dag, n)
-        score = grouped_bound(graph, cluster, groups) if siblings and cluster is not None else dag.path_levels()[2]
-        if best is None or score < best[0] * (1 - 1e-9):
-            best = (score, groups)
-    assert best is not None
-    return best[1]
+
+    def grouping(memory: float) -> list[str]:
+        best: tuple[float, list[str]] | None = None
+        for order in ORDERS if siblings else EDGE_ORDERS:
+            dag = Contraction(n, edges, cost, mem)
+            for members in members_by_label(label).values():
+                head = members[0]
+                for m in members[1:]:
+                    head = dag.contract(head, m)  # the group as a whole was checked acyclic
+            class_of_op, classes = split_classes(graph, split, cost, mem)
+            _contract(dag, target, sum(cost), cluster, memory, _node_classes(dag, class_of_op), classes, fused, order)
+            groups = _name_groups(dag, n)
+            score = grouped_bound(graph, cluster, groups) if siblings and cluster is not None else dag.path_levels()[2]
+            if best is None or score < best[0] * (1 - 1e-9):
+                best = (score, groups)
+        assert best is not None
+        return best[1]
+
+    floor = all_alive_cap(sum(mem), cluster)
+    cap = max(floor, memory_cap(graph, cluster))
+    for _ in range(CAP_TRIES):
+        groups = grouping(cap)
+        if cap <= floor or cluster is None or _packs(graph, cluster, groups, cap):
+            return groups
+        cap = max(floor, cap / 2)
+    return grouping(floor)
 
 
 def grouped_bound(graph: Graph, cluster: Cluster, groups: list[str]) -> float:
@@ -86,12 +100,14 @@ def grouped_bound(graph: Graph, cluster: Cluster, groups: list[str]) -> float:
     return lower_bound(quotient_graph(g, cluster)[0], cluster)
 
 
-def _contract(dag: Contraction, target: int, total: float, cluster: Cluster | None, node_class: dict[int, int],
-              classes: ColocationClasses, fused: Callable[[Contraction, int, int], bool] | None, order: str) -> None:
-    """Contract `dag` (colocation groups already contracted) toward `target` nodes under the caps:
-    edges inside fused kernels first, then any edge (and, in the order `PATH_SIBLINGS`, siblings)."""
+def _contract(dag: Contraction, target: int, total: float, cluster: Cluster | None, memory: float,
+              node_class: dict[int, int], classes: ColocationClasses,
+              fused: Callable[[Contraction, int, int], bool] | None, order: str) -> None:
+    """Contract `dag` (colocation groups already contracted) toward `target` nodes under the caps
+    (`memory`: `memory_cap`): edges inside fused kernels first, then any edge (and, in the order
+    `PATH_SIBLINGS`, siblings)."""
     devices = len(cluster) if cluster is not None else DEVICES_WITHOUT_CLUSTER
-    caps = _Caps.initial(dag, target, total, cluster, devices)
+    caps = _Caps.initial(dag, target, total, memory, devices)
     if fused is not None:
         _contract_rounds(dag, target, caps, node_class, classes, order, fused)
     _contract_rounds(dag, target, caps, node_class, classes, order)
@@ -145,17 +161,38 @@ class _Caps:
     class_cost: float
 
     @staticmethod
-    def initial(dag: Contraction, target: int, total: float, cluster: Cluster | None, devices: int) -> _Caps:
+    def initial(dag: Contraction, target: int, total: float, memory: float, devices: int) -> _Caps:
         biggest = max(dag.cost[x] for x in dag.alive)
-        return _Caps(max(biggest, NODE_CAP_FACTOR * total / target), _memory_cap(dag, cluster),
-                     total / (CLASS_SHARE * max(1, devices)))
+        return _Caps(max(biggest, NODE_CAP_FACTOR * total / target), memory, total / (CLASS_SHARE * max(1, devices)))
 
 
-def _memory_cap(dag: Contraction, cluster: Cluster | None) -> float:
-    """Largest memory a merge may build: half the smallest device, and little enough to pack.
+def memory_cap(graph: Graph, cluster: Cluster | None) -> float:
+    """Largest memory a coarse node may hold: min(smallest / 2, (C - P) / (k - 1)) over k devices of
+    C bytes in all, the smallest holding `smallest`, where P is `sequential_peak(graph)`: what the
+    lifetimes of `pesto_ir.schedule.memory` hold at the busiest moment of the ops run one after
+    another in graph order (resident bytes and graph inputs all step, each output until its last
+    reader has ended, workspace while its op runs). With one device, the device; without a cluster,
+    no cap.
 
-    Nodes of at most s bytes always fit greedily when the devices' spare memory (capacity minus
-    the graph's needs) is at least (devices - 1) * s: each device then wastes less than s.
+    Why groups of at most s bytes pack. Walk the coarse graph in a topological order, one group at
+    a time, and put each group on a device with room for it beside what that device holds at that
+    moment. The devices together then hold at most P_c, the coarse graph's own sequential peak, the
+    group being placed included. A group of s bytes that fits nowhere finds less than s free on
+    every device: C - (P_c - s) < k * s, that is C - P_c < (k - 1) * s. So no group of at most s
+    bytes is refused while C - P_c >= (k - 1) * s; half the smallest device lets any group onto any
+    device that holds little yet. Merging holds tensors longer than the fine ops do (a group's
+    internal tensors while all of it runs, its outputs from its start), so P_c may pass P:
+    `coarsen_groups` checks the inequality on the coarse graph it built (`_packs`) and groups again
+    under a smaller cap where it fails, never below `all_alive_cap`, whose argument needs no
+    lifetimes. A graph whose peak fits the devices together (P < C) gets a positive cap, where the
+    all-alive sum of a training step's activations can be several times C (jax gpt24: 596 GiB
+    against a peak of 99 GiB).
+
+    What it leaves to the placers: a plan runs groups side by side, each device's busiest moment
+    falls at its own time, resident bytes placed later count at a device's earlier moments too, and
+    a tensor read on another device is held there as well. The placers' own lifetime checks
+    (`Memory`, `schedule_within_memory`) and the exact peak of every plan decide those, as under
+    the all-alive cap, which left copies out too.
     """
     if cluster is None:
         return float("inf")
@@ -163,8 +200,48 @@ def _memory_cap(dag: Contraction, cluster: Cluster | None) -> float:
     smallest = min(d.memory for d in cluster.devices)
     if k == 1:
         return smallest
-    spare = sum(d.memory for d in cluster.devices) - sum(dag.mem[x] for x in dag.alive)
+    spare = sum(d.memory for d in cluster.devices) - sequential_peak(graph)
     return min(smallest / 2, max(0.0, spare) / (k - 1))
+
+
+def all_alive_cap(held: float, cluster: Cluster | None) -> float:
+    """The cap when every byte counts as held all step (`held`: the graph's footprints summed):
+    min(smallest / 2, (C - held) / (k - 1)). Nodes of at most s bytes always fit greedily when the
+    devices' spare memory C - held is at least (k - 1) * s: each device then wastes less than s.
+    Often 0 on training steps, whose activations do not all live at once."""
+    if cluster is None:
+        return float("inf")
+    k = len(cluster)
+    smallest = min(d.memory for d in cluster.devices)
+    if k == 1:
+        return smallest
+    spare = sum(d.memory for d in cluster.devices) - held
+    return min(smallest / 2, max(0.0, spare) / (k - 1))
+
+
+def _packs(graph: Graph, cluster: Cluster, groups: list[str], cap: float) -> bool:
+    """Whether the coarse graph of `groups` leaves room for its groups (`memory_cap`'s argument):
+    C - P_c >= (k - 1) * s, with s its largest group's footprint, or the cap where that footprint is
+    larger (a single op or colocation group, contracted before any cap applies: every plan holds it
+    whole)."""
+    g = graph.clone()
+    for op, name in zip(g.ops, groups):
+        op.attrs["group"] = StringAttr(name)
+    coarse = quotient_graph(g, cluster)[0]
+    largest = min(cap, max(footprints(coarse).values(), default=0))
+    spare = sum(d.memory for d in cluster.devices) - sequential_peak(coarse)
+    return spare >= (len(cluster) - 1) * largest
+
+
+SEQUENTIAL = "sequential"  # the one device of `sequential_peak`'s plan
+
+
+def sequential_peak(graph: Graph) -> int:
+    """Bytes `graph` holds at its busiest moment run on one device, one op after another in graph
+    order (a topological order), by the lifetimes of `pesto_ir.schedule.memory`."""
+    slots = {op.name: OpSlot(SEQUENTIAL, float(i), float(i + 1)) for i, op in enumerate(graph.ops)}
+    held = live_bytes(graph, Plan(graph.name, SEQUENTIAL, [SEQUENTIAL], slots))[SEQUENTIAL]
+    return max((live for _, live in held), default=0)
 
 
 def _contract_rounds(dag: Contraction, target: int, caps: _Caps, node_class: dict[int, int],
