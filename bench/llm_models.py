@@ -60,17 +60,22 @@ def _block(p: dict[str, Any], x: jax.Array, heads: int) -> jax.Array:
 
 
 def _loss(params: Tree, tokens: jax.Array, targets: jax.Array, heads: int, compute: Any) -> jax.Array:
+    """Mean cross-entropy of next tokens; the output layer is `head` where the parameters have one,
+    else the token embedding (tied)."""
     if compute != F32:  # the master weights, cast for the forward and backward passes
         params = jax.tree_util.tree_map(lambda w: w.astype(compute), params)
     x = params["wte"][tokens] + params["wpe"]
     for block in params["blocks"]:
         x = _block(block, x, heads)
-    logits = _layer_norm(params["ln_f"], x) @ params["wte"].T  # tied embeddings
+    logits = _layer_norm(params["ln_f"], x) @ params["head"] if "head" in params else \
+        _layer_norm(params["ln_f"], x) @ params["wte"].T  # tied embeddings
     return _cross_entropy(logits.astype(F32), targets)
 
 
-def gpt_model(c: GptConfig, precision: str = "bf16") -> Model:
-    """The decoder at `c`: f32 parameters (master weights), the loss computing in `precision`."""
+def gpt_model(c: GptConfig, precision: str = "bf16", tied: bool = True) -> Model:
+    """The decoder at `c`: f32 parameters (master weights), the loss computing in `precision`; the
+    output layer the token embedding (`tied`, GPT-2's and Alpa's) or a d x V matrix of its own
+    (Megatron's `--untie-embeddings-and-output-weights`)."""
     if precision not in PRECISIONS:
         raise ValueError(f"unknown precision {precision!r} (precisions: {', '.join(PRECISIONS)})")
     if c.d_model % c.heads:
@@ -81,6 +86,8 @@ def gpt_model(c: GptConfig, precision: str = "bf16") -> Model:
               "blocks": [_gpt_block_spec(c.d_model) for _ in range(c.layers)],
               "ln_f": {"gamma": jax.ShapeDtypeStruct((c.d_model,), F32),
                        "beta": jax.ShapeDtypeStruct((c.d_model,), F32)}}
+    if not tied:
+        params["head"] = jax.ShapeDtypeStruct((c.d_model, c.vocab), F32)
     tokens = jax.ShapeDtypeStruct((c.batch, c.seq), I32)
 
     def loss(params: Tree, tokens: jax.Array, targets: jax.Array) -> jax.Array:
@@ -89,30 +96,31 @@ def gpt_model(c: GptConfig, precision: str = "bf16") -> Model:
     return Model(loss, params, (tokens, tokens))
 
 
-def gpt_step(c: GptConfig, precision: str = "bf16", name: str = "gpt_llm") -> tuple[Any, tuple[Any, ...]]:
+def gpt_step(c: GptConfig, precision: str = "bf16", name: str = "gpt_llm",
+             tied: bool = True) -> tuple[Any, tuple[Any, ...]]:
     """The training step (f32 Adam on the master weights) and its abstract arguments."""
-    model = gpt_model(c, precision)
+    model = gpt_model(c, precision, tied)
     state = tuple(model.params for _ in range(ADAM.slots))
     return _train_step(name, model.loss, ADAM), (model.params, state, *model.batch)
 
 
-def lower_gpt(c: GptConfig, precision: str = "bf16", name: str = "gpt_llm") -> Graph:
+def lower_gpt(c: GptConfig, precision: str = "bf16", name: str = "gpt_llm", tied: bool = True) -> Graph:
     """The verified graph of one training step at `c`: inputs are the f32 parameters and Adam's
     moments (`param`), then tokens and targets (the batch); outputs the new parameters, the new
     moments and the loss."""
-    step, args = gpt_step(c, precision, name)
+    step, args = gpt_step(c, precision, name, tied)
     return lower(step, *args, param_argnums=(0, 1))
 
 
-def parameter_count(c: GptConfig) -> int:
-    """The parameters of the decoder at `c` (tied embeddings counted once, positions included):
-    V d + s d + L (12 d^2 + 13 d) + 2 d."""
+def parameter_count(c: GptConfig, tied: bool = True) -> int:
+    """The parameters of the decoder at `c` (positions included; tied embeddings counted once, else
+    the output layer's V d too): V d + s d + L (12 d^2 + 13 d) + 2 d (+ V d)."""
     d = c.d_model
     per_block = (d * 3 * d + 3 * d) + (d * d + d) + (d * 4 * d + 4 * d) + (4 * d * d + d) + 4 * d
-    return c.vocab * d + c.seq * d + c.layers * per_block + 2 * d
+    return c.vocab * d * (1 if tied else 2) + c.seq * d + c.layers * per_block + 2 * d
 
 
-def describe(c: GptConfig, precision: str = "bf16") -> str:
+def describe(c: GptConfig, precision: str = "bf16", tied: bool = True) -> str:
     mixed = "bf16 compute, f32 master weights and Adam" if precision == "bf16" else "f32"
     return (f"GPT decoder, {c.layers} layers, d={c.d_model}, {c.heads} heads, seq {c.seq}, vocab {c.vocab}, "
-            f"batch {c.batch}; {mixed}")
+            f"{'tied' if tied else 'untied'} embeddings, batch {c.batch}; {mixed}")

@@ -26,6 +26,7 @@ or is more than 5% above the lower bound get findings that say why, from three n
     python -m bench --quick                  # 4 small models x k = 2, 4 (about 30 s; CI runs it)
     python -m bench --models gnmt_training_layer jax_gpt --k 4 --time-limit 30
     python -m bench --readme README.md --gantt docs/images/plan.png   # refresh the README's results
+    python -m bench --llm [--quick] [--rows NAME ...]   # the LLM zoo (`bench/llm_zoo.py`), not in the default run
 
 Results go to `bench/results/{suite,quick}.{md,json}` (`--out` to change), each written whole.
 """
@@ -563,6 +564,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--gantt-row", default="gnmt_training_layer:4", metavar="MODEL:K",
                     help="the row whose plan --gantt draws (default gnmt_training_layer:4)")
     ap.add_argument("-q", "--quiet", action="store_true", help="print only the final table")
+    ap.add_argument("--llm", action="store_true", help="run the LLM zoo instead (bench/llm_zoo.py: GPT at published "
+                    "sizes and layouts; its own options: python -m bench --llm --help)")
     ap.add_argument("--merge", nargs="+", type=Path, metavar="JSON",
                     help="run nothing: put together the results (.json) of runs of parts of the zoo made with the "
                          "same options (e.g. one per core), as one run would have written them; --gantt then names "
@@ -571,6 +574,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
+    given = list(sys.argv[1:] if argv is None else argv)
+    if "--llm" in given:  # a part of its own, with its own options
+        from bench import llm_zoo
+
+        return llm_zoo.main([a for a in given if a != "--llm"])
     args = parse_args(argv)
     if args.merge:
         if args.readme:

@@ -23,6 +23,8 @@ from pesto_ir.backends.jax import build
 from pesto_ir.cluster.model import Cluster
 from pesto_ir.frontends.jax import lower
 from pesto_ir.ir.types import TensorType
+from pesto_ir.passes.placement.heuristics.simple import place_single
+from pesto_ir.passes.placement.options import PlaceOptions
 from pesto_ir.passes.rewrite.replicas import (
     Strategy,
     as_hybrid,
@@ -33,8 +35,6 @@ from pesto_ir.passes.rewrite.replicas import (
     sub_cluster,
 )
 from pesto_ir.passes.rewrite.tensor_shard import ShardingError, TensorLayout, tensor_shard
-from pesto_ir.passes.placement.heuristics.simple import place_single
-from pesto_ir.passes.placement.options import PlaceOptions
 from pesto_ir.passes.sharding.choose import choose_layout
 from pesto_ir.passes.sharding.classes import parameter_classes
 from pesto_ir.passmanager import PassContext, PassManager

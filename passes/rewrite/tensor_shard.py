@@ -35,11 +35,11 @@ from typing import Any
 
 from pesto_ir.ir.attributes import Attr, DictAttr, DurationAttr, IntAttr, ListAttr, StringAttr, to_attr
 from pesto_ir.ir.graph import Graph, Op, Value
+from pesto_ir.ir.opdefs import opcodes
 from pesto_ir.ir.types import BlobType, TensorType, Type
 from pesto_ir.ir.verifier import verify
 from pesto_ir.passes.dce import dead_code_elimination
-from pesto_ir.passes.rewrite.batch_axes import ELEMENTWISE, BATCH_RULES, Batch, Batched, Cut, MicrobatchError, refuse
-from pesto_ir.ir.opdefs import opcodes
+from pesto_ir.passes.rewrite.batch_axes import BATCH_RULES, ELEMENTWISE, Batch, Batched, Cut, MicrobatchError, refuse
 from pesto_ir.passes.rewrite.rebatch import MAX_MICROBATCHES, PLAN_KEYS, Rewriter, _is_zeros, _PerSample, scaled_costs
 from pesto_ir.util.errors import PestoError
 
@@ -222,10 +222,23 @@ class TensorRewriter(Rewriter):
 
     def op(self, op: Op) -> None:
         try:
-            self.split_op(op)
+            self.attempt(op, self.split_op)
         except MicrobatchError:
             if not self.regathered(op):
                 raise
+
+    def attempt(self, op: Op, how: Callable[[Op], None]) -> None:
+        """`how(op)`, or nothing at all when it is refused: the ops it made before the refusal (a
+        block slice of an operand, say) are taken out again, so that another way can make them."""
+        made = len(self.out.ops)
+        try:
+            how(op)
+        except MicrobatchError:
+            for dropped in reversed(self.out.ops[made:]):
+                self.out.erase(dropped)
+            self.sliced = {k: vs for k, vs in self.sliced.items()
+                           if all(v.owner is None or v.owner.graph is not None for v in vs)}
+            raise
 
     def split_op(self, op: Op) -> None:
         """`op` on blocks, by the rules (refused where they do not run it so)."""
@@ -253,7 +266,7 @@ class TensorRewriter(Rewriter):
                     self.one[id(v)] = self.gather(op, v, held[id(v)])
             if len(single) < len(split):
                 try:
-                    self.split_op(op)
+                    self.attempt(op, self.split_op)
                 except MicrobatchError:
                     return False
                 return True

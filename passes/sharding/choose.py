@@ -78,6 +78,8 @@ def choose_layout(graph: Graph, size: int, device: Device, cost: CollectiveCost 
     chosen: dict[int, Option] = {i: None for i in range(len(classes))}
     evaluations = 0
     runs = run_counts(graph)
+    raw = graph.attrs.get("batch_inputs")
+    batch = {k: int(a) for k, a in raw.value.items()} if raw is not None and isinstance(raw.value, dict) else {}
 
     def layout_of(picks: dict[int, Option]) -> TensorLayout:
         split = [(name, pick, i) for i, pick in picks.items() if pick is not None for name in classes[i].names]
@@ -104,15 +106,17 @@ def choose_layout(graph: Graph, size: int, device: Device, cost: CollectiveCost 
     for sweep in range(MAX_SWEEPS):
         changed = False
         for i, cls in enumerate(classes):
-            for axis in _options(cls, size, chosen[i]):
+            for axis in _options(cls, size, chosen[i], batch):
                 # contiguous blocks, and runs of blocks (a fused projection cut into its parts along
                 # the split axis: contiguous blocks gather it whole there, runs keep it split)
                 for pick in [None] if axis is None else [(axis, r) for r in (1, *runs)
                                                           if cls.shape[axis] % (r * size) == 0]:
                     if until is not None and time.perf_counter() > until:
                         cut = True
-                    if cut or evaluations >= max_evaluations or pick == chosen[i]:
+                    if cut or evaluations >= max_evaluations:
                         break
+                    if pick == chosen[i]:
+                        continue
                     evaluations += 1
                     found = score_layout(graph, layout_of({**chosen, i: pick}), device, cost)
                     if found is not None and pick is not None and (fallback is None or found < fallback[0]):
@@ -149,10 +153,12 @@ def tensor_layout(graph: Graph, cluster: Cluster, size: int, progress: Callable[
     return choice.layout
 
 
-def _options(cls: ParamClass, size: int, current: Option) -> list[int | None]:
-    """The class's other options: whole, or split along each axis that divides."""
-    now = None if current is None else current[0]
-    return [a for a in [None, *cls.axes(size)] if a != now or a is not None]
+def _options(cls: ParamClass, size: int, current: Option, batch: dict[str, int]) -> list[int | None]:
+    """The class's other options: whole, or split along each axis that divides; a batch input not
+    along its batch axis (that is data parallelism, which replicas do, and a replica's share of the
+    batch need not divide)."""
+    skip = {batch[n] for n in cls.names if n in batch}
+    return [a for a in [None, *cls.axes(size)] if a not in skip]
 
 
 def _hinted(graph: Graph, classes: list[ParamClass], size: int) -> dict[int, Option]:

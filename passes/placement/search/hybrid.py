@@ -42,8 +42,8 @@ from pesto_ir.passes.rewrite.replicas import (
     as_hybrid,
     bucketed,
     on_replica,
-    replica_graph,
     placed_devices,
+    replica_graph,
     sub_cluster,
 )
 from pesto_ir.passes.rewrite.shard_state import has_optimizer_state

@@ -35,8 +35,8 @@ from pesto_ir.passes.rewrite.replicas import (
     Solve,
     Strategy,
     bucketed,
-    replica_graph,
     placed_devices,
+    replica_graph,
     replica_groups,
     sub_cluster,
 )
