@@ -278,3 +278,11 @@ def test_infinite_memory_means_no_limit_for_every_engine(algo: str) -> None:
         PassContext(cluster=cluster, quiet=True))
     plan = read_plan_attrs(graph)
     assert plan is not None and math.isfinite(plan.makespan) and plan.makespan > 0
+
+
+def test_screening_keeps_the_reason_after_an_introducing_line() -> None:
+    from pesto_ir.passes.placement.search.screening import first_reason
+
+    e = PestoError("the 1f1b plan for 'g' is invalid:\n  out of memory: gpu0 peaks at 9 GiB\n  more")
+    assert first_reason(e) == "the 1f1b plan for 'g' is invalid: out of memory: gpu0 peaks at 9 GiB"
+    assert first_reason(PestoError("no room\nsecond")) == "no room"

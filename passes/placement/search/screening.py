@@ -116,6 +116,15 @@ class ScreeningTimes:
         return self.finish_by if last else stop
 
 
+def first_reason(e: Exception) -> str:
+    """An error's first line, with the line after it where the first only introduces it (a
+    validator's "the 1f1b plan for 'g' is invalid:" and its first problem)."""
+    lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+    if not lines:
+        return type(e).__name__
+    return f"{lines[0]} {lines[1]}" if lines[0].endswith(":") and len(lines) > 1 else lines[0]
+
+
 def screen(graph: Graph, cluster: Cluster, found: Candidate, options: PlaceOptions, heuristic: Solve,
            engines: Sequence[str] = ("heuristics",), rates: Rates | None = None,
            until: float | None = None) -> Candidate:
@@ -159,7 +168,7 @@ def _screened(graph: Graph, cluster: Cluster, found: Candidate, options: PlaceOp
         try:
             found.graph = replica_graph(graph, cluster, strategy)
         except PestoError as e:
-            found.why_not = str(e).splitlines()[0]
+            found.why_not = first_reason(e)
             return found
         if rates is not None and found.graph is not graph:
             rates.rewrote(time.perf_counter() - started, len(found.graph.ops))
@@ -181,7 +190,7 @@ def _screened(graph: Graph, cluster: Cluster, found: Candidate, options: PlaceOp
                     found.pipeline = PipelineGraph(source, sub)
                 plan = pipeline_plan(source, found.pipeline.cluster, engine, options, until, found.pipeline)
         except PestoError as e:
-            found.why_not = found.why_not or f"{engine}: {str(e).splitlines()[0]}"
+            found.why_not = found.why_not or f"{engine}: {first_reason(e)}"
             continue
         planned = source
         if strategy != ONE_BATCH:
