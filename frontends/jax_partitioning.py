@@ -45,6 +45,7 @@ def partition_hints(graph: Graph, example_args: Any, example_kwargs: Any) -> dic
 
 
 def record_hints(graph: Graph, example_args: Any, example_kwargs: Any) -> None:
+    """Write `partition_hints` on `graph` where its arguments carry any."""
     hints = partition_hints(graph, example_args, example_kwargs)
     if hints:
         graph.attrs["partition_hints"] = DictAttr(tuple((n, IntAttr(a)) for n, a in hints.items()))

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_replicas import _sgd
 
 import pesto_ir
 from pesto_ir.backends.jax import build
@@ -43,14 +44,6 @@ from pesto_ir.util.errors import PestoError
 
 BATCH = 16
 RTOL, ATOL = 2e-5, 2e-6
-
-
-def _sgd(loss: Any) -> Any:
-    def step(params: Any, x: jax.Array, y: jax.Array) -> Any:
-        value, grads = jax.value_and_grad(loss)(params, x, y)
-        return jax.tree_util.tree_map(lambda p, g: p - 0.05 * g, params, grads), value
-
-    return step
 
 
 def mlp(hidden: int = 256) -> tuple[Any, Any, Any, Any]:
@@ -160,12 +153,7 @@ def test_heads_split_in_runs_run_like_jit() -> None:
     runs = {n: 3 for n in split if ".qkv." in n}
     strategy = Strategy(1, 1, tensor=TensorLayout(2, tuple(split.items()), tuple(runs.items())))
     rank = replica_graph(graph, cluster, strategy)
-    sub = sub_cluster(cluster, placed_devices(cluster, strategy))
-    write_plan_attrs(rank, as_hybrid(rank, cluster, place_single(rank, sub, PlaceOptions(time_limit=1.0)), strategy))
-    got = build(rank, jax.devices()[:2])(*jax.tree_util.tree_leaves((params, x, y)))
-    want = jax.tree_util.tree_leaves(jax.jit(step)(params, x, y))
-    for a, b in zip(got, want):
-        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=RTOL, atol=ATOL)
+    _runs_like_jit(rank, cluster, strategy, step, (params, x, y))
     assert read_plan_attrs(rank).parallelism.interleave == tuple(sorted(runs.items()))  # type: ignore[union-attr]
 
 
@@ -202,10 +190,16 @@ def test_sequence_parallel_regions_run_like_jit() -> None:
     rank = replica_graph(graph, cluster, strategy)
     kinds = [op.opcode for op in rank.ops]
     assert kinds.count("all_gather") >= 2 and kinds.count("reduce_scatter") >= 2
+    _runs_like_jit(rank, cluster, strategy, step, (params, x, y))
+
+
+def _runs_like_jit(rank: Any, cluster: Cluster, strategy: Strategy, step: Any, args: tuple[Any, ...]) -> None:
+    """`rank` (the strategy's rank graph) placed on one device per group and run on the cluster's
+    devices gives jit's outputs of `step` on `args`."""
     sub = sub_cluster(cluster, placed_devices(cluster, strategy))
     write_plan_attrs(rank, as_hybrid(rank, cluster, place_single(rank, sub, PlaceOptions(time_limit=1.0)), strategy))
-    got = build(rank, jax.devices()[:2])(*jax.tree_util.tree_leaves((params, x, y)))
-    want = jax.tree_util.tree_leaves(jax.jit(step)(params, x, y))
+    got = build(rank, jax.devices()[:len(cluster)])(*jax.tree_util.tree_leaves(args))
+    want = jax.tree_util.tree_leaves(jax.jit(step)(*args))
     for a, b in zip(got, want):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=RTOL, atol=ATOL)
 

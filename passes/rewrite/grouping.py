@@ -194,21 +194,17 @@ def memory_cap(graph: Graph, cluster: Cluster | None) -> float:
     (`Memory`, `schedule_within_memory`) and the exact peak of every plan decide those, as under
     the all-alive cap, which left copies out too.
     """
-    if cluster is None:
-        return float("inf")
-    k = len(cluster)
-    smallest = min(d.memory for d in cluster.devices)
-    if k == 1:
-        return smallest
-    spare = sum(d.memory for d in cluster.devices) - sequential_peak(graph)
-    return min(smallest / 2, max(0.0, spare) / (k - 1))
+    if cluster is None or len(cluster) == 1:
+        return all_alive_cap(0.0, cluster)  # no cap, or the one device: no peak to compute
+    return all_alive_cap(sequential_peak(graph), cluster)
 
 
 def all_alive_cap(held: float, cluster: Cluster | None) -> float:
     """The cap when every byte counts as held all step (`held`: the graph's footprints summed):
     min(smallest / 2, (C - held) / (k - 1)). Nodes of at most s bytes always fit greedily when the
     devices' spare memory C - held is at least (k - 1) * s: each device then wastes less than s.
-    Often 0 on training steps, whose activations do not all live at once."""
+    Often 0 on training steps, whose activations do not all live at once. `memory_cap` is this
+    formula with the lifetime peak as what is held."""
     if cluster is None:
         return float("inf")
     k = len(cluster)

@@ -67,13 +67,20 @@ def replica_groups(cluster: Cluster, d: int) -> tuple[tuple[str, ...], ...]:
     per = k // d
     names = cluster.names
     groups = tuple(tuple(names[r * per:(r + 1) * per]) for r in range(d))
+    _check_alike(cluster, groups, lambda a, b, kinds: f"data-parallel {d}: device {b} would mirror {a}, but they "
+                 f"differ ({kinds}); replicas need alike devices")
+    return groups
+
+
+def _check_alike(cluster: Cluster, groups: tuple[tuple[str, ...], ...],
+                 why: Callable[[str, str, str], str]) -> None:
+    """Every device of `groups[r]` is alike (kind, memory, speed) the device of `groups[0]` it
+    mirrors: they run one schedule. `why(a, b, "kind_b vs kind_a")` says it where one is not."""
     for group in groups[1:]:
         for a, b in zip(groups[0], group):
             da, db = cluster.device(a), cluster.device(b)
             if (da.kind, da.memory, da.peak_flops) != (db.kind, db.memory, db.peak_flops):
-                raise PestoError(f"data-parallel {d}: device {b} would mirror {a}, but they differ "
-                                 f"({db.kind} vs {da.kind}); replicas need alike devices")
-    return groups
+                raise PestoError(why(a, b, f"{db.kind} vs {da.kind}"))
 
 
 def mirror_groups(cluster: Cluster, d: int, t: int = 1) -> tuple[tuple[str, ...], ...]:
@@ -87,12 +94,8 @@ def mirror_groups(cluster: Cluster, d: int, t: int = 1) -> tuple[tuple[str, ...]
     if t == 1:
         return groups
     out = tuple(tuple(g[s * t + j] for s in range(per // t)) for g in groups for j in range(t))
-    for rank in out[1:]:
-        for a, b in zip(out[0], rank):
-            da, db = cluster.device(a), cluster.device(b)
-            if (da.kind, da.memory, da.peak_flops) != (db.kind, db.memory, db.peak_flops):
-                raise PestoError(f"tensor-parallel {t}: device {b} would run {a}'s schedule on its own blocks, but "
-                                 f"they differ ({db.kind} vs {da.kind}); a tensor-parallel group needs alike devices")
+    _check_alike(cluster, out, lambda a, b, kinds: f"tensor-parallel {t}: device {b} would run {a}'s schedule on "
+                 f"its own blocks, but they differ ({kinds}); a tensor-parallel group needs alike devices")
     return out
 
 

@@ -324,18 +324,17 @@ class TensorRewriter(Rewriter):
             t = v.type
             if not isinstance(t, TensorType) or not 0 <= axis < t.rank:
                 raise ShardingError(f"graph '{self.src.name}': axis {axis} of %{name} is not an axis of {t}")
-            if t.shape[axis] % self.d:
+            runs = layout.runs(name)
+            if t.shape[axis] % (runs * self.d):
+                blocks = f"{runs} runs of {self.d} equal blocks" if runs > 1 else f"{self.d} equal blocks"
                 raise ShardingError(f"graph '{self.src.name}': axis {axis} of %{name} ({t}) does not split into "
-                                    f"{self.d} equal blocks")
+                                    + blocks)
         for v in self.src.inputs:
             split = layout.axes.get(v.name)
             if split is None:
                 self.one[id(v)] = self.out.add_input(v.name, v.type, v.param)
                 continue
             runs = layout.runs(v.name)
-            if _shape_of(v)[split] % (runs * self.d):
-                raise ShardingError(f"graph '{self.src.name}': axis {split} of %{v.name} ({v.type}) does not split "
-                                    f"into {runs} runs of {self.d} equal blocks")
             new = self.out.add_input(v.name, self.small(v.type, split), v.param)
             self.per[id(v)] = _PerSample([new], (split, self.d * runs))
 
@@ -399,7 +398,6 @@ def tensor_shard(graph: Graph, layout: TensorLayout, cost: CollectiveCost | None
     if blocks:
         rw = _rewritten(graph, layout, cost, replica_cost, blocks)
     out = rw.out
-    _scatter_sums(out, cost)
     out.attrs["tensor_parallel"] = IntAttr(layout.size)
     out.attrs["tensor_inputs"] = DictAttr(tuple((name, IntAttr(a)) for name, a in layout.splits))
     if layout.interleave:
@@ -433,9 +431,9 @@ def _rewritten(graph: Graph, layout: TensorLayout, cost: CollectiveCost | None, 
 def _hoist_slices(graph: Graph, t: int) -> None:
     """A block slice of a value that only it reads, made by an elementwise op or a broadcast, is
     that op on its operands' blocks: slices move up towards the all-reduces that made the values
-    (so that those become reduce-scatters, `_scatter_sums`), and the ops run on 1/t of the data (a
-    row-parallel layer's bias added on the rank's positions, as Megatron's sequence parallelism
-    does)."""
+    (so that those become reduce-scatters, `tensor_shard`'s second pass), and the ops run on 1/t
+    of the data (a row-parallel layer's bias added on the rank's positions, as Megatron's sequence
+    parallelism does)."""
     outputs = {id(v) for v in graph.outputs}
     work = [op for op in graph.ops if _is_block_slice(op)]
     while work:
@@ -475,34 +473,6 @@ def _block_slice(graph: Graph, like: Op, x: Value, axis: int) -> Value:
     made = Op(name, "replica_slice", [x], [TensorType(x.type.dtype, shape)], dict(like.attrs), [name], like.loc)
     graph.insert(graph.ops.index(like), made)
     return made.result
-
-
-def _scatter_sums(graph: Graph, cost: CollectiveCost | None) -> None:
-    """An all-reduce across the group that only block slices read (of one axis, in one run) is a
-    reduce-scatter: each rank sums only its block (half the ring), as Megatron's sequence
-    parallelism turns a row-parallel layer's all-reduce into one."""
-    outputs = {id(v) for v in graph.outputs}
-    for op in list(graph.ops):
-        if op.opcode != "all_reduce" or op.get("across") != "tensor" or len(op.operands) != 1 \
-                or op.get("reduction", "sum") != "sum" or id(op.result) in outputs:
-            continue
-        readers = op.result.users()
-        axes = {int(u.get("axis")) for u in readers if u.opcode == "replica_slice" and u.get("across") == "tensor"
-                and int(u.get("runs", 1)) == 1}
-        if not readers or len(axes) != 1 or any(u.opcode != "replica_slice" for u in readers):
-            continue
-        axis, first = next(iter(axes)), readers[0]
-        attrs: dict[str, Attr] = {"reduction": StringAttr("sum"), "replicas": op.attrs["replicas"],
-                                  "axes": ListAttr((IntAttr(axis),)), "across": StringAttr("tensor")}
-        if cost is not None:
-            attrs["cost"] = DurationAttr(cost("reduce_scatter", op.result.type.nbytes))
-        name = graph.fresh_name(op.name.replace(".allreduce", "") + ".scatter")
-        scattered = Op(name, "reduce_scatter", list(op.operands), [first.result.type], attrs, [name], op.loc)
-        graph.insert(graph.ops.index(op), scattered)
-        for u in readers:
-            u.result.replace_all_uses_with(scattered.result)
-            graph.erase(u)
-        graph.erase(op)
 
 
 def split_axes(graph: Graph, key: str) -> Mapping[str, int]:

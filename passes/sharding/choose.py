@@ -106,7 +106,7 @@ def choose_layout(graph: Graph, size: int, device: Device, cost: CollectiveCost 
     for sweep in range(MAX_SWEEPS):
         changed = False
         for i, cls in enumerate(classes):
-            for axis in _options(cls, size, chosen[i], batch):
+            for axis in _options(cls, size, batch):
                 # contiguous blocks, and runs of blocks (a fused projection cut into its parts along
                 # the split axis: contiguous blocks gather it whole there, runs keep it split)
                 for pick in [None] if axis is None else [(axis, r) for r in (1, *runs)
@@ -153,7 +153,7 @@ def tensor_layout(graph: Graph, cluster: Cluster, size: int, progress: Callable[
     return choice.layout
 
 
-def _options(cls: ParamClass, size: int, current: Option, batch: dict[str, int]) -> list[int | None]:
+def _options(cls: ParamClass, size: int, batch: dict[str, int]) -> list[int | None]:
     """The class's other options: whole, or split along each axis that divides; a batch input not
     along its batch axis (that is data parallelism, which replicas do, and a replica's share of the
     batch need not divide)."""
