@@ -18,6 +18,7 @@ from pesto_ir.ir.graph import Graph
 from pesto_ir.passes.placement.expansion import expand_plan
 from pesto_ir.passes.placement.options import (
     COARSE_NOTE,
+    AlgorithmEntry,
     PlaceError,
     PlaceOptions,
     inner,
@@ -34,16 +35,24 @@ from pesto_ir.passes.rewrite.replicas import Strategy, place_rewritten
 from pesto_ir.passmanager import Pass, PassContext
 from pesto_ir.schedule.bounds import lower_bound
 from pesto_ir.schedule.plan import Plan, write_plan_attrs
+from pesto_ir.util import work
 from pesto_ir.util.loader import seed_problem
 from pesto_ir.util.units import human_time
 
-MAX_DEFAULT_TIME_LIMIT = 30.0  # seconds: what a graph of 280 ops or groups and more gets by default
+MAX_DEFAULT_TIME_LIMIT = 60.0  # seconds: what a graph of 280 ops or groups and more gets by default
+# Of the time limit, the work the search is given (`util/work.py`: counted, so the same input gives
+# the same plan however busy the machine is); the rest is a margin for a machine that runs it
+# slower, and a search over strategies gets up to `1 + OTHERS_SHARE` times it
+# (`search/hybrid.py`), one batch's own search and the others beside it.
+WORK_SHARE = 0.35
 
 
 def default_time_limit(n: int) -> float:
-    """2 s plus 0.1 s per op (or coarse group) to place, at most `MAX_DEFAULT_TIME_LIMIT`: the quick
-    start's 32-op example need not wait 30 s for a MILP that cannot close its gap."""
-    return min(MAX_DEFAULT_TIME_LIMIT, 2.0 + 0.1 * n)
+    """4 s plus 0.2 s per op (or coarse group) to place, at most `MAX_DEFAULT_TIME_LIMIT`: the quick
+    start's 32-op example need not wait a minute for a MILP that cannot close its gap. The limit
+    caps the wall clock; the search does `WORK_SHARE` of it as counted work (so a busy machine
+    gives the same plan), which ends well before it on a quiet one."""
+    return min(MAX_DEFAULT_TIME_LIMIT, 4.0 + 0.2 * n)
 
 
 @dataclass(frozen=True)
@@ -97,18 +106,26 @@ class PlacePass(Pass):
             if algorithm(self.algo).exact:  # the heuristics finish in their own time
                 ctx.progress(f"place: time limit {time_limit:g} s, the default for {n} ops or groups "
                              "(--time-limit S or place{time-limit=S} to change it)")
-        options = PlaceOptions(time_limit=time_limit, seed=ctx.seed if self.seed is None else self.seed,
+        options = PlaceOptions(time_limit=time_limit * work_share(algorithm(self.algo)), seed=ctx.seed if self.seed is None else self.seed,
                                solver=self.solver, quiet=ctx.quiet, log=ctx.log)
         started = time.perf_counter()
-        try:
-            graph, plan = self.place(graph, cluster, options)
-        except KeyboardInterrupt:
-            held = options.incumbent
-            if held.plan is None or held.graph is None:
-                raise KeyboardInterrupt from None  # nothing found yet: the command stops
-            graph, plan = held.graph, _kept_on_interrupt(held.graph, cluster, held.plan, self.algo,
-                                                         time.perf_counter() - started)
-            ctx.progress("place: interrupted (Ctrl-C); keeping the best plan found so far")
+        with work.capped(options.time_limit, time_limit) as block:
+            try:
+                graph, plan = self.place(graph, cluster, options)
+            except KeyboardInterrupt:
+                held = options.incumbent
+                if held.plan is None or held.graph is None:
+                    raise KeyboardInterrupt from None  # nothing found yet: the command stops
+                graph, plan = held.graph, _kept_on_interrupt(held.graph, cluster, held.plan, self.algo,
+                                                             time.perf_counter() - started)
+                ctx.progress("place: interrupted (Ctrl-C); keeping the best plan found so far")
+            cut, counted = work.was_cut(), block.spent()
+        if cut:
+            _note_cut(graph, plan, time_limit)
+            ctx.progress(f"place: {plan.notes[-1]}")
+        if algorithm(self.algo).exact:
+            ctx.progress(f"place: {counted:.1f} s of counted work ({options.time_limit:.3g} s given) in "
+                         f"{time.perf_counter() - started:.1f} s")
         ctx.progress(f"place: {plan.algorithm} makespan {human_time(plan.makespan, 4)}"
                      + (f", lower bound {human_time(plan.lower_bound, 4)}" if plan.lower_bound else ""))
         return graph
@@ -118,11 +135,11 @@ class PlacePass(Pass):
         the faster of it and what the search found from it, in the time limit."""
         if self.start is None:
             return self.search(graph, cluster, options, None)
-        began = time.perf_counter()
+        began = work.now()
         given = read_start_plan(self.start)
         self._check_start(graph, strategy_of(given))
         start = apply_start(graph, cluster, given, self.start)
-        spent = time.perf_counter() - began
+        spent = work.now() - began
         options.progress(f"place: start plan {self.start} ({start.strategy}): {human_time(start.claimed, 4)} "
                          f"as written, read in {spent:.1f}s")
         # the search's plans meet the start on Ctrl-C
@@ -221,5 +238,27 @@ def _kept_on_interrupt(graph: Graph, cluster: Cluster, plan: Plan, algo: str, se
 
 def place_graph(graph: Graph, cluster: Cluster, algo: str, options: PlaceOptions, floor: Plan | None = None) -> Plan:
     """Place `graph` (coarse when it has `group` attributes) with the algorithm named `algo`, as the
-    pass does for one batch; record the plan in it and return it (`search/driver.py`)."""
-    return driver.place_graph(graph, cluster, algorithm(algo), options, floor)
+    pass does for one batch, `options.time_limit` as the pass's time limit (its `WORK_SHARE` as
+    work, the rest a margin for a busy machine); record the plan in it and return it
+    (`search/driver.py`)."""
+    entry, limit = algorithm(algo), options.time_limit
+    given = limit * work_share(entry)
+    with work.capped(given, limit):
+        plan = driver.place_graph(graph, cluster, entry, dataclasses.replace(options, time_limit=given), floor)
+        cut = work.was_cut()
+    if cut:
+        _note_cut(graph, plan, limit)
+    return plan
+
+
+def work_share(algo: AlgorithmEntry) -> float:
+    """The share of the time limit `algo` gets as counted work: `WORK_SHARE`, or all of it for an
+    engine the wall clock stops (CBC's MILP)."""
+    return 1.0 if algo.wall_bounded else WORK_SHARE
+
+
+def _note_cut(graph: Graph, plan: Plan, limit: float) -> None:
+    """Say in `plan` (recorded in `graph`) that the wall clock cut its search short."""
+    plan.notes = [*plan.notes, f"the {limit:g} s time limit cut the search short (the machine ran it at less than "
+                  f"{WORK_SHARE:.0%} of the speed its work is counted at): another run may give another plan"]
+    write_plan_attrs(graph, plan)

@@ -15,6 +15,7 @@ from pesto_ir.ir.graph import Graph
 from pesto_ir.passes.placement.justify import RoundClock, backward_starts, justified, step_tasks
 from pesto_ir.schedule.simulate import simulate_eager
 from pesto_ir.schedule.validate import validate_plan
+from pesto_ir.util import work
 
 MS = 1e-3
 
@@ -88,18 +89,17 @@ def test_no_round_is_kept_that_does_not_fit_in_memory() -> None:
 def test_no_round_starts_that_would_end_past_the_deadline() -> None:
     """A deadline passed: nothing starts. One the rounds timed so far (`RoundClock`) would pass:
     no round, and no first round either once a set-up and first round took longer than is left."""
-    import time
 
     cluster = two_devices()
     graph_order = simulate_eager(WAITS, cluster, PLACED, {n: (0.0,) for n in PLACED})
-    assert justified(WAITS, cluster, PLACED, graph_order, deadline=time.perf_counter() - 1.0) is graph_order
+    assert justified(WAITS, cluster, PLACED, graph_order, deadline=work.now() - 1.0) is graph_order
     clock = RoundClock()
-    better = justified(WAITS, cluster, PLACED, graph_order, deadline=time.perf_counter() + 60.0, clock=clock)
+    better = justified(WAITS, cluster, PLACED, graph_order, deadline=work.now() + 60.0, clock=clock)
     assert better.makespan < graph_order.makespan and 0.0 < clock.round <= clock.first
     slow = RoundClock(first=60.0, round=60.0)  # rounds as long as what is left: none starts
-    assert justified(WAITS, cluster, PLACED, graph_order, deadline=time.perf_counter() + 30.0, clock=slow) is graph_order
+    assert justified(WAITS, cluster, PLACED, graph_order, deadline=work.now() + 30.0, clock=slow) is graph_order
     once = RoundClock(first=0.0, round=60.0)  # the first round fits, none after it
-    assert justified(WAITS, cluster, PLACED, graph_order, deadline=time.perf_counter() + 30.0, clock=once) \
+    assert justified(WAITS, cluster, PLACED, graph_order, deadline=work.now() + 30.0, clock=once) \
         .makespan == better.makespan
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import io
 import json
-import time
 from pathlib import Path
 
 import pytest
@@ -25,6 +24,7 @@ from pesto_ir.passes.placement.heuristics.portfolio import (
 )
 from pesto_ir.passes.placement.options import PlaceOptions
 from pesto_ir.schedule.validate import check_plan
+from pesto_ir.util import work
 
 LIST = ["etf", "heft"]
 MSR = Path(__file__).resolve().parents[1] / "graphs" / "msr"
@@ -126,7 +126,7 @@ def test_the_portfolio_under_a_deadline_runs_the_first_heuristic_and_says_what_i
     from), the others are named as not run."""
     log = io.StringIO()
     options = PlaceOptions(quiet=False, log=log)
-    plan = best_heuristic_plan(bert24, v100s(4), options, until=time.perf_counter() - 1.0)
+    plan = best_heuristic_plan(bert24, v100s(4), options, until=work.now() - 1.0)
     assert plan is not None and plan.algorithm == BUDGET_ORDER[0]
     said = log.getvalue()
     assert f"{', '.join(BUDGET_ORDER[1:])} not run" in said
@@ -136,7 +136,7 @@ def test_the_portfolio_with_time_to_spare_is_the_portfolio_without_a_deadline(be
     """Every heuristic fits in an hour: the same plan as with no deadline (ties by the same order)."""
     cluster = v100s(4)
     free = best_heuristic_plan(bert24, cluster, QUIET)
-    timed = best_heuristic_plan(bert24, cluster, QUIET, until=time.perf_counter() + 3600)
+    timed = best_heuristic_plan(bert24, cluster, QUIET, until=work.now() + 3600)
     assert free is not None and timed is not None
     assert (timed.algorithm, timed.ops, timed.transfers) == (free.algorithm, free.ops, free.transfers)
     assert set(BUDGET_ORDER) == set(WARM_START_ALGOS) == set(RELATIVE_TIME)
@@ -152,5 +152,5 @@ def test_a_heuristic_that_finds_no_plan_does_not_stop_the_next(bert24: Graph, mo
         raise PestoError("no device holds it")
 
     monkeypatch.setitem(heuristic_portfolio.HEURISTICS, BUDGET_ORDER[0], out_of_memory)
-    plan = best_heuristic_plan(bert24, v100s(4), QUIET, until=time.perf_counter() - 1.0)
+    plan = best_heuristic_plan(bert24, v100s(4), QUIET, until=work.now() - 1.0)
     assert plan is not None and plan.algorithm == BUDGET_ORDER[1]

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import re
-import time
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +26,7 @@ from pesto_ir.passes.rewrite.replicas import Strategy, as_hybrid, replica_graph,
 from pesto_ir.passmanager import PassContext, PassManager
 from pesto_ir.schedule.plan import Plan, read_plan_attrs
 from pesto_ir.schedule.validate import check_plan
+from pesto_ir.util import work
 from pesto_ir.util.errors import PassError, PestoError
 from tests.strategies import graph_docs, roomy_memory
 
@@ -332,7 +332,7 @@ def test_screening_keeps_time_to_refine_the_one_batch_plan_that_leads(resnet50_l
 
     one_batch = screen(resnet50_layer, cluster, Candidate(ONE_BATCH), options, m_etf)
     assert one_batch.plan is not None, one_batch.why_not
-    hard = time.perf_counter() + REFINE_RESERVE + seconds_left
+    hard = work.now() + REFINE_RESERVE + seconds_left
     tried = _screen_pipelines(resnet50_layer, cluster, [Strategy(1, 2), Strategy(1, 4)], options, m_etf,
                               times=ScreeningTimes(hard, hard), stop=hard, last=True, before=[one_batch], log=options,
                               rates=Rates())
@@ -373,7 +373,6 @@ def test_eager_schedules_run_as_far_as_the_time_left_allows() -> None:
     layouts first (usually the faster), else those alone, else the eager schedule of the fixed
     stages, else none; each counted as a deadline cuts it short (one justification round). Once
     one has run, the other runs if it still fits."""
-    import time
 
     from pesto_ir.passes.placement.pipeline.schedules import EAGER, INTERLEAVED, schedule_worth
     from pesto_ir.passes.placement.search.screening import BuildCost, _eager_schedules_that_fit
@@ -386,12 +385,12 @@ def test_eager_schedules_run_as_far_as_the_time_left_allows() -> None:
     assert interleaved > eager  # else the order below would not be tested
     for seconds, expected in [(eager + interleaved + 0.5, (INTERLEAVED, EAGER)), (interleaved + 0.25, (INTERLEAVED,)),
                               (eager + 0.25, (EAGER,)), (eager - 0.25, ())]:
-        assert _eager_schedules_that_fit(c, cost, time.perf_counter() + seconds, [INTERLEAVED, EAGER]) == expected, \
+        assert _eager_schedules_that_fit(c, cost, work.now() + seconds, [INTERLEAVED, EAGER]) == expected, \
             seconds
-    assert _eager_schedules_that_fit(c, cost, time.perf_counter() + interleaved + 0.25, [EAGER]) == (EAGER,)
-    assert _eager_schedules_that_fit(c, cost, time.perf_counter() + interleaved + eager + 0.5, [INTERLEAVED]) == \
+    assert _eager_schedules_that_fit(c, cost, work.now() + interleaved + 0.25, [EAGER]) == (EAGER,)
+    assert _eager_schedules_that_fit(c, cost, work.now() + interleaved + eager + 0.5, [INTERLEAVED]) == \
         (INTERLEAVED,)
-    assert _eager_schedules_that_fit(c, cost, time.perf_counter() + 3600, []) == ()
+    assert _eager_schedules_that_fit(c, cost, work.now() + 3600, []) == ()
 
 
 @pytest.mark.parametrize("k,half_wins", [(4, False), (8, True)])
@@ -413,7 +412,7 @@ def test_a_pipeline_over_half_the_devices_is_kept_where_faster(gnmt_layer: Graph
     assert (alone.makespan < whole.makespan) == half_wins
     c = Candidate(strategy, graph=source, source=source, plan=whole, engine="gpipe")
     options = PlaceOptions(quiet=True)
-    _on_fewer_devices(cluster, c, options, BuildCost(rewrite=1e-6, schedule=1e-7), time.perf_counter() + 3600,
+    _on_fewer_devices(cluster, c, options, BuildCost(rewrite=1e-6, schedule=1e-7), work.now() + 3600,
                       options, Rates())
     assert c.plan is not None and c.plan.makespan == min(whole.makespan, alone.makespan)
     check_plan(source, cluster, c.plan)

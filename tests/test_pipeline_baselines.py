@@ -33,6 +33,7 @@ from pesto_ir.passes.placement.pipeline.stages import is_backward
 from pesto_ir.passes.rewrite.rebatch import rebatch
 from pesto_ir.schedule.plan import Plan
 from pesto_ir.schedule.validate import validate_plan
+from pesto_ir.util import work
 from pesto_ir.util.errors import PestoError
 
 OPTIONS = PlaceOptions(quiet=True)
@@ -244,19 +245,18 @@ def test_interleaved_search_stops_at_its_deadline(gnmt_layer: Graph) -> None:
     """GNMT-8 over 6 devices: chunks of whole layers cannot balance the devices, moving the units
     at their edges can; with its deadline past, the search makes no move and keeps the fastest
     layout as cut (not justified), a valid (slower) plan; a deadline far off changes nothing."""
-    import time
 
     step = rebatch(gnmt_layer, 4)
     cluster = v100s(6)
     moved = pipeline_plan(step, cluster, INTERLEAVED, OPTIONS)
     assert "units moved" in moved.notes[-1]
-    cut = pipeline_plan(step, cluster, INTERLEAVED, OPTIONS, until=time.perf_counter())
+    cut = pipeline_plan(step, cluster, INTERLEAVED, OPTIONS, until=work.now())
     check_plan_ok(step, cluster, cut)
     assert "units moved" not in cut.notes[-1] and cut.makespan > moved.makespan
-    later = pipeline_plan(step, cluster, INTERLEAVED, OPTIONS, until=time.perf_counter() + 3600)
+    later = pipeline_plan(step, cluster, INTERLEAVED, OPTIONS, until=work.now() + 3600)
     assert later.makespan == moved.makespan and later.notes == moved.notes
     eager = pipeline_plan(step, cluster, EAGER, OPTIONS)
-    unjustified = pipeline_plan(step, cluster, EAGER, OPTIONS, until=time.perf_counter())
+    unjustified = pipeline_plan(step, cluster, EAGER, OPTIONS, until=work.now())
     check_plan_ok(step, cluster, unjustified)
     assert unjustified.makespan >= eager.makespan
 

@@ -1,5 +1,6 @@
 """The time a search may spend, as one object: where it started and how long it has, on the
-`time.perf_counter()` clock.
+work clock (`util/work.py`: work counted, so that the same input stops at the same points on a
+quiet or a busy machine).
 
 Searches split their time limit into shares (the heuristics' floor, the coarse solve, refinement,
 justification) and stop stages at points inside it. A `Budget` says each of those once (`at`,
@@ -8,13 +9,14 @@ justification) and stop stages at points inside it. A `Budget` says each of thos
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
+
+from pesto_ir.util import work
 
 
 @dataclass(frozen=True)
 class Budget:
-    """`seconds` of time from `started` (a `time.perf_counter()` reading)."""
+    """`seconds` of work from `started` (a `work.now()` reading)."""
 
     seconds: float
     started: float
@@ -22,7 +24,7 @@ class Budget:
     @staticmethod
     def start(seconds: float) -> Budget:
         """A budget of `seconds` starting now."""
-        return Budget(seconds, time.perf_counter())
+        return Budget(seconds, work.now())
 
     @property
     def deadline(self) -> float:
@@ -39,8 +41,8 @@ class Budget:
 
     def spent(self) -> float:
         """Seconds since the budget started."""
-        return time.perf_counter() - self.started
+        return work.now() - self.started
 
     def left(self) -> float:
         """Seconds until the deadline (negative once past it)."""
-        return self.deadline - time.perf_counter()
+        return self.deadline - work.now()

@@ -20,7 +20,6 @@ contiguous one from 45.16 to 44.93 ms.
 from __future__ import annotations
 
 import heapq
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -29,6 +28,7 @@ from pesto_ir.ir.graph import Graph
 from pesto_ir.schedule.memory import fits_memory
 from pesto_ir.schedule.plan import Plan
 from pesto_ir.schedule.simulate import Prepared, simulate_eager
+from pesto_ir.util import work
 
 ROUNDS = 8  # forward-backward rounds at most
 PATIENCE = 2  # rounds in a row that gain nothing end the search
@@ -151,11 +151,11 @@ def justified(graph: Graph, cluster: Cluster, placement: Mapping[str, str], plan
               clock: RoundClock | None = None) -> Plan:
     """The fastest of `plan` (a schedule of `placement`) and the eager schedules of up to `ROUNDS`
     forward-backward rounds from it that fit in the devices' memory; a round that gains nothing
-    `PATIENCE` times in a row ends it, and with a `deadline` (`time.perf_counter()`) no round
+    `PATIENCE` times in a row ends it, and with a `deadline` (`work.now()`) no round
     starts that would end past it by `clock`'s timings (the first starts unless it has passed)
     (`prepared`: `simulate.Prepared(graph, cluster)`, where the caller has it)."""
     clock = clock if clock is not None else RoundClock()
-    started = time.perf_counter()
+    started = work.now()
     if deadline is not None and started + clock.first > deadline:
         return plan
     prepared = prepared.of(graph, cluster) if prepared else Prepared(graph, cluster)
@@ -165,13 +165,13 @@ def justified(graph: Graph, cluster: Cluster, placement: Mapping[str, str], plan
     best = current = plan
     idle = 0
     for i in range(ROUNDS):
-        now = time.perf_counter()
+        now = work.now()
         if i and deadline is not None and now + clock.round > deadline:
             break
         current = simulate_eager(graph, cluster, placement, backward_starts(tasks, backward, current), plan.algorithm,
                                  prepared)
         kept = current.makespan < best.makespan * (1 - 1e-9) and fits_memory(graph, current, capacity, prepared.memory)
-        ended = time.perf_counter()
+        ended = work.now()
         clock.round = max(clock.round, ended - now)
         if not i:
             clock.first = max(clock.first, ended - started)

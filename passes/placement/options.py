@@ -80,6 +80,9 @@ class AlgorithmEntry:
     # Refines its plan on the fine graph after the coarse solve and justifies its devices' orders
     # last, and searches data-parallel replicas x micro-batches when they are not given.
     portfolio: bool = False
+    # Its solver stops by the wall clock (CBC counts no work of its own): it gets the whole time
+    # limit as work, and the same input may give another plan on a busier machine.
+    wall_bounded: bool = False
 
 
 class Incumbent:

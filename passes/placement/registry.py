@@ -42,8 +42,8 @@ def _place_lns(engine: str) -> Algorithm:
 def _registry() -> dict[str, AlgorithmEntry]:
     entries = [AlgorithmEntry(name, run) for name, run in HEURISTICS.items()]
     if importlib.util.find_spec("mip") is not None:
-        entries += [AlgorithmEntry("ilp", _place_ilp, exact=True, warm_start=True),
-                    AlgorithmEntry("ilp-lns", _place_lns("ilp"), exact=True)]
+        entries += [AlgorithmEntry("ilp", _place_ilp, exact=True, warm_start=True, wall_bounded=True),
+                    AlgorithmEntry("ilp-lns", _place_lns("ilp"), exact=True, wall_bounded=True)]
     if importlib.util.find_spec("ortools") is not None:
         entries += [AlgorithmEntry("cpsat", place_cpsat, exact=True),
                     AlgorithmEntry("cpsat-lns", _place_lns("cpsat"), exact=True),

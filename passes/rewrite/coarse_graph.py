@@ -17,6 +17,7 @@ from pesto_ir.ir.attributes import Attr, BytesAttr, DictAttr, DurationAttr, Stri
 from pesto_ir.ir.graph import Graph, Op, Value
 from pesto_ir.ir.types import BlobType
 from pesto_ir.schedule.memory import first_read_inputs, output_bytes, workspace_bytes
+from pesto_ir.util import work
 from pesto_ir.util.errors import PestoError
 from pesto_ir.util.union_find import find_root
 
@@ -61,6 +62,7 @@ def quotient_graph(graph: Graph, cluster: Cluster | None = None) -> tuple[Graph,
     `blob[nbytes]` result of its group's op, read once by each group that needs it, so a value is
     still sent once per destination device.
     """
+    work.charge("rewrite", len(graph.ops))
     members = group_members(graph)
     group_of = {op.name: str(op.get("group")) for op in graph.ops}
     order = _group_order(graph, members, group_of)

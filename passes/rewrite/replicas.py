@@ -26,6 +26,7 @@ from pesto_ir.passes.rewrite.tensor_shard import TensorLayout, interleaved, part
 from pesto_ir.passmanager import PassContext
 from pesto_ir.schedule.plan import RING_PHASES, Parallelism, Plan, write_plan_attrs
 from pesto_ir.schedule.validate import check_plan, collectives_for
+from pesto_ir.util import work
 from pesto_ir.util.errors import PestoError
 
 Solve = Callable[[Graph, Cluster, PlaceOptions], Plan]  # an engine: a plan of the graph on the cluster
@@ -132,6 +133,8 @@ def collective_cost(cluster: Cluster, groups: tuple[tuple[str, ...], ...]) -> Ca
 def replica_graph(graph: Graph, cluster: Cluster, strategy: Strategy) -> Graph:
     """One replica's graph for `strategy`, costed: copies re-costed by roofline where the graph
     was costed that way, else their costs scale with the batch."""
+    if strategy != ONE_BATCH:
+        work.charge("rewrite", len(graph.ops) * strategy.microbatches)  # about the ops it builds
     groups = replica_groups(cluster, strategy.data_parallel)
     out = rebatch(graph, strategy.microbatches, strategy.data_parallel, all_reduce_cost(cluster, groups))
     if strategy.optimizer_state == "sharded":

@@ -41,6 +41,7 @@ from pesto_ir.ir.verifier import verify
 from pesto_ir.passes.dce import dead_code_elimination
 from pesto_ir.passes.rewrite.batch_axes import BATCH_RULES, ELEMENTWISE, Batch, Batched, Cut, MicrobatchError, refuse
 from pesto_ir.passes.rewrite.rebatch import MAX_MICROBATCHES, PLAN_KEYS, Rewriter, _is_zeros, _PerSample, scaled_costs
+from pesto_ir.util import work
 from pesto_ir.util.errors import PestoError
 
 ACROSS_REPLICAS = opcodes(run="replicas")  # the collectives of data-parallel replicas, and their slices
@@ -414,6 +415,7 @@ def _rewritten(graph: Graph, layout: TensorLayout, cost: CollectiveCost | None, 
                scatter: dict[int, int]) -> TensorRewriter:
     """The rewrite of `graph` by `layout` (dead whole ops dropped, block slices hoisted), the
     partial sums in `scatter` reduce-scattered along their axis."""
+    work.charge("rewrite", len(graph.ops))
     rw = TensorRewriter(graph, layout.size, cost, replica_cost, scatter)
     try:
         rw.split_inputs(layout)

@@ -14,7 +14,6 @@ limit only caps it (saying so).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -27,6 +26,7 @@ from pesto_ir.passes.rewrite.tensor_shard import CollectiveCost, ShardingError, 
 from pesto_ir.passes.sharding.classes import ParamClass, parameter_classes
 from pesto_ir.schedule.memory import peak_memory
 from pesto_ir.schedule.plan import OpSlot, Plan
+from pesto_ir.util import work
 
 MAX_SWEEPS = 3
 Option = tuple[int, int] | None  # a class split along an axis in some runs of blocks, or whole
@@ -71,7 +71,7 @@ def choose_layout(graph: Graph, size: int, device: Device, cost: CollectiveCost 
     """The best layout found for `size` ranks of `device`'s kind (see the module docstring); with
     `split_some`, the best of those that split a parameter where splitting none scores best (a
     degree the user fixed: a small model whose all-reduces cost more than its blocks save). `until`
-    (a `time.perf_counter()` reading) caps the search: a layout is not scored past it, and the
+    (a `work.now()` reading) caps the search: a layout is not scored past it, and the
     choice says it was cut (`Choice.cut`); the first layout (every parameter whole) is always
     scored."""
     classes = parameter_classes(graph)
@@ -111,7 +111,7 @@ def choose_layout(graph: Graph, size: int, device: Device, cost: CollectiveCost 
                 # the split axis: contiguous blocks gather it whole there, runs keep it split)
                 for pick in [None] if axis is None else [(axis, r) for r in (1, *runs)
                                                           if cls.shape[axis] % (r * size) == 0]:
-                    if until is not None and time.perf_counter() > until:
+                    if until is not None and work.now() > until:
                         cut = True
                     if cut or evaluations >= max_evaluations:
                         break

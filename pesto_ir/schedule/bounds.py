@@ -40,6 +40,7 @@ from collections import defaultdict, deque
 from pesto_ir.cluster.model import Cluster
 from pesto_ir.cost.lookup import op_cost, op_memory, value_bytes
 from pesto_ir.ir.graph import Graph, Op
+from pesto_ir.util import work
 
 
 def fastest_costs(graph: Graph, cluster: Cluster) -> dict[str, float]:
@@ -255,6 +256,7 @@ def _least_cut(path: list[str], cut: list[float], unit: dict[str, tuple[str, str
 
 
 def lower_bound(graph: Graph, cluster: Cluster) -> float:
+    work.charge("bound", len(graph.ops))
     fast = fastest_costs(graph, cluster)
     if not fast:
         return 0.0
@@ -262,8 +264,8 @@ def lower_bound(graph: Graph, cluster: Cluster) -> float:
     for d in cluster.devices:
         ratios = [op_cost(op, d) / fast[op.name] for op in graph.ops if fast[op.name] > 0]
         capacity += 1.0 / min(ratios) if ratios else 1.0
-    work = sum(fast.values()) / capacity
-    return max(transfer_aware_path(graph, cluster, fast), work, max(fast.values()),
+    spread = sum(fast.values()) / capacity
+    return max(transfer_aware_path(graph, cluster, fast), spread, max(fast.values()),
                memory_cut_path(graph, cluster, fast), colocated_path(graph, fast))
 
 

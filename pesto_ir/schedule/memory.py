@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pesto_ir.cost.lookup import op_memory
 from pesto_ir.ir.graph import Graph, Op
 from pesto_ir.schedule.plan import OpSlot, Plan
+from pesto_ir.util import work
 from pesto_ir.util.units import human_bytes, human_time
 
 STEP_END = math.inf  # resident bytes and graph outputs are held past the last op
@@ -129,6 +130,7 @@ Interval = tuple[str, float, float, int, str]  # a `Lifetime`'s fields
 def _intervals(graph: GraphBytes, plan: Plan, named: bool) -> list[Interval]:
     """Every interval of bytes held on a device during the step, by the rules of this module, as
     `Lifetime` fields, their `what` left empty unless `named` (checks need only bytes)."""
+    work.charge("memory", len(plan.ops))
     slots = plan.ops
     out: list[Interval] = []
     for name, nbytes, readers in graph.inputs:

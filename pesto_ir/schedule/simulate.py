@@ -22,6 +22,7 @@ from pesto_ir.cost.lookup import op_cost, value_bytes
 from pesto_ir.ir.graph import Graph, Op
 from pesto_ir.schedule.memory import GraphBytes
 from pesto_ir.schedule.plan import OpSlot, Plan, Transfer
+from pesto_ir.util import work
 from pesto_ir.util.errors import PestoError
 
 
@@ -204,6 +205,7 @@ def simulate(graph: Graph, cluster: Cluster, placement: Mapping[str, str],
     """Times for every op and transfer when each device runs `order[device]` in sequence (`prepared`:
     `Prepared(graph, cluster)`, for a caller that simulates the graph many times)."""
     _check_inputs(graph, cluster, placement, order)
+    work.charge("simulate", len(graph.ops))
     run = _Timeline(prepared.of(graph, cluster) if prepared else Prepared(graph, cluster), placement)
     pos = {d: 0 for d in cluster.names}
 
@@ -247,6 +249,7 @@ def simulate_eager(graph: Graph, cluster: Cluster, placement: Mapping[str, str],
         problems.append(f"{len(unranked)} op(s) have no priority, e.g. '{unranked[0]}'")
     if problems:
         raise PlanError(problems, context="cannot simulate the plan")
+    work.charge("simulate", 2 * len(graph.ops))  # a heap of ready ops per device: about twice `simulate`'s work
     run = _Timeline(prepared.of(graph, cluster) if prepared else Prepared(graph, cluster), placement)
     waiting = {name: len(ps) for name, ps in run.producers.items()}  # inputs not yet on the op's device
     readers = run.placed.readers

@@ -38,6 +38,7 @@ from pesto_ir.schedule.plan import (
     mesh_axis,
 )
 from pesto_ir.schedule.simulate import PlanError, transfer_bytes
+from pesto_ir.util import work
 
 __all__ = ["check_plan", "collectives_for", "validate_plan"]
 
@@ -72,6 +73,7 @@ def _validate(graph: Graph, cluster: Cluster, plan: Plan) -> tuple[list[str], di
 def check_plan(graph: Graph, cluster: Cluster, plan: Plan) -> Plan:
     """Return `plan`, with its peak memory per device, if it is valid, else raise PlanError listing
     every violation."""
+    work.charge("check", len(graph.ops))
     problems, peaks = _validate(graph, cluster, plan)
     if problems:
         raise PlanError(problems, context=f"the {plan.algorithm or 'given'} plan for '{graph.name}' is invalid")

@@ -15,7 +15,6 @@ Algorithms may import this module and `algo_common`; neither imports an algorith
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -33,6 +32,7 @@ from pesto_ir.schedule.memory import footprints
 from pesto_ir.schedule.plan import OpSlot, Plan, Transfer
 from pesto_ir.schedule.simulate import PlanError, simulate, transfer_bytes
 from pesto_ir.schedule.validate import validate_plan
+from pesto_ir.util import work
 from pesto_ir.util.errors import PestoError
 
 REL_GAP = 1e-6  # a plan within this fraction of the bound is optimal (no solve needed)
@@ -107,9 +107,12 @@ def fallback_plan(graph: Graph, cluster: Cluster, algorithm: str | None = None) 
 
 
 def early_answer(graph: Graph, cluster: Cluster, warm: Plan | None, lb: float, algorithm: str, what: str,
-                 info: SolverInfo, started: float, error: type[PestoError]) -> Plan | None:
+                 info: SolverInfo, started: float, error: type[PestoError],
+                 clock: Callable[[], float] = work.now) -> Plan | None:
     """Answers that need no solve: `error` when there is no warm start and no placement fits;
-    the warm start, optimal, on one device or at the lower bound (`what` names the solve skipped)."""
+    the warm start, optimal, on one device or at the lower bound (`what` names the solve skipped;
+    `started` is a reading of `clock`, the engine's: the work clock, or the wall clock of CBC's
+    wall-bounded search)."""
     if warm is None:
         reason = unplaceable_reason(graph, cluster)
         if reason is not None:
@@ -117,7 +120,7 @@ def early_answer(graph: Graph, cluster: Cluster, warm: Plan | None, lb: float, a
         return None
     if len(cluster) == 1 or warm.makespan <= lb * (1 + REL_GAP) + 1e-15:
         plan = as_algorithm(warm, algorithm)
-        plan.solver = info("optimal", time.perf_counter() - started, warm.makespan, 0.0, warm.makespan)
+        plan.solver = info("optimal", clock() - started, warm.makespan, 0.0, warm.makespan)
         plan.lower_bound = warm.makespan
         why = "one device" if len(cluster) == 1 else "the warm start meets the lower bound"
         plan.notes.append(f"no {what} needed: {why}, so it is optimal")

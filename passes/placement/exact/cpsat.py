@@ -49,6 +49,7 @@ from pesto_ir.passes.placement.options import PlaceOptions, kept_on_interrupt
 from pesto_ir.schedule.bounds import lower_bound
 from pesto_ir.schedule.plan import Plan
 from pesto_ir.schedule.validate import check_plan
+from pesto_ir.util import work
 
 ALGORITHM = "cpsat"
 SOLVER_NAME = "cp-sat"
@@ -61,6 +62,9 @@ SEARCH_PARAMS = {"linearization_level": 0, "cp_model_probing_level": 0}
 # Of the time limit, what the heuristics of a start without a warm start may take: on 8,000 ops at
 # 8 devices the seven take 30 s together, and the solver needs the rest.
 HEURISTIC_SHARE = 0.3
+MIN_WORK_SECONDS = 0.05  # the least work a solve is given (CP-SAT needs a moment to read its hint)
+WALL_SLACK = 4.0  # outside a time limit, a solve's wall clock is capped at this many times its work ...
+WALL_STOPPED = 0.05  # ... and one that used less than this much less of its deterministic time was stopped by it
 
 
 # ---------------------------------------------------------------------------- entry point
@@ -68,7 +72,7 @@ HEURISTIC_SHARE = 0.3
 def place_cpsat(graph: Graph, cluster: Cluster, options: PlaceOptions) -> Plan:
     """Solve the CP-SAT model from the warm start; return the best real schedule found. On Ctrl-C,
     the best of the solver's last incumbent and the warm start is offered to `options.incumbent`."""
-    started = time.perf_counter()
+    started = work.now()
     if not graph.ops:
         return Plan(graph.name, ALGORITHM, list(cluster.names), {}, [], 0.0,
                     solver_info("optimal", 0.0, 0.0, 0.0, 0.0, None, options))
@@ -87,7 +91,7 @@ def place_cpsat(graph: Graph, cluster: Cluster, options: PlaceOptions) -> Plan:
     hint = Hint.of(prob, cluster, warm) if warm is not None else None
     options.progress(f"cpsat: {graph.name}: {len(graph.ops)} ops on {len(cluster)} devices; warm start "
                      f"{fmt(warm.makespan) if warm else 'none'}, lower bound {fmt(lb)}, 1 tick = {prob.tick:.0e} s")
-    remaining = options.time_limit - (time.perf_counter() - started)
+    remaining = options.time_limit - (work.now() - started)
     try:
         result = solve(proc, prob, hint, options, remaining, "cpsat", params=dict(SEARCH_PARAMS), incumbents=True)
     except KeyboardInterrupt as e:
@@ -110,7 +114,7 @@ def _interrupted(graph: Graph, cluster: Cluster, prob: Problem, caught: Keyboard
                  notes: list[str], lb: float, started: float, options: PlaceOptions) -> KeyboardInterrupt:
     """Ctrl-C during the solve: the best of its last incumbent (timed exactly) and the warm start."""
     result = caught.result if isinstance(caught, SolveInterrupted) else Result("interrupted", None, None, 0.0)
-    seconds = time.perf_counter() - started
+    seconds = work.now() - started
     plan = realise(graph, cluster, prob, result, warm,
                    [*notes, f"interrupted (Ctrl-C) after {seconds:.1f}s: the best plan CP-SAT had found"])
     if plan is None:
@@ -134,7 +138,7 @@ def finish(graph: Graph, cluster: Cluster, plan: Plan, result: Result, prob: Pro
     """Record the solve in `plan.solver` (bound: the best of CP-SAT's and the lower bound)."""
     bound = min(max(b for b in (result.bound, lb) if b is not None), plan.makespan)
     plan.lower_bound = bound
-    plan.solver = solver_info(result.status, time.perf_counter() - started, bound, gap(plan.makespan, bound),
+    plan.solver = solver_info(result.status, work.now() - started, bound, gap(plan.makespan, bound),
                               result.objective, prob.tick, options)
     options.progress(f"cpsat: {result.status} after {result.seconds:.1f}s: makespan {fmt(plan.makespan)}, "
                      f"bound {fmt(bound)}, gap {plan.solver['gap']:.2%}")
@@ -150,7 +154,7 @@ def starting_plan(graph: Graph, cluster: Cluster, options: PlaceOptions) -> tupl
     given, notes = given_warm_start(graph, cluster, options)
     if given is not None:
         return given, notes
-    until = time.perf_counter() + options.time_limit * HEURISTIC_SHARE
+    until = work.now() + options.time_limit * HEURISTIC_SHARE
     quiet = dataclasses.replace(options, quiet=True, warm_start=None)
     fallback = fallback_plan(graph, cluster, "fastest-device")
     candidates = [p for p in (best_heuristic_plan(graph, cluster, quiet, until=until), fallback) if p is not None]
@@ -167,10 +171,22 @@ def _early_answer(graph: Graph, cluster: Cluster, warm: Plan | None, lb: float, 
 
 
 def solve(proc: SolverProcess, prob: Problem, hint: Hint | None, options: PlaceOptions, seconds: float,
-          label: str, **kwargs: Any) -> Result:
-    """Solve `prob` in the solver process within `seconds`, reporting progress unless quiet."""
-    request = Request(prob, hint, seconds, time.monotonic() + seconds, workers=max(1, options.threads),
-                      seed=options.seed, **kwargs)
+          label: str, deterministic: float | None = None, **kwargs: Any) -> Result:
+    """Solve `prob` in the solver process within `seconds` of work (and `deterministic` seconds of
+    CP-SAT's own, where given: the less of the two), reporting progress unless quiet.
+
+    CP-SAT is stopped by its deterministic time, which counts its work, so the same request gives
+    the same answer on a quiet or a busy machine; the wall clock only caps it, at what the place
+    pass's time limit leaves (`util/work.py`) or, outside one, `WALL_SLACK` times the work. A solve
+    the wall clock stopped first marks the search as cut by the time limit."""
+    seconds = max(seconds, MIN_WORK_SECONDS)
+    allowed = seconds / work.RATES["cpsat"]
+    if deterministic is not None:
+        allowed = min(allowed, deterministic)
+    wall = min(work.wall_left(), seconds * WALL_SLACK + 1.0)
+    request = Request(prob, hint, wall, time.monotonic() + wall, workers=max(1, options.threads),
+                      seed=options.seed, deterministic=allowed, **kwargs)
+    work.charge("cpsat-model", sum(len(prob.allowed[u]) for u in prob.unit_of))
     started = time.perf_counter()
 
     def report(objective: float, bound: float) -> None:
@@ -178,7 +194,11 @@ def solve(proc: SolverProcess, prob: Problem, hint: Hint | None, options: PlaceO
         low = fmt(bound * prob.tick) if math.isfinite(bound) else "none"
         options.progress(f"{label}: {time.perf_counter() - started:6.1f}s  incumbent {inc}  bound {low}")
 
-    return proc.solve(request, None if options.quiet else report)
+    result = proc.solve(request, None if options.quiet else report)
+    work.charge("cpsat", min(result.deterministic, allowed))
+    if result.status not in ("optimal", "infeasible") and result.deterministic < allowed * (1 - WALL_STOPPED):
+        work.mark_cut()  # the wall clock stopped it before its work was done
+    return result
 
 
 # ---------------------------------------------------------------------------- a real schedule

@@ -320,7 +320,8 @@ class CpModel:
         tick = self.prob.tick
         objective = solver.objective_value * tick if has else None
         bound = solver.best_objective_bound * tick if name != "infeasible" else None
-        return Result(name, objective, bound, elapsed, self._solution(solver) if has else None)
+        return Result(name, objective, bound, elapsed, self._solution(solver) if has else None,
+                      deterministic=float(solver.deterministic_time))
 
     def _solution(self, solver: Any) -> Solution:
         prob = self.prob

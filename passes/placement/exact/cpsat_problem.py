@@ -196,7 +196,7 @@ class Request:
     deadline: float  # time.monotonic() by which the answer is due (the same clock in both processes)
     chains: list[tuple[int, int]] = field(default_factory=list)
     symmetry: bool = True
-    deterministic: float | None = None  # CP-SAT deterministic seconds
+    deterministic: float | None = None  # CP-SAT deterministic seconds (`cpsat.solve` always sets it)
     workers: int = 1
     seed: int = 0
     params: dict[str, Any] = field(default_factory=dict)
@@ -213,6 +213,7 @@ class Result:
     size: str = ""
     note: str = ""
     setup_seconds: float = 0.0  # of `seconds`, spent building the model before the search
+    deterministic: float = 0.0  # CP-SAT's deterministic seconds of the search
 
 
 class SolveInterrupted(KeyboardInterrupt):

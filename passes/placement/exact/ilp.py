@@ -99,7 +99,8 @@ def _early_answer(graph: Graph, cluster: Cluster, warm: Plan | None, lb: float, 
         device = cluster.names[0]
         warm = simulate(graph, cluster, {op.name: device for op in graph.ops},
                         {device: [op.name for op in graph.topo_order()]}, ALGORITHM)
-    plan = early_answer(graph, cluster, warm, lb, ALGORITHM, "MILP", partial(_solver_info, solver), started, IlpError)
+    plan = early_answer(graph, cluster, warm, lb, ALGORITHM, "MILP", partial(_solver_info, solver), started, IlpError,
+                         time.perf_counter)
     if plan is not None:
         return plan
     if len(graph.ops) > MILP_MAX_OPS:

@@ -10,8 +10,6 @@ m-ETF's), or is left out of the portfolio on purpose, as `random` is.
 
 from __future__ import annotations
 
-import time
-
 from pesto_ir.cluster.model import Cluster
 from pesto_ir.ir.graph import Graph
 from pesto_ir.passes.placement.heuristics.baechi import m_etf, m_sct, m_topo
@@ -20,19 +18,10 @@ from pesto_ir.passes.placement.heuristics.simple import place_expert, place_rand
 from pesto_ir.passes.placement.options import Algorithm, PlaceOptions, kept_on_interrupt
 from pesto_ir.schedule.plan import Plan
 from pesto_ir.schedule.validate import check_plan
+from pesto_ir.util import work
 from pesto_ir.util.errors import PestoError
 from pesto_ir.util.units import human_time
 
-HEURISTICS: dict[str, Algorithm] = {
-    "m-etf": m_etf,
-    "m-sct": m_sct,
-    "m-topo": m_topo,
-    "etf": etf,
-    "heft": heft,
-    "expert": place_expert,
-    "single": place_single,
-    "random": place_random,
-}
 # Tried for an exact solver's start, and against its expanded plan; `single` because on graphs with
 # little parallelism one device beats every split (bert_l-6_training_op: 192.9 ms against ilp's 193.1).
 # Of plans as fast, the first in this order is kept.
@@ -46,20 +35,45 @@ BUDGET_ORDER = ("m-sct", "heft", "etf", "single", "m-etf", "m-topo", "expert")
 RELATIVE_TIME = {"m-sct": 1.6, "m-etf": 1.0, "etf": 1.0, "heft": 0.5, "m-topo": 0.3, "expert": 0.25, "single": 0.7}
 
 
+def _counted(name: str, run: Algorithm) -> Algorithm:
+    """`run`, charging the work clock (`util/work.py`) its guessed work: ops x devices, scaled by
+    its time relative to m-ETF's (as m-ETF's where the portfolio leaves it out)."""
+    def placed(graph: Graph, cluster: Cluster, options: PlaceOptions) -> Plan:
+        work.charge("list-schedule", len(graph.ops) * len(cluster) * RELATIVE_TIME.get(name, 1.0))
+        return run(graph, cluster, options)
+
+    placed.__name__ = placed.__qualname__ = getattr(run, "__name__", name)
+    placed.__doc__ = run.__doc__
+    return placed
+
+
+_RUNS: dict[str, Algorithm] = {
+    "m-etf": m_etf,
+    "m-sct": m_sct,
+    "m-topo": m_topo,
+    "etf": etf,
+    "heft": heft,
+    "expert": place_expert,
+    "single": place_single,
+    "random": place_random,
+}
+HEURISTICS: dict[str, Algorithm] = {name: _counted(name, run) for name, run in _RUNS.items()}
+
+
 def best_heuristic_plan(graph: Graph, cluster: Cluster, options: PlaceOptions, until: float | None = None
                         ) -> Plan | None:
     """The valid plan with the smallest makespan among the heuristics that succeed (None if none do).
-    With `until` (a `time.perf_counter()` deadline), the heuristics run until one gives a plan, and
+    With `until` (a `work.now()` deadline), the heuristics run until one gives a plan, and
     each next one only if its time, guessed from those that gave one, ends before the deadline: on
     8,000-op graphs at 8 devices the seven take 30 s together, more than a whole default time limit."""
     found: dict[str, Plan] = {}
     skipped: list[str] = []
     per_unit: list[float] = []  # seconds per unit of `RELATIVE_TIME`, of each heuristic that gave a plan
     for name in BUDGET_ORDER if until is not None else WARM_START_ALGOS:
-        if until is not None and per_unit and time.perf_counter() + max(per_unit) * RELATIVE_TIME[name] > until:
+        if until is not None and per_unit and work.now() + max(per_unit) * RELATIVE_TIME[name] > until:
             skipped.append(name)
             continue
-        started = time.perf_counter()
+        started = work.now()
         try:
             found[name] = check_plan(graph, cluster, HEURISTICS[name](graph, cluster, options))
         except PestoError as e:  # out of memory: no plan, and its time says little of the others'
@@ -67,7 +81,7 @@ def best_heuristic_plan(graph: Graph, cluster: Cluster, options: PlaceOptions, u
             continue
         except KeyboardInterrupt:
             raise kept_on_interrupt(options, graph, _fastest(found)) from None
-        per_unit.append((time.perf_counter() - started) / RELATIVE_TIME[name])
+        per_unit.append((work.now() - started) / RELATIVE_TIME[name])
     if skipped:
         options.progress(f"place: {', '.join(skipped)} not run: by the times of the heuristics before them, "
                          "they would end past the time they were given")

@@ -39,6 +39,7 @@ from pesto_ir.ir.graph import Graph
 from pesto_ir.passes.placement.pipeline.priorities import slot_ticks
 from pesto_ir.passes.placement.pipeline.schedules import SCHEDULES
 from pesto_ir.passes.placement.pipeline.stages import is_backward, split_stages
+from pesto_ir.util import work
 
 MODEL_MICROBATCHES = 2  # the rewrite the model reads
 
@@ -143,6 +144,7 @@ def build_model(graph: Graph, cluster: Cluster, source: Graph | None = None) -> 
     large as the source's (a cost graph's value that a per-step op sums) does not shrink with m;
     without `source` every copy's result is taken to."""
     assert graph.attrs["microbatched"].value["microbatches"] == MODEL_MICROBATCHES
+    work.charge("stages", len(graph.ops))
     stages = split_stages(graph, cluster)
     where = stages.stage_of()
     devices = [cluster.device(n) for n in cluster.names]

@@ -20,7 +20,6 @@ critical path / m) (`bench/bench_pipeline.py`).
 from __future__ import annotations
 
 import functools
-import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
@@ -42,6 +41,7 @@ from pesto_ir.schedule.memory import fits_memory
 from pesto_ir.schedule.plan import Plan
 from pesto_ir.schedule.simulate import PlanError, Prepared, order_from_priority, simulate, simulate_eager
 from pesto_ir.schedule.validate import check_plan
+from pesto_ir.util import work
 from pesto_ir.util.errors import PestoError
 from pesto_ir.util.units import human_time
 
@@ -92,7 +92,7 @@ def pipeline_plan(graph: Graph, cluster: Cluster, schedule: str, options: PlaceO
     devices of `cluster`, timed by the simulator and checked (memory too): contiguous stages, stage
     s on `cluster.names[s]`, or for "interleaved" the layouts of `_interleaved_plan`. Each is
     deterministic and bounded by counts, not by time, so `options` (time limits, seeds) changes
-    nothing, unless `until` (a `time.perf_counter()` reading) stops the eager schedules' searches
+    nothing, unless `until` (a `work.now()` reading) stops the eager schedules' searches
     before their counts: the interleaved layouts' unit moves, their justifications after the
     first, and the justification rounds that would end past it (`justify.RoundClock`); a plan that
     does not fit in memory raises the validator's
@@ -160,13 +160,13 @@ def _interleaved_plan(pipeline: PipelineGraph, m: int, until: float | None = Non
         found = [("contiguous stages", balanced_cut(weights, len(cluster)))]
     balanced = sorted(found, key=lambda layout: max(units.stages(graph, layout[1], len(cluster)).costs))  # stable
     prepared = pipeline.prepared  # for every layout's simulations
-    started = time.perf_counter()
+    started = work.now()
     layouts = [_layout(graph, cluster, units, label, stage, prepared) for label, stage in balanced[:SIMULATED_LAYOUTS]]
-    each = (time.perf_counter() - started) / len(layouts)
+    each = (work.now() - started) / len(layouts)
     layouts.sort(key=lambda lay: lay.plan.makespan)
     moved = layouts[0]
     moves_until = None if until is None else until - (JUSTIFIED_LAYOUTS + 1) * JUSTIFY_SIMULATIONS * each
-    if moves_until is None or time.perf_counter() + each <= moves_until:
+    if moves_until is None or work.now() + each <= moves_until:
         moved = _moved_units(graph, cluster, units, layouts[0], prepared, moves_until)
     improved = moved is not layouts[0]
     if improved:  # justified too, before the layouts it came from (it may lose to them)
@@ -176,18 +176,18 @@ def _interleaved_plan(pipeline: PipelineGraph, m: int, until: float | None = Non
     kept = 0
     clock, checking = RoundClock(), 0.0  # the longest justification's first round and check, for `until`
     for lay in layouts:
-        if best is not None and until is not None and time.perf_counter() + clock.first + checking > until:
+        if best is not None and until is not None and work.now() + clock.first + checking > until:
             break
         plan = justified(graph, cluster, lay.placement, lay.plan, until, prepared, clock)
         plan.notes.append(_note(INTERLEAVED, lay.stages, m, lay.label))
-        started = time.perf_counter()
+        started = work.now()
         try:
             plan = check_plan(graph, cluster, plan)
         except PlanError as e:
             failed = failed or e
             continue
         finally:
-            checking = max(checking, time.perf_counter() - started)
+            checking = max(checking, work.now() - started)
         if best is None or plan.makespan < best.makespan:
             best = plan
         kept += 1
@@ -211,14 +211,14 @@ def _moved_units(graph: Graph, cluster: Cluster, units: Units, start: Layout, pr
     best, tried, longest = start, 0, 0.0
     while tried < budget:
         for moved in _edge_moves(best.forward_stage):
-            if tried == budget or (until is not None and time.perf_counter() + longest > until):
+            if tried == budget or (until is not None and work.now() + longest > until):
                 budget = tried  # the count or the time is spent: no more moves
                 break
             tried += 1
-            started = time.perf_counter()
+            started = work.now()
             found = _layout(graph, cluster, units, f"{start.label}, units moved", moved, prepared)
             better = found.plan.makespan < best.plan.makespan * (1 - 1e-9) and fits_memory(graph, found.plan, capacity, prepared.memory)
-            longest = max(longest, time.perf_counter() - started)
+            longest = max(longest, work.now() - started)
             if better:
                 best = found
                 break

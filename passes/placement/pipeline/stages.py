@@ -33,6 +33,7 @@ from pesto_ir.cost.lookup import summed_costs
 from pesto_ir.ir.graph import Graph, Op
 from pesto_ir.ir.types import TensorType
 from pesto_ir.passes.placement.common import colocation_units
+from pesto_ir.util import work
 from pesto_ir.util.errors import PestoError
 
 FORWARD, BACKWARD, OTHER, CONSTANT = "forward", "backward", "other", "constant"
@@ -141,6 +142,7 @@ class Units:
 def pipeline_units(graph: Graph, cluster: Cluster) -> Units:
     """The units, their kinds, owners and costs; refuses a graph with fewer forward units than
     devices (a stage would be empty)."""
+    work.charge("stages", len(graph.ops))
     op_kind = op_kinds(graph)
     units = placement_units(graph, op_kind)
     const = constant_ops(graph)

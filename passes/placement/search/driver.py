@@ -24,7 +24,6 @@ With data-parallel replicas or micro-batches, `place_hybrid` hands the search ov
 from __future__ import annotations
 
 import dataclasses
-import time
 
 from pesto_ir.cluster.model import Cluster
 from pesto_ir.ir.graph import Graph
@@ -51,6 +50,7 @@ from pesto_ir.schedule.bounds import lower_bound, memory_shortfall
 from pesto_ir.schedule.plan import OpSlot, Plan, faster, write_plan_attrs
 from pesto_ir.schedule.simulate import PlanError
 from pesto_ir.schedule.validate import check_plan
+from pesto_ir.util import work
 from pesto_ir.util.errors import PestoError
 from pesto_ir.util.units import human_time
 
@@ -210,9 +210,9 @@ def refined_on_fine_graph(graph: Graph, cluster: Cluster, plan: Plan, options: P
 
     LNS times its plans with the solver's order of transfers on each link; `expand` re-times them
     first come, first served, as the JAX executable runs them, so that is the time compared."""
-    began = time.perf_counter()
+    began = work.now()
     start = expand_plan(graph, cluster, plan)
-    simulation = time.perf_counter() - began
+    simulation = work.now() - began
     if justify_seconds:
         seconds -= justify_kept(justify_seconds, simulation, seconds)
     budget = Budget(seconds, began)

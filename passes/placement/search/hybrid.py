@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import time
 from collections.abc import Callable
 
 from pesto_ir.cluster.model import Cluster
@@ -31,6 +30,7 @@ from pesto_ir.passes.placement.search.screening import (
     REPLICA_REFINE_MAX_OPS,
     Rates,
     ScreeningTimes,
+    first_reason,
     screen_all,
 )
 from pesto_ir.passes.placement.search.start_plan import START, StartPlan
@@ -48,6 +48,7 @@ from pesto_ir.passes.rewrite.replicas import (
 )
 from pesto_ir.passes.rewrite.shard_state import has_optimizer_state
 from pesto_ir.schedule.plan import Plan, write_plan_attrs
+from pesto_ir.util import work
 from pesto_ir.util.errors import PestoError
 from pesto_ir.util.units import human_time
 
@@ -59,6 +60,8 @@ REFINE_SECONDS_PER_OP = 1e-3  # a pipeline is not refined with less time left th
 
 
 LAYOUT_SHARE = 0.25  # of the time limit, at most, for choosing tensor-parallel layouts (`passes/sharding/`)
+OTHERS_SHARE = 1.0  # of the time limit's work, for screening and refining the best strategy beside one batch's search
+REFINE_MARGIN = 0.5  # a screening plan this much slower than the best plan is not refined (refining gains less)
 Refine = Callable[[Graph, Cluster, PlaceOptions, Plan | None], Plan]  # the full engine; a heuristic plan it must beat
 
 
@@ -69,13 +72,18 @@ def search(graph: Graph, cluster: Cluster, options: PlaceOptions, data_parallel:
     """The fastest plan over the strategies within the time limit: screening, then `refine` (the
     full engine, warm-started) on the best strategy's replica graph; its graph and plan. A `start`
     plan is its strategy's plan so far where it is faster than that strategy's screening plan."""
-    budget = Budget.start(options.time_limit)
-    deadline = budget.deadline
+    started = work.now()
     todo = strategies(graph, cluster, data_parallel, microbatches, optimizer_state, tensor_parallel, options.progress,
-                      parameters, until=budget.at(LAYOUT_SHARE))
+                      parameters, until=started + options.time_limit * LAYOUT_SHARE)
     if not todo:
         raise PestoError(f"no strategy divides the batch of {batch_size(graph)} and the {len(cluster)} devices "
                          f"(data-parallel {data_parallel or 'auto'}, microbatches {microbatches or 'auto'})")
+    # one batch among others: its own search (the plan a one-batch place gives) runs after the
+    # screening with the whole limit's work, and the screening and the best other strategy's
+    # refinement get `OTHERS_SHARE` of it
+    one_batch_searched = len(todo) > 1 and ONE_BATCH in todo
+    budget = Budget(options.time_limit * (OTHERS_SHARE if one_batch_searched else 1.0), started)
+    deadline = budget.deadline
     quiet = inner(dataclasses.replace(options, quiet=True, warm_start=None))  # screening: its fastest plan is kept
     rates = Rates(shard=optimizer_state == "auto" and has_optimizer_state(graph))
     rates.fsdp = rates.shard and parameters == "auto"
@@ -96,15 +104,20 @@ def search(graph: Graph, cluster: Cluster, options: PlaceOptions, data_parallel:
     if start is not None:
         _offer_start(tried, start)
     screened = [c for c in tried if c.plan is not None]
-    if screened:
-        best = min(screened, key=lambda c: c.plan.makespan if c.plan is not None else math.inf)
+    one_batch = next((c for c in screened if c.strategy == ONE_BATCH), None) if one_batch_searched else None
+    others = [c for c in screened if c is not one_batch] if one_batch_searched else screened
+    if others:
+        best = min(others, key=lambda c: c.plan.makespan if c.plan is not None else math.inf)
     else:  # no quick plan: the full engine on the one-batch step (it can search from scratch)
         best = next((c for c in tried if c.strategy == ONE_BATCH), tried[0])
+    if one_batch is not None and (best is one_batch or not _worth_refining(best, one_batch)):
+        best = one_batch  # its own search below is the refinement
     plan = best.plan
     refining = inner(options)  # the engine's plan becomes the whole step's on Ctrl-C
     try:
         try:
-            plan = _refine_best(graph, cluster, best, refining, deadline, refine)
+            if best is not one_batch:  # one batch's refinement is its own search, below
+                plan = _refine_best(graph, cluster, best, refining, deadline, refine)
         except PestoError as e:
             # a fixed strategy is not screened: its replicas may hold the whole state and not fit
             if plan is not None or len(tried) > 1 or not rates.shard or best.strategy.data_parallel < 2 \
@@ -130,9 +143,42 @@ def search(graph: Graph, cluster: Cluster, options: PlaceOptions, data_parallel:
             raise kept_on_interrupt(options, best.graph, found) from None
         raise
     assert plan is not None and best.graph is not None  # _refine_best builds the graph
-    plan.notes = [*plan.notes, _summary(tried, best.strategy, plan)]
-    write_plan_attrs(best.graph, plan)
-    return best.graph, plan
+    chosen, chosen_graph = best, best.graph
+    if one_batch is not None and (best is one_batch or _worth_refining(one_batch, best, plan)):
+        searched = _one_batch_search(graph, cluster, options, refine, one_batch)
+        if searched is not None and searched.makespan < plan.makespan:
+            chosen, chosen_graph, plan = one_batch, graph, searched
+    plan.notes = [*plan.notes, _summary(tried, chosen.strategy, plan)]
+    write_plan_attrs(chosen_graph, plan)
+    return chosen_graph, plan
+
+
+def _worth_refining(c: Candidate, best: Candidate, best_plan: Plan | None = None) -> bool:
+    """Whether `c`'s screening plan is within `REFINE_MARGIN` of `best`'s plan (`best_plan`, its
+    refined plan, where given): refining gains less than that."""
+    assert c.plan is not None
+    floor = best_plan if best_plan is not None else best.plan
+    return floor is None or c.plan.makespan <= floor.makespan * (1 + REFINE_MARGIN)
+
+
+def _one_batch_search(graph: Graph, cluster: Cluster, options: PlaceOptions, refine: Refine,
+                      one_batch: Candidate) -> Plan | None:
+    """The one-batch plan exactly as a one-batch place makes it (the same engine, options and
+    work), so that searching over strategies is never slower than one batch alone; None where it
+    gives none (its screening plan stands)."""
+    searching = inner(dataclasses.replace(options, quiet=True))
+    try:
+        found = refine(graph, cluster, searching, None)
+    except PestoError as e:
+        options.progress(f"place: the one-batch search gave no plan ({first_reason(e)}); its screening plan stands")
+        return None
+    except KeyboardInterrupt:
+        carried = searching.incumbent.plan_of(graph)
+        kept = carried if carried is not None and one_batch.plan is not None and \
+            carried.makespan < one_batch.plan.makespan else one_batch.plan
+        raise kept_on_interrupt(options, graph, kept) from None
+    options.progress(f"place: one batch, searched as a one-batch place: {human_time(found.makespan, 4)}")
+    return found
 
 
 def _offer_start(tried: list[Candidate], start: StartPlan) -> None:
@@ -154,7 +200,7 @@ def _refine_best(graph: Graph, cluster: Cluster, best: Candidate, options: Place
     screening plan, as a plan of the whole step."""
     if best.graph is None:
         best.graph = replica_graph(graph, cluster, best.strategy)
-    left = max(deadline - time.perf_counter(), 0.05)
+    left = max(deadline - work.now(), 0.05)
     plan = best.plan
     if plan is not None and (left < _refine_floor(best) or len(best.graph.ops) > REPLICA_REFINE_MAX_OPS):
         return plan  # the screening used the time, or the graph is too large to refine in it: its plan stands

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import dataclasses
 import random
-import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -54,6 +53,7 @@ from pesto_ir.schedule.bounds import lower_bound
 from pesto_ir.schedule.memory import fits_memory
 from pesto_ir.schedule.plan import Plan
 from pesto_ir.schedule.validate import check_plan, validate_plan
+from pesto_ir.util import work
 from pesto_ir.util.errors import PestoError
 
 # Every step models the whole graph (the ops outside its neighbourhood fixed), so past this many ops
@@ -157,9 +157,9 @@ class _Search:
         while self.left() > MIN_STEP_SECONDS + overhead and self.best.makespan > self.lb * (1 + 1e-9):
             kind = KINDS[len(self.steps) % len(KINDS)]
             free = self._neighbourhood(kind)
-            began = time.perf_counter()
+            began = work.now()
             result, plan = self._solve(free)
-            overhead = max(overhead, time.perf_counter() - began - (result.seconds - result.setup_seconds))
+            overhead = max(overhead, work.now() - began - (result.seconds - result.setup_seconds))
             improved = plan is not None and plan.makespan < self.best.makespan * (1 - IMPROVEMENT)
             if plan is not None and improved:
                 self.best = plan

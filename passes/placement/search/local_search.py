@@ -19,7 +19,6 @@ many moves are made. It stops early at a plan no single move improves.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 
 from pesto_ir.cluster.model import Cluster
@@ -30,6 +29,7 @@ from pesto_ir.schedule.memory import fits_memory
 from pesto_ir.schedule.plan import Plan
 from pesto_ir.schedule.simulate import Prepared, order_from_priority, simulate
 from pesto_ir.schedule.validate import check_plan
+from pesto_ir.util import work
 
 IMPROVEMENT = 1e-9  # relative: a move must shorten the plan by more than this
 
@@ -40,7 +40,7 @@ def improve_by_moves(graph: Graph, cluster: Cluster, start: Plan, seconds: float
     Ctrl-C, the plan after the moves made so far is offered to `incumbent`)."""
     state = _Moves(start)
     try:
-        _search(graph, cluster, state, time.perf_counter() + seconds)
+        _search(graph, cluster, state, work.now() + seconds)
     except KeyboardInterrupt:
         if incumbent is not None:
             incumbent.offer(check_plan(graph, cluster, state.result()), graph)
@@ -73,13 +73,13 @@ def _search(graph: Graph, cluster: Cluster, state: _Moves, deadline: float) -> N
     prepared = Prepared(graph, cluster)
     failed: set[tuple[str, str]] = set()  # moves that did not help, skipped until a pass finds nothing new
     retried = False
-    while time.perf_counter() < deadline:
+    while work.now() < deadline:
         best = state.best
         placement = {name: slot.device for name, slot in best.ops.items()}
         sequence = _by_start(graph, best)
         improved = None
         for ops, device in _candidates(graph, cluster, best, unit):
-            if time.perf_counter() >= deadline:
+            if work.now() >= deadline:
                 break
             key = (ops[0], device)
             moving = [n for n in ops if placement[n] != device]

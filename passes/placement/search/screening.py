@@ -12,7 +12,6 @@ refining a one-batch plan that leads (`hybrid.py` refines the best strategy afte
 from __future__ import annotations
 
 import dataclasses
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -41,6 +40,7 @@ from pesto_ir.passes.rewrite.replicas import (
     sub_cluster,
 )
 from pesto_ir.schedule.plan import Plan
+from pesto_ir.util import work
 from pesto_ir.util.errors import PestoError
 from pesto_ir.util.units import human_time
 
@@ -102,7 +102,7 @@ class Rates:
 
 @dataclass(frozen=True)
 class ScreeningTimes:
-    """The clock readings (`time.perf_counter()`) the screening of strategies works to, taken from
+    """The clock readings (`work.now()`) the screening of strategies works to, taken from
     the search's `Budget`: `screened_by` ends the screening's share of the time limit (the one-batch
     heuristics' time, and the degrees' equal shares of it); `finish_by` is the last a screening step
     may end, so that bucketing, checking and refining the best plan keep the rest of the limit."""
@@ -164,14 +164,14 @@ def _screened(graph: Graph, cluster: Cluster, found: Candidate, options: PlaceOp
     if found.graph is None and rates is not None and strategy in rates.prebuilt:
         found.graph = rates.prebuilt.pop(strategy)
     if found.graph is None:
-        started = time.perf_counter()
+        started = work.now()
         try:
             found.graph = replica_graph(graph, cluster, strategy)
         except PestoError as e:
             found.why_not = first_reason(e)
             return found
         if rates is not None and found.graph is not graph:
-            rates.rewrote(time.perf_counter() - started, len(found.graph.ops))
+            rates.rewrote(work.now() - started, len(found.graph.ops))
     if len(found.graph.ops) > MAX_SCREEN_OPS:
         found.why_not = f"{len(found.graph.ops)} ops after the rewrite, more than {MAX_SCREEN_OPS} to screen"
         return found
@@ -181,10 +181,10 @@ def _screened(graph: Graph, cluster: Cluster, found: Candidate, options: PlaceOp
     for engine in engines:
         try:
             if engine == "heuristics":
-                started = time.perf_counter()
+                started = work.now()
                 plan = heuristic(source, sub, options)
                 if rates is not None and strategy == ONE_BATCH:
-                    rates.heuristic = (time.perf_counter() - started) / max(len(source.ops) * len(sub), 1)
+                    rates.heuristic = (work.now() - started) / max(len(source.ops) * len(sub), 1)
             else:
                 if found.pipeline is None or found.pipeline.graph is not source:
                     found.pipeline = PipelineGraph(source, sub)
@@ -212,8 +212,8 @@ def screen_all(graph: Graph, cluster: Cluster, todo: list[Strategy], options: Pl
     order = sorted(by_d, key=lambda d: (d != len(cluster), d != 1, -d))
     tried: list[Candidate] = []
     for i, d in enumerate(order):
-        share = (times.screened_by - time.perf_counter()) / (len(order) - i)
-        stop = time.perf_counter() + max(share, 0.0)
+        share = (times.screened_by - work.now()) / (len(order) - i)
+        stop = work.now() + max(share, 0.0)
         if len(cluster) == d:
             done = _screen_replicas(graph, cluster, by_d[d], options, heuristic, stop, tried == [], log, rates)
         else:
@@ -232,7 +232,7 @@ def _screen_ranks(graph: Graph, cluster: Cluster, todo: list[Strategy], options:
     gradient accumulation: each micro-batch's backward pass frees its activations before the next)."""
     tried: list[Candidate] = []
     for strategy in todo:
-        if not (first and not tried) and time.perf_counter() > times.finish_by:
+        if not (first and not tried) and work.now() > times.finish_by:
             tried.append(Candidate(strategy, why_not="not screened: the screening time ran out"))
             continue
         engines = ("1f1b", "gpipe") if strategy.microbatches > 1 else ("heuristics",)
@@ -250,13 +250,13 @@ def _screen_replicas(graph: Graph, cluster: Cluster, todo: list[Strategy], optio
     the optimizer state, the first that fits is screened sharded too, and kept if faster."""
     tried: list[Candidate] = []
     for strategy in todo:
-        if not (first and not tried) and time.perf_counter() > stop:
+        if not (first and not tried) and work.now() > stop:
             tried.append(Candidate(strategy, why_not="not screened: its share of the time ran out"))
             continue
         c = _logged(screen(graph, cluster, Candidate(strategy), options, heuristic, rates=rates), log, rates)
         tried.append(c)
         if c.plan is not None and rates.shard and c.strategy.optimizer_state == "replicated" and \
-                time.perf_counter() <= stop:
+                work.now() <= stop:
             # one device's update of its 1/d of the state, with the reduce-scatters and all-gathers
             # that replace each all-reduce, is often faster than the whole update
             sharded = screen(graph, cluster, Candidate(strategy.sharded()), options, heuristic, rates=rates)
@@ -298,7 +298,7 @@ def _screen_pipelines(graph: Graph, cluster: Cluster, todo: list[Strategy], opti
     per_replica = len(cluster) // todo[0].data_parallel
     for strategy in (s for s in todo if s.microbatches == 1):  # one batch is always screened: the heuristics' floor
         expected = rates.screening(len(graph.ops), per_replica) or 0.0
-        now = time.perf_counter()
+        now = work.now()
         if strategy != ONE_BATCH and (before or tried) and \
                 (now > stop or now + expected > hard - _one_batch_reserve([*before, *tried])):
             why = ("not screened: its share of the time ran out" if now > stop
@@ -311,7 +311,7 @@ def _screen_pipelines(graph: Graph, cluster: Cluster, todo: list[Strategy], opti
     if not pipelined:
         return tried
     rewrite = rates.rewrite_or_guess(MODEL_MICROBATCHES * len(graph.ops))
-    now = time.perf_counter()
+    now = work.now()
     if any(c.plan is not None for c in [*before, *tried]) and now + rewrite > hard - _one_batch_reserve([*before, *tried]):
         why = _no_time(rewrite, "for the pipeline model", now + rewrite <= hard)
         return tried + [Candidate(s, why_not=why) for s in pipelined]
@@ -339,14 +339,14 @@ def _screen_pipelines(graph: Graph, cluster: Cluster, todo: list[Strategy], opti
         # plan there): the fixed schedule alone
         alone = c.source is not None or per_replica == 1
         estimate = cost.estimate(c, (schedule,))
-        if time.perf_counter() + estimate > end:
+        if work.now() + estimate > end:
             past = "past the time limit" if not kept else f"into the {kept:g} s kept for refining the one-batch plan"
             c.why_not = c.why_not or f"{schedule} not built: it would take about {estimate:.2g} s, {past}"
             continue
         previous = c.plan.makespan if c.plan is not None else None
-        started, built = time.perf_counter(), c.graph is not None
+        started, built = work.now(), c.graph is not None
         _logged(screen(graph, cluster, c, options, heuristic, (schedule,)), log, rates)
-        cost.learn(c, time.perf_counter() - started, built, (schedule,))
+        cost.learn(c, work.now() - started, built, (schedule,))
         left = [] if alone or c.source is None else [INTERLEAVED, EAGER]
         while eager := _eager_schedules_that_fit(c, cost, end, left):
             # not learnt: their searches take what is left, the first the most; one left out may
@@ -364,7 +364,7 @@ def _screen_pipelines(graph: Graph, cluster: Cluster, todo: list[Strategy], opti
     for c in fastest[:1]:  # then list scheduling, which grows faster than the ops: small pipelines only
         _on_fewer_devices(cluster, c, options, cost, deadline - _one_batch_reserve([*before, *tried]), log, rates)
         if c.source is not None and len(c.source.ops) <= MAX_HEURISTIC_OPS and \
-                time.perf_counter() + cost.estimate(c, ("heuristics",)) <= stop:
+                work.now() + cost.estimate(c, ("heuristics",)) <= stop:
             _logged(screen(graph, cluster, c, options, heuristic), log, rates)
     for c in candidates.values():
         c.pipeline = None  # the schedules are done: their graphs' preparations need not stay in memory
@@ -385,7 +385,7 @@ def _on_fewer_devices(cluster: Cluster, c: Candidate, options: PlaceOptions, cos
     if c.source is None or engine not in PIPELINE_SCHEDULES or per_replica < MIN_HALVED_DEVICES or per_replica % 2 \
             or rates.halved:
         return
-    if time.perf_counter() + cost.estimate(c, (engine,)) > end:
+    if work.now() + cost.estimate(c, (engine,)) > end:
         return
     group = replica_groups(cluster, c.strategy.data_parallel)[0]
     half = sub_cluster(cluster, group[:per_replica // 2])
@@ -409,7 +409,7 @@ def _eager_schedules_that_fit(c: Candidate, cost: BuildCost, end: float, left: S
     (on the MSR training graphs the faster), else the eager schedule of the fixed schedule's
     stages."""
     for engines in ((INTERLEAVED, EAGER), (INTERLEAVED,), (EAGER,)):
-        if all(e in left for e in engines) and time.perf_counter() + cost.estimate(c, engines) <= end:
+        if all(e in left for e in engines) and work.now() + cost.estimate(c, engines) <= end:
             return engines
     return ()
 
@@ -461,7 +461,7 @@ def _ranked_pipelines(graph: Graph, cluster: Cluster, todo: list[Strategy], log:
     state = todo[0].optimizer_state
     two = candidates.get(Strategy(d, MODEL_MICROBATCHES, state)) or Candidate(Strategy(d, MODEL_MICROBATCHES, state))
     sub = sub_cluster(cluster, replica_groups(cluster, d)[0])
-    started = time.perf_counter()
+    started = work.now()
     try:
         two.graph = replica_graph(graph, cluster, two.strategy)
     except PestoError as e:
@@ -469,7 +469,7 @@ def _ranked_pipelines(graph: Graph, cluster: Cluster, todo: list[Strategy], log:
         fallback: list[tuple[float | None, Strategy, str]] = [
             (None, s, schedule) for s in sorted(todo, key=lambda s: -s.microbatches) for schedule in SCHEDULES]
         return fallback, candidates, BuildCost(rewrite=1e-4)
-    seconds = time.perf_counter() - started
+    seconds = work.now() - started
     rates.rewrote(seconds, len(two.graph.ops))
     per_op = seconds / max(len(two.graph.ops), 1)
     copies = sum(1 for op in two.graph.ops if op.get("microbatch") is not None)

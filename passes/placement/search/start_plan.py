@@ -23,7 +23,6 @@ this cluster's replica 0.
 from __future__ import annotations
 
 import dataclasses
-import time
 from dataclasses import dataclass
 
 from pesto_ir.cluster.model import Cluster
@@ -46,6 +45,7 @@ from pesto_ir.passes.rewrite.tensor_shard import TensorLayout, interleaved, part
 from pesto_ir.schedule.bounds import lower_bound
 from pesto_ir.schedule.plan import RING_PHASES, Parallelism, Plan, faster
 from pesto_ir.schedule.validate import check_plan, collectives_for
+from pesto_ir.util import work
 from pesto_ir.util.errors import PestoError
 from pesto_ir.util.loader import decode_json, read_source_text
 
@@ -109,13 +109,13 @@ def strategy_of(plan: Plan) -> Strategy:
 def apply_start(graph: Graph, cluster: Cluster, plan: Plan, source: str) -> StartPlan:
     """`plan` as a plan of `graph` on `cluster` (a replica graph of it for a hybrid plan), timed here."""
     strategy = strategy_of(plan)
-    started = time.perf_counter()
+    started = work.now()
     try:
         target = graph if strategy == ONE_BATCH else replica_graph(graph, cluster, strategy)
     except PestoError as e:
         raise PlaceError(f"{source}: the start plan's strategy ({strategy}) gives no replica graph here: "
                          f"{str(e).splitlines()[0]}") from None
-    rewrite_seconds = time.perf_counter() - started
+    rewrite_seconds = work.now() - started
     rewritten = None if strategy == ONE_BATCH else target
     if plan.buckets:
         rewritten, target = target, target.clone()

@@ -10,7 +10,6 @@ carry a strategy's replica graph and plan in a `Candidate`.
 from __future__ import annotations
 
 import dataclasses
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -23,6 +22,7 @@ from pesto_ir.passes.rewrite.rebatch import MAX_MICROBATCHES
 from pesto_ir.passes.rewrite.replicas import Strategy
 from pesto_ir.passes.sharding.choose import tensor_layout
 from pesto_ir.schedule.plan import Plan
+from pesto_ir.util import work
 from pesto_ir.util.errors import PestoError
 
 AUTO_MICROBATCHES = (1, 2, 4, 8, 16, 32)  # what `microbatches=auto` tries
@@ -68,7 +68,7 @@ them where sharding the state alone gives no plan, `screening.screen`). With `te
     failed: list[str] = []
     degrees = [t for t in ts if t > 1]
     for n, t in enumerate(degrees):  # each degree's layout search has an equal share of what is left
-        share = None if until is None else time.perf_counter() + (until - time.perf_counter()) / (len(degrees) - n)
+        share = None if until is None else work.now() + (until - work.now()) / (len(degrees) - n)
         try:
             layout = tensor_layout(graph, cluster, t, progress, fixed=tensor_parallel is not None, until=share)
         except PestoError as e:

@@ -1,0 +1,131 @@
+"""The clock the searches run on: work done, counted, not time measured.
+
+A search that stops when the wall clock says so finds more on a quiet machine than on a busy
+one, so its plan depends on the load: three runs of BERT-12 at 8 devices gave 297, 339.7 and
+357 ms. Users compare runs, and every process of a multi-host job must run the same plan. So the
+searches read `now()`, which moves only by the work charged to it: each simulation, plan check,
+memory estimate, rewrite and list schedule charges its size times a fixed rate (`RATES`: seconds
+per unit on the machine they were measured on, `bench/work_clock.py`), and CP-SAT charges its own
+deterministic time. The same input then takes the same steps, and stops at the same points,
+however busy the machine is.
+
+The wall clock only caps. `capped(seconds)` (the place pass's time limit) makes the clock jump to
+the end of the work it gave once the wall clock passes the limit, so every search stops where it
+is; `was_cut()` then says so, and that run's plan may differ from a quiet run's. The work a pass
+gives its search is a share of its time limit (`passes/place.py`), so that a machine that runs
+the search at half speed still ends it within the limit.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+# Seconds per unit of work, by kind (measured on the 2-core development machine, quiet, by
+# `python3 bench/work_clock.py`, which prints them beside the figures it measures).
+RATES: dict[str, float] = {
+    "simulate": 6.5e-6,  # per op of a simulated schedule
+    "check": 1.2e-5,  # per op of a plan's validation (precedence, transfers; memory is its own)
+    "memory": 8.0e-6,  # per op of a memory estimate from lifetimes
+    "bound": 6.0e-5,  # per op of the lower bound
+    "rewrite": 2.0e-5,  # per op built by a rewrite (replicas, micro-batches, ranks, coarse groups)
+    "list-schedule": 9.0e-6,  # per op and device of m-ETF (the others by their `RELATIVE_TIME`)
+    "stages": 2.4e-5,  # per op of a pipeline's units and stages
+    "cpsat-model": 1.0e-3,  # per op and device a CP-SAT model allows, built, sent and presolved
+    "cpsat": 2.8,  # per CP-SAT deterministic second
+}
+
+
+@dataclass
+class _Clock:
+    charged: float = 0.0  # seconds of work charged since the process started
+    wall_end: float = math.inf  # the cap: the `time.perf_counter()` reading past which searches stop
+    work_end: float = math.inf  # ... and where the clock jumps to when the cap passes
+    cut: bool = False  # the cap passed during the current `capped` block
+
+
+_CLOCK = _Clock()
+_RECORDED: list[list[tuple[str, float, float, float]]] = []  # open `recording` blocks' charges
+
+
+def charge(kind: str, units: float) -> None:
+    """Count `units` of work of `kind` (a key of `RATES`)."""
+    _CLOCK.charged += RATES[kind] * units
+    for charges in _RECORDED:
+        charges.append((kind, units, time.perf_counter(), time.process_time()))
+    if _CLOCK.wall_end != math.inf and not _CLOCK.cut and time.perf_counter() > _CLOCK.wall_end:
+        _CLOCK.cut = True
+    if _CLOCK.cut:
+        _CLOCK.charged = max(_CLOCK.charged, _CLOCK.work_end)
+
+
+def now() -> float:
+    """The work clock: seconds of work charged so far (past the end of the capped block's work
+    once its wall-clock cap has passed)."""
+    if _CLOCK.wall_end != math.inf and not _CLOCK.cut and time.perf_counter() > _CLOCK.wall_end:
+        _CLOCK.cut = True
+    if _CLOCK.cut:
+        _CLOCK.charged = max(_CLOCK.charged, _CLOCK.work_end)
+    return _CLOCK.charged
+
+
+def wall_left() -> float:
+    """Wall-clock seconds until the cap (infinite outside a capped block): the limit a solver in
+    another process must keep, since its work is not counted here until it answers."""
+    return max(_CLOCK.wall_end - time.perf_counter(), 0.0)
+
+
+def mark_cut() -> None:
+    """Record that the wall clock stopped a piece of work before its counted share was done (a
+    solver in another process, capped by `wall_left`)."""
+    if _CLOCK.wall_end != math.inf:
+        _CLOCK.cut = True
+
+
+def was_cut() -> bool:
+    """Whether the wall-clock cap of the current `capped` block has passed."""
+    now()
+    return _CLOCK.cut
+
+
+@contextmanager
+def recording() -> Iterator[list[tuple[str, float, float, float]]]:
+    """Every charge made in the block, as (kind, units, `time.perf_counter()` and
+    `time.process_time()` readings): what `bench/work_clock.py` measures `RATES` from."""
+    charges: list[tuple[str, float, float, float]] = []
+    _RECORDED.append(charges)
+    try:
+        yield charges
+    finally:
+        _RECORDED.remove(charges)
+
+
+@dataclass(frozen=True)
+class Capped:
+    """A capped block: `work` seconds of work for its search, `wall` seconds of wall clock at most."""
+
+    work: float
+    wall: float
+    started: float  # the work clock's reading at the start
+
+    def spent(self) -> float:
+        """Seconds of work done in the block so far."""
+        return now() - self.started
+
+
+@contextmanager
+def capped(work_seconds: float, wall_seconds: float) -> Iterator[Capped]:
+    """A block whose searches get `work_seconds` of work and stop when `wall_seconds` of wall
+    clock have passed, whichever comes first; blocks nest (the inner cap is the earlier)."""
+    saved = _Clock(_CLOCK.charged, _CLOCK.wall_end, _CLOCK.work_end, _CLOCK.cut)
+    block = Capped(work_seconds, wall_seconds, now())
+    _CLOCK.wall_end = min(saved.wall_end, time.perf_counter() + wall_seconds)
+    _CLOCK.work_end = block.started + work_seconds if _CLOCK.wall_end < saved.wall_end else saved.work_end
+    try:
+        yield block
+    finally:
+        _CLOCK.wall_end, _CLOCK.work_end = saved.wall_end, saved.work_end
+        _CLOCK.cut = saved.cut
