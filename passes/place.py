@@ -106,7 +106,8 @@ class PlacePass(Pass):
             if algorithm(self.algo).exact:  # the heuristics finish in their own time
                 ctx.progress(f"place: time limit {time_limit:g} s, the default for {n} ops or groups "
                              "(--time-limit S or place{time-limit=S} to change it)")
-        options = PlaceOptions(time_limit=time_limit * work_share(algorithm(self.algo)), seed=ctx.seed if self.seed is None else self.seed,
+        entry = algorithm(self.algo)
+        options = PlaceOptions(time_limit=time_limit * work_share(entry), seed=ctx.seed if self.seed is None else self.seed,
                                solver=self.solver, quiet=ctx.quiet, log=ctx.log)
         started = time.perf_counter()
         with work.capped(options.time_limit, time_limit) as block:
@@ -120,10 +121,10 @@ class PlacePass(Pass):
                                                              time.perf_counter() - started)
                 ctx.progress("place: interrupted (Ctrl-C); keeping the best plan found so far")
             cut, counted = work.was_cut(), block.spent()
-        if cut:
+        if cut and not entry.wall_bounded:
             _note_cut(graph, plan, time_limit)
             ctx.progress(f"place: {plan.notes[-1]}")
-        if algorithm(self.algo).exact:
+        if entry.exact and not entry.wall_bounded:
             ctx.progress(f"place: {counted:.1f} s of counted work ({options.time_limit:.3g} s given) in "
                          f"{time.perf_counter() - started:.1f} s")
         ctx.progress(f"place: {plan.algorithm} makespan {human_time(plan.makespan, 4)}"
@@ -246,7 +247,7 @@ def place_graph(graph: Graph, cluster: Cluster, algo: str, options: PlaceOptions
     with work.capped(given, limit):
         plan = driver.place_graph(graph, cluster, entry, dataclasses.replace(options, time_limit=given), floor)
         cut = work.was_cut()
-    if cut:
+    if cut and not entry.wall_bounded:
         _note_cut(graph, plan, limit)
     return plan
 

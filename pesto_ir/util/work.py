@@ -36,6 +36,10 @@ RATES: dict[str, float] = {
     "stages": 2.4e-5,  # per op of a pipeline's units and stages
     "cpsat-model": 1.0e-3,  # per op and device a CP-SAT model allows, built, sent and presolved
     "cpsat": 2.8,  # per CP-SAT deterministic second
+    # per wall-clock second of an engine only the wall clock stops (CBC's MILP): counted as it
+    # passes, so a search that runs one ends however little else it charges; such a search's
+    # plans depend on the machine's speed (`AlgorithmEntry.wall_bounded`)
+    "wall": 1.0,
 }
 
 

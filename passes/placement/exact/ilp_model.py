@@ -38,6 +38,7 @@ from pesto_ir.passes.placement.exact.ilp_instance import EPS, IlpError, Instance
 from pesto_ir.passes.placement.options import PlaceOptions
 from pesto_ir.schedule.plan import Plan
 from pesto_ir.schedule.simulate import order_from_priority, transfer_bytes
+from pesto_ir.util import work
 
 ALGORITHM = "ilp"
 SOLVERS = ("cbc", "highs")
@@ -353,6 +354,7 @@ class Milp:
             if live:
                 log.stop()
         elapsed = time.perf_counter() - started
+        work.charge("wall", elapsed)
         has = status in (mip.OptimizationStatus.OPTIMAL, mip.OptimizationStatus.FEASIBLE)
         objective = m.objective_value / self.inst.unit if has else None
         bound = m.objective_bound

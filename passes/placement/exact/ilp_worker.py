@@ -37,6 +37,7 @@ from pesto_ir.passes.placement.exact.ilp_model import MIN_CBC_SECONDS
 from pesto_ir.passes.placement.options import Incumbent, PlaceOptions
 from pesto_ir.schedule.plan import Plan
 from pesto_ir.util.errors import PestoError
+from pesto_ir.util import work
 
 POLL_SECONDS = 0.2  # the caller wakes this often, so Ctrl-C is seen at once
 # Past the time limit by this much (the larger), counted from when the worker starts solving, the
@@ -137,6 +138,7 @@ def place_ilp_in_worker(graph: Graph, cluster: Cluster, options: PlaceOptions) -
             proc.kill()
             proc.wait()
         errors.close()
+        work.charge("wall", time.perf_counter() - started)  # the worker's work is counted nowhere else
 
 
 def _fallback(best: Plan | None, why: str, status: str = "worker-failed") -> Plan:
