@@ -36,8 +36,8 @@ from pesto_ir.passes.placement.exact.ilp import place_ilp
 from pesto_ir.passes.placement.exact.ilp_model import MIN_CBC_SECONDS
 from pesto_ir.passes.placement.options import Incumbent, PlaceOptions
 from pesto_ir.schedule.plan import Plan
-from pesto_ir.util.errors import PestoError
 from pesto_ir.util import work
+from pesto_ir.util.errors import PestoError
 
 POLL_SECONDS = 0.2  # the caller wakes this often, so Ctrl-C is seen at once
 # Past the time limit by this much (the larger), counted from when the worker starts solving, the
