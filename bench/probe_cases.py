@@ -1,5 +1,6 @@
 """The bad-input probes of `bench/probe_inputs.py`, one function per kind: CLI flags, output
-paths, pass pipelines, .pir files, JSON graphs, cluster files, the Python API and interrupts.
+paths, file-system edges, pass pipelines, .pir files, JSON graphs, cluster files, device kinds, the
+Python API and interrupts.
 
 Only the lists of probes are here (`all_probes` gathers them); the records and helpers they are
 written with are in `bench/probe_records.py`, and running and reporting them in
@@ -9,10 +10,12 @@ written with are in `bench/probe_records.py`, and running and reporting them in
 from __future__ import annotations
 
 import json
+import signal
 from collections.abc import Callable
 
 from bench.probe_records import (
     FAST,
+    GRAPH_DOC,
     MLP,
     OUT,
     ROOT,
@@ -107,6 +110,75 @@ def output_probes() -> list[Probe]:
                                        "{dir}/t.json", "--gantt", "{dir}/g.png", "--memory-plot", "{dir}/m.svg"],
             "ok"),
     ]
+
+
+def filesystem_probes() -> list[Probe]:
+    """Paths that name no file to read or write (issue 45): symbolic link loops, /dev/zero, FIFOs
+    nobody writes or reads, a path under a regular file, a dangling link, stdout closed or full.
+    Each is quick when handled: the short timeouts keep a hang from holding up the prober."""
+    k = "file-system edges"
+    loop = {"loop.pir": "->loop.pir"}
+    start = "->RUN:{mlp} --algo m-etf -q --plan-json {dir}/start.json"  # a real plan, for --start probes
+    probes = [
+        cli("model a symlink loop", k, ["{dir}/loop.pir", *FAST, *OUT], "error", files=loop),
+        cli("model a two-link symlink loop", k, ["{dir}/a.pir", *FAST, *OUT], "error",
+            files={"a.pir": "->b.pir", "b.pir": "->a.pir"}),
+        cli("--cluster a symlink loop", k, ["{mlp}", "--cluster", "{dir}/loop.pir", *FAST, *OUT], "error", files=loop),
+        cli("--start a symlink loop", k, ["{mlp}", "--start", "{dir}/loop.pir", *FAST, *OUT], "error", files=loop),
+        cli("model /dev/zero", k, ["/dev/zero", *FAST, *OUT], "error", timeout=20),
+        cli("--cluster /dev/zero", k, ["{mlp}", "--cluster", "/dev/zero", *FAST, *OUT], "error", timeout=20),
+        cli("--start /dev/zero", k, ["{mlp}", "--start", "/dev/zero", *FAST, *OUT], "error", timeout=20),
+        cli("model a FIFO nobody writes", k, ["{dir}/m.pir", *FAST, *OUT], "error", files={"m.pir": "->FIFO"},
+            timeout=10),
+        cli("--cluster a FIFO nobody writes", k, ["{mlp}", "--cluster", "{dir}/c.json", *FAST, *OUT], "error",
+            files={"c.json": "->FIFO"}, timeout=10),
+        cli("--start a FIFO nobody writes", k, ["{mlp}", "--start", "{dir}/p.json", *FAST, *OUT], "error",
+            files={"p.json": "->FIFO"}, timeout=10),
+        cli("--start a real plan (control)", k, ["{mlp}", "--start", "{dir}/start.json", *FAST, *OUT], "ok",
+            files={"start.json": start}, check=reads_back("out.pir")),
+        cli("-o - with stdout closed", k, ["{mlp}", *FAST, "-o", "-"], "error", stdout="closed", says="stdout"),
+        cli("--plan-json - with stdout closed", k, ["{mlp}", *FAST, *OUT, "--plan-json", "-"], "error",
+            stdout="closed", says="stdout"),
+        cli("-o - with stdout /dev/full", k, ["{mlp}", *FAST, "-o", "-"], "error", stdout="/dev/full",
+            says="stdout"),
+        cli("--plan-json - with stdout /dev/full", k, ["{mlp}", *FAST, *OUT, "--plan-json", "-"], "error",
+            stdout="/dev/full", says="stdout"),
+        cli("-o under a regular file", k, ["{mlp}", *FAST, "-o", "{dir}/file.pir/out.pir"], "error",
+            files={"file.pir": "not a folder"}, says="file.pir' is a file"),
+        cli("-o a dangling symlink into a missing folder", k, ["{mlp}", *FAST, "-o", "{dir}/out/link.pir"], "error",
+            files={"out/link.pir": "->missing/x.pir"}, says="symbolic link"),
+        cli("-o a dangling symlink into a missing folder, with other outputs", k,
+            ["{mlp}", *FAST, "--plan-json", "{dir}/p.json", "--trace", "{dir}/t.json", "-o", "{dir}/out/link.pir"],
+            "error", files={"out/link.pir": "->missing/x.pir"}, says="symbolic link"),
+        cli("-o a symlink loop", k, ["{mlp}", *FAST, "-o", "{dir}/loop.pir"], "error", files=loop,
+            says="symbolic link loop"),
+        cli("--plan-json a FIFO nobody reads", k, ["{mlp}", *FAST, *OUT, "--plan-json", "{dir}/p.json"], "error",
+            files={"p.json": "->FIFO"}, timeout=20),
+        cli("-o /dev/null (control)", k, ["{mlp}", *FAST, "-o", "/dev/null"], "ok"),
+    ]
+    return probes
+
+
+def fanout_probes() -> list[Probe]:
+    """One op read by 1,000 others and 1,000 read by one (issue 45: 1 -> 1,000 took 38 s with m-etf;
+    the bench of `bench/` times 1k-50k nodes). Generous timeouts: a probe, not a benchmark."""
+    k = "high fan-out"
+
+    def star(n: int, reverse: bool) -> Callable[[], str]:
+        def make() -> str:
+            nodes = [{"id": "hub", "cost": 0.001}, *({"id": f"n{i}", "cost": 0.001} for i in range(n))]
+            edges = [{"src": f"n{i}", "dst": "hub", "bytes": 1024} if reverse else
+                     {"src": "hub", "dst": f"n{i}", "bytes": 1024} for i in range(n)]
+            return json.dumps({"format": "pesto-graph/1", "name": "star", "nodes": nodes, "edges": edges})
+        return make
+
+    probes = []
+    for shape, reverse in (("1 -> 1,000 star", False), ("1,000 -> 1 reverse star", True)):
+        for engine in (["--algo", "m-etf"], ["--time-limit", "5"]):
+            name = f"{shape}, {'m-etf' if engine[0] == '--algo' else 'the default engine (5 s)'}, 4 devices"
+            probes.append(cli(name, k, ["{dir}/g.json", *engine, "--devices", "4", "-q", *OUT], "ok",
+                              files={"g.json": star(1000, reverse)}, check=reads_back("out.pir"), timeout=90))
+    return probes
 
 
 def pipeline_probes() -> list[Probe]:
@@ -313,6 +385,38 @@ def cluster_probes() -> list[Probe]:
     return probes
 
 
+def kind_probes() -> list[Probe]:
+    """Device kinds are one name whatever their case (issue 45): costs keyed "H100" on h100
+    devices, and the other way round, are accepted."""
+    k = "device kinds"
+    upper = {"a": {"H100": 0.002}, "b": {"H100": 0.003}, "c": {"H100": 0.001}}
+    lower = {n: {"h100": t["H100"]} for n, t in upper.items()}
+
+    def costs(by_node: dict[str, dict[str, float]]) -> str:
+        return graph_json(nodes=[{**n, "cost": by_node[n["id"]]} for n in GRAPH_DOC["nodes"]])
+
+    return [
+        cli("costs keyed H100, --device-kind h100", k, ["{dir}/g.json", "--devices", "2", "--device-kind", "h100",
+                                                        *FAST, *OUT], "ok",
+            files={"g.json": costs(upper)}, check=reads_back("out.pir")),
+        cli("costs keyed h100, cluster kind H100", k, ["{dir}/g.json", "--cluster", "{dir}/c.json", *FAST, *OUT], "ok",
+            files={"g.json": costs(lower), "c.json": cluster_json([{"name": "g0", "kind": "H100"},
+                                                                   {"name": "g1", "kind": "H100"}])},
+            check=reads_back("out.pir")),
+        cli("costs keyed H100, cluster kind Npu (custom)", k, ["{dir}/g.json", "--cluster", "{dir}/c.json", *FAST,
+                                                               *OUT], "ok",
+            files={"g.json": costs({n: {"NPU": t["H100"]} for n, t in upper.items()}),
+                   "c.json": cluster_json([{"name": "x0", "kind": "Npu", "memory": 1e10},
+                                           {"name": "x1", "kind": "Npu", "memory": 1e10}])},
+            check=reads_back("out.pir")),
+        cli("--device-kind H100", k, ["{mlp}", "--device-kind", "H100", *FAST, *OUT], "ok", check=reads_back("out.pir")),
+        cli(".pir cost {H100 = 1ms}, model=given", k, ["{dir}/m.pir", "-p", "annotate-costs{model=given},place{algo=m-etf}",
+                                                       "--device-kind", "h100", "-q", *OUT], "ok",
+            files={"m.pir": TANH.replace("tanh(%x)", "tanh(%x) {cost = {H100 = 1ms}}")},
+            check=output_has("out.pir", "H100 = 1ms")),
+    ]
+
+
 def api_probes() -> list[Probe]:
     k = "Python API"
     entry = {
@@ -416,9 +520,19 @@ def interrupt_probes() -> list[Probe]:
                     "-p", f"coarsen{{target=150}},{passes}", *OUT]
             probes.append(cli(f"{how} during {what}", k, argv, "ok", interrupt_after=after, interrupt_group=group,
                               check=reads_back("out.pir")))
+    # SIGTERM is taken as Ctrl-C is (issue 45): during the search the best plan is kept; while the
+    # outputs are written (at the first temporary file) it stops, leaving no file behind
+    argv = [str(big), "--algo", "cpsat", "--time-limit", "60", "--devices", "4",
+            "-p", "coarsen{target=150},place,simulate", *OUT]
+    probes.append(cli("kill -TERM pesto-compile during cpsat", k, argv, "ok", interrupt_after=8.0,
+                      interrupt_signal=signal.SIGTERM, check=reads_back("out.pir")))
+    every_output = ["{msr}", *FAST, *OUT, "--plan-json", "{dir}/p.json", "--trace", "{dir}/t.json",
+                    "--gantt", "{dir}/g.svg", "--memory-plot", "{dir}/m.svg"]
+    probes.append(cli("kill -TERM pesto-compile as an output's temporary file appears", k, every_output, "stop",
+                      interrupt_on=".*.tmp", interrupt_signal=signal.SIGTERM))
     return probes
 
 
 def all_probes() -> list[Probe]:
-    return [*flag_probes(), *output_probes(), *pipeline_probes(), *pir_probes(), *json_probes(),
-            *cluster_probes(), *api_probes(), *interrupt_probes()]
+    return [*flag_probes(), *output_probes(), *filesystem_probes(), *fanout_probes(), *pipeline_probes(),
+            *pir_probes(), *json_probes(), *cluster_probes(), *kind_probes(), *api_probes(), *interrupt_probes()]

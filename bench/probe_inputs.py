@@ -1,4 +1,4 @@
-"""Bad-input probes (issue 16): does `pesto-compile`, `pesto_ir.parse`/`load` or `parallelize`
+"""Bad-input probes (issues 16 and 45): does `pesto-compile`, `pesto_ir.parse`/`load` or `parallelize`
 refuse each bad input with a clear error, or does it crash, hang or lie?
 
     python3 bench/probe_inputs.py [--kind KIND] [--only NAME] [--timeout 60] [--out bench/results/probes.md]
@@ -21,12 +21,15 @@ a small MSR cost graph (`{msr}`, bert24_inference_layer.json), under a timeout. 
 - `clear error`: exit 1 or 2, a short `error:` line (located where there is a place to point at), no
   traceback, nothing written (for the API: a `PestoError`, with a short message);
 - `crash`: a traceback, exit 70 (internal error), a signal, or any other exception;
-- `hang`: the timeout passed (or, for an interrupt probe, more than 2 s from Ctrl-C to exit);
+- `hang`: the timeout passed (or, for an interrupt probe, more than 2 s from the signal to exit);
 - `silently wrong`: exit 0 where it must refuse, an output written or an input changed on failure,
   or a result that a probe's own check finds wrong;
-- `poor message`: refused, but the message is missing, huge, or names a temporary file;
+- `poor message`: refused, but the message is missing, huge, names a temporary file or an empty
+  file name, or does not say what the probe's `says` asks for (the file that is in the way, stdout);
 - `refused`: a valid input refused;
 - `plan lost`: interrupted, it stopped in time but wrote no plan (the issue asks for the best one so far);
+- `stopped`: signalled outside the search (a `stop` probe), it stopped in time with exit 130 or 143,
+  no traceback, and left no file behind, temporary ones included;
 - `ok`: a valid input accepted (and its check passed).
 
 It prints a table per kind and a tally (outcomes, and how many probes got what is right); `--out`
@@ -40,6 +43,7 @@ This file runs the probes and reports on them; the probes themselves are listed 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import hashlib
 import json
@@ -51,7 +55,9 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
+from typing import IO
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # `bench.probe_cases` when run as a script
 from bench.probe_cases import all_probes  # noqa: E402
@@ -63,8 +69,8 @@ from bench.probe_records import (  # noqa: E402
     Result,
 )
 
-OUTCOMES = ("ok", "clear error", "crash", "hang", "silently wrong", "poor message", "refused", "plan lost")
-RIGHT = {"error": {"clear error"}, "ok": {"ok"}, "any": {"ok", "clear error"}}
+OUTCOMES = ("ok", "clear error", "stopped", "crash", "hang", "silently wrong", "poor message", "refused", "plan lost")
+RIGHT = {"error": {"clear error"}, "ok": {"ok"}, "any": {"ok", "clear error"}, "stop": {"stopped"}}
 MAX_ERROR_CHARS = 5000  # a message longer than this (the issue saw 15 MB) is a poor one
 INTERRUPT_GRACE = 2.0  # seconds from Ctrl-C to exit
 
@@ -96,10 +102,20 @@ except BaseException as e:
 
 
 def _snapshot(folder: Path) -> dict[str, str]:
+    """What is in `folder`: a hash of each regular file, the target of each symbolic link, and each
+    folder and other entry by its type, so that a folder or link left behind counts as written (a
+    FIFO is not read: that would hang the prober)."""
     out = {}
     for p in folder.rglob("*"):
-        if p.is_file() and not p.is_symlink():
-            out[str(p.relative_to(folder))] = hashlib.sha256(p.read_bytes()).hexdigest()
+        name = str(p.relative_to(folder))
+        if p.is_symlink():
+            out[name] = f"link to {os.readlink(p)}"
+        elif p.is_file():
+            out[name] = hashlib.sha256(p.read_bytes()).hexdigest()
+        elif p.is_dir():
+            out[name] = "folder"
+        else:
+            out[name] = "other"
     return out
 
 
@@ -114,6 +130,8 @@ def _prepare(probe: Probe, folder: Path) -> None:
             argv = [a.replace("{mlp}", str(folder / "mlp.pir")).replace("{dir}", str(folder))
                     for a in data[len("->RUN:"):].split()]
             subprocess.run(["pesto-compile", *argv], check=True, capture_output=True)
+        elif data == "->FIFO":
+            os.mkfifo(path)
         elif isinstance(data, str) and data.startswith("->"):  # a symlink
             path.symlink_to(folder / data[2:])
         elif isinstance(data, bytes):
@@ -137,7 +155,7 @@ def run_probe(probe: Probe, timeout: float) -> tuple[str, str, float]:
             cmd = [sys.executable, "-c", HARNESS]
             env["PROBE_CODE"] = probe.code or ""
             env["PROBE_ALSO_CLEAR"] = ",".join(probe.also_clear)
-        result = _execute(cmd, env, folder, probe.timeout or timeout, probe.interrupt_after, probe.interrupt_group)
+        result = _execute(cmd, env, folder, probe.timeout or timeout, probe)
         after = _snapshot(folder)
         result.written = sorted(p for p, h in after.items() if before.get(p) != h)
         changed_inputs = sorted(p for p in before if after.get(p) != before[p])
@@ -150,22 +168,26 @@ def _default_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-def _execute(cmd: list[str], env: dict[str, str], folder: Path, timeout: float,
-             interrupt_after: float | None, interrupt_group: bool) -> Result:
+def _closed_stdout() -> None:
+    """In the child: start with stdout closed, as `cmd >&-` does."""
+    _default_sigint()
+    os.close(1)
+
+
+def _execute(cmd: list[str], env: dict[str, str], folder: Path, timeout: float, probe: Probe) -> Result:
     start = time.monotonic()
-    proc = subprocess.Popen(cmd, cwd=folder, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=_default_sigint)
+    with _stdout_for(probe) as stdout:
+        proc = subprocess.Popen(cmd, cwd=folder, env=env, stdout=stdout, stderr=subprocess.PIPE,
+                                stdin=subprocess.DEVNULL, start_new_session=True,
+                                preexec_fn=_closed_stdout if probe.stdout == "closed" else _default_sigint)
     signalled = None
     try:
-        if interrupt_after is not None:
-            try:
-                proc.wait(interrupt_after)
-            except subprocess.TimeoutExpired:
-                if interrupt_group:  # a terminal's Ctrl-C reaches every process of the group
-                    os.killpg(proc.pid, signal.SIGINT)
-                else:  # kill -INT PID
-                    proc.send_signal(signal.SIGINT)
-                signalled = time.monotonic()
+        if _signal_due(proc, folder, probe):
+            if probe.interrupt_group:  # a terminal's Ctrl-C reaches every process of the group
+                os.killpg(proc.pid, probe.interrupt_signal)
+            else:  # kill -INT PID
+                proc.send_signal(probe.interrupt_signal)
+            signalled = time.monotonic()
         out, err = proc.communicate(timeout=max(1.0, timeout - (time.monotonic() - start)))
         rc: int | None = proc.returncode
     except subprocess.TimeoutExpired:
@@ -173,8 +195,47 @@ def _execute(cmd: list[str], env: dict[str, str], folder: Path, timeout: float,
         out, err = proc.communicate()
         rc = None
     end = time.monotonic()
-    return Result(rc, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"), end - start, folder, [],
-                  None if signalled is None else end - signalled)
+    return Result(rc, (out or b"").decode("utf-8", "replace"), err.decode("utf-8", "replace"), end - start, folder,
+                  [], None if signalled is None else end - signalled)
+
+
+@contextlib.contextmanager
+def _stdout_for(probe: Probe) -> Iterator[int | IO[bytes]]:
+    """The child's stdout: a pipe read by the prober, or the file the probe names (/dev/full)."""
+    if probe.stdout is None:
+        yield subprocess.PIPE
+    elif probe.stdout == "closed":
+        yield subprocess.DEVNULL  # then closed in the child
+    else:
+        with open(probe.stdout, "wb") as f:
+            yield f
+
+
+def _signal_due(proc: subprocess.Popen[bytes], folder: Path, probe: Probe) -> bool:
+    """Wait until the probe's signal is due: `interrupt_after` seconds, or the first non-empty file
+    matching `interrupt_on` (polled every 0.2 ms: an output's temporary file lives a few
+    milliseconds; the empty ones made to check a folder before the run do not count). False when
+    there is no signal to send, or the command ended first."""
+    if probe.interrupt_after is not None:
+        try:
+            proc.wait(probe.interrupt_after)
+        except subprocess.TimeoutExpired:
+            return True
+        return False
+    if probe.interrupt_on is not None:
+        while proc.poll() is None:
+            if any(_size(p) for p in folder.glob(probe.interrupt_on)):
+                return True
+            time.sleep(0.0002)
+    return False
+
+
+def _size(path: Path) -> int:
+    """Bytes in `path`; 0 when it is gone already."""
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0
 
 
 def _first_error_line(err: str) -> str:
@@ -193,10 +254,11 @@ def _short(text: str, n: int = 160) -> str:
 
 def classify(probe: Probe, r: Result, changed_inputs: list[str]) -> tuple[str, str]:
     """The outcome of one run and a note (the message, or what went wrong)."""
+    sent = signal.Signals(probe.interrupt_signal).name
     if r.rc is None:
         return "hang", f"no exit after {r.seconds:.0f} s"
     if r.after_signal is not None and r.after_signal > INTERRUPT_GRACE:
-        return "hang", f"exit {r.rc} {r.after_signal:.1f} s after Ctrl-C (more than {INTERRUPT_GRACE:g} s)"
+        return "hang", f"exit {r.rc} {r.after_signal:.1f} s after {sent} (more than {INTERRUPT_GRACE:g} s)"
     if r.rc < 0:
         return "crash", f"killed by signal {signal.Signals(-r.rc).name}"
     if r.rc == 70 or "Traceback (most recent call last)" in r.err or r.err.lstrip().startswith("internal error"):
@@ -206,8 +268,13 @@ def classify(probe: Probe, r: Result, changed_inputs: list[str]) -> tuple[str, s
         return "silently wrong", _short(r.err.strip().removeprefix("WRONG: "))
     if changed_inputs:
         return "silently wrong", f"exit {r.rc}, changed the input {', '.join(changed_inputs)}"
-    if r.after_signal is not None and r.rc == 130:
-        return "plan lost", f"exit 130 {r.after_signal:.1f} s after Ctrl-C, no plan written" + \
+    if probe.expect == "stop" and r.after_signal is not None and r.rc in (130, 143):
+        if r.written:
+            return "silently wrong", f"exit {r.rc} after {sent} but left {', '.join(r.written)}"
+        return "stopped", f"exit {r.rc} {r.after_signal:.2f} s after {sent}, nothing left behind: " + \
+            _short(r.err.strip().splitlines()[-1] if r.err.strip() else "", 60)
+    if r.after_signal is not None and r.rc in (130, 143):
+        return "plan lost", f"exit {r.rc} {r.after_signal:.1f} s after {sent}, no plan written" + \
             (f" ({_short(r.err.strip().splitlines()[-1], 60)})" if r.err.strip() else "")
     if r.rc == 0:
         if probe.expect == "error":
@@ -215,7 +282,9 @@ def classify(probe: Probe, r: Result, changed_inputs: list[str]) -> tuple[str, s
         why = probe.check(r) if probe.check else None
         if why:
             return "silently wrong", _short(why)
-        return "ok", f"exit {r.rc}" + (f", {r.after_signal:.1f} s after Ctrl-C" if r.after_signal is not None else "")
+        if probe.expect == "stop" and r.after_signal is None:
+            return "ok", f"exit {r.rc} before the {sent} was sent"
+        return "ok", f"exit {r.rc}" + (f", {r.after_signal:.1f} s after {sent}" if r.after_signal is not None else "")
     if r.rc not in (1, 2):
         return "crash", f"exit {r.rc}: {_short(r.err)}"
     if r.written:
@@ -227,6 +296,10 @@ def classify(probe: Probe, r: Result, changed_inputs: list[str]) -> tuple[str, s
         return "poor message", f"{len(r.err)} characters of error text"
     if "/." in line and ".tmp" in line:
         return "poor message", f"names a temporary file: {_short(line)}"
+    if "error: : " in line:  # an OSError whose file name is empty: which file, or stdout?
+        return "poor message", f"names no file: {_short(line)}"
+    if probe.says and probe.says.lower() not in r.err.lower():
+        return "poor message", f"does not say '{probe.says}': {_short(line)}"
     if probe.expect == "ok":
         return "refused", _short(line)
     return "clear error", _short(line)
@@ -241,7 +314,7 @@ Row = tuple[Probe, str, str, float]  # the probe, its outcome, a note, seconds
 def markdown(rows: list[Row], command: str, seconds: float, source: str,
              before: dict[tuple[str, str], str] | None = None, before_source: str = "") -> str:
     date = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
-    lines = ["# Bad-input probes (issue 16)", "",
+    lines = ["# Bad-input probes (issues 16 and 45)", "",
              f"`{command}` on {date}: {len(rows)} probes in {seconds:.0f} s, pesto_ir from {source}.", ""]
     if before is not None:
         lines += [f"The before column: the same probes on {before_source}.", ""]

@@ -10,11 +10,13 @@ constructors. Kept apart from the probe lists (`bench/probe_cases.py`) and the r
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 MLP = ROOT / "examples" / "mlp_train_step.pir"
@@ -29,7 +31,7 @@ class Result:
     seconds: float
     folder: Path
     written: list[str]  # files new or changed in the folder
-    after_signal: float | None = None  # interrupt probes: seconds from SIGINT to exit
+    after_signal: float | None = None  # interrupt probes: seconds from the signal to exit
 
 
 Check = Callable[[Result], "str | None"]  # what is wrong with a successful run, or None
@@ -39,29 +41,35 @@ Check = Callable[[Result], "str | None"]  # what is wrong with a successful run,
 class Probe:
     name: str
     kind: str
-    expect: str  # "error", "ok" or "any"
+    # "error", "ok", "any" (either, quick and clean) or "stop" (signalled outside the search: it
+    # must stop cleanly, leaving nothing behind)
+    expect: str
     argv: list[str] | None = None  # pesto-compile arguments; {mlp}, {msr} and {dir} are replaced
     code: str | None = None  # Python run by the API harness (call wrong("why") for a wrong result)
-    # files made in the probe's folder: text, bytes, a function giving either, "->NAME" (a symlink to NAME)
-    # or "->RUN:ARGS" (the output of `pesto-compile ARGS`)
+    # files made in the probe's folder: text, bytes, a function giving either, "->NAME" (a symlink to NAME),
+    # "->FIFO" (a named pipe nobody writes) or "->RUN:ARGS" (the output of `pesto-compile ARGS`)
     files: dict[str, str | bytes | Callable[[], str | bytes]] = field(default_factory=dict)
     check: Check | None = None
     timeout: float | None = None
-    interrupt_after: float | None = None  # CLI: send SIGINT this many seconds after the start
+    interrupt_after: float | None = None  # CLI: send the signal this many seconds after the start
+    interrupt_on: str | None = None  # CLI: send the signal when a non-empty file matching this glob appears
+    interrupt_signal: int = signal.SIGINT
     interrupt_group: bool = False  # to the whole process group (a terminal's Ctrl-C), not pesto-compile alone
+    stdout: str | None = None  # CLI: "closed", or a file such as /dev/full; None: a pipe the prober reads
+    says: str | None = None  # a refusal's message must say this (any case), or it is a poor one
     also_clear: tuple[str, ...] = ()  # API: exception types that are a clear error here (JAX's own, as jax.jit's)
 
 
 # ------------------------------------------------------------------ file contents
 
-GRAPH_DOC = {"format": "pesto-graph/1", "name": "toy",
+GRAPH_DOC: dict[str, Any] = {"format": "pesto-graph/1", "name": "toy",
              "nodes": [{"id": "a", "cost": 0.002, "memory": 1048576},
                        {"id": "b", "cost": 0.003, "activation": 65536},
                        {"id": "c", "cost": {"h100": 0.001, "cpu": 0.02}}],
              "edges": [{"src": "a", "dst": "b", "bytes": 4194304}, {"src": "b", "dst": "c", "bytes": 1024}]}
 
 
-def graph_json(*, nodes: list | None = None, **top: object) -> str:
+def graph_json(*, nodes: list[Any] | None = None, **top: object) -> str:
     doc = {**GRAPH_DOC, **top}
     if nodes is not None:
         doc["nodes"] = nodes
@@ -72,7 +80,7 @@ def node_json(**fields: object) -> str:
     return graph_json(nodes=[{**GRAPH_DOC["nodes"][0], **fields}, *GRAPH_DOC["nodes"][1:]])
 
 
-def cluster_json(devices: list | None = None, **top: object) -> str:
+def cluster_json(devices: list[Any] | None = None, **top: object) -> str:
     doc = {"format": "pesto-cluster/1",
            "devices": devices if devices is not None else [{"name": "g0", "kind": "h100"},
                                                            {"name": "g1", "kind": "h100"}], **top}

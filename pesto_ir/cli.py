@@ -1,39 +1,47 @@
 """`pesto-compile`: load a model, run a pass pipeline, write the results.
 
 Every user error is printed as `file:line:col: error: message` (with the source line and a
-caret where there is one) and exits with status 1; outputs are rendered first and each is
-written atomically, so a failed run leaves no half-written file.
+caret where there is one) and exits with status 1; file arguments and outputs are checked before
+any work, outputs are rendered first and written together, whole or not at all, so a failed or
+interrupted run leaves no file behind. SIGTERM is taken as Ctrl-C is: the search keeps its best
+plan, anything else stops cleanly.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import errno
 import math
 import os
+import signal
 import sys
-import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 from pesto_ir.backends.gantt import gantt_for_path
 from pesto_ir.backends.memory_plot import memory_plot_for_path
 from pesto_ir.backends.reports import render_reports, require_plan
-from pesto_ir.cluster.devices import KINDS
+from pesto_ir.cluster.devices import KINDS, kind_key
 from pesto_ir.cluster.figures import ClusterError
 from pesto_ir.cluster.model import MAX_DEVICES, Cluster, suggestion_problem
 from pesto_ir.frontends import load
+from pesto_ir.frontends.jax_script import script_path
 from pesto_ir.ir.attributes import parse_size
 from pesto_ir.ir.graph import Graph
 from pesto_ir.ir.verifier import verify
 from pesto_ir.passes.place import MAX_DEFAULT_TIME_LIMIT
+from pesto_ir.passes.placement.label import answer_line
 from pesto_ir.passes.placement.options import time_limit_problem
 from pesto_ir.passes.placement.registry import ALGORITHMS, DEFAULT_ALGO
 from pesto_ir.passes.placement.search.strategies import parse_degree
 from pesto_ir.passmanager import PassContext, PassManager, Pipeline
+from pesto_ir.schedule.plan import read_plan_attrs
 from pesto_ir.util.errors import PestoError
-from pesto_ir.util.loader import MAX_SEED, seed_problem, write_atomic
+from pesto_ir.util.loader import MAX_SEED, AtomicWrites, check_source_file, check_writable, seed_problem
 from pesto_ir.util.version import __version__
 
 DEFAULT_PIPELINE = "annotate-costs,coarsen,place,expand,simulate"
@@ -105,7 +113,8 @@ def build_arg_parser() -> argparse.ArgumentParser:
         description="Place and schedule a DNN graph across devices (Pesto IR).",
     )
     ap.add_argument("--version", action="version", version=f"pesto-compile {__version__}")
-    ap.add_argument("model", help="a .pir model or a pesto-graph/1 .json cost graph")
+    ap.add_argument("model", help="a .pir model, a pesto-graph/1 .json cost graph, or a JAX step as "
+                                  "model.py:make_step (make_step() returns the step function and example arguments)")
     ap.add_argument("-p", "--pipeline", default=DEFAULT_PIPELINE,
                     help=f"pass pipeline (default: {DEFAULT_PIPELINE})")
     ap.add_argument("-o", "--output", metavar="OUT", help="write the result here ('-' for stdout)")
@@ -119,8 +128,9 @@ def build_arg_parser() -> argparse.ArgumentParser:
     target.add_argument("--devices-per-host", type=_positive_int, metavar="P",
                         help="split the --devices into nodes of P devices each (P divides N), linked by the kind's "
                              "network between nodes, InfiniBand for GPUs (default: all on one host)")
-    target.add_argument("--device-kind", default=None, metavar="K", choices=sorted(KINDS),
-                        help=f"built-in device kind for --devices (default: {DEFAULT_KIND})")
+    target.add_argument("--device-kind", default=None, metavar="K", choices=sorted(KINDS), type=kind_key,
+                        help=f"built-in device kind for --devices (default: the graph's suggested kind, with its "
+                             f"links, else {DEFAULT_KIND})")
     target.add_argument("--memory", type=_size, metavar="BYTES",
                         help="memory of each device, overriding the kind's: bytes, e.g. 17179869184, 80e9 or 16GiB")
     place = ap.add_argument_group("placement")
@@ -128,7 +138,7 @@ def build_arg_parser() -> argparse.ArgumentParser:
                        help=f"placement algorithm for the place pass: {', '.join(sorted(ALGORITHMS))} "
                             f"(default: {DEFAULT_ALGO})")
     place.add_argument("--time-limit", type=_positive_seconds, metavar="S",
-                       help="time limit of exact solvers, in seconds (default: 2 s + 0.1 s per op or "
+                       help="time limit of exact solvers, in seconds (default: 4 s + 0.2 s per op or "
                             f"coarse group placed, at most {MAX_DEFAULT_TIME_LIMIT:g} s)")
     place.add_argument("--data-parallel", type=_degree, metavar="N|auto",
                        help="data-parallel replicas (each on batch/N, gradients all-reduced); auto searches "
@@ -175,6 +185,7 @@ def run(argv: Sequence[str] | None = None) -> int:
     args = build_arg_parser().parse_args(argv)
     if args.gantt_memory and not args.gantt:
         raise PestoError("--gantt-memory adds a lane to the Gantt chart: give --gantt FILE too")
+    check_input_paths(args)
     check_output_paths(args)
     pipeline = with_place_options(Pipeline.parse(args.pipeline, source="<pipeline>"), args)
     graph = load(args.model)
@@ -189,49 +200,86 @@ def run(argv: Sequence[str] | None = None) -> int:
                           out=sys.stderr)
     graph = manager.run(graph, ctx)
     write_outputs(graph, args, ctx.cluster)
+    if (plan := read_plan_attrs(graph)) is not None:  # the one answer, last: step time, bound, strategy
+        ctx.progress(answer_line(plan))
     return 0
+
+
+def check_input_paths(args: argparse.Namespace) -> None:
+    """Refuse, before any work, file arguments that name no text file to read: missing, a folder,
+    a FIFO or a device (a FIFO nobody writes hung the run, /dev/zero filled the memory), a symbolic
+    link loop, or larger than such an input may be. The readers check again as they read; the
+    start plan is read only by the place pass, after the passes before it."""
+    check_source_file(script_path(args.model))
+    if args.cluster:
+        Cluster.check_file(args.cluster)
+    if args.start:
+        check_source_file(args.start)
 
 
 OUTPUT_FLAGS = ("output", "plan_json", "trace", "gantt", "memory_plot")
 
 
+def _option(flag: str) -> str:
+    """The option as it is spelt on the command line: `-o`, `--plan-json`."""
+    return "-o" if flag == "output" else "--" + flag.replace("_", "-")
+
+
 def check_output_paths(args: argparse.Namespace) -> None:
     """Refuse, before any work, outputs that would overwrite an input or each other, or that
-    could only fail at the end of a long run because their folder is missing."""
-    inputs = {Path(p).resolve(): p for p in (args.model, args.cluster) if p}
+    could only fail at the end of a long run: stdout closed, or a path that names no file to write."""
+    inputs = {Path(os.path.realpath(p)): p for p in (script_path(args.model), args.cluster) if p}
     seen: dict[Path | str, str] = {}
     for flag in OUTPUT_FLAGS:
         path = getattr(args, flag)
         if not path:
             continue
-        option = "-o" if flag == "output" else "--" + flag.replace("_", "-")
-        key: Path | str = "-" if path == "-" else Path(path).resolve()
+        option = _option(flag)
+        key: Path | str = "-" if path == "-" else Path(os.path.realpath(path))
         if key in seen:
             where = "stdout" if key == "-" else f"'{path}'"
             raise PestoError(f"{seen[key]} and {option} both write to {where}: give each output its own path")
         seen[key] = option
         if not isinstance(key, Path):  # "-": stdout
+            _check_stdout(option)
             continue
         if key in inputs:
             raise PestoError(f"{option} '{path}' would overwrite the input '{inputs[key]}'")
-        if key.is_dir():
-            raise PestoError(f"{option} '{path}' is a folder, not a file")
-        if path.endswith(("/", os.sep)):  # a folder meant, and Path() would drop the slash and write a file
-            raise PestoError(f"{option} '{path}' ends in '{path[-1]}', as a folder does: name the file to write")
-        if not key.parent.is_dir():
-            raise PestoError(f"{option} '{path}': folder '{key.parent}' does not exist")
-        _check_writable(option, path, key)
+        _check_output_file(option, path, key)
 
 
-def _check_writable(option: str, path: str, key: Path) -> None:
-    """Make and remove a file where the output will go (as `write_atomic` will): a folder that
-    takes no new files fails now, not after the whole run."""
+def _check_stdout(option: str) -> None:
+    """`option -` needs a stdout: a command started with it closed has none."""
+    if sys.stdout is None:
+        raise PestoError(f"{option} - writes to stdout, which is closed")
+
+
+def _check_output_file(option: str, path: str, key: Path) -> None:
+    """One output path (`key`, its real path), as far as it can be checked before the run: not a
+    symbolic link loop or a folder, in a folder that exists and takes new files."""
+    named = f"{option} '{path}'"
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{key.name}.", suffix=".tmp", dir=key.parent)
+        os.stat(path)
     except OSError as e:
-        raise PestoError(f"{option} '{path}': cannot write in folder '{key.parent}': {e.strerror}") from None
-    os.close(fd)
-    os.unlink(tmp)
+        if e.errno == errno.ELOOP:
+            raise PestoError(f"{named} is a symbolic link loop") from None
+    if key.is_dir():
+        raise PestoError(f"{named} is a folder, not a file")
+    if path.endswith(("/", os.sep)):  # a folder meant, and Path() would drop the slash and write a file
+        raise PestoError(f"{named} ends in '{path[-1]}', as a folder does: name the file to write")
+    folder = key.parent
+    if not folder.is_dir():
+        found = next(p for p in (folder, *folder.parents) if p.exists())  # the root does
+        if not found.is_dir():
+            raise PestoError(f"{named}: '{found}' is a file, not a folder")
+        if os.path.islink(path):
+            raise PestoError(f"{named} is a symbolic link to '{os.readlink(path)}', in folder '{folder}', "
+                             "which does not exist")
+        raise PestoError(f"{named}: folder '{folder}' does not exist")
+    try:
+        check_writable(path)
+    except OSError as e:
+        raise PestoError(f"{named}: cannot write in folder '{folder}': {e.strerror}") from None
 
 
 def with_place_options(pipeline: Pipeline, args: argparse.Namespace) -> Pipeline:
@@ -274,7 +322,10 @@ def make_cluster(args: argparse.Namespace, graph: Graph) -> Cluster:
     per_host = args.devices_per_host
     if per_host is not None and n % per_host:
         raise ClusterError(f"--devices-per-host {per_host} does not divide the {n} devices into whole hosts")
-    return Cluster.homogeneous(n, args.device_kind or DEFAULT_KIND, memory=memory, devices_per_host=per_host)
+    kind = args.device_kind or hint.get("kind") or DEFAULT_KIND
+    # the suggested links go with the suggested kind (the MSR graphs: V100s, 10 us + 50 GB/s)
+    links = hint.get("links", {}) if kind_key(kind) == hint.get("kind") else {}
+    return Cluster.homogeneous(n, kind, memory=memory, devices_per_host=per_host, **links)
 
 
 def _suggested_cluster(graph: Graph) -> dict[str, Any]:
@@ -286,22 +337,66 @@ def _suggested_cluster(graph: Graph) -> dict[str, Any]:
     hint = suggested.value
     if (why := suggestion_problem(hint)) is not None:
         raise PestoError(f"graph '{graph.name}': suggested_cluster{'' if why.startswith('must') else ':'} {why}")
-    return {"devices": int(hint.get("devices", DEFAULT_DEVICES)),
-            **({"memory": hint["memory"]} if "memory" in hint else {})}
+    out: dict[str, Any] = {"devices": int(hint.get("devices", DEFAULT_DEVICES)),
+                           **({"memory": hint["memory"]} if "memory" in hint else {})}
+    kind = hint.get("kind")
+    if kind is not None:  # the kind its costs were measured on, and its links
+        if not isinstance(kind, str) or kind_key(kind) not in KINDS:
+            raise PestoError(f"graph '{graph.name}': suggested_cluster: kind must be a built-in device kind "
+                             f"({', '.join(KINDS)}), got {kind!r}"[:300])
+        out["kind"] = kind_key(kind)
+        links = {key: hint[key] for key in ("latency", "bandwidth") if key in hint}
+        for key, value in links.items():
+            number = value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+            if number is None or not math.isfinite(number) or number < 0 or (key == "bandwidth" and number == 0):
+                raise PestoError(f"graph '{graph.name}': suggested_cluster: {key} must be a "
+                                 f"{'positive' if key == 'bandwidth' else 'non-negative'} number, got {value!r}"[:300])
+        out["links"] = {key: float(value) for key, value in links.items()}
+    return out
 
 def write_outputs(graph: Graph, args: argparse.Namespace, cluster: Cluster | None = None) -> None:
-    """Render every requested output first, then write each atomically."""
+    """Render every requested output first, then write them whole or not at all: the files are
+    staged beside their paths, stdout gets its output, and only then are the files put in place,
+    so that a full or closed stdout, a failed write or an interrupt leaves no file behind."""
     rendered: list[tuple[str, str | bytes]] = []
     if args.output:
         rendered.append((args.output, EMITTERS[args.emit](graph)))
     gantt = None if args.gantt_memory else args.gantt  # with a memory lane, drawn below
     rendered += render_reports(graph, plan_json=args.plan_json, trace=args.trace, gantt=gantt)
     rendered += render_memory_reports(graph, args, cluster)
-    for path, data in rendered:
-        if path == "-":
-            sys.stdout.write(data if isinstance(data, str) else data.decode("utf-8", "replace"))
-        else:
-            write_atomic(path, data)
+    with AtomicWrites() as files:
+        for path, data in rendered:
+            if path != "-":
+                files.stage(path, data)
+        for path, data in rendered:
+            if path == "-":
+                write_stdout(next(_option(f) for f in OUTPUT_FLAGS if getattr(args, f) == "-"), data)
+        files.commit()
+
+
+def write_stdout(option: str, data: str | bytes) -> None:
+    """`option`'s output on stdout, flushed now: a closed or full stdout is an error naming the
+    option, not a traceback, nor a second failure when Python flushes stdout at exit."""
+    _check_stdout(option)
+    try:
+        sys.stdout.write(data if isinstance(data, str) else data.decode("utf-8", "replace"))
+        sys.stdout.flush()
+    except OSError as e:
+        _drop_stdout()
+        why = "it is closed (broken pipe)" if e.errno == errno.EPIPE else e.strerror
+        raise PestoError(f"{option} -: cannot write to stdout: {why}") from None
+
+
+def _drop_stdout() -> None:
+    """Point stdout at /dev/null: what it failed to take stays in its buffer, and flushing that
+    again at exit would fail again."""
+    try:
+        fd = sys.stdout.fileno()
+    except (OSError, ValueError):  # not a file (a test's capture)
+        return
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, fd)
+    os.close(null)
 
 
 def render_memory_reports(graph: Graph, args: argparse.Namespace,
@@ -320,23 +415,48 @@ def render_memory_reports(graph: Graph, args: argparse.Namespace,
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    with sigterm_as_ctrl_c() as terminated:
+        try:
+            return run(argv)
+        except PestoError as e:
+            print(e.format(), file=sys.stderr)
+            return 1
+        except OSError as e:
+            print(f"error: {f'{e.filename}: ' if e.filename else ''}{e.strerror}", file=sys.stderr)
+            return 1
+        except KeyboardInterrupt:
+            print("terminated (SIGTERM)" if terminated else "interrupted", file=sys.stderr)
+            return 128 + (signal.SIGTERM if terminated else signal.SIGINT)
+        except Exception as e:  # a bug in Pesto, not in the input: say so plainly
+            if os.environ.get("PESTO_TRACEBACK"):
+                raise
+            print(f"internal error: {type(e).__name__}: {e}\n"
+                  "(this is a bug in pesto-compile; rerun with PESTO_TRACEBACK=1 for details)", file=sys.stderr)
+            return 70
+
+
+@contextmanager
+def sigterm_as_ctrl_c() -> Iterator[list[int]]:
+    """While the block runs, SIGTERM is taken as Ctrl-C is, as a KeyboardInterrupt: the search
+    keeps its best plan and the run goes on with it (the place pass), anything else stops, and
+    the temporary files of outputs are removed on the way out. Yields the list of SIGTERMs
+    received, for the exit status. Outside the main thread, where Python sets no handler,
+    SIGTERM keeps its default."""
+    received: list[int] = []
+
+    def interrupt(signum: int, frame: FrameType | None) -> None:
+        received.append(signum)
+        raise KeyboardInterrupt
+
     try:
-        return run(argv)
-    except PestoError as e:
-        print(e.format(), file=sys.stderr)
-        return 1
-    except OSError as e:
-        print(f"error: {e.filename or ''}: {e.strerror}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
-    except Exception as e:  # a bug in Pesto, not in the input: say so plainly
-        if os.environ.get("PESTO_TRACEBACK"):
-            raise
-        print(f"internal error: {type(e).__name__}: {e}\n"
-              "(this is a bug in pesto-compile; rerun with PESTO_TRACEBACK=1 for details)", file=sys.stderr)
-        return 70
+        previous = signal.signal(signal.SIGTERM, interrupt)
+    except ValueError:  # not the main thread
+        yield received
+        return
+    try:
+        yield received
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":

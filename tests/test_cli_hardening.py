@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.metadata
+import json
 import os
 import shutil
 import signal
@@ -18,9 +19,11 @@ import pytest
 
 import pesto_ir
 import pesto_ir.cli
-from pesto_ir import Graph, ParseError
+from pesto_ir import Graph, ParseError, PestoError
 from pesto_ir.cli import main
+from pesto_ir.cluster.devices import Device, kind_key
 from pesto_ir.cluster.model import Cluster
+from pesto_ir.cost.lookup import op_cost
 from pesto_ir.passes import PASSES
 from pesto_ir.passes.place import MAX_DEFAULT_TIME_LIMIT
 from pesto_ir.passes.placement.exact.cpsat_problem import Problem, Request
@@ -227,11 +230,16 @@ def test_an_output_path_ending_in_a_slash_is_refused(tmp_path: Path, no_work: No
 def test_a_folder_that_takes_no_new_file_is_refused_before_any_work(tmp_path: Path, no_work: None,
                                                                    monkeypatch: pytest.MonkeyPatch,
                                                                    capsys: pytest.CaptureFixture[str]) -> None:
-    """The write failed only after the whole run, naming a hidden temporary file."""
-    def refuse(*args: object, **kwargs: object) -> None:
-        raise PermissionError(13, "Permission denied")
+    """The write failed only after the whole run, naming a hidden temporary file. (As root, a folder's
+    permissions do not stop a new file: its making is refused here instead.)"""
+    real_open = os.open
 
-    monkeypatch.setattr("tempfile.mkstemp", refuse)
+    def refuse_new_files(path: str, flags: int, *args: int) -> int:
+        if flags & os.O_CREAT:
+            raise PermissionError(13, "Permission denied")
+        return real_open(path, flags, *args)
+
+    monkeypatch.setattr(os, "open", refuse_new_files)
     out = tmp_path / "out.pir"
     assert main([str(EXAMPLE), *FAST, "-o", str(out)]) == 1
     err = capsys.readouterr().err
@@ -410,3 +418,44 @@ def test_a_bad_suggested_cluster_in_text_is_a_clear_error(hint: str, message: st
                      "  %y = neg(%x) : f32[4,4]\n  return %y\n}\n")
     assert main([str(model), "-q", "-o", str(tmp_path / "out.pir")]) == 1
     assert message in capsys.readouterr().err and not (tmp_path / "out.pir").exists()
+
+
+# 8. device kinds, whatever their case (issue 45) ---------------------------------------------------------------
+
+
+def _cost_graph(key: str) -> str:
+    nodes = [{"id": n, "cost": {key: t}} for n, t in (("a", 0.002), ("b", 0.003))]
+    return json.dumps({"format": "pesto-graph/1", "nodes": nodes, "edges": [{"src": "a", "dst": "b", "bytes": 64}]})
+
+
+@pytest.mark.parametrize("cost_key, cluster_kind", [("H100", "h100"), ("h100", "H100"), ("NPU", "Npu")])
+def test_costs_keyed_by_a_kind_fit_its_devices_whatever_the_case(cost_key: str, cluster_kind: str,
+                                                                tmp_path: Path) -> None:
+    """Costs keyed "H100" on an h100 cluster were refused ("has no cost for device gpu0 (kind h100);
+    it has costs for: H100"), and so were costs keyed "h100" on a cluster file's kind "H100"."""
+    model, cluster = tmp_path / "g.json", tmp_path / "c.json"
+    model.write_text(_cost_graph(cost_key))
+    cluster.write_text(json.dumps({"format": "pesto-cluster/1", "devices": [
+        {"name": f"x{i}", "kind": cluster_kind, "memory": 1e10} for i in range(2)]}))
+    out = tmp_path / "out.pir"
+    assert main([str(model), "--cluster", str(cluster), "--algo", "m-etf", "-q", "-o", str(out)]) == 0
+    plan = read_plan_attrs(pesto_ir.load(out))
+    assert plan is not None and plan.makespan >= 0.005 - 1e-12
+
+
+def test_a_device_keeps_its_kind_in_one_form_and_op_cost_reads_any_case() -> None:
+    """One normalising function (`kind_key`): the device's kind, the built-in kinds and cost keys."""
+    device = Device("x0", "H100", 1e12, 1e11, 1e9)
+    assert device.kind == kind_key("H100") == "h100" and Device.of_kind("g0", "V100").kind == "v100"
+    op = pesto_ir.parse('graph @g() {\n  %a = opaque() {cost = {H100 = 2ms, x0 = 1ms}} : blob[4]\n}\n').ops[0]
+    assert op_cost(op, device) == pytest.approx(1e-3)  # a device's name first, as written
+    assert op_cost(op, Device.of_kind("g0", "h100")) == pytest.approx(2e-3)
+    with pytest.raises(PestoError, match="has no cost for device g0 \\(kind v100\\)"):
+        op_cost(op, Device.of_kind("g0", "v100"))
+
+
+def test_device_kind_flag_takes_any_case(tmp_path: Path) -> None:
+    for kind in ("H100", "h100"):
+        assert main([str(EXAMPLE), "--devices", "1", "--device-kind", kind, "-p", "annotate-costs,simulate", "-q",
+                     "-o", str(tmp_path / f"{kind}.pir")]) == 0
+    assert (tmp_path / "H100.pir").read_text() == (tmp_path / "h100.pir").read_text()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -377,10 +378,14 @@ def test_a_failed_write_names_the_output_not_its_temporary_file(tmp_path: Path,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     target = tmp_path / "out.pir"
 
-    def refuse(*args: Any, **kwargs: Any) -> Any:
-        raise PermissionError(13, "Permission denied", str(tmp_path / ".out.pir.x1y2.tmp"))
+    real_open = os.open
 
-    monkeypatch.setattr("tempfile.mkstemp", refuse)
+    def refuse(path: Any, flags: int, *args: Any) -> Any:
+        if flags & os.O_CREAT:  # the temporary file
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_open(path, flags, *args)
+
+    monkeypatch.setattr("os.open", refuse)
     with pytest.raises(PermissionError) as e:
         write_atomic(target, "text")
     assert e.value.filename == str(target) and ".tmp" not in str(e.value)

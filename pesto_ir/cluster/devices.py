@@ -16,6 +16,14 @@ from pesto_ir.util.loader import brief
 MAX_HOST = (1 << 20) - 1  # a process index; a larger one is a broken file, not a machine
 
 
+def kind_key(kind: str) -> str:
+    """A device kind as every part of Pesto compares it: without regard to case, so that "H100"
+    in a cluster file, in a graph's costs or on the command line is the built-in h100. A device
+    keeps its kind in this form (`Device`); costs keyed by kind are looked up through it
+    (`pesto_ir.cost.lookup.op_cost`)."""
+    return kind.lower()
+
+
 @dataclass(frozen=True)
 class DeviceKind:
     """Datasheet figures of one accelerator model (dense FP32/TF32-class peak as used for costs)."""
@@ -80,6 +88,9 @@ class Device:
     setup: tuple[tuple[str, float], ...] = ()
 
     def __post_init__(self) -> None:
+        if not isinstance(self.kind, str):
+            raise ClusterError(f"device {self.name}: kind must be a name like 'h100', got {brief(repr(self.kind))}")
+        object.__setattr__(self, "kind", kind_key(self.kind))
         for key in ("efficiency", "setup"):
             if isinstance(getattr(self, key), Mapping):
                 object.__setattr__(self, key, tuple(getattr(self, key).items()))
@@ -190,7 +201,7 @@ def lenient_float(v: Any) -> float:
 def kind_named(kind: str) -> DeviceKind:
     if not isinstance(kind, str):
         raise ClusterError(f"a device kind is a name like 'h100', got {brief(repr(kind))}")
-    k = KINDS.get(kind.lower())
+    k = KINDS.get(kind_key(kind))
     if k is None:
         raise ClusterError(f"unknown device kind '{kind}' (built in: {', '.join(KINDS)}; "
                            "describe others in a pesto-cluster/1 file)")

@@ -8,7 +8,15 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from pesto_ir.cluster.devices import KINDS, MAX_HOST, OP_FAMILIES, Device, check_calibration, lenient_float
+from pesto_ir.cluster.devices import (
+    KINDS,
+    MAX_HOST,
+    OP_FAMILIES,
+    Device,
+    check_calibration,
+    kind_key,
+    lenient_float,
+)
 from pesto_ir.cluster.figures import AllReduceFit, ClusterError, out_of_range
 from pesto_ir.util.loader import brief
 
@@ -21,7 +29,7 @@ def device_from_json(i: int, d: Any, source: str) -> Device:
     if not kind.strip():
         raise ClusterError(f"{source}: devices[{i}] ({d['name']}): \"kind\" must be a non-empty name such as "
                            f"\"h100\", not {brief(repr(kind))}")
-    base = KINDS.get(kind.lower())
+    base = KINDS.get(kind_key(kind))
 
     def num(key: str, required: bool = True) -> float | None:
         v = d.get(key, getattr(base, key) if base is not None else None)

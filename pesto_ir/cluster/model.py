@@ -29,7 +29,7 @@ from pesto_ir.cluster.figures import AllReduceFit, ClusterError, is_real, out_of
 from pesto_ir.cluster.host import Machine, machine_from_json
 from pesto_ir.cluster.json_fields import all_reduce_from_json, device_from_json, link_figure
 from pesto_ir.util.gc_pause import gc_paused
-from pesto_ir.util.loader import brief, finite
+from pesto_ir.util.loader import CLUSTER_LIMIT, UnreadableFile, brief, check_text_file, finite, read_text_file
 
 
 def suggestion_problem(hint: Any) -> str | None:
@@ -222,7 +222,7 @@ class Cluster:
             raise bad("\"host_link\" must be an object {\"latency\": seconds, \"bandwidth\": bytes per second}")
         if not isinstance(raw_links, list):
             raise bad("\"links\" must be a list of {\"src\", \"dst\", \"latency\", \"bandwidth\"} objects")
-        first_kind = KINDS.get(devices[0].kind.lower())
+        first_kind = KINDS.get(devices[0].kind)  # a Device's kind is its `kind_key`
         lat0 = link_figure(default, "latency", first_kind.link_latency if first_kind else 1e-5, bad, "link")
         bw0 = link_figure(default, "bandwidth", first_kind.link_bandwidth if first_kind else 1e10, bad, "link")
         lat1 = link_figure(across, "latency", lat0, bad, "host_link") if across is not None else lat0
@@ -252,11 +252,9 @@ class Cluster:
         if not isinstance(path, (str, os.PathLike)):
             raise ClusterError(f"Cluster.load() takes a file path, got {type(path).__name__}")
         try:
-            data = json.loads(Path(path).read_text(encoding="utf-8"))
-        except OSError as e:
-            raise ClusterError(f"{path}: cannot read cluster file: {e.strerror}") from None
-        except UnicodeDecodeError as e:
-            raise ClusterError(f"{path}: cluster file is not UTF-8 text ({e.reason} at byte {e.start})") from None
+            data = json.loads(read_text_file(path, CLUSTER_LIMIT, "cluster file"))
+        except UnreadableFile as e:
+            raise ClusterError(f"{path}: {e}") from None
         except json.JSONDecodeError as e:
             raise ClusterError(f"{path}:{e.lineno}:{e.colno}: invalid JSON: {e.msg}") from None
         except RecursionError:
@@ -264,6 +262,15 @@ class Cluster:
         except ValueError as e:  # an integer literal longer than Python converts (4300 digits)
             raise ClusterError(f"{path}: invalid JSON: {e}") from None
         return Cluster.from_json(data, str(path))
+
+    @staticmethod
+    def check_file(path: str | Path) -> None:
+        """Refuse now what `load` would refuse before reading a byte (`check_text_file`): a command
+        checks its file arguments before any work."""
+        try:
+            check_text_file(path, CLUSTER_LIMIT, "cluster file")
+        except UnreadableFile as e:
+            raise ClusterError(f"{path}: {e}") from None
 
     def with_memory(self, memory: float) -> Cluster:
         """The same cluster with every device's capacity set to `memory` bytes (`inf`: no limit)."""

@@ -4,7 +4,8 @@ The `annotate-costs` pass writes these attributes; every placement algorithm and
 read them only through the functions here, so there is one meaning of `cost`:
 
 - `cost`: a duration (the same on every device) or a dict keyed by device name or device kind
-  (`{h100 = 1ms, cpu = 20ms}`); a plain number is seconds. Missing means 0.
+  (`{h100 = 1ms, cpu = 20ms}`); a plain number is seconds. Missing means 0. A name is matched
+  exactly, a kind without regard to case (`kind_key`), as clusters match kinds.
 - `memory`: bytes the op holds on its device for the whole step (resident). Missing means 0.
   Outputs, copies and scratch have lifetimes: `pesto_ir.schedule.memory` counts them.
 - bytes sent for a value: its type's size (`blob[N]` for cost-only graphs).
@@ -14,8 +15,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from pesto_ir.cluster.devices import Device
-from pesto_ir.ir.attributes import DictAttr
+from pesto_ir.cluster.devices import Device, kind_key
+from pesto_ir.ir.attributes import Attr, DictAttr
 from pesto_ir.ir.graph import Op, Value
 from pesto_ir.util.errors import PestoError
 
@@ -30,12 +31,17 @@ def op_cost(op: Op, device: Device) -> float:
     if a is None:
         return 0.0
     if isinstance(a, DictAttr):
-        entry = a.get(device.name) or a.get(device.kind)
+        entry = a.get(device.name) or a.get(device.kind) or _kind_entry(a, device.kind)
         if entry is None:
             raise CostError(f"op '{op.name}' ({op.where()}) has no cost for device {device.name} "
                             f"(kind {device.kind}); it has costs for: {', '.join(k for k, _ in a.entries)}")
         return float(entry.value)
     return float(a.value)
+
+
+def _kind_entry(costs: DictAttr, kind: str) -> Attr | None:
+    """The cost keyed by `kind` (a device's, already a `kind_key`) spelt in another case: "H100"."""
+    return next((entry for key, entry in costs.entries if kind_key(key) == kind), None)
 
 
 def summed_costs(ops: Iterable[Op], devices: Sequence[Device]) -> list[float]:

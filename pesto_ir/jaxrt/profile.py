@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from pesto_ir.cluster.devices import Device
+from pesto_ir.cluster.devices import Device, kind_key
 from pesto_ir.cluster.figures import ClusterError
 from pesto_ir.cluster.host import machine_key
 from pesto_ir.cluster.model import jax_device_kind
@@ -141,7 +141,8 @@ class Profiler:
             try:
                 kinds.setdefault(jax_device_kind(d), d)
             except ClusterError:
-                kinds.setdefault(str(d.device_kind).lower(), d)
+                kinds.setdefault(kind_key(str(d.device_kind)), d)
+        kind = kind_key(kind)
         if kind not in kinds:
             raise ProfileError(f"cannot profile for device kind '{kind}': no local JAX device of that kind "
                                f"(this machine has: {', '.join(sorted(kinds))}); use model=roofline, or a "
