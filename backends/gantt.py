@@ -31,6 +31,7 @@ from pesto_ir.backends.figures import FORMATS, image_metadata, mirrored_devices,
 from pesto_ir.backends.memory_plot import draw_live_bytes
 from pesto_ir.cluster.model import Cluster
 from pesto_ir.ir.graph import Graph
+from pesto_ir.passes.placement.label import plan_label
 from pesto_ir.schedule.plan import RING_PHASES, Collective, Plan, collective_bytes
 from pesto_ir.util.errors import PestoError
 from pesto_ir.util.units import human_bytes, human_time
@@ -375,7 +376,8 @@ def _label_bars(fig: Figure, ax: Axes, shared: dict[tuple[str, float, float], li
 
 
 def _title(plan: Plan) -> str:
-    head = plan.graph + (f" ({plan.algorithm})" if plan.algorithm else "")
+    label = plan_label(plan)
+    head = plan.graph + (f" ({label})" if label else "")
     text = f"{head}: makespan {human_time(plan.makespan)}"
     if plan.lower_bound is not None:
         text += f", lower bound {human_time(plan.lower_bound)}"

@@ -22,6 +22,12 @@ this module turns it into JAX calls:
 
 A plan with d > 1 data-parallel replicas runs each segment over the mesh of the devices that
 mirror its device: `backends/jax_replicas.py` lays the replicas out.
+
+Across processes, outputs that are the next value of an input (parameters, optimizer state) come
+back as resident arrays on their devices (`pesto_ir/jaxrt/cross_process.py`); small other outputs
+(losses, metrics: `EVERYWHERE_BYTES`) are replicated to a device of every process, so that every
+process can read them as it would a `jax.jit` result; larger ones stay where they were made
+(`backends/jax_outputs.py`).
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ import jax
 import numpy as np
 from jax.sharding import NamedSharding, Sharding, SingleDeviceSharding
 
+from pesto_ir.backends.jax_outputs import replicated_outputs, resident_outputs, small_outputs, whole_here
 from pesto_ir.backends.jax_replicas import BackendError, Replicas
 from pesto_ir.backends.replica_runtime import REPLICA_AXIS, TENSOR_AXIS
 from pesto_ir.backends.schedule import Move, Schedule, ScheduleError, Segment, schedule, segment_graph
@@ -147,6 +154,9 @@ class Executable:
             raise BackendError(f"{len(constants)} constants given for a graph of {len(graph.inputs)} inputs")
         self.schedule = sched
         self.devices = dict(devices)
+        # how this executable came to run, when something chose it (parallelize's autotuning says so
+        # here, and `describe()` says it first); empty when it was simply built
+        self.chosen_by = ""
         self.num_inputs = len(graph.inputs) - len(constants)
         self._compiler_options = dict(compiler_options) if compiler_options else None
         self._sharding = {n: SingleDeviceSharding(d) for n, d in self.devices.items()}
@@ -202,8 +212,15 @@ class Executable:
         self._outputs = _gather(tuple(self.outputs))
         if self.replicas is not None:
             self._outputs = _unstacked(self._outputs, self.replicas)
+        # outputs a user reads every step (small, not the next value of an input) in every process
+        self.everywhere = small_outputs(graph, sched.state_map) if self._here is not None else frozenset()
         if self._here is not None and self.replicas is None:
-            self._outputs = self._resident_outputs(self._outputs)
+            self._outputs = resident_outputs(
+                self.outputs, [(self.devices[self._regs.names[r][1]], self._regs.spec(r)) for r in self.outputs],
+                [self._runs_here(self._regs.names[r][1]) for r in self.outputs], self.everywhere,
+                list(self.devices.values()))
+        elif self._here is not None:
+            self._outputs = replicated_outputs(self._outputs, self.everywhere, list(self.devices.values()))
         self._direct = self._direct_call() if self.replicas is None and self._here is None else None
 
     def _put(self, x: Any, sharding: Sharding) -> Any:
@@ -347,18 +364,6 @@ class Executable:
 
         return move, _gather(takes), gives, takes
 
-    def _resident_outputs(self, outputs: Gather) -> Gather:
-        """`outputs` as resident arrays (`pesto_ir/jaxrt/cross_process.py`): every process gets one per
-        output, with its data in the process of the output's device."""
-        where = [(self.devices[self._regs.names[r][1]], self._regs.spec(r)) for r in self.outputs]
-        here = [self._runs_here(self._regs.names[r][1]) for r in self.outputs]
-
-        def gather(regs: Indexed) -> tuple[Any, ...]:
-            return tuple(cross_process.resident(regs[r] if mine else None, device, spec)
-                         for r, mine, (device, spec) in zip(self.outputs, here, where))
-
-        return gather
-
     # ---------------------------------------------------------------- running
     def __call__(self, *inputs: Any) -> list[Any]:
         if self._direct is not None:  # one segment, nothing else: call it on the inputs as they are
@@ -420,6 +425,8 @@ class Executable:
             home_name = self._regs.names[r][1]
             home = self.devices[home_name]
             at = cross_process.resident_device(x)
+            if at is None and self._runs_here(home_name):
+                x = whole_here(x, v)  # e.g. an output made readable everywhere, given back
             if at is not None and at != home:
                 x = cross_process.copy(cross_process.local_data(x) if cross_process.is_local(at) else None, at, home,
                                        self._regs.specs[r])  # type: ignore[arg-type]
@@ -461,8 +468,8 @@ class Executable:
                 for _, s, _, _ in self._inputs]
 
     def describe(self) -> str:
-        """One line per segment and transfer, in dispatch order."""
-        lines = []
+        """One line per segment and transfer, in dispatch order (after how it was chosen, if it was)."""
+        lines = [self.chosen_by] if self.chosen_by else []
         if self.replicas is not None:
             r = self.replicas
             what = " x ".join(([f"{r.dp} data-parallel replicas"] if r.dp > 1 else []) +

@@ -209,15 +209,19 @@ class Loop:
 
 
 def side_by_side(fns: list[Callable[[], Any]], reps: int, calls: int, clock: Callable[[], float],
-                 stat: Callable[[list[float]], float] = statistics.median) -> list[float]:
-    """Seconds per call of each function (`stat` over repetitions), repetitions alternating between them."""
+                 stat: Callable[[list[float]], float] = statistics.median, rotate: bool = False) -> list[float]:
+    """Seconds per call of each function (`stat` over repetitions), repetitions alternating between
+    them; with `rotate`, each round starts one function later, so that none always runs right
+    after the same other."""
     import jax
 
     samples: list[list[float]] = [[] for _ in fns]
     for fn in fns:
         jax.block_until_ready(fn())
-    for _ in range(reps):
-        for i, fn in enumerate(fns):
+    for rep in range(reps):
+        shift = rep % len(fns) if rotate else 0
+        for i in [*range(shift, len(fns)), *range(shift)]:
+            fn = fns[i]
             t0 = clock()
             for _ in range(calls):
                 out = fn()
@@ -241,10 +245,11 @@ def bench_model(name: str, k: int, reps: int, calls: int, clock: Callable[[], fl
     devices = jax.devices()
     jitted = jax.jit(fn)
     t0 = time.perf_counter()
-    single = pesto_ir.parallelize(fn, devices=devices[:1], algo="single", param_argnums=argnums)
+    # autotune=False: this measures the backend's own executables, not what autotuning would pick
+    single = pesto_ir.parallelize(fn, devices=devices[:1], algo="single", param_argnums=argnums, autotune=False)
     single(*args)
     first_call = time.perf_counter() - t0
-    spread = pesto_ir.parallelize(fn, devices=devices[:k], algo="m-etf", param_argnums=argnums)
+    spread = pesto_ir.parallelize(fn, devices=devices[:k], algo="m-etf", param_argnums=argnums, autotune=False)
     spread(*args)
     fed = _fed_back(fn, argnums)
     t_jit, t_single = side_by_side([Loop(jitted, args, fed), Loop(single, args, fed)], reps, calls, clock, stat)

@@ -25,7 +25,7 @@ or is more than 5% above the lower bound get findings that say why, from three n
     python -m bench                          # everything: 23 models x k = 2, 4, 8 (about 80 min)
     python -m bench --quick                  # 4 small models x k = 2, 4 (about 30 s; CI runs it)
     python -m bench --models gnmt_training_layer jax_gpt --k 4 --time-limit 30
-    python -m bench --readme README.md --gantt docs/images/plan.png   # refresh the README's results
+    python -m bench --readme docs/benchmarks.md --gantt docs/images/plan.png   # refresh the results in docs/benchmarks.md
     python -m bench --llm [--quick] [--rows NAME ...]   # the LLM zoo (`bench/llm_zoo.py`), not in the default run
 
 Results go to `bench/results/{suite,quick}.{md,json}` (`--out` to change), each written whole.
@@ -244,7 +244,7 @@ def coarsen_place_expand(graph: Graph, cluster: Cluster, engine: str, limit: flo
 def limits_text(header: dict[str, Any]) -> str:
     limit = header.get("search_time_limit")
     if limit is None:
-        return ("T is place's default for the coarse graph (2 s + 0.1 s per group, at most 30 s: "
+        return ("T is place's default for the coarse graph (4 s + 0.2 s per group, at most 60 s: "
                 f"{default_time_limit(header['target']):g} s for {header['target']} groups; the T column)")
     return f"T = {limit:g} s"
 

@@ -206,17 +206,15 @@ def graph_from_json(data: Any, filename: str = "<json>") -> Graph:
         graph.attrs["suggested_cluster"] = _suggested_cluster(data["suggested_cluster"], filename)
 
     result_of: dict[tuple[str, int], Value] = {}
-    operand_lists: dict[str, list[Value]] = {nid: [] for nid in order}
+    # each node's operands, each value once in first-edge order (a dict: a node read by N others,
+    # or reading N others, costs N, not N^2)
+    operand_lists: dict[str, dict[Value, None]] = {nid: {} for nid in order}
     ops: dict[str, Op] = {}
     for nid in topo:
         n = by_id[nid]
         where = f"node '{nid}'"
         at = ("nodes", position[nid])
-        sizes: list[int] = []
-        for _, b in readers[nid]:
-            if b not in sizes:
-                sizes.append(b)
-        sizes = sizes or [0]
+        sizes = list(dict.fromkeys(b for _, b in readers[nid])) or [0]  # in first-read order, each once
         attrs: dict[str, Attr] = {}
         if isinstance(n.get("name"), str) and n["name"] != nid:
             attrs["label"] = StringAttr(n["name"])
@@ -238,9 +236,7 @@ def graph_from_json(data: Any, filename: str = "<json>") -> Graph:
             result_of[(nid, b)] = r
     for src in order:
         for dst, b in readers[src]:
-            result = result_of[(src, b)]
-            if result not in operand_lists[dst]:
-                operand_lists[dst].append(result)
+            operand_lists[dst][result_of[(src, b)]] = None
     for nid, op in ops.items():
         op.set_operands(operand_lists[nid])
     return graph

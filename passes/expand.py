@@ -31,4 +31,4 @@ class ExpandPass(Pass):
             raise PlaceError("expand needs a placed graph: run place before it")
         fine = expand_plan(graph, cluster, plan)
         write_plan_attrs(graph, fine)
-        ctx.progress(f"expand: {len(graph.ops)} ops, makespan {human_time(fine.makespan, 4)}")
+        ctx.progress(f"expand: {len(graph.ops)} ops, re-timed with first-come links: {human_time(fine.makespan, 4)}")

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pesto_ir.cluster.model import Cluster
 from pesto_ir.ir.graph import Graph
 from pesto_ir.passes.placement.expansion import expand_plan
+from pesto_ir.passes.placement.label import plan_label
 from pesto_ir.passes.placement.options import (
     COARSE_NOTE,
     AlgorithmEntry,
@@ -127,8 +128,9 @@ class PlacePass(Pass):
         if entry.exact and not entry.wall_bounded:
             ctx.progress(f"place: {counted:.1f} s of counted work ({options.time_limit:.3g} s given) in "
                          f"{time.perf_counter() - started:.1f} s")
-        ctx.progress(f"place: {plan.algorithm} makespan {human_time(plan.makespan, 4)}"
-                     + (f", lower bound {human_time(plan.lower_bound, 4)}" if plan.lower_bound else ""))
+        ctx.progress(f"place: candidate ({plan_label(plan)}): {human_time(plan.makespan, 4)}"
+                     + (f", its strategy's bound {human_time(plan.lower_bound, 4)}" if plan.lower_bound else "")
+                     + " (simulate times the plan that runs)")
         return graph
 
     def place(self, graph: Graph, cluster: Cluster, options: PlaceOptions) -> tuple[Graph, Plan]:

@@ -2,9 +2,11 @@
 
 A placement algorithm's own times may be optimistic or stale (costs changed, the graph was
 expanded from a coarse plan). This pass keeps what was decided, each op's device and the order
-of ops on each device (by recorded start time, ties in graph order, which is topological), and
-lets `pesto_ir.schedule.simulate` compute the times under the cluster's link model. The result is
-validated, written back in place of the old times, and summarised.
+of ops on each device (by recorded start, then end, then `tie`, then graph position, which is
+topological: `pesto_ir.schedule.simulate.recorded_order`), and lets `pesto_ir.schedule.simulate`
+compute the times under the cluster's link model. The result is validated, written back in place
+of the old times, and summarised. A placed graph this pass (or `expand`) wrote, printed and read
+back, is simulated to the same times: that order is the one the simulator ran.
 
 A graph with no placement at all on a one-device cluster runs on that device in graph order, so
 `annotate-costs,simulate` gives the single-device makespan.
@@ -12,17 +14,20 @@ A graph with no placement at all on a one-device cluster runs on that device in 
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import ClassVar
 
 from pesto_ir.cluster.model import Cluster
+from pesto_ir.ir.attributes import format_duration
 from pesto_ir.ir.graph import Graph
+from pesto_ir.passes.placement.label import plan_label
 from pesto_ir.passes.rewrite.replicas import sub_cluster
 from pesto_ir.passmanager import Pass, PassContext
 from pesto_ir.schedule.bounds import lower_bound
-from pesto_ir.schedule.plan import Plan, read_plan_attrs, write_plan_attrs
+from pesto_ir.schedule.plan import OpSlot, Plan, read_plan_attrs, recorded_ties, write_plan_attrs
 from pesto_ir.schedule.report import format_summary, summarize
-from pesto_ir.schedule.simulate import simulate
+from pesto_ir.schedule.simulate import recorded_order, simulate
 from pesto_ir.schedule.validate import check_plan, collectives_for
 from pesto_ir.util.errors import PestoError
 
@@ -32,7 +37,8 @@ class SimulateError(PestoError):
 
 
 def recorded_schedule(graph: Graph, cluster: Cluster) -> tuple[dict[str, str], dict[str, list[str]]]:
-    """(placement, per-device order) from the ops' `device` and `start` attributes."""
+    """(placement, per-device order) from the ops' `device`, `start`, `end` and `tie` attributes:
+    the orders that give a plan the simulator timed its times again (`recorded_order`)."""
     placed = {op.name: op.get("device") for op in graph.ops if "device" in op.attrs}
     if not placed and len(cluster) == 1:
         only = cluster.names[0]
@@ -42,15 +48,24 @@ def recorded_schedule(graph: Graph, cluster: Cluster) -> tuple[dict[str, str], d
         first = missing[0]
         raise SimulateError(f"simulate needs a placed graph: {len(missing)} op(s) have no device, e.g. "
                             f"'{first.name}' ({first.where()}); run a place pass first")
-    index = {op.name: i for i, op in enumerate(graph.ops)}
-    timed = all("start" in op.attrs for op in graph.ops)
-
-    def key(op_name: str) -> tuple[float, int]:
-        return (float(graph.op(op_name).get("start")) if timed else 0.0, index[op_name])
-
-    order: dict[str, list[str]] = {}
-    for name in sorted(placed, key=key):
-        order.setdefault(placed[name], []).append(name)
+    if not all("start" in op.attrs for op in graph.ops):  # no times: graph order
+        order: dict[str, list[str]] = {}
+        for op in graph.ops:
+            order.setdefault(placed[op.name], []).append(op.name)
+        return placed, order
+    slots = {op.name: OpSlot(placed[op.name], float(op.get("start")), float(op.get("end", op.get("start"))))
+             for op in graph.ops}
+    order = recorded_order(graph, Plan(graph.name, "", list(cluster.names), slots, ties=recorded_ties(graph)))
+    # The orders are topological; where they are not by time, the times put an op before one it
+    # waits for, and running them as recorded would deadlock.
+    for device, names in order.items():
+        for ahead, then in zip(names, names[1:]):
+            a, b = slots[ahead], slots[then]
+            if (b.start, b.end) < (a.start, a.end):
+                raise SimulateError(
+                    f"the recorded order deadlocks on {device}: '{then}' ({graph.op(then).where()}) starts at "
+                    f"{format_duration(b.start)}, before '{ahead}' at {format_duration(a.start)}, but needs "
+                    "results that the times make it wait for until after that")
     return placed, order
 
 
@@ -80,4 +95,4 @@ class SimulatePass(Pass):
             raise SimulateError("simulate needs a cluster (give --cluster FILE or --devices N)")
         plan = resimulate(graph, ctx.cluster)
         write_plan_attrs(graph, plan)
-        ctx.progress(format_summary(summarize(graph, plan, ctx.cluster)))
+        ctx.progress(format_summary(dataclasses.replace(summarize(graph, plan, ctx.cluster), algorithm=plan_label(plan))))

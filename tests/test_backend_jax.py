@@ -248,7 +248,7 @@ def test_device_dict_and_errors() -> None:
 
 def test_training_20_steps_match_jit_and_params_stay_on_their_devices(monkeypatch: pytest.MonkeyPatch) -> None:
     fn, (params, state, x, y), _ = _mlp_adam()
-    step = pesto_ir.parallelize(fn, devices=jax.devices()[4:8], param_argnums=(0, 1))
+    step = pesto_ir.parallelize(fn, devices=jax.devices()[4:8], param_argnums=(0, 1), autotune=False)
     jitted = jax.jit(fn)
     p1, s1, p2, s2 = params, state, params, state
     p1, s1, l1 = step(p1, s1, x, y)
@@ -284,7 +284,7 @@ def test_training_20_steps_match_jit_and_params_stay_on_their_devices(monkeypatc
 
 def test_parallelize_caches_by_signature_and_reports_its_plan() -> None:
     step = pesto_ir.parallelize(lambda a, b: (jnp.sin(a) @ b, a.sum()), devices=jax.devices()[:2],
-                                algo="expert", compiler_options=FAST)
+                                algo="expert", compiler_options=FAST, autotune=False)
     with pytest.raises(PestoError, match="has not been called"):
         _ = step.plan
     a, b = _normal(1, (4, 3)), _normal(2, (3, 5))
@@ -307,7 +307,7 @@ def test_donated_inputs_and_resident_constants() -> None:
         return w - 0.1 * (x.T @ h), (h @ table.T).sum() + jnp.cos(h).sum()
 
     step = pesto_ir.parallelize(update, devices=jax.devices()[2:4], algo="m-topo", param_argnums=(0,),
-                                donate_argnums=(0,), compiler_options=FAST)
+                                donate_argnums=(0,), compiler_options=FAST, autotune=False)
     w, x = _normal(5, (3, 3)), _normal(6, (4, 3))
     want = jax.jit(update)(w, x)
     w_home = jax.device_put(w, step.compile(w, x).executable.input_devices()[0])

@@ -257,8 +257,8 @@ def _f(x: jax.Array) -> jax.Array:
     ({"batch_argnums": "x"}, "batch_argnums must be argument positions"),
     ({"batch_argnums": (0, 1), "param_argnums": (1,)}, r"argument\(s\) \[1\] are in both batch_argnums and "
                                                         "param_argnums"),
-    ({"autotune": 1}, "autotune must be True or False, got 1"),
-    ({"autotune": "yes"}, "autotune must be True or False"),
+    ({"autotune": 1}, "autotune must be True, False or \"auto\" .*, got 1"),
+    ({"autotune": "yes"}, "autotune must be True, False or \"auto\""),
     ({"autotune_steps": 0}, "autotune_steps must be a whole number from 1 to 1000, got 0"),
     ({"autotune_steps": 2.5}, "autotune_steps must be a whole number"),
 ])
@@ -276,7 +276,7 @@ def test_parallelize_batch_options_are_stored() -> None:
     assert pesto_ir.parallelize(_f, batch_argnums=[0, 2]).options.batch_argnums == (0, 2)
     defaults = pesto_ir.parallelize(_f).options
     assert (defaults.data_parallel, defaults.microbatches, defaults.batch_argnums, defaults.autotune) == \
-        (None, None, None, False)
+        (None, None, None, "auto")
     assert defaults == ParallelizeOptions()
 
 
@@ -288,11 +288,11 @@ def test_parallelize_passes_batch_argnums_to_the_lowering() -> None:
     with pytest.raises(LoweringError, match=r"batch_argnums \[5\] out of range"):
         pesto_ir.parallelize(f, devices=jax.devices()[:1], param_argnums=0, batch_argnums=5)(w, x, y)
     step = pesto_ir.parallelize(f, devices=jax.devices()[:2], algo="m-topo", param_argnums=0, batch_argnums=1,
-                                compiler_options={"xla_backend_optimization_level": 0})
+                                compiler_options={"xla_backend_optimization_level": 0}, autotune=False)
     compiled = step.compile(w, x, y)
     assert _batch_inputs(compiled.lowered.graph) == {"x": 0}
     default = pesto_ir.parallelize(f, devices=jax.devices()[:2], algo="m-topo", param_argnums=0,
-                                   compiler_options={"xla_backend_optimization_level": 0})
+                                   compiler_options={"xla_backend_optimization_level": 0}, autotune=False)
     assert _batch_inputs(default.compile(w, x, y).lowered.graph) == {"x": 0, "y": 0}
 
 
@@ -312,7 +312,7 @@ def test_parallelize_runs_a_step_as_micro_batches_with_jit_s_numbers(microbatche
     x = jnp.asarray(rng.standard_normal((32, 16)), jnp.float32)
     y = jnp.asarray(rng.standard_normal((32, 4)), jnp.float32)
     run = pesto_ir.parallelize(step, devices=jax.devices()[:4], param_argnums=0, microbatches=microbatches,
-                               time_limit=3)
+                               time_limit=3, autotune=False)
     got, want = run(w, x, y), jax.jit(step)(w, x, y)
     for a, b in zip(got, want):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=2e-5, atol=1e-6)

@@ -19,6 +19,7 @@ from pesto_ir.launch import main as launch
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "train_multiprocess.py"
 DIES = Path(__file__).resolve().parent / "multiprocess" / "die_mid_step.py"
+SMALL_OUTPUTS = Path(__file__).resolve().parent / "multiprocess" / "small_outputs.py"
 
 
 def _launch(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
@@ -46,6 +47,22 @@ def test_stages_and_replicas_across_two_processes_train_like_jax_jit(model: str,
     assert staged is not None and int(staged.group(1)) > 0, out[-3000:]
     assert re.search(rf"{model}, data-parallel 2: .*2 replica\(s\) over 8 devices of processes \[0, 1\].*all-reduces "
                      "across the replicas", out), out[-3000:]
+
+
+@pytest.mark.slow
+def test_small_outputs_are_read_in_every_process_and_parameters_stay() -> None:
+    """Stages over both processes, then one replica per process: in each process the loss, a metric of
+    the first stage, per-example losses and a learning rate fed back read as they are (float,
+    np.asarray, process_allgather) and equal jax.jit's, though half of them were made on the other
+    process's devices; parameters and a 128 KiB activation stay where they were made. The default
+    does not autotune across processes; autotune=True is refused there (the script checks both)."""
+    proc = _launch(str(SMALL_OUTPUTS))
+    out = proc.stdout
+    assert proc.returncode == 0, out[-3000:] + proc.stderr[-2000:]
+    for p in (0, 1):
+        assert f"[p{p}] process {p}: small outputs made on processes [0, 1]" in out, out[-3000:]
+        for d in (1, 2):
+            assert f"[p{p}] process {p}: data-parallel {d}: outputs ok" in out, out[-3000:]
 
 
 @pytest.mark.slow

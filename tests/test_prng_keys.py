@@ -72,7 +72,7 @@ def test_a_step_with_typed_keys_round_trips_and_runs_on_4_devices_like_jit() -> 
     assert ": key<threefry2x32>[2]" in text and ": key<threefry2x32>[]" in text
     _round_trips(text)
 
-    run = pesto_ir.parallelize(_noisy_dropout_step, devices=jax.devices()[:4], compiler_options=FAST)
+    run = pesto_ir.parallelize(_noisy_dropout_step, devices=jax.devices()[:4], compiler_options=FAST, autotune=False)
     got = run(w, x)
     want = jax.jit(_noisy_dropout_step)(w, x)
     _assert_same_bits(got[2:], want[2:])  # the dropout mask, the next key, uniform draws: the very bits
@@ -93,7 +93,7 @@ def test_a_key_argument_is_a_key_input_and_threads_through_steps() -> None:
     lowered = lower_function(_carry_key_step, jax.random.key(7), x)
     assert lowered.graph.inputs[0].type == TensorType("key<threefry2x32>", ())
     _round_trips(str(lowered.graph))
-    run = pesto_ir.parallelize(_carry_key_step, devices=jax.devices()[:2], compiler_options=FAST)
+    run = pesto_ir.parallelize(_carry_key_step, devices=jax.devices()[:2], compiler_options=FAST, autotune=False)
     jitted = jax.jit(_carry_key_step)
     k1 = k2 = jax.random.key(7)
     for _ in range(3):
@@ -282,7 +282,7 @@ def test_library_dropout_runs_under_parallelize_on_4_devices(
         model: Callable[[], tuple[Callable[..., Any], tuple[Any, ...], int]]) -> None:
     fn, args, key_arg = model()
     run = pesto_ir.parallelize(fn, devices=jax.devices()[:4], param_argnums=0 if key_arg else (),
-                               compiler_options=FAST)
+                               compiler_options=FAST, autotune=False)
     got, want = jax.tree_util.tree_leaves(run(*args)), jax.tree_util.tree_leaves(jax.jit(fn)(*args))
     np.testing.assert_array_equal(np.asarray(got[0]) == 0, np.asarray(want[0]) == 0)  # the same units dropped
     for a, b in zip(got, want):

@@ -122,7 +122,8 @@ def check_steps(run: Any, step: Any, params: Any, x: jax.Array, y: jax.Array, d:
 @pytest.mark.parametrize("d, m", [(1, 2), (2, 1), (2, 2), (4, 1), (4, 4), (2, 4), (1, 4), (4, 2)])
 def test_mlp_replicas_and_micro_batches_give_jit_s_step(d: int, m: int) -> None:
     step, params, x, y = mlp()
-    run = pesto_ir.parallelize(step, devices=jax.devices()[:d], param_argnums=0, data_parallel=d, microbatches=m)
+    run = pesto_ir.parallelize(step, devices=jax.devices()[:d], param_argnums=0, data_parallel=d, microbatches=m,
+                               autotune=False)
     check_steps(run, step, params, x, y, d)
     par = run.plan.parallelism
     assert par is not None and (par.data_parallel, par.microbatches) == (d, m)
@@ -135,7 +136,8 @@ def test_mlp_replicas_and_micro_batches_give_jit_s_step(d: int, m: int) -> None:
     *(("cnn", d, m) for d, m in [(2, 1), (4, 2), (2, 4), (1, 2), (1, 4), (2, 2), (4, 1), (4, 4)])])
 def test_models_replicas_and_micro_batches_give_jit_s_step(name: str, d: int, m: int) -> None:
     step, params, x, y = MODELS[name]()
-    run = pesto_ir.parallelize(step, devices=jax.devices()[:d], param_argnums=0, data_parallel=d, microbatches=m)
+    run = pesto_ir.parallelize(step, devices=jax.devices()[:d], param_argnums=0, data_parallel=d, microbatches=m,
+                               autotune=False)
     check_steps(run, step, params, x, y, d)
 
 
@@ -144,7 +146,8 @@ def test_models_replicas_and_micro_batches_give_jit_s_step(name: str, d: int, m:
 def test_windows_that_take_the_batch_whole_give_jit_s_step(name: str, d: int, m: int) -> None:
     """Gathers and scatter-adds whose window takes the batch axis whole split with it."""
     step, params, x, y = MODELS[name]()
-    run = pesto_ir.parallelize(step, devices=jax.devices()[:d], param_argnums=0, data_parallel=d, microbatches=m)
+    run = pesto_ir.parallelize(step, devices=jax.devices()[:d], param_argnums=0, data_parallel=d, microbatches=m,
+                               autotune=False)
     check_steps(run, step, params, x, y, d)
 
 
@@ -180,7 +183,8 @@ def test_per_sample_outputs_come_back_whole() -> None:
 
     w = jnp.ones((5, 3)) * 0.1
     x = jnp.arange(BATCH * 5, dtype=jnp.float32).reshape(BATCH, 5) / 50
-    run = pesto_ir.parallelize(step, devices=jax.devices()[:4], param_argnums=0, data_parallel=4, microbatches=2)
+    run = pesto_ir.parallelize(step, devices=jax.devices()[:4], param_argnums=0, data_parallel=4, microbatches=2,
+                               autotune=False)
     for a, b in zip(run(w, x), jax.jit(step)(w, x)):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=RTOL, atol=ATOL)
 

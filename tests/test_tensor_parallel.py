@@ -118,7 +118,7 @@ def check_steps(run: Any, step: Any, params: Any, x: jax.Array, y: jax.Array, t:
                                      pytest.param("gpt", 4, marks=pytest.mark.slow), pytest.param("cnn", 4, marks=pytest.mark.slow)])
 def test_tensor_parallel_steps_give_jit_s_step(name: str, t: int) -> None:
     step, params, x, y = MODELS[name]()
-    run = pesto_ir.parallelize(step, devices=jax.devices()[:t], param_argnums=0, tensor_parallel=t)
+    run = pesto_ir.parallelize(step, devices=jax.devices()[:t], param_argnums=0, tensor_parallel=t, autotune=False)
     check_steps(run, step, params, x, y, t)
     assert run.plan.parallelism.tensor_parallel == t
     assert "tensor-parallel ranks" in run.executable.describe()
@@ -166,7 +166,7 @@ def test_tensor_parallel_groups_inside_data_parallel_replicas(name: str, m: int)
     step, and every split parameter 1/t per device."""
     step, params, x, y = MODELS[name]()
     run = pesto_ir.parallelize(step, devices=jax.devices()[:4], param_argnums=0, tensor_parallel=2,
-                               data_parallel=2, microbatches=m)
+                               data_parallel=2, microbatches=m, autotune=False)
     check_steps(run, step, params, x, y, 2)
     par = run.plan.parallelism
     assert (par.data_parallel, par.tensor_parallel) == (2, 2) and len(par.replicas) == 4
@@ -238,7 +238,7 @@ def test_two_stage_pipeline_of_tensor_parallel_groups() -> None:
 
 def test_plan_json_names_the_layouts(tmp_path: Any) -> None:
     step, params, x, y = mlp(256)
-    run = pesto_ir.parallelize(step, devices=jax.devices()[:2], param_argnums=0, tensor_parallel=2)
+    run = pesto_ir.parallelize(step, devices=jax.devices()[:2], param_argnums=0, tensor_parallel=2, autotune=False)
     run(params, x, y)
     par = run.plan.to_json()["parallelism"]
     assert par["tensor_parallel"] == 2
@@ -387,7 +387,7 @@ def test_flax_partitioning_metadata_is_the_layout_search_s_start() -> None:
     PassManager("annotate-costs{model=roofline}").run(graph, PassContext(cluster=cluster, quiet=True))
     start = choose_layout(graph, 2, cluster.devices[0], None, max_evaluations=1).layout
     assert {n: a for n, a in start.axes.items() if n in hints} == {n: int(a) for n, a in hints.items()}
-    run = pesto_ir.parallelize(step, devices=jax.devices()[:2], param_argnums=0, tensor_parallel=2)
+    run = pesto_ir.parallelize(step, devices=jax.devices()[:2], param_argnums=0, tensor_parallel=2, autotune=False)
     got = run(params, x, jnp.sin(x))
     want = jax.jit(step)(params, x, jnp.sin(x))
     for a, b in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want)):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import heapq
 import math
 import os
 import sys
@@ -298,6 +299,113 @@ class LinkQueues:
             if commit:
                 self.link_free[dp][d] = free
         return t
+
+
+PairKey = tuple[Any, ...]
+
+
+class PairQueue:
+    """The (ready op, device) pairs of a list scheduler, least key first, where a pair's key is
+    `key(start, x, v, d)` for its start = max(when device d is free, `ready`: when v's inputs can
+    be there) and a per-pair number `x` (the extra time on d, or the cost); a key ends in (v, d),
+    grows with start and, for one start, with x.
+
+    Every commit makes its device free later, so under a plain heap every pair of that device went
+    stale and was popped, re-timed and pushed again: a node read by N others cost N^2. Here the
+    pairs whose inputs are there before their device is free (start = the device's free time) are
+    kept apart, by x then op, and re-timed only when asked for the least: a commit costs one look
+    at its device. The others keep their key fixed until their device's free time passes `ready`
+    (they move over when they reach the front). Each device's least pair sits in one heap across
+    devices (stale entries skipped by a version per device), so a pop looks at no other device.
+
+    `ready` is what the scheduler knew when it pushed the pair; the scheduler re-times the pair it
+    pops, as before, and pushes it again when its key has moved. `free` is the scheduler's own
+    list of device free times, read live: `touch(d)` after changing `free[d]`."""
+
+    def __init__(self, free: Sequence[float], key: Callable[[float, float, int, int], PairKey]) -> None:
+        self.free = free
+        self.key = key
+        k = len(free)
+        self.later: list[list[tuple[PairKey, float, float, int]]] = [[] for _ in range(k)]  # (key, ready, x, v)
+        self.xs: list[list[float]] = [[] for _ in range(k)]  # the x of each group of `now`, once each
+        self.now: list[dict[float, list[int]]] = [{} for _ in range(k)]  # x -> ops, of pairs ready by `free`
+        # each device's least key, and where that pair is: its x in `now`, or None at the front of `later`
+        self.least: list[tuple[PairKey, float | None] | None] = [None] * k
+        self.version = [0] * k
+        self.heads: list[tuple[PairKey, int]] = []  # (device's least key, version)
+        self.size = 0
+
+    def __len__(self) -> int:
+        return self.size
+
+    def push(self, v: int, d: int, ready: float, x: float) -> None:
+        if ready <= self.free[d]:
+            self._add_now(d, x, v)
+        else:
+            heapq.heappush(self.later[d], (self.key(ready, x, v, d), ready, x, v))
+        self.size += 1
+        self.touch(d)
+
+    def pop(self) -> tuple[PairKey, int, int, float] | None:
+        """The least pair, removed: (its key, v, d, a `ready` to push it again with); None if empty."""
+        while self.heads:
+            key, version = heapq.heappop(self.heads)
+            d = key[-1]
+            least = self.least[d]
+            if version != self.version[d] or least is None:
+                continue
+            x = least[1]
+            if x is None:
+                _, ready, _, v = heapq.heappop(self.later[d])
+            else:
+                v = heapq.heappop(self.now[d][x])
+                ready = self.free[d]
+            self.size -= 1
+            self.touch(d)
+            return key, v, d, ready
+        return None
+
+    def touch(self, d: int) -> None:
+        """Device d's pairs or free time changed: find its least pair again."""
+        self.version[d] += 1
+        least = self._least(d)
+        self.least[d] = least
+        if least is not None:
+            heapq.heappush(self.heads, (least[0], self.version[d]))
+
+    def _add_now(self, d: int, x: float, v: int) -> None:
+        group = self.now[d].get(x)
+        if group is None:
+            group = self.now[d][x] = []
+            heapq.heappush(self.xs[d], x)
+        heapq.heappush(group, v)
+
+    def _least(self, d: int) -> tuple[PairKey, float | None] | None:
+        free, later, xs, now = self.free[d], self.later[d], self.xs[d], self.now[d]
+        while later and later[0][1] <= free:  # its device is free after its inputs are there now
+            _, _, x, v = heapq.heappop(later)
+            self._add_now(d, x, v)
+        best: tuple[PairKey, float | None] | None = (later[0][0], None) if later else None
+        taken: list[float] = []
+        first: PairKey | None = None
+        while xs:  # groups by x: the least key is the least op of the least x, or of an x whose
+            x = xs[0]  # start + x rounds to the same time (then the op decides)
+            group = now[x]
+            if not group:
+                heapq.heappop(xs)
+                del now[x]
+                continue
+            key = self.key(free, x, group[0], d)
+            if first is None:
+                first = key
+            elif key[:-2] != first[:-2]:
+                break
+            if best is None or key < best[0]:
+                best = (key, x)
+            taken.append(heapq.heappop(xs))
+        for x in taken:
+            heapq.heappush(xs, x)
+        return best
 
 
 def simulated_plan(pg: PlaceGraph, device_of: Sequence[int], order: Sequence[Sequence[int]], algorithm: str) -> Plan:

@@ -1,9 +1,10 @@
 """A plan with exact per-op times: the coarse plan a solver gives (each op with its group's device
 and start) or any recorded plan, re-timed op by op by the simulator and checked by the validator.
 
-Each device runs its ops by (recorded start, graph position): groups in the coarse schedule's
-order, the ops of one group in topological order. That order is a topological order of the whole
-graph (a coarse edge a -> b means b's group starts no earlier than a's ends), so it cannot deadlock.
+Each device runs its ops by (recorded start, end, tie, graph position: `recorded_order`): groups in
+the coarse schedule's order, the ops of one group in topological order. That order is a
+topological order of the whole graph (a coarse edge a -> b means b's group starts no earlier than
+a's ends), so it cannot deadlock; a plan the simulator timed comes out with the same times.
 The `expand` pass records it; the searches compare plans by it, as the executable runs them.
 """
 
@@ -13,7 +14,7 @@ from pesto_ir.cluster.model import Cluster
 from pesto_ir.ir.graph import Graph
 from pesto_ir.passes.placement.options import COARSE_NOTE, PlaceError
 from pesto_ir.schedule.plan import Plan
-from pesto_ir.schedule.simulate import order_from_priority, simulate
+from pesto_ir.schedule.simulate import recorded_order, simulate
 from pesto_ir.schedule.validate import check_plan, collectives_for
 
 
@@ -23,12 +24,8 @@ def expand_plan(graph: Graph, cluster: Cluster, plan: Plan) -> Plan:
     if unplaced:
         raise PlaceError(f"{len(unplaced)} op(s) have no device, e.g. '{unplaced[0]}' (run place on this graph)")
     placement = {name: slot.device for name, slot in plan.ops.items()}
-    # By (start, end, graph position), but topologically: a zero-length producer may print a start
-    # one rounding error after its consumer's in a solver's plan, and sorting alone would deadlock.
-    # The end breaks ties: a zero-length op that starts with a longer one ran first (after it, it
-    # would have started at its end), and run second it would send its results that much later.
-    order = order_from_priority(graph, placement, {name: (slot.start, slot.end) for name, slot in plan.ops.items()})
-    fine = simulate(graph, cluster, placement, order, algorithm=plan.algorithm)
+    # the order the plan records, which re-times a simulated plan to the same times
+    fine = simulate(graph, cluster, placement, recorded_order(graph, plan), algorithm=plan.algorithm)
     if plan.parallelism is not None:  # replica 0's schedule, which every replica runs
         fine.devices, fine.parallelism = list(plan.devices), plan.parallelism
         fine.collectives = collectives_for(graph, fine)

@@ -52,7 +52,9 @@ def _registry() -> dict[str, AlgorithmEntry]:
 
 
 ALGORITHMS: dict[str, AlgorithmEntry] = _registry()
-DEFAULT_ALGO = "ilp" if "ilp" in ALGORITHMS else "m-etf"
+# the portfolio where OR-tools is installed (it keeps the MILP's model where that helps, through
+# CP-SAT); the paper's MILP (`ilp`) stays a name away; m-ETF without either solver
+DEFAULT_ALGO = next(name for name in ("auto", "ilp", "m-etf") if name in ALGORITHMS)
 
 
 def algorithm(name: str) -> AlgorithmEntry:

@@ -39,6 +39,13 @@ FREE_SHARE = 0.25
 CAP_TRIES = 3  # groupings under the memory cap, halved after each whose coarse graph does not pack
 SIBLING_REACH = 3  # a node may merge with the next this many of its level (or of the sinks) by top level
 EDGE, SIBLINGS = "edge", "siblings"  # what a merge joins: the two ends of an edge, or two nodes no path joins
+# Twins (nodes with the same predecessors and the same successors: the readers of a learning rate
+# once their own inputs merged in, an embedding's positions, a loss's towers) of a class larger than
+# this merge pairwise every round, besides the round's batch (`_twin_merges`). An edge merge takes
+# one of a node's readers a round, so a node read by N others took N rounds of O(edges) each; a
+# class this size adds at most this many rounds, fewer than the MSR op graphs take anyway (23-69),
+# and their largest class, and the bundled examples', is 4, so their groupings are unchanged.
+TWIN_CLASS = 16
 # the orders of merges tried (the grouping with the lowest coarse bound is kept): least lengthening
 # first, with siblings or edges only, and heaviest tensor first
 PATH_SIBLINGS, PATH, HEAVIEST = "path+siblings", "path", "heaviest"
@@ -248,6 +255,9 @@ def _contract_rounds(dag: Contraction, target: int, caps: _Caps, node_class: dic
     while len(dag.alive) > target:
         level = dag.levels()
         batch, capped = _choose_batch(dag, level, len(dag.alive) - target, caps, node_class, classes, order, only)
+        if only is None:
+            batch += _twin_merges(dag, len(dag.alive) - target - len(batch), caps, node_class, classes,
+                                  {x for u, v, _ in batch for x in (u, v)})
         if not batch:
             if not capped or only is not None:
                 return
@@ -286,6 +296,8 @@ def _choose_batch(dag: Contraction, level: dict[int, int], budget: int, caps: _C
     cands = []
     keep_path = order != HEAVIEST
     top, bottom, path = dag.path_levels() if keep_path else ({}, {}, 0.0)
+    edge_growth = dag.edge_growth(top, bottom, path) if keep_path else None
+    safe = dag.safe_rule(level)
     for u in dag.alive:
         cu = node_class.get(u)
         for v, nbytes in dag.succ[u].items():
@@ -293,7 +305,7 @@ def _choose_batch(dag: Contraction, level: dict[int, int], budget: int, caps: _C
                 continue
             cv = node_class.get(v)
             same = cu is not None and cv is not None and classes.find(cu) == classes.find(cv)
-            growth = dag.growth(u, v, top, bottom, path) if keep_path else 0.0
+            growth = edge_growth(u, v) if edge_growth is not None else 0.0
             cands.append((not same, growth, -nbytes, level[u], u, v, EDGE))
     if order == PATH_SIBLINGS and only is None:
         for a, b in _sibling_pairs(dag, level, top):
@@ -314,7 +326,7 @@ def _choose_batch(dag: Contraction, level: dict[int, int], budget: int, caps: _C
             slack = float("inf")
         if u in marked or v in marked or (kind and what != kind):
             continue  # a batch merges edges or siblings, not both: each kind is safe by its own rule
-        if what == EDGE and not dag.safe(u, v, level):
+        if what == EDGE and not safe(u, v):
             continue
         blocked = _blocked_by(dag, u, v, caps, node_class, classes)
         if blocked == "cost" and only is not None:
@@ -332,6 +344,45 @@ def _choose_batch(dag: Contraction, level: dict[int, int], budget: int, caps: _C
         if len(batch) == limit:
             break
     return batch, capped
+
+
+def _twin_merges(dag: Contraction, budget: int, caps: _Caps, node_class: dict[int, int],
+                 classes: ColocationClasses, taken: set[int]) -> list[tuple[int, int, int | None]]:
+    """Pairs of twins to merge this round besides the batch (whose nodes, `taken`, stay out), up
+    to `budget`: in each class of more than `TWIN_CLASS` twins, cheapest with next cheapest, until
+    the class is down to `TWIN_CLASS` or half its size, under the caps.
+
+    Twins are joined by no path (a path from one to the other would end in a predecessor of the
+    second, which is one of the first: a cycle), and they stay twins whatever the batch merges
+    around them, so merging them keeps the graph acyclic beside any batch. Merged among
+    themselves they keep their parallelism; merged one by one into the node they share they would
+    run in sequence, and take a round each (`TWIN_CLASS`)."""
+    if budget <= 0 or len(dag.alive) <= TWIN_CLASS:
+        return []
+    by_neighbours: dict[tuple[frozenset[int], frozenset[int]], list[int]] = defaultdict(list)
+    for x in dag.alive:
+        if x not in taken:
+            by_neighbours[(frozenset(dag.pred[x]), frozenset(dag.succ[x]))].append(x)
+    merges: list[tuple[int, int, int | None]] = []
+    for twins in by_neighbours.values():
+        if len(twins) <= TWIN_CLASS:
+            continue
+        wanted = min(len(twins) // 2, len(twins) - TWIN_CLASS)
+        twins.sort(key=lambda x: (dag.cost[x], x))
+        made = 0
+        waiting = -1
+        for x in twins:
+            if made == wanted or len(merges) == budget:
+                break
+            if waiting < 0:
+                waiting = x
+            elif _blocked_by(dag, waiting, x, caps, node_class, classes):
+                waiting = x  # the cheaper one merges with nothing this round: the next is dearer still
+            else:
+                merges.append((waiting, x, _join_classes(dag, waiting, x, node_class, classes)))
+                made += 1
+                waiting = -1
+    return merges
 
 
 def _sibling_pairs(dag: Contraction, level: dict[int, int], top: dict[int, float]) -> list[tuple[int, int]]:

@@ -31,6 +31,7 @@ ANNOTATIONS: dict[str, str] = {
     "device": "where the op runs (place, expand, simulate)",
     "start": "when the op starts within the step (place, expand, simulate)",
     "end": "when the op ends within the step (place, expand, simulate)",
+    "tie": "the order among ops of its device with the same start and end (simulate, expand: Plan.ties)",
     "stage": "reserved for a pipeline stage; nothing writes it at present",
     "priority": "reserved for a scheduling priority; nothing writes it at present",
     # micro-batches and data-parallel replicas

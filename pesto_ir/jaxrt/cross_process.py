@@ -19,10 +19,17 @@ Arrays that stay on another process's device between steps (parameters, say) are
 caller as *resident* arrays: global arrays on one device, sharded over a one-device mesh whose
 axis is `RESIDENT_AXIS`. Every process holds one for each such output, with the data only where
 the device is; given back as an input they tell every process alike where the value already is.
+
+Small outputs a user reads every step (losses, metrics) are instead made readable in every process
+(`everywhere`): copied from the device that made them to one device of each other process, and
+handed back as one global array replicated over those devices, so `float(loss)`, `np.asarray`, and
+JAX's own `multihost_utils.process_allgather` work in every process, as after a `jax.jit` whose
+result is replicated.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from functools import cache
 from typing import Any
 
@@ -31,6 +38,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 RESIDENT_AXIS = "pesto_resident"
+EVERYWHERE_AXIS = "pesto_everywhere"  # the mesh axis of a value replicated over one device per process
 
 
 def is_local(device: Any) -> bool:
@@ -76,6 +84,59 @@ def copy(x: Any, src: Any, dst: Any, spec: jax.ShapeDtypeStruct) -> Any | None:
         return None
     moved = jax.device_put(resident(x if here_src else None, src, spec), resident_sharding(dst))
     return moved.addressable_data(0) if here_dst else None
+
+
+@cache
+def everywhere_sharding(devices: tuple[Any, ...]) -> NamedSharding:
+    """The sharding of a value replicated over `devices`, one per process (the same object for the
+    same devices, so that a step's outputs carry the very sharding of the last step's)."""
+    return NamedSharding(Mesh(np.array(devices), (EVERYWHERE_AXIS,)), PartitionSpec())
+
+
+def everywhere_targets(holders: Sequence[Any], candidates: Sequence[Any]) -> tuple[Any, ...]:
+    """One device per process, in process order, to hold a value replicated everywhere: in a process
+    with a device of `holders` (the devices that hold the whole value), the first of them, so that
+    it takes no copy; elsewhere the first of `candidates` there (the plan's devices), else the
+    process's first device. Every process computes the same tuple from the same arguments."""
+    out = []
+    for process in range(jax.process_count()):
+        mine = [d for d in holders if d.process_index == process] or \
+            [d for d in candidates if d.process_index == process] or \
+            [d for d in jax.devices() if d.process_index == process]
+        out.append(mine[0])
+    return tuple(out)
+
+
+def everywhere(held: Mapping[Any, Any], holders: Sequence[Any], targets: tuple[Any, ...],
+               spec: jax.ShapeDtypeStruct) -> jax.Array:
+    """The value of shape `spec` that the devices `holders` each hold whole (`held`: this process's
+    arrays of it, by device; empty where it holds none), as the global array replicated over
+    `targets` (`everywhere_targets`): a target among the holders takes its own array, any other a
+    copy from `holders[0]`. Every process calls it with the same holders and targets, in the same
+    order relative to its other copies (each copy is a send in one process, a receive in another)."""
+    src = holders[0]
+    piece = None
+    for dst in targets:
+        if dst in holders:
+            got = held.get(dst)
+        else:
+            got = copy(held.get(src), src, dst, spec)
+        if is_local(dst):
+            piece = got
+    assert piece is not None, "every process has a target device"
+    return jax.make_array_from_single_device_arrays(spec.shape, everywhere_sharding(targets), [piece])
+
+
+def local_value(x: Any) -> Any:
+    """`x` as an array or value this process can use whole: a global array that is replicated over
+    devices including one of this process's (an output made readable everywhere) as the copy this
+    process holds; anything else as it is. None when `x` is a global array this process holds only
+    part of, or none of."""
+    if not isinstance(x, jax.Array) or x.is_fully_addressable:
+        return x
+    if x.is_fully_replicated and x.addressable_shards:
+        return x.addressable_data(0)
+    return None
 
 
 def put_global(x: Any, sharding: Any) -> jax.Array:

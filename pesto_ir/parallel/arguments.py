@@ -1,6 +1,7 @@
 """How a call's arguments meet a compiled step: the input signature an executable is cached under,
 the flat input positions of argument numbers, which outputs are the next value of which inputs
-(`state_map`), and plain `jax.jit` of the function over its flat leaves or kept to one signature.
+(`state_map`), and plain `jax.jit` of the function over its flat leaves or kept to one signature,
+with `JitExecutable`, what runs when autotuning chose it.
 """
 
 from __future__ import annotations
@@ -47,6 +48,50 @@ def guarded_jit(fn: Callable[..., Any], key: Any, device: Any, donate_argnums: S
 
     sharding = SingleDeviceSharding(device)
     return jax.jit(guarded, in_shardings=sharding, out_shardings=sharding, donate_argnums=tuple(donate_argnums))
+
+
+class JitExecutable:
+    """What runs when autotuning chose plain `jax.jit`: the jitted step on one device, called like a
+    Pesto executable (flat input leaves in, flat outputs out), and described like one, so that
+    `step.executable.describe()`, `.devices`, `.num_segments`, `.transfers` and `.input_devices()`
+    work whichever candidate won, and say that jax.jit runs and why.
+
+    `jitted` is `guarded_jit(fn, ...)` (called on the positional arguments, the structure `treedef`
+    unflattens the leaves into; the same function object the wrapper's fast path calls, so it is
+    compiled once) when `guarded`, else `plain_jit(...)` (called on the flat leaves: calls with
+    keyword arguments or non-array leaves)."""
+
+    def __init__(self, jitted: Callable[..., Any], guarded: bool, treedef: Any, device: Any, name: str,
+                 n_inputs: int, verdict: str) -> None:
+        self.jitted, self.guarded, self.treedef = jitted, guarded, treedef
+        self.device, self.name, self.num_inputs, self.verdict = device, name, n_inputs, verdict
+
+    def __call__(self, *leaves: Any) -> list[Any]:
+        if not self.guarded:
+            return list(self.jitted(*leaves))
+        import jax
+
+        args, _ = jax.tree_util.tree_unflatten(self.treedef, leaves)
+        return list(jax.tree_util.tree_leaves(self.jitted(*args)))
+
+    @property
+    def devices(self) -> dict[str, Any]:
+        """Plan device name -> JAX device: the one device jax.jit runs on."""
+        return {self.name: self.device}
+
+    @property
+    def num_segments(self) -> int:
+        return 1  # one executable for the whole step
+
+    @property
+    def transfers(self) -> list[Any]:
+        return []  # nothing moves between devices
+
+    def input_devices(self) -> list[Any]:
+        return [self.device] * self.num_inputs
+
+    def describe(self) -> str:
+        return f"plain jax.jit on {self.device} ({self.name}): one executable for the whole step; {self.verdict}"
 
 
 _ARRAY_SIGNATURE = attrgetter("shape", "dtype", "weak_type")

@@ -22,6 +22,10 @@ from pesto_ir.util.loader import ArgumentError, brief, seed_problem
 DEFAULT_ALGO = "m-etf"
 DEFAULT_COST_MODEL = "roofline"
 DEFAULT_TIME_LIMIT = 10.0
+# `autotune`'s default: measure wherever that can be done (one process), so that what runs by default
+# is never slower than plain jax.jit on the machine at hand; devices of several processes are planned
+# and run without it (the candidates are timed on one process's devices)
+AUTO_TUNE = "auto"
 
 
 @dataclass(frozen=True)
@@ -47,8 +51,19 @@ class ParallelizeOptions:
     # tensor-parallel ranks: a whole number >= 1, "auto", or None (1); the place pass's tensor-parallel
     tensor_parallel: int | str | None = None
     parameters: str = "auto"  # replicated, sharded across the replicas with the state (FSDP), or auto (see place)
-    autotune: bool = False  # time the plan, plain jax.jit and data parallelism; run the fastest
+    # time the plan, plain jax.jit and data parallelism on the first call and run the fastest: True,
+    # False (the plan as asked), or "auto" (default): wherever it can, i.e. on one process's devices
+    autotune: bool | str = AUTO_TUNE
     autotune_steps: int = 5  # timed steps per candidate (after a warm-up step)
+
+    def tunes(self, across_processes: bool) -> bool:
+        """Whether the first call with a signature times the candidates: always with True, never with
+        False, and with "auto" unless the devices belong to several processes (refused with True:
+        the candidates are timed on one process's devices, and the others could not follow)."""
+        if self.autotune is True and across_processes:
+            raise ArgumentError("autotune=True times its candidates on one process's devices; devices of several "
+                                "processes are planned and run without it (leave autotune at \"auto\", or False)")
+        return self.autotune is True or (self.autotune == AUTO_TUNE and not across_processes)
 
     def pipeline(self) -> str:
         coarsen = "coarsen" if self.coarsen_target is None else f"coarsen{{target={self.coarsen_target}}}"
@@ -138,8 +153,9 @@ def _check_batch_options(o: ParallelizeOptions) -> None:
         if both:
             raise PestoError(f"argument(s) {both} are in both batch_argnums and param_argnums: an argument is "
                              f"either trainable state or batch data, not both")
-    if not isinstance(o.autotune, bool):
-        raise PestoError(f"autotune must be True or False, got {o.autotune!r}")
+    if not isinstance(o.autotune, bool) and not (isinstance(o.autotune, str) and o.autotune == AUTO_TUNE):
+        raise PestoError(f"autotune must be True, False or \"auto\" (time the candidates where the devices are "
+                         f"one process's), got {brief(repr(o.autotune))}")
     for name, value in (("optimizer_state", o.optimizer_state), ("parameters", o.parameters)):
         if value not in ("auto", "replicated", "sharded"):
             raise PestoError(f"{name} must be \"auto\", \"replicated\" or \"sharded\", got {value!r}")

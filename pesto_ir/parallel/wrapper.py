@@ -25,11 +25,19 @@ Defaults, and why:
   (`"sharded"`: each replica holds and updates 1/d of the optimizer state, ZeRO-1; `"auto"`: where
   the whole state does not fit, and for one-device replicas where that is faster); the executable runs the
   replicas as `jax.shard_map` over the meshes of mirrored devices (`backends/jax.py`, `Replicas`).
-  `autotune=True` builds the plan asked for, plain `jax.jit` on the first device and data
-  parallelism over all the devices, times each for `autotune_steps` steps on the first call's
-  arguments, and runs the fastest (`pesto_ir/parallel/autotune.py`; `.report()` shows each candidate's
-  simulated and measured step). When plain jax.jit wins, calls go straight to `jax.jit(fn)`
-  (`_fast_path`); `.calibrated_cluster()` is the cluster corrected by the measured speed.
+* `autotune="auto"`: a plan is a prediction, and on the machine at hand it can lose to plain
+  `jax.jit` (CPU devices share the machine's cores: splitting a step there cannot win). So by
+  default the first call with a signature builds the plan asked for (its `algo`, `data_parallel`,
+  `microbatches`, ...), plain `jax.jit` on the first device and data parallelism over all the
+  devices, times each for `autotune_steps` interleaved steps on the call's arguments, and runs the
+  fastest (`pesto_ir/parallel/autotune.py`; `.report()` shows each candidate's simulated and
+  measured step), so that what runs by default is never slower than jax.jit here. `autotune=False`
+  runs the plan as asked, unmeasured; devices of several processes cannot be timed from one
+  process, so there "auto" plans and runs without it (and True is refused). When plain jax.jit
+  wins, `.executable` is a `JitExecutable` (its `describe()` says so, with the times), `.plan` is
+  the one-device plan that models it, its `algorithm` "jax.jit", and calls go straight to
+  `jax.jit(fn)` (`_fast_path`); whichever wins, the plan's notes and `describe()` say what was
+  measured against what. `.calibrated_cluster()` is the cluster corrected by the measured speed.
 
 `.plan`, `.graph` and `.executable` describe the most recent signature called.
 """
@@ -47,11 +55,21 @@ from pesto_ir.cluster.devices import Device
 from pesto_ir.cluster.host import differences, elsewhere_note, machine_of
 from pesto_ir.cluster.model import Cluster
 from pesto_ir.distributed import is_multiprocess, shared_text
+from pesto_ir.ir.attributes import DictAttr, to_attr
 from pesto_ir.ir.graph import Graph
 from pesto_ir.jaxrt.measure_collectives import measured_cluster
 from pesto_ir.parallel import autotune
-from pesto_ir.parallel.arguments import NewSignature, flat_indices, guarded_jit, plain_jit, signatures, state_map
+from pesto_ir.parallel.arguments import (
+    JitExecutable,
+    NewSignature,
+    flat_indices,
+    guarded_jit,
+    plain_jit,
+    signatures,
+    state_map,
+)
 from pesto_ir.parallel.options import (
+    AUTO_TUNE,
     DEFAULT_ALGO,
     DEFAULT_COST_MODEL,
     DEFAULT_TIME_LIMIT,
@@ -67,7 +85,6 @@ from pesto_ir.parallel.options import (
 from pesto_ir.passmanager import PassContext, PassManager
 from pesto_ir.schedule.plan import Plan, read_plan_attrs
 from pesto_ir.util.errors import PestoError
-from pesto_ir.util.loader import ArgumentError
 from pesto_ir.util.units import human_time
 
 
@@ -78,11 +95,12 @@ class Compiled:
     lowered: Any  # frontends.jax.LoweredFunction
     graph: Graph  # the placed graph
     plan: Plan
-    executable: Any  # backends.jax.Executable, or the jitted function when plain jax.jit won
+    executable: Any  # backends.jax.Executable, or arguments.JitExecutable when plain jax.jit won
     pipeline: str
     seconds: dict[str, float] = field(default_factory=dict)  # lower, passes, build (and autotune)
     candidates: list[Any] = field(default_factory=list)  # autotune.Candidate, when autotuned
     chosen: str = "plan"
+    not_tuned: str = ""  # why the candidates were not timed: autotune=False, or devices of several processes
     # measured / roofline speed of the devices (autotune.speed_factor), or why there is none
     speed_factor: float | None = None
     speed_note: str = ""
@@ -138,13 +156,14 @@ class Parallelized:
         called on the caller's arguments, so JAX's C++ dispatch does the flattening and the signature
         check that `__call__` otherwise does in Python (40 us a call, measured on a 154-op MLP whose
         step takes 90 us). A new signature makes it trace, and the trace raises `NewSignature`
-        instead of compiling, so that signature is planned and autotuned like any other."""
-        if entry.chosen != "jit" or len(self._cache) != 1 or kwargs \
-                or not all(hasattr(x, "weak_type") for x in leaves):
+        instead of compiling, so that signature is planned and autotuned like any other. It is the
+        very function the candidate was timed as (or, donating, the winner built for the first
+        call), so it is not compiled again."""
+        exe = entry.executable
+        if entry.chosen != "jit" or len(self._cache) != 1 or kwargs or not isinstance(exe, JitExecutable) \
+                or not exe.guarded:
             return None
-        devices, _ = devices_and_cluster(self.options)
-        device = next(iter(devices.values() if isinstance(devices, Mapping) else devices))
-        return guarded_jit(self.fn, key, device, self.options.donate_argnums)
+        return exe.jitted
 
     # ---------------------------------------------------------------- the most recent signature
     @property
@@ -173,7 +192,7 @@ class Parallelized:
         """The most recent signature's autotune table: each candidate's simulated and measured step."""
         last = self.last
         if not last.candidates:
-            return f"{self.__name__}: not autotuned (autotune=False): runs the {last.plan.algorithm} plan"
+            return f"{self.__name__}: not autotuned ({last.not_tuned}): runs the {last.plan.algorithm} plan"
         table = autotune.report(last.candidates, next((c for c in last.candidates if c.name == last.chosen), None))
         devices, cluster = devices_and_cluster(self.options)
         elsewhere = elsewhere_note(cluster.calibrated_on, machine_of(first_device(devices)), "the cluster's calibrated figures")
@@ -212,26 +231,27 @@ class Parallelized:
 
         o = self.options
         t0 = time.perf_counter()
-        if o.autotune:
-            devices, _ = devices_and_cluster(o)
-            if is_multiprocess(devices.values() if isinstance(devices, Mapping) else devices):
-                raise ArgumentError("autotune times its candidates on one process's devices; devices of several "
-                                    "processes are planned and run without it (autotune=False)")
+        devices, _ = devices_and_cluster(o)
+        across = is_multiprocess(devices.values() if isinstance(devices, Mapping) else devices)
+        tune = o.tunes(across)
         lowered = lower_function(self.fn, *args, param_argnums=o.param_argnums, batch_argnums=o.batch_argnums,
                                  **kwargs)
-        pristine = lowered.graph.clone() if o.autotune else None
+        pristine = lowered.graph.clone() if tune else None
         lowered_seconds = time.perf_counter() - t0
         donate = flat_indices(args, o.donate_argnums)
-        entry = self._planned(lowered, lowered.graph, args, o, () if o.autotune else donate)
+        entry = self._planned(lowered, lowered.graph, args, o, () if tune else donate)
         entry.seconds["lower"] = lowered_seconds
-        if not o.autotune:
+        if not tune:
+            entry.not_tuned = "autotune=False" if o.autotune is False else \
+                "devices of several processes: the candidates could only be timed on one process's devices"
             return entry
         assert pristine is not None
         return self._autotuned(entry, pristine, args, kwargs, donate)
 
     def _planned(self, lowered: Any, graph: Graph, args: tuple[Any, ...], o: ParallelizeOptions,
-                 donate: Sequence[int]) -> Compiled:
-        """`graph` (a lowered step) planned with `o`'s pipeline and built on `o`'s devices."""
+                 donate: Sequence[int], build: bool = True) -> Compiled:
+        """`graph` (a lowered step) planned with `o`'s pipeline and, with `build`, built on `o`'s
+        devices (else its executable is None: the plan alone is wanted)."""
         devices, cluster = devices_and_cluster(o)
         t1 = time.perf_counter()
         pipeline = o.pipeline()
@@ -249,7 +269,7 @@ class Parallelized:
         t2 = time.perf_counter()
         plan = read_plan_attrs(graph)
         assert plan is not None  # the pipeline ends with place, expand and simulate
-        executable = self._built(lowered, graph, args, o, donate)
+        executable = self._built(lowered, graph, args, o, donate) if build else None
         return Compiled(lowered, graph, plan, executable, pipeline,
                         {"passes": t2 - t1, "build": time.perf_counter() - t2})
 
@@ -268,11 +288,12 @@ class Parallelized:
     def _autotuned(self, entry: Compiled, pristine: Graph, args: tuple[Any, ...], kwargs: dict[str, Any],
                    donate: list[int]) -> Compiled:
         """`entry` (the plan asked for) timed against plain jax.jit on the first device and data
-        parallelism over all the devices; the fastest, with every candidate in `candidates`."""
+        parallelism over all the devices; the fastest, with every candidate in `candidates`, its
+        plan and executable saying that autotuning chose it and against what (`_label`)."""
         o = self.options
         t0 = time.perf_counter()
         leaves, treedef = self._flatten((args, kwargs))
-        devices, _ = devices_and_cluster(o)
+        devices, cluster = devices_and_cluster(o)
         device_list = list(devices.values()) if isinstance(devices, Mapping) else list(devices)
         built: dict[str, Compiled] = {"plan": entry}
         variants: dict[str, ParallelizeOptions] = {"plan": o}
@@ -280,10 +301,17 @@ class Parallelized:
                                          + _strategy(entry.plan), entry.executable, entry.plan.makespan)]
         one = dataclasses.replace(o, devices=device_list[:1], cluster=None, algo="single", data_parallel=None,
                                   microbatches=None, autotune=False, optimizer_state="auto")
+        # jax.jit is timed as the fast path will call it (on the arguments, not the flat leaves), and
+        # is that very function unless the winner must donate: then one more compile, with donation
+        key = (treedef, signatures(leaves))
+        guarded = not kwargs and all(hasattr(x, "weak_type") for x in leaves)
+        timed_jit = guarded_jit(self.fn, key, device_list[0], ()) if guarded else \
+            plain_jit(self.fn, treedef, len(leaves), device_list[0], ())
         try:
-            built["jit"] = self._planned(entry.lowered, pristine.clone(), args, one, ())
-            candidates.append(autotune.Candidate("jit", f"jax.jit on {device_list[0]}",
-                                                 plain_jit(self.fn, treedef, len(leaves), device_list[0], ()),
+            # its one-device plan is only its prediction and the speed calibration's graph: not built
+            built["jit"] = self._planned(entry.lowered, pristine.clone(), args, one, (), build=False)
+            run = _on_arguments(timed_jit, treedef) if guarded else timed_jit
+            candidates.append(autotune.Candidate("jit", f"jax.jit on {device_list[0]}", run,
                                                  built["jit"].plan.makespan))
         except PestoError as e:
             candidates.append(autotune.Candidate("jit", "jax.jit on one device", None, why=str(e).splitlines()[0]))
@@ -302,10 +330,19 @@ class Parallelized:
                                                      why=str(why).splitlines()[0]))
         chosen = autotune.choose(candidates, leaves, o.autotune_steps)
         winner = built[chosen.name]
+        verdict = autotune.verdict(candidates, chosen)
         if chosen.name == "jit":
-            winner.executable = plain_jit(self.fn, treedef, len(leaves), device_list[0], donate)
-        elif donate:  # timed without donating the caller's arrays; the one that runs donates
+            jitted = timed_jit
+            if donate:  # timed without donating the caller's arrays; the one that runs donates
+                jitted = guarded_jit(self.fn, key, device_list[0], o.donate_argnums) if guarded else \
+                    plain_jit(self.fn, treedef, len(leaves), device_list[0], donate)
+            winner.executable = JitExecutable(jitted, guarded, treedef, device_list[0], cluster.names[0],
+                                              len(leaves), verdict)
+        elif donate:
             winner.executable = self._built(entry.lowered, winner.graph, args, variants[chosen.name], donate)
+        if chosen.name != "jit":
+            winner.executable.chosen_by = verdict
+        _label(winner, chosen.name, verdict)
         winner.candidates, winner.chosen = candidates, chosen.name
         winner.dispatch = autotune.dispatch_floor(device_list[0])
         winner.speed_factor, winner.speed_note = _speed(built.get("jit"), candidates,
@@ -318,14 +355,13 @@ class Parallelized:
                               if c.measured is not None) + ")", file=sys.stderr)
         return winner
 
-
 def parallelize(fn: Callable[..., Any] | None = None, *, devices: Sequence[Any] | Mapping[str, Any] | None = None,
                 algo: str = DEFAULT_ALGO, time_limit: float = DEFAULT_TIME_LIMIT, cluster: Cluster | None = None,
                 cost_model: str = DEFAULT_COST_MODEL, param_argnums: int | Sequence[int] = (),
                 donate_argnums: int | Sequence[int] = (), coarsen_target: int | None = None, seed: int = 0,
                 quiet: bool = True, compiler_options: Mapping[str, Any] | None = None,
                 data_parallel: int | str | None = None, microbatches: int | str | None = None,
-                batch_argnums: int | Sequence[int] | None = None, autotune: bool = False,
+                batch_argnums: int | Sequence[int] | None = None, autotune: bool | str = AUTO_TUNE,
                 autotune_steps: int = 5, optimizer_state: str = "auto",
                 tensor_parallel: int | str | None = None, parameters: str = "auto") -> Any:
     """`fn` planned with Pesto and run across `devices` (a list, or a dict from cluster device name to
@@ -353,6 +389,35 @@ def _speed(jit: Compiled | None, candidates: list[Any], device: Device, dispatch
         return autotune.speed_factor(jit.graph, device, measured - dispatch), ""
     except PestoError as e:
         return None, str(e)
+
+
+def _on_arguments(jitted: Callable[..., Any], treedef: Any) -> Callable[..., Any]:
+    """`jitted` (a function of the positional arguments) as a candidate runner of the flat leaves."""
+    import jax
+
+    def run(*leaves: Any) -> Any:
+        args, _ = jax.tree_util.tree_unflatten(treedef, leaves)
+        return jitted(*args)
+
+    return run
+
+
+# what `Plan.algorithm` says for a candidate that is not the plan asked for: a user reading
+# `step.plan.algorithm` after jax.jit won must not read "single" (the placement that models it)
+CANDIDATE_ALGORITHMS = {"jit": "jax.jit", "data-parallel": "data-parallel"}
+
+
+def _label(entry: Compiled, chosen: str, verdict: str) -> None:
+    """The chosen candidate's plan, in `entry.plan` and in its placed graph's plan attribute, named
+    after the candidate (`CANDIDATE_ALGORITHMS`) and noting the verdict of the timing."""
+    algorithm = CANDIDATE_ALGORITHMS.get(chosen, entry.plan.algorithm)
+    entry.plan = dataclasses.replace(entry.plan, algorithm=algorithm, notes=[*entry.plan.notes, verdict])
+    meta = entry.graph.attrs.get("plan")
+    if isinstance(meta, DictAttr):
+        fields = dict(meta.entries)
+        fields["algorithm"] = to_attr(algorithm)
+        fields["notes"] = to_attr(list(entry.plan.notes))
+        entry.graph.attrs["plan"] = DictAttr(tuple(fields.items()))
 
 
 def _strategy(plan: Plan) -> str:

@@ -102,14 +102,34 @@ def _producer_inputs(op: Op, finish: dict[str, float], fast: dict[str, float], l
 def _best_split(inputs: list[tuple[str, float, float, float]]) -> float:
     """The earliest start over every split: producers arriving by T are remote, the rest run in
     order of release on the op's device."""
-    best = float("inf")
-    for t in sorted({0.0, *(a for *_, a in inputs if a != float("inf"))}):
-        local = sorted((release, cost) for _, release, cost, arrival in inputs if arrival > t)
-        done = 0.0
-        for release, cost in local:
-            done = max(done, release) + cost
-        best = min(best, max(t, done))
-    return best
+    times = sorted({0.0, *(a for *_, a in inputs if a != float("inf"))})
+    ordered = sorted((release, cost, arrival) for _, release, cost, arrival in inputs)
+
+    def done(t: float) -> float:  # the local producers' end: it only falls as t grows (fewer of them)
+        end = 0.0
+        for release, cost, arrival in ordered:
+            if arrival > t:
+                end = max(end, release) + cost
+        return end
+
+    if len(times) <= _SPLITS_SCANNED:
+        return min(max(t, done(t)) for t in times)
+    # max(t, done(t)): t rises and done(t) falls, so the least is where they cross: binary search
+    # for the first t with t >= done(t), in O(N log N) where a scan of every t took N^2 (a node
+    # fed by N others)
+    lo, hi = 0, len(times) - 1
+    if times[hi] < done(times[hi]):
+        return done(times[hi])
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if times[mid] >= done(times[mid]):
+            hi = mid
+        else:
+            lo = mid + 1
+    return min(times[lo], done(times[lo - 1])) if lo > 0 else times[lo]
+
+
+_SPLITS_SCANNED = 8  # _best_split: up to this many split times, each is tried
 
 
 def memory_cut_path(graph: Graph, cluster: Cluster, fast: dict[str, float]) -> float:
@@ -255,16 +275,25 @@ def _least_cut(path: list[str], cut: list[float], unit: dict[str, tuple[str, str
     return best[-1]
 
 
-def lower_bound(graph: Graph, cluster: Cluster) -> float:
-    work.charge("bound", len(graph.ops))
-    fast = fastest_costs(graph, cluster)
+def work_bound(graph: Graph, cluster: Cluster, fast: dict[str, float] | None = None) -> float:
+    """The total work over the devices' speeds (fastest costs, `fast` where the caller has them):
+    a bound of any plan of the graph's work, with any data-parallel or micro-batch split of it."""
+    fast = fastest_costs(graph, cluster) if fast is None else fast
     if not fast:
         return 0.0
     capacity = 0.0
     for d in cluster.devices:
         ratios = [op_cost(op, d) / fast[op.name] for op in graph.ops if fast[op.name] > 0]
         capacity += 1.0 / min(ratios) if ratios else 1.0
-    spread = sum(fast.values()) / capacity
+    return sum(fast.values()) / capacity
+
+
+def lower_bound(graph: Graph, cluster: Cluster) -> float:
+    work.charge("bound", len(graph.ops))
+    fast = fastest_costs(graph, cluster)
+    if not fast:
+        return 0.0
+    spread = work_bound(graph, cluster, fast)
     return max(transfer_aware_path(graph, cluster, fast), spread, max(fast.values()),
                memory_cut_path(graph, cluster, fast), colocated_path(graph, fast))
 

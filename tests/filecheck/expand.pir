@@ -13,7 +13,7 @@ graph @toy() attributes {plan = {algorithm = "m-etf", devices = [@gpu0, @gpu1], 
   @d opaque(%b, %c) {cost = 1ms, colocate = "layer1", group = "g2", device = @gpu0, start = 5.2ms, end = 9.2ms}
 }
 
-// CHECK:      expand: 4 ops, makespan 6.0{{[0-9]*}} ms
+// CHECK:      expand: 4 ops, re-timed with first-come links: 6.0{{[0-9]*}} ms
 // CHECK:      graph @toy() attributes {plan = {algorithm = "m-etf", devices = [@gpu0, @gpu1], makespan = 6.0{{[0-9]+}}ms,
 // CHECK-SAME:   notes = ["expanded from a coarse plan over 3 groups of 4 ops"]
 // CHECK-SAME:   transfers = [{src = "a", from = @gpu0, to = @gpu1, start = 2ms, end = 2.0{{[0-9]+}}ms, bytes = 4194304},

@@ -16,8 +16,8 @@ graph @mlp(%x: f32[64,128], param %w: f32[128,256], param %b: f32[256], param %w
 
 // CHECK:      annotate-costs: roofline costs for 6 ops fused into 3 kernels
 // CHECK-NEXT: coarsen: 6 ops -> 3 groups (target 3)
-// CHECK-NEXT: place: m-etf makespan [[T:[0-9.]+ [mun]?s]], lower bound [[T]]
-// CHECK-NEXT: expand: 6 ops, makespan [[T]]
+// CHECK-NEXT: place: candidate (m-etf): [[T:[0-9.]+ [mun]?s]], its strategy's bound [[T]] (simulate times the plan that runs)
+// CHECK-NEXT: expand: 6 ops, re-timed with first-come links: [[T]]
 // CHECK-NEXT: plan for 'mlp' (m-etf): makespan [[T]], lower bound [[T]], 1.000x
 // CHECK-NEXT:   gpu0 (h100): 6 ops
 // CHECK-NEXT:   gpu1 (h100): 0 ops

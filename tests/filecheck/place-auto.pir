@@ -19,7 +19,7 @@ graph @chain() {
   @d opaque(%c) {cost = 2ms, param_bytes = 4096}
 }
 
-// CHECK:      place: auto makespan {{[0-9.]+}} ms
+// CHECK:      place: candidate (auto{{.*}}): {{[0-9.]+}} ms
 // CHECK:      graph @chain() attributes {microbatched = {data_parallel = 2, microbatches = 1},
 // CHECK-SAME:   plan = {algorithm = "auto", devices = [@gpu0, @gpu1], makespan = {{[0-9.]+}}ms,
 // CHECK-SAME:   "hybrid search: chose d=2 m=1 (data-parallel 2 x 1 micro-batches) at {{[0-9.]+}} ms;

@@ -14,7 +14,7 @@ graph @toy() {
   @d opaque(%b, %c) {cost = 1ms, colocate = "g1"}
 }
 
-// ETF:      place: m-etf makespan
+// ETF:      place: candidate (m-etf):
 // ETF:      graph @toy() attributes {plan = {algorithm = "m-etf", devices = [@gpu0, @gpu1], makespan = {{[0-9.]+}}ms, lower_bound = {{[0-9.]+}}ms
 // ETF-SAME:   transfers = [{src = "a", from = @gpu0, to = @gpu1, start = 2ms, end = {{[0-9.]+}}ms, bytes = 4194304},
 // ETF-SAME:                {src = "c", from = @gpu1, to = @gpu0, start = {{[0-9.]+}}ms, end = {{[0-9.]+}}ms, bytes = 1024}]} {
@@ -23,7 +23,7 @@ graph @toy() {
 // ETF-NEXT:   %c = opaque(%a) {cost = 3ms, device = @gpu1, start = 2.0{{[0-9]+}}ms, end = 5.0{{[0-9]+}}ms} : blob[1024]
 // ETF-NEXT:   @d opaque(%b, %c) {cost = 1ms, colocate = "g1", device = @gpu0, start = 5.0{{[0-9]+}}ms, end = 6.0{{[0-9]+}}ms}
 
-// TOPO:      place: m-topo makespan 9 ms
+// TOPO:      place: candidate (m-topo): 9 ms
 // TOPO:      graph @toy() attributes {plan = {algorithm = "m-topo", devices = [@gpu0, @gpu1], makespan = 9{{(\.0+[0-9]*)?}}ms,
 // TOPO-SAME:   transfers = []} {
 // TOPO-NEXT:   %a = opaque() {{.*}}, device = @gpu0, start = 0.0s, end = 2ms}

@@ -1,7 +1,7 @@
 // RUN: pesto-compile %s -p simulate --devices 2 --device-kind h100 -o - 2>&1 | filecheck %s
 //
-// `simulate` keeps each op's device and the order of ops on each device (by recorded start, ties
-// in graph order) and re-times the plan with the discrete-event simulator: the stale times below
+// `simulate` keeps each op's device and the order of ops on each device (by recorded start, then
+// end, then `tie`, then graph order) and re-times the plan with the discrete-event simulator: the stale times below
 // (everything at 0) become real ones, the transfers between devices are found, and the plan's
 // makespan and lower bound are rewritten. The algorithm's name is kept.
 

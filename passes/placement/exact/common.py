@@ -121,6 +121,8 @@ def early_answer(graph: Graph, cluster: Cluster, warm: Plan | None, lb: float, a
     if len(cluster) == 1 or warm.makespan <= lb * (1 + REL_GAP) + 1e-15:
         plan = as_algorithm(warm, algorithm)
         plan.solver = info("optimal", clock() - started, warm.makespan, 0.0, warm.makespan)
+        if warm.algorithm and warm.algorithm != algorithm:  # the plan is the warm start's: say whose
+            plan.solver["winner"] = f"{warm.algorithm}'s warm start, optimal"
         plan.lower_bound = warm.makespan
         why = "one device" if len(cluster) == 1 else "the warm start meets the lower bound"
         plan.notes.append(f"no {what} needed: {why}, so it is optimal")

@@ -79,6 +79,11 @@ def place_ilp(graph: Graph, cluster: Cluster, options: PlaceOptions) -> Plan:
     return search.finish(notes, started)
 
 
+def warm_name(warm: Plan) -> str:
+    """What the warm start is called where it is returned as the plan: "m-etf's warm start"."""
+    return f"{warm.algorithm}'s warm start" if warm.algorithm and warm.algorithm != ALGORITHM else "the warm start"
+
+
 def _solver_info(solver: str, status: str, seconds: float, bound: float | None, gap: float | None,
                  objective: float | None) -> dict[str, Any]:
     return {"name": solver, "status": status, "gap": gap, "seconds": round(seconds, 3),
@@ -107,7 +112,7 @@ def _early_answer(graph: Graph, cluster: Cluster, warm: Plan | None, lb: float, 
         if warm is None:
             raise IlpError(f"the graph has {len(graph.ops)} ops, more than the exact model's limit of "
                            f"{MILP_MAX_OPS}, and no warm start fits in memory; coarsen it first")
-        return _skipped(as_algorithm(warm, ALGORITHM), solver, lb, time.perf_counter() - started,
+        return _skipped(warm, solver, lb, time.perf_counter() - started,
                         f"the graph has {len(graph.ops)} ops, more than the exact model's limit of {MILP_MAX_OPS}")
     return None
 
@@ -117,12 +122,15 @@ def _too_many_binaries(inst: Instance, warm: Plan | None, solver: str, lb: float
            f"{MAX_INTEGERS} (CBC overruns its time limit on larger ones)")
     if warm is None:
         raise IlpError(f"{why}, and no warm start fits in memory; coarsen the graph first")
-    return _skipped(as_algorithm(warm, ALGORITHM), solver, lb, time.perf_counter() - started, why)
+    return _skipped(warm, solver, lb, time.perf_counter() - started, why)
 
 
-def _skipped(plan: Plan, solver: str, lb: float, elapsed: float, why: str) -> Plan:
-    """The warm start, returned because the model would be too big to solve in time."""
+def _skipped(warm: Plan, solver: str, lb: float, elapsed: float, why: str) -> Plan:
+    """The warm start, returned because the model would be too big to solve in time: labelled
+    `ilp`, its winner the heuristic that made it (the summary and the chart say so)."""
+    plan = as_algorithm(warm, ALGORITHM)
     plan.solver = _solver_info(solver, "skipped", elapsed, lb, gap(plan.makespan, lb), None)
+    plan.solver["winner"] = f"{warm_name(warm)}, MILP skipped"
     plan.lower_bound = lb
     plan.notes.append(f"{why}; returned the warm start unchanged (coarsen the graph further to let "
                       "the ILP improve it)")
@@ -251,6 +259,8 @@ class _Search:
         plan.solver = _solver_info(self.milp.solver, self.status, time.perf_counter() - started, bound,
                                    gap(plan.makespan, bound), self.objective)
         plan.solver["model"] = self.milp.size()
+        if self.source == "warm" and self.warm is not None:
+            plan.solver["winner"] = f"{warm_name(self.warm)}, unchanged by the MILP"
         if self.rounds:
             plan.solver["lns_rounds"] = self.rounds
         self.options.progress(f"ilp: {self.status} after {time.perf_counter() - started:.1f}s: makespan "

@@ -20,13 +20,14 @@ freed once their readers are scheduled, so a pair that does not fit now waits un
 
 from __future__ import annotations
 
-import heapq
+from collections import defaultdict
 
 from pesto_ir.cluster.model import Cluster
 from pesto_ir.ir.graph import Graph
 from pesto_ir.passes.placement.common import (
     LinkQueues,
     Memory,
+    PairQueue,
     PlaceGraph,
     PlacementError,
     native_stdout_silenced,
@@ -85,7 +86,7 @@ def _topo_shares(pg: PlaceGraph) -> tuple[list[float], list[float]]:
 # ---------------------------------------------------------------- m-ETF / m-SCT
 
 class _ListScheduler:
-    """Earliest-start list scheduling over (ready op, device) pairs in a lazily re-timed heap.
+    """Earliest-start list scheduling over (ready op, device) pairs, lazily re-timed (`PairQueue`).
 
     A pair's key only grows as devices and links fill up, so a popped pair whose recomputed key
     still equals its stored one is the true minimum; otherwise it goes back with the new key.
@@ -101,15 +102,17 @@ class _ListScheduler:
         self.end = [0.0] * n
         self.mem = Memory(pg, ends=self.end, reserve=reserve)
         self.fastest = [min(c) for c in pg.cost]
+        self.extra = [[c - f for c in costs] for costs, f in zip(pg.cost, self.fastest)]
         self.device_free = [0.0] * k
         self.device_of = [-1] * n
         self.links = LinkQueues(pg, self.device_of, self.end)
         self.missing = [len(p) for p in pg.preds]  # unscheduled producers per op
-        self.blocked: list[tuple[float, int, int]] = []  # pairs that wait for memory to free
-        self.heap: list[tuple[float, int, int]] = []
+        # (op, device, when its inputs can be there) of pairs that wait for memory to free
+        self.blocked: list[tuple[int, int, float]] = []
+        self.queue = PairQueue(self.device_free, _etf_key)
         self.order: list[list[int]] = [[] for _ in range(k)]
         self.last = [-1] * k  # last op run on each device
-        self.deferred: list[list[tuple[float, int, int]]] = [[] for _ in range(k)]
+        self.deferred: list[list[tuple[int, int, float]]] = [[] for _ in range(k)]
         self.waiting_for = [-1] * k  # the reserved child deferred pairs on each device wait for
 
     # -- timing
@@ -120,10 +123,9 @@ class _ListScheduler:
     def start(self, v: int, d: int) -> float:
         return max(self.device_free[d], self.data_ready(v, d))
 
-    def key(self, v: int, d: int) -> float:
-        # the extra time first: it is exactly 0 on v's fastest devices, so equal starts stay equal
-        # keys (start + cost - fastest rounds by the cost's last bit, and ties went by that noise)
-        return self.start(v, d) + (self.pg.cost[v][d] - self.fastest[v])
+    def push(self, v: int, d: int, ready: float | None = None) -> None:
+        """Queue pair (v, d), its inputs there at `ready` (looked up when not given)."""
+        self.queue.push(v, d, self.data_ready(v, d) if ready is None else ready, self.extra[v][d])
 
     # -- the main loop
     def run(self) -> Plan:
@@ -132,30 +134,32 @@ class _ListScheduler:
             if self.missing[v] == 0:
                 self.make_ready(v)
         done = 0
-        while self.heap or self.blocked:
-            if not self.heap:
-                self.blocked = [(t, v, d) for t, v, d in self.blocked
+        while self.queue or self.blocked:
+            popped = self.queue.pop()
+            if popped is None:
+                self.blocked = [(v, d, t) for v, d, t in self.blocked
                                 if self.device_of[v] < 0 and self.mem.may_run(v, d)]
                 if not self.blocked:
                     break
                 if not any(self.deferred):
-                    raise self.mem.no_room(self.blocked[0][1], self.algorithm)
+                    raise self.mem.no_room(self.blocked[0][0], self.algorithm)
                 self.release_all_deferred()  # a reserved child that waits for memory keeps nothing waiting
                 continue
-            stored, v, d = heapq.heappop(self.heap)
+            (stored, *_), v, d, ready = popped
             if self.device_of[v] >= 0 or not self.mem.may_run(v, d):
                 continue
             if not self.fits(v, d):
-                self.blocked.append((stored, v, d))
+                self.blocked.append((v, d, ready))
                 continue
-            now = self.key(v, d)
+            ready = self.data_ready(v, d)
+            now = _etf_key(max(self.device_free[d], ready), self.extra[v][d], v, d)[0]
             if now > stored + _EPS * max(1.0, abs(stored)):
-                heapq.heappush(self.heap, (now, v, d))
+                self.push(v, d, ready)
                 continue
             if self.favorite is not None:
                 f = self.reserved_child(d)
                 if f >= 0 and f != v and not self.urgent(v, d):
-                    self.deferred[d].append((now, v, d))
+                    self.deferred[d].append((v, d, ready))
                     self.waiting_for[d] = f
                     continue
             self.commit(v, d)
@@ -167,7 +171,7 @@ class _ListScheduler:
     def make_ready(self, v: int) -> None:
         for d in range(self.pg.k):
             if self.mem.may_run(v, d):
-                heapq.heappush(self.heap, (self.key(v, d), v, d))
+                self.push(v, d)
 
     def fits(self, v: int, d: int) -> bool:
         """Whether v's output and copies fit on d beside what is alive when it can start."""
@@ -180,10 +184,11 @@ class _ListScheduler:
         self.device_of[v] = d
         self.end[v] = start + pg.cost[v][d]
         self.device_free[d] = self.end[v]
+        self.queue.touch(d)
         self.mem.place(v, d, free_from=self.device_free, at=at)
         if self.blocked:  # memory may have freed: waiting pairs try again
-            for item in self.blocked:
-                heapq.heappush(self.heap, item)
+            for w, e, ready in self.blocked:
+                self.push(w, e, ready)
             self.blocked.clear()
         self.order[d].append(v)
         self.last[d] = v
@@ -219,8 +224,8 @@ class _ListScheduler:
 
     def release_all_deferred(self) -> None:
         for e in range(self.pg.k):
-            for item in self.deferred[e]:
-                heapq.heappush(self.heap, item)
+            for w, f, ready in self.deferred[e]:
+                self.push(w, f, ready)
             self.deferred[e].clear()
             self.waiting_for[e] = -1
 
@@ -231,10 +236,17 @@ class _ListScheduler:
         """
         for e in range(self.pg.k):
             if e == d or self.waiting_for[e] == v:
-                for item in self.deferred[e]:
-                    heapq.heappush(self.heap, item)
+                for w, f, ready in self.deferred[e]:
+                    self.push(w, f, ready)
                 self.deferred[e].clear()
                 self.waiting_for[e] = -1
+
+
+def _etf_key(start: float, extra: float, v: int, d: int) -> tuple[float, int, int]:
+    """m-ETF's order of pairs: start plus the extra time the op takes on d over its fastest device,
+    then op, then device. The extra time is exactly 0 on v's fastest devices, so equal starts stay
+    equal keys (start + cost - fastest rounds by the cost's last bit, and ties went by that noise)."""
+    return (start + extra, v, d)
 
 
 def m_etf(graph: Graph, cluster: Cluster, options: PlaceOptions) -> Plan:
@@ -250,6 +262,11 @@ def m_sct(graph: Graph, cluster: Cluster, options: PlaceOptions) -> Plan:
     plan = schedule_within_memory(pg, lambda reserve: _ListScheduler(pg, "m-sct", favorite, reserve).run())
     plan.notes.append(f"favourite children: {sum(f >= 0 for f in favorite)} ({how})")
     return plan
+
+
+# The favourite-children LP keeps at most this many out-edges (and in-edges) of one op free (`_fixed_edges`);
+# the MSR graphs' and the bundled examples' ops have at most 24 out-edges and 5 in-edges, so their LP is whole.
+LP_MAX_DEGREE = 64
 
 
 def favorite_children(pg: PlaceGraph, options: PlaceOptions) -> tuple[list[int], str]:
@@ -291,25 +308,96 @@ def _favorite_lp(pg: PlaceGraph, edges: list[tuple[int, int, int]],
     model = mip.Model(sense=mip.MINIMIZE, solver_name=mip.CBC)
     model.verbose = 0
     model.threads = options.threads
-    x = [model.add_var(lb=0.0, ub=1.0) for _ in edges]
-    s = [model.add_var(lb=0.0) for _ in range(pg.n)]
+    fixed = _fixed_edges(edges, comm, pg.n)
+    gone = _eliminated(edges, fixed, pg.n)
+    x = [None if e in fixed else model.add_var(lb=0.0, ub=1.0) for e in range(len(edges))]
+    s = [None if gone[i] else model.add_var(lb=0.0) for i in range(pg.n)]
     w = model.add_var(lb=0.0)
+    # an eliminated op's rows: for each producer p (-1: none, it is a source) and reader q (-1: the
+    # end, it is a sink), s_q - s_p >= the path's length through it; only the largest per pair counts
+    before: dict[int, list[tuple[int, float]]] = defaultdict(list)
+    after: dict[int, list[tuple[int, float]]] = defaultdict(list)
     out_edges: list[list[int]] = [[] for _ in range(pg.n)]
     in_edges: list[list[int]] = [[] for _ in range(pg.n)]
+    has_out = [False] * pg.n
     for e, (p, v, _) in enumerate(edges):
-        model.add_constr(s[p] - s[v] + comm[e] * scale * x[e] <= -proc[p] * scale)
+        has_out[p] = True
+        xe, sp, sv = x[e], s[p], s[v]
+        if xe is None:  # x_e = 1: the edge pays its communication
+            if gone[v]:
+                before[v].append((p, (proc[p] + comm[e]) * scale))
+            elif gone[p]:
+                after[p].append((v, comm[e] * scale))
+            else:
+                assert sp is not None and sv is not None
+                model.add_constr(sp - sv <= -(proc[p] + comm[e]) * scale)
+            continue
+        assert sp is not None and sv is not None  # a free edge's ends stay
+        model.add_constr(sp - sv + comm[e] * scale * xe <= -proc[p] * scale)
         out_edges[p].append(e)
         in_edges[v].append(e)
     for groups in (out_edges, in_edges):
         for es in groups:
             if len(es) > 1:
-                model.add_constr(mip.xsum(x[e] for e in es) >= len(es) - 1)
+                model.add_constr(mip.xsum(x[e] for e in es if x[e] is not None) >= len(es) - 1)
     for i in range(pg.n):
-        if not out_edges[i]:
-            model.add_constr(s[i] - w <= -proc[i] * scale)
+        si = s[i]
+        if si is not None and not has_out[i]:
+            model.add_constr(si - w <= -proc[i] * scale)
+    through: dict[tuple[int, int], float] = {}
+    for v in range(pg.n):
+        if gone[v]:
+            for p, into in before.get(v) or [(-1, 0.0)]:
+                for q, out in after.get(v) or [(-1, 0.0)]:
+                    length = into + proc[v] * scale + out
+                    through[p, q] = max(through.get((p, q), length), length)
+    for (p, q), length in through.items():
+        sp = s[p] if p >= 0 else None
+        sq = s[q] if q >= 0 else w
+        assert sq is not None
+        model.add_constr((sp - sq if sp is not None else -sq) <= -length)
     model.objective = mip.minimize(w)
     with native_stdout_silenced():
         status = model.optimize(relax=True)  # a pure LP: straight to the simplex, no MIP preprocessing
     if status not in (mip.OptimizationStatus.OPTIMAL, mip.OptimizationStatus.FEASIBLE):
         return None, status.name.lower()
-    return [float(v.x or 0.0) for v in x], status.name.lower()
+    return [1.0 if v is None else float(v.x or 0.0) for v in x], status.name.lower()
+
+
+def _eliminated(edges: list[tuple[int, int, int]], fixed: set[int], n: int) -> list[bool]:
+    """The ops the favourite-children LP leaves out: every edge of theirs fixed, at most one on one
+    side, no neighbour left out. Their rows become one per (producer, reader) pair through them,
+    the longest, so N fixed readers of one op that feed one other op (or the end) add one row, not
+    N parallel ones, on which the simplex degenerates (quadratic in N)."""
+    ins: list[list[int]] = [[] for _ in range(n)]
+    outs: list[list[int]] = [[] for _ in range(n)]
+    free = [False] * n
+    for e, (p, v, _) in enumerate(edges):
+        outs[p].append(v)
+        ins[v].append(p)
+        if e not in fixed:
+            free[p] = free[v] = True
+    gone = [False] * n
+    for v in range(n):
+        if (ins[v] or outs[v]) and not free[v] and min(len(ins[v]), len(outs[v])) <= 1 \
+                and not any(gone[u] for u in ins[v]) and not any(gone[u] for u in outs[v]):
+            gone[v] = True
+    return gone
+
+
+def _fixed_edges(edges: list[tuple[int, int, int]], comm: list[float], n: int) -> set[int]:
+    """The edges the favourite-children LP fixes at x_e = 1 (never favourites): of an op with more
+    than `LP_MAX_DEGREE` out-edges (or in-edges), all but the `LP_MAX_DEGREE` heaviest (ties:
+    first in `edges`). At most one of them can be a favourite anyway, and the LP's row summing all
+    of them made CBC's simplex quadratic or worse in the fan-out (a 1 -> 10,000 star: 160 s)."""
+    out_edges: list[list[int]] = [[] for _ in range(n)]
+    in_edges: list[list[int]] = [[] for _ in range(n)]
+    for e, (p, v, _) in enumerate(edges):
+        out_edges[p].append(e)
+        in_edges[v].append(e)
+    fixed: set[int] = set()
+    for groups in (out_edges, in_edges):
+        for es in groups:
+            if len(es) > LP_MAX_DEGREE:
+                fixed.update(sorted(es, key=lambda e: (-comm[e], e))[LP_MAX_DEGREE:])
+    return fixed

@@ -23,6 +23,7 @@ from pesto_ir.ir.graph import Graph
 from pesto_ir.passes.placement.common import (
     LinkQueues,
     Memory,
+    PairQueue,
     PlaceGraph,
     PlacementError,
     schedule_within_memory,
@@ -68,50 +69,52 @@ class _Appender:
 
 
 def _etf(pg: PlaceGraph, reserve: list[int]) -> Plan:
-    """Pairs in a lazily re-timed heap keyed (start, finish, op, device): a pair's start and finish
-    only grow as devices and links fill up, so a popped pair whose key is unchanged is the least of
-    all pairs that fit; one that does not fit waits until the next commit may have freed memory."""
+    """Pairs lazily re-timed (`PairQueue`), keyed (start, finish, op, device): a pair's start and
+    finish only grow as devices and links fill up, so a popped pair whose key is unchanged is the
+    least of all pairs that fit; one that does not fit waits until the next commit may have freed
+    memory."""
     s = _Appender(pg, "etf", reserve)
     missing = [len(p) for p in pg.preds]
-    heap: list[tuple[float, float, int, int]] = []
-    blocked: list[tuple[float, float, int, int]] = []
-
-    def key(v: int, d: int) -> tuple[float, float, int, int]:
-        t = s.start(v, d)
-        return (t, t + pg.cost[v][d], v, d)
+    queue = PairQueue(s.device_free, _etf_key)
+    blocked: list[tuple[int, int, float]] = []  # (op, device, when its inputs can be there)
 
     def make_ready(v: int) -> None:
         for d in range(pg.k):
             if s.mem.may_run(v, d):
-                heapq.heappush(heap, key(v, d))
+                queue.push(v, d, s.links.data_ready(v, d), pg.cost[v][d])
 
     for v in range(pg.n):
         if missing[v] == 0:
             make_ready(v)
-    while heap:
-        item = heapq.heappop(heap)
-        v, d = item[2], item[3]
+    while (popped := queue.pop()) is not None:
+        stored, v, d, ready = popped
         if s.device_of[v] >= 0 or not s.mem.may_run(v, d):
             continue
         if not s.fits(v, d):
-            blocked.append(item)
+            blocked.append((v, d, ready))
             continue
-        now = key(v, d)
-        if now != item:
-            heapq.heappush(heap, now)
+        ready = s.links.data_ready(v, d)
+        if _etf_key(max(s.device_free[d], ready), pg.cost[v][d], v, d) != stored:
+            queue.push(v, d, ready, pg.cost[v][d])
             continue
         s.commit(v, d)
-        for waiting in blocked:  # memory may have freed: waiting pairs try again
-            heapq.heappush(heap, waiting)
+        queue.touch(d)
+        for w, e, at in blocked:  # memory may have freed: waiting pairs try again
+            queue.push(w, e, at, pg.cost[w][e])
         blocked.clear()
         for c in pg.succs[v]:
             missing[c] -= 1
             if missing[c] == 0:
                 make_ready(c)
-    left = [v for _, _, v, d in blocked if s.device_of[v] < 0 and s.mem.may_run(v, d)]
+    left = [v for v, d, _ in blocked if s.device_of[v] < 0 and s.mem.may_run(v, d)]
     if left:  # nothing fits anywhere, and no commit is left to free memory
         raise s.mem.no_room(min(left), "etf")
     return s.plan()
+
+
+def _etf_key(start: float, cost: float, v: int, d: int) -> tuple[float, float, int, int]:
+    """ETF's order of pairs: start, then finish, then op, then device."""
+    return (start, start + cost, v, d)
 
 
 def upward_ranks(pg: PlaceGraph) -> list[float]:

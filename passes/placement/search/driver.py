@@ -29,7 +29,13 @@ from pesto_ir.cluster.model import Cluster
 from pesto_ir.ir.graph import Graph
 from pesto_ir.passes.placement.budget import Budget
 from pesto_ir.passes.placement.expansion import expand_plan
-from pesto_ir.passes.placement.heuristics.portfolio import HEURISTICS, best_heuristic_plan
+from pesto_ir.passes.placement.heuristics.portfolio import (
+    BUDGET_ORDER,
+    HEURISTICS,
+    RELATIVE_TIME,
+    WARM_START_ALGOS,
+    best_heuristic_plan,
+)
 from pesto_ir.passes.placement.justify import ROUNDS as JUSTIFY_ROUNDS
 from pesto_ir.passes.placement.justify import justified
 from pesto_ir.passes.placement.options import (
@@ -41,7 +47,7 @@ from pesto_ir.passes.placement.options import (
     inner,
     kept_on_interrupt,
 )
-from pesto_ir.passes.placement.search.hybrid import search
+from pesto_ir.passes.placement.search.hybrid import NEAR_BOUND, search
 from pesto_ir.passes.placement.search.lns import LNS_MAX_OPS, improve_with_lns
 from pesto_ir.passes.placement.search.local_search import improve_by_moves
 from pesto_ir.passes.placement.search.start_plan import StartPlan
@@ -87,9 +93,16 @@ def place_graph(graph: Graph, cluster: Cluster, algo: AlgorithmEntry, options: P
         return plan
     coarse, members = quotient_graph(graph, cluster)
     _check_memory(coarse, cluster, " after coarsening (raise coarsen's target to make groups smaller)")
+    bound = lower_bound(graph, cluster) if algo.exact else 0.0
     if algo.exact and floor is None:
-        floor = best_heuristic_plan(graph, cluster, dataclasses.replace(options, quiet=True, warm_start=None),
-                                    until=budget.at(FLOOR_SHARE))
+        floor = fine_floor(graph, cluster, dataclasses.replace(options, quiet=True, warm_start=None),
+                           until=budget.at(FLOOR_SHARE), near=bound * (1 + NEAR_BOUND))
+    if algo.exact and floor is not None and floor.makespan <= bound * (1 + NEAR_BOUND):
+        plan = near_bound_plan(floor, algo.name, bound, len(graph.ops))
+        options.progress(f"place: {floor.algorithm} on the {len(graph.ops)} fine ops ({human_time(floor.makespan, 4)}) "
+                         f"is within {NEAR_BOUND:.0%} of the lower bound ({human_time(bound, 4)}); no exact solve")
+        write_plan_attrs(graph, plan)
+        return plan
     left = max(solving - budget.spent(), MIN_SOLVE_SECONDS)
     refine = algo.portfolio and len(members) < len(graph.ops) <= FINE_REFINE_MAX_OPS and len(cluster) > 1
     coarse_options = inner(dataclasses.replace(options, time_limit=left * (1 - REFINE_SHARE) if refine else left))
@@ -97,7 +110,7 @@ def place_graph(graph: Graph, cluster: Cluster, algo: AlgorithmEntry, options: P
         plan = solve(coarse, cluster, algo, coarse_options)
     except KeyboardInterrupt:
         raise _coarse_interrupted(coarse_options.incumbent, graph, cluster, coarse, members, floor, options) from None
-    plan.lower_bound = lower_bound(graph, cluster)
+    plan.lower_bound = bound if algo.exact else lower_bound(graph, cluster)
     fine = project_coarse_plan(graph, plan, members)
     if algo.exact and floor is not None:
         fine = faster_than_fine_heuristics(graph, cluster, fine, floor, options)
@@ -108,6 +121,52 @@ def place_graph(graph: Graph, cluster: Cluster, algo: AlgorithmEntry, options: P
             fine = justified_plan(graph, cluster, fine, budget.deadline, options)
     write_plan_attrs(graph, fine)
     return fine
+
+
+def fine_floor(graph: Graph, cluster: Cluster, options: PlaceOptions, until: float, near: float) -> Plan | None:
+    """`best_heuristic_plan(graph, cluster, options, until)`, stopped at the first plan that takes
+    at most `near` seconds: then no exact solve can gain enough to be worth its time (the fine
+    lower bound times `1 + NEAR_BOUND`). A 1 -> 50,000 star takes a few seconds per heuristic, and
+    the first is within 0.1% of its bound."""
+    found: dict[str, Plan] = {}
+    skipped: list[str] = []
+    per_unit: list[float] = []
+    for name in BUDGET_ORDER:
+        if per_unit and work.now() + max(per_unit) * RELATIVE_TIME[name] > until:
+            skipped.append(name)
+            continue
+        started = work.now()
+        try:
+            found[name] = check_plan(graph, cluster, HEURISTICS[name](graph, cluster, options))
+        except PestoError as e:
+            options.progress(f"place: {name} gives no plan to start from: {str(e).splitlines()[0]}")
+            continue
+        except KeyboardInterrupt:
+            raise kept_on_interrupt(options, graph, _fastest(found)) from None
+        per_unit.append((work.now() - started) / RELATIVE_TIME[name])
+        if found[name].makespan <= near:
+            return found[name]
+    if skipped:
+        options.progress(f"place: {', '.join(skipped)} not run: by the times of the heuristics before them, "
+                         "they would end past the time they were given")
+    best = _fastest(found)
+    if best is not None:
+        options.progress(f"place: warm start from {best.algorithm} (makespan {human_time(best.makespan, 4)})")
+    return best
+
+
+def _fastest(found: dict[str, Plan]) -> Plan | None:
+    """The fastest plan, the first in `WARM_START_ALGOS` order of those as fast."""
+    ranked = [found[name] for name in WARM_START_ALGOS if name in found]
+    return min(ranked, key=lambda p: p.makespan) if ranked else None
+
+
+def near_bound_plan(floor: Plan, algo: str, bound: float, ops: int) -> Plan:
+    """`floor`, a heuristic plan of the fine graph within `NEAR_BOUND` of `bound`, as `algo`'s."""
+    solver = {**(floor.solver or {}), "winner": f"{floor.algorithm} (fine graph)", "status": "skipped"}
+    note = (f"{floor.algorithm} on the {ops} fine ops ({floor.makespan:.6g}s) is within {NEAR_BOUND:.0%} of the "
+            f"lower bound ({bound:.6g}s): no exact solve")
+    return dataclasses.replace(floor, algorithm=algo, lower_bound=bound, solver=solver, notes=[*floor.notes, note])
 
 
 def justified_plan(graph: Graph, cluster: Cluster, plan: Plan, deadline: float, options: PlaceOptions) -> Plan:
@@ -257,7 +316,7 @@ def _refinement(start: Plan, best: Plan, options: PlaceOptions, seconds: float, 
     """`best`, the refinement of `start`, labelled as `start`'s algorithm's; `start` if no faster."""
     if not faster(best.makespan, start.makespan):
         return start
-    options.progress(f"place: refining on the {ops} fine ops took the plan from "
+    options.progress(f"place: refined on the {ops} fine ops: the plan from "
                      f"{human_time(start.makespan, 4)} to {human_time(best.makespan, 4)}")
     solver = dict(start.solver or {})
     solver["winner"] = f"{solver.get('winner') or start.algorithm} + fine refinement"

@@ -24,6 +24,7 @@ from pesto_ir.cluster.model import Cluster
 from pesto_ir.ir.graph import Graph
 from pesto_ir.passes.placement.budget import Budget
 from pesto_ir.passes.placement.expansion import expand_plan
+from pesto_ir.passes.placement.heuristics.portfolio import HEURISTICS
 from pesto_ir.passes.placement.options import Incumbent, PlaceOptions, inner, kept_on_interrupt
 from pesto_ir.passes.placement.search.screening import (
     MIN_REFINE_SECONDS,
@@ -47,7 +48,9 @@ from pesto_ir.passes.rewrite.replicas import (
     sub_cluster,
 )
 from pesto_ir.passes.rewrite.shard_state import has_optimizer_state
+from pesto_ir.schedule.bounds import lower_bound, work_bound
 from pesto_ir.schedule.plan import Plan, write_plan_attrs
+from pesto_ir.schedule.validate import check_plan
 from pesto_ir.util import work
 from pesto_ir.util.errors import PestoError
 from pesto_ir.util.units import human_time
@@ -63,6 +66,11 @@ LAYOUT_SHARE = 0.25  # of the time limit, at most, for choosing tensor-parallel 
 OTHERS_SHARE = 1.0  # of the time limit's work, for screening and refining the best strategy beside one batch's search
 REFINE_MARGIN = 0.5  # a screening plan this much slower than the best plan is not refined (refining gains less)
 Refine = Callable[[Graph, Cluster, PlaceOptions, Plan | None], Plan]  # the full engine; a heuristic plan it must beat
+# An exact engine's search is skipped where a heuristic plan of the fine graph is within this share of
+# the lower bound (a star of N readers: every heuristic is; `driver.place_graph`), and the search over
+# strategies where it is within it of the work bound, which no strategy beats (`_at_work_bound`).
+# The MSR graphs' and the bundled examples' best heuristic plans are at the bound or 1.2% and more above it.
+NEAR_BOUND = 0.01
 
 
 def search(graph: Graph, cluster: Cluster, options: PlaceOptions, data_parallel: int | None,
@@ -72,6 +80,10 @@ def search(graph: Graph, cluster: Cluster, options: PlaceOptions, data_parallel:
     """The fastest plan over the strategies within the time limit: screening, then `refine` (the
     full engine, warm-started) on the best strategy's replica graph; its graph and plan. A `start`
     plan is its strategy's plan so far where it is faster than that strategy's screening plan."""
+    if start is None and data_parallel in (None, 1) and microbatches in (None, 1) and tensor_parallel in (None, 1):
+        near = _at_work_bound(graph, cluster, options)
+        if near is not None:
+            return graph, near
     started = work.now()
     todo = strategies(graph, cluster, data_parallel, microbatches, optimizer_state, tensor_parallel, options.progress,
                       parameters, until=started + options.time_limit * LAYOUT_SHARE)
@@ -153,6 +165,30 @@ def search(graph: Graph, cluster: Cluster, options: PlaceOptions, data_parallel:
     return chosen_graph, plan
 
 
+def _at_work_bound(graph: Graph, cluster: Cluster, options: PlaceOptions) -> Plan | None:
+    """m-ETF's one-batch plan of the fine graph where the graph's lower bound is its work over the
+    devices (`work_bound`: no split of the batch runs less work) and the plan is within
+    `NEAR_BOUND` of it: no strategy, engine or refinement can gain more. Else None. A 1 -> 50,000
+    star placed in minutes by the search over strategies; it is at its work bound."""
+    spread = work_bound(graph, cluster)
+    bound = lower_bound(graph, cluster)
+    if spread <= 0 or bound > spread:
+        return None
+    try:
+        plan = check_plan(graph, cluster, HEURISTICS["m-etf"](graph, cluster, dataclasses.replace(options, quiet=True)))
+    except PestoError:
+        return None
+    if plan.makespan > spread * (1 + NEAR_BOUND):
+        return None
+    options.progress(f"place: m-etf's one-batch plan ({human_time(plan.makespan, 4)}) is within {NEAR_BOUND:.0%} "
+                     f"of the work bound ({human_time(spread, 4)}); no search")
+    plan.lower_bound = bound
+    plan.solver = {**(plan.solver or {}), "winner": "m-etf", "status": "skipped"}
+    plan.notes = [*plan.notes, f"m-etf's one-batch plan ({plan.makespan:.6g}s) is within {NEAR_BOUND:.0%} of the "
+                  f"work bound ({spread:.6g}s), which no strategy beats: no search"]
+    return plan
+
+
 def _worth_refining(c: Candidate, best: Candidate, best_plan: Plan | None = None) -> bool:
     """Whether `c`'s screening plan is within `REFINE_MARGIN` of `best`'s plan (`best_plan`, its
     refined plan, where given): refining gains less than that."""
@@ -177,7 +213,7 @@ def _one_batch_search(graph: Graph, cluster: Cluster, options: PlaceOptions, ref
         kept = carried if carried is not None and one_batch.plan is not None and \
             carried.makespan < one_batch.plan.makespan else one_batch.plan
         raise kept_on_interrupt(options, graph, kept) from None
-    options.progress(f"place: one batch, searched as a one-batch place: {human_time(found.makespan, 4)}")
+    options.progress(f"place: refined one batch (searched as a one-batch place): {human_time(found.makespan, 4)}")
     return found
 
 

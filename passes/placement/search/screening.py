@@ -253,13 +253,15 @@ def _screen_replicas(graph: Graph, cluster: Cluster, todo: list[Strategy], optio
         if not (first and not tried) and work.now() > stop:
             tried.append(Candidate(strategy, why_not="not screened: its share of the time ran out"))
             continue
-        c = _logged(screen(graph, cluster, Candidate(strategy), options, heuristic, rates=rates), log, rates)
+        c = _logged(screen(graph, cluster, Candidate(strategy), options, heuristic, _one_device_engines(strategy),
+                           rates=rates), log, rates)
         tried.append(c)
         if c.plan is not None and rates.shard and c.strategy.optimizer_state == "replicated" and \
                 work.now() <= stop:
             # one device's update of its 1/d of the state, with the reduce-scatters and all-gathers
             # that replace each all-reduce, is often faster than the whole update
-            sharded = screen(graph, cluster, Candidate(strategy.sharded()), options, heuristic, rates=rates)
+            sharded = screen(graph, cluster, Candidate(strategy.sharded()), options, heuristic,
+                             _one_device_engines(strategy), rates=rates)
             if sharded.plan is not None and sharded.plan.makespan < c.plan.makespan:
                 sharded.why_not = f"faster than with the whole state, {human_time(c.plan.makespan, 4)}"
                 tried.append(_logged(sharded, log, rates))
@@ -269,6 +271,14 @@ def _screen_replicas(graph: Graph, cluster: Cluster, todo: list[Strategy], optio
                                               f"than {strategy}, which fits") for s in rest)
             break
     return tried
+
+
+def _one_device_engines(strategy: Strategy) -> tuple[str, ...]:
+    """How a one-device replica's step is ordered: with micro-batches, each one's backward pass
+    right after its forward (1F1B over one device: gradient accumulation, which frees a
+    micro-batch's activations before the next starts; list scheduling runs every forward pass
+    first and holds them all), then the heuristics."""
+    return ("1f1b", "heuristics") if strategy.microbatches > 1 else ("heuristics",)
 
 
 def _screen_pipelines(graph: Graph, cluster: Cluster, todo: list[Strategy], options: PlaceOptions,
@@ -484,7 +494,7 @@ def _ranked_pipelines(graph: Graph, cluster: Cluster, todo: list[Strategy], log:
         return [(None, s, schedule) for s in sorted(todo, key=lambda s: -s.microbatches)
                 for schedule in SCHEDULES], candidates, cost
     best = ", ".join(f"m={s.microbatches} {schedule} {human_time(t, 4)}" for t, s, schedule in ranked[:4])
-    log.progress(f"place: pipeline model, d={d}: {best}")
+    log.progress(f"place: pipeline model (predicted), d={d}: {best}")
     return ranked, candidates, cost  # type: ignore[return-value]
 
 
@@ -508,7 +518,7 @@ def _no_time(seconds: float, what: str, kept: bool = False) -> str:
 def _logged(c: Candidate, log: PlaceOptions, rates: Rates) -> Candidate:
     rates.screened(c)
     if c.plan is not None:
-        log.progress(f"place: {c.strategy}: {human_time(c.plan.makespan, 4)} ({c.engine})")
+        log.progress(f"place: screened {c.strategy}: {human_time(c.plan.makespan, 4)} ({c.engine})")
     elif c.why_not:
-        log.progress(f"place: {c.strategy}: no plan ({c.why_not})")
+        log.progress(f"place: screened {c.strategy}: no plan ({c.why_not})")
     return c
