@@ -24,6 +24,7 @@ from scipy.optimize import nnls
 
 from pesto_ir.cluster.model import Cluster
 from pesto_ir.frontends import load
+from pesto_ir.ir.graph import Graph
 from pesto_ir.passmanager import PassContext, PassManager
 from pesto_ir.util import work
 
@@ -35,6 +36,7 @@ RUNS = (  # (name, file, devices)
     ("inceptionv3_training_layer", "graphs/msr/inceptionv3_training_layer.json", 8),
     ("bert_l-3_training_op", "graphs/msr/bert_l-3_training_op.json", 2),
     ("transformer_block", "examples/transformer_block.pir", 4),
+    ("jax_gpt24", "zoo:jax_gpt24", 8),  # a lowered JAX step: rewrites of arrays (`rewrite-typed`)
 )
 AFTER = {"cpsat"}  # charged when their work ends: the span before the charge is theirs
 
@@ -48,7 +50,7 @@ class Run:
 
 
 def record(name: str, path: Path, devices: int, limit: float) -> Run:
-    graph = load(str(path))
+    graph = _build(path)
     cluster = Cluster.homogeneous(devices, "h100")
     ctx = PassContext(cluster=cluster, quiet=True)
     pipeline = f"annotate-costs,coarsen,place{{algo=auto time-limit={limit:g}}}"
@@ -57,6 +59,15 @@ def record(name: str, path: Path, devices: int, limit: float) -> Run:
         PassManager(pipeline, verify_each=False).run(graph, ctx)
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     return Run(name, list(charges), wall, cpu)
+
+
+def _build(path: Path) -> Graph:
+    """The graph of a RUNS entry: a file, or `zoo:NAME`, a model of `bench/zoo.py` (costed)."""
+    if path.name.startswith("zoo:"):
+        from bench.zoo import zoo
+
+        return next(m for m in zoo() if m.name == path.name.removeprefix("zoo:")).build()
+    return load(str(path))
 
 
 def spans(run: Run, use_wall: bool) -> list[tuple[dict[str, float], float]]:

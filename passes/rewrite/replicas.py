@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from pesto_ir.cluster.model import Cluster, ring_time
 from pesto_ir.ir.graph import Graph
+from pesto_ir.ir.types import BlobType
 from pesto_ir.ir.verifier import verify
 from pesto_ir.passes.annotate_costs import AnnotateCostsPass
 from pesto_ir.passes.placement.options import PlaceOptions, inner, kept_on_interrupt
@@ -134,7 +135,8 @@ def replica_graph(graph: Graph, cluster: Cluster, strategy: Strategy) -> Graph:
     """One replica's graph for `strategy`, costed: copies re-costed by roofline where the graph
     was costed that way, else their costs scale with the batch."""
     if strategy != ONE_BATCH:
-        work.charge("rewrite", len(graph.ops) * strategy.microbatches)  # about the ops it builds
+        typed = any(not isinstance(r.type, BlobType) for op in graph.ops for r in op.results)
+        work.charge(work.rewrite_kind(typed), len(graph.ops) * strategy.microbatches)  # about the ops it builds
     groups = replica_groups(cluster, strategy.data_parallel)
     out = rebatch(graph, strategy.microbatches, strategy.data_parallel, all_reduce_cost(cluster, groups))
     if strategy.optimizer_state == "sharded":

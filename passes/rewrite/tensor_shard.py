@@ -415,7 +415,7 @@ def _rewritten(graph: Graph, layout: TensorLayout, cost: CollectiveCost | None, 
                scatter: dict[int, int]) -> TensorRewriter:
     """The rewrite of `graph` by `layout` (dead whole ops dropped, block slices hoisted), the
     partial sums in `scatter` reduce-scattered along their axis."""
-    work.charge("rewrite", len(graph.ops))
+    work.charge(work.rewrite_kind(typed=True), len(graph.ops))  # cost graphs have no shapes to split
     rw = TensorRewriter(graph, layout.size, cost, replica_cost, scatter)
     try:
         rw.split_inputs(layout)

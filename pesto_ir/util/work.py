@@ -31,7 +31,10 @@ RATES: dict[str, float] = {
     "check": 1.2e-5,  # per op of a plan's validation (precedence, transfers; memory is its own)
     "memory": 8.0e-6,  # per op of a memory estimate from lifetimes
     "bound": 6.0e-5,  # per op of the lower bound
-    "rewrite": 2.0e-5,  # per op built by a rewrite (replicas, micro-batches, ranks, coarse groups)
+    "rewrite": 2.0e-5,  # per op built by a rewrite of a cost-only graph (replicas, micro-batches, coarse groups)
+    # ... of a graph of arrays (a lowered JAX step): each op's shapes and batch axes are worked out
+    # and its costs computed again, several times the work (measured on jax_gpt24 at k = 8)
+    "rewrite-typed": 1.5e-4,
     "list-schedule": 9.0e-6,  # per op and device of m-ETF (the others by their `RELATIVE_TIME`)
     "stages": 2.4e-5,  # per op of a pipeline's units and stages
     "cpsat-model": 1.0e-3,  # per op and device a CP-SAT model allows, built, sent and presolved
@@ -64,6 +67,11 @@ def charge(kind: str, units: float) -> None:
         _CLOCK.cut = True
     if _CLOCK.cut:
         _CLOCK.charged = max(_CLOCK.charged, _CLOCK.work_end)
+
+
+def rewrite_kind(typed: bool) -> str:
+    """The kind of work a rewrite of a graph of arrays (`typed`) or of a cost-only graph is."""
+    return "rewrite-typed" if typed else "rewrite"
 
 
 def now() -> float:

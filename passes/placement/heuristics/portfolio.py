@@ -60,12 +60,14 @@ _RUNS: dict[str, Algorithm] = {
 HEURISTICS: dict[str, Algorithm] = {name: _counted(name, run) for name, run in _RUNS.items()}
 
 
-def best_heuristic_plan(graph: Graph, cluster: Cluster, options: PlaceOptions, until: float | None = None
-                        ) -> Plan | None:
+def best_heuristic_plan(graph: Graph, cluster: Cluster, options: PlaceOptions, until: float | None = None,
+                        good_enough: float = 0.0) -> Plan | None:
     """The valid plan with the smallest makespan among the heuristics that succeed (None if none do).
     With `until` (a `work.now()` deadline), the heuristics run until one gives a plan, and
     each next one only if its time, guessed from those that gave one, ends before the deadline: on
-    8,000-op graphs at 8 devices the seven take 30 s together, more than a whole default time limit."""
+    8,000-op graphs at 8 devices the seven take 30 s together, more than a whole default time limit.
+    The first plan of at most `good_enough` seconds ends the search: none after it can gain enough
+    to be worth its time (a 1 -> 50,000 star takes seconds per heuristic)."""
     found: dict[str, Plan] = {}
     skipped: list[str] = []
     per_unit: list[float] = []  # seconds per unit of `RELATIVE_TIME`, of each heuristic that gave a plan
@@ -82,6 +84,8 @@ def best_heuristic_plan(graph: Graph, cluster: Cluster, options: PlaceOptions, u
         except KeyboardInterrupt:
             raise kept_on_interrupt(options, graph, _fastest(found)) from None
         per_unit.append((work.now() - started) / RELATIVE_TIME[name])
+        if found[name].makespan <= good_enough:
+            return found[name]
     if skipped:
         options.progress(f"place: {', '.join(skipped)} not run: by the times of the heuristics before them, "
                          "they would end past the time they were given")

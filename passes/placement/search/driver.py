@@ -30,10 +30,7 @@ from pesto_ir.ir.graph import Graph
 from pesto_ir.passes.placement.budget import Budget
 from pesto_ir.passes.placement.expansion import expand_plan
 from pesto_ir.passes.placement.heuristics.portfolio import (
-    BUDGET_ORDER,
     HEURISTICS,
-    RELATIVE_TIME,
-    WARM_START_ALGOS,
     best_heuristic_plan,
 )
 from pesto_ir.passes.placement.justify import ROUNDS as JUSTIFY_ROUNDS
@@ -95,8 +92,8 @@ def place_graph(graph: Graph, cluster: Cluster, algo: AlgorithmEntry, options: P
     _check_memory(coarse, cluster, " after coarsening (raise coarsen's target to make groups smaller)")
     bound = lower_bound(graph, cluster) if algo.exact else 0.0
     if algo.exact and floor is None:
-        floor = fine_floor(graph, cluster, dataclasses.replace(options, quiet=True, warm_start=None),
-                           until=budget.at(FLOOR_SHARE), near=bound * (1 + NEAR_BOUND))
+        floor = best_heuristic_plan(graph, cluster, dataclasses.replace(options, quiet=True, warm_start=None),
+                                    until=budget.at(FLOOR_SHARE), good_enough=bound * (1 + NEAR_BOUND))
     if algo.exact and floor is not None and floor.makespan <= bound * (1 + NEAR_BOUND):
         plan = near_bound_plan(floor, algo.name, bound, len(graph.ops))
         options.progress(f"place: {floor.algorithm} on the {len(graph.ops)} fine ops ({human_time(floor.makespan, 4)}) "
@@ -121,44 +118,6 @@ def place_graph(graph: Graph, cluster: Cluster, algo: AlgorithmEntry, options: P
             fine = justified_plan(graph, cluster, fine, budget.deadline, options)
     write_plan_attrs(graph, fine)
     return fine
-
-
-def fine_floor(graph: Graph, cluster: Cluster, options: PlaceOptions, until: float, near: float) -> Plan | None:
-    """`best_heuristic_plan(graph, cluster, options, until)`, stopped at the first plan that takes
-    at most `near` seconds: then no exact solve can gain enough to be worth its time (the fine
-    lower bound times `1 + NEAR_BOUND`). A 1 -> 50,000 star takes a few seconds per heuristic, and
-    the first is within 0.1% of its bound."""
-    found: dict[str, Plan] = {}
-    skipped: list[str] = []
-    per_unit: list[float] = []
-    for name in BUDGET_ORDER:
-        if per_unit and work.now() + max(per_unit) * RELATIVE_TIME[name] > until:
-            skipped.append(name)
-            continue
-        started = work.now()
-        try:
-            found[name] = check_plan(graph, cluster, HEURISTICS[name](graph, cluster, options))
-        except PestoError as e:
-            options.progress(f"place: {name} gives no plan to start from: {str(e).splitlines()[0]}")
-            continue
-        except KeyboardInterrupt:
-            raise kept_on_interrupt(options, graph, _fastest(found)) from None
-        per_unit.append((work.now() - started) / RELATIVE_TIME[name])
-        if found[name].makespan <= near:
-            return found[name]
-    if skipped:
-        options.progress(f"place: {', '.join(skipped)} not run: by the times of the heuristics before them, "
-                         "they would end past the time they were given")
-    best = _fastest(found)
-    if best is not None:
-        options.progress(f"place: warm start from {best.algorithm} (makespan {human_time(best.makespan, 4)})")
-    return best
-
-
-def _fastest(found: dict[str, Plan]) -> Plan | None:
-    """The fastest plan, the first in `WARM_START_ALGOS` order of those as fast."""
-    ranked = [found[name] for name in WARM_START_ALGOS if name in found]
-    return min(ranked, key=lambda p: p.makespan) if ranked else None
 
 
 def near_bound_plan(floor: Plan, algo: str, bound: float, ops: int) -> Plan:
