@@ -159,7 +159,7 @@ class _Search:
             free = self._neighbourhood(kind)
             began = work.now()
             result, plan = self._solve(free)
-            overhead = max(overhead, work.now() - began - (result.seconds - result.setup_seconds))
+            overhead = max(overhead, work.now() - began - self._search_work(result))
             improved = plan is not None and plan.makespan < self.best.makespan * (1 - IMPROVEMENT)
             if plan is not None and improved:
                 self.best = plan
@@ -167,6 +167,14 @@ class _Search:
             self._adapt(kind, result.status)
             self._report(improved)
         return self._finish("optimal" if self.best.makespan <= self.lb * (1 + 1e-9) else "feasible")
+
+    def _search_work(self, result: Result) -> float:
+        """The counted work of a step's search itself, not of building or timing around it: CP-SAT's
+        deterministic seconds at their rate (never its wall clock, which a busy machine stretches:
+        the steps taken would depend on the load), or CBC's seconds, which the wall clock stops."""
+        if self.engine == "cpsat":
+            return work.RATES["cpsat"] * result.deterministic
+        return result.seconds - result.setup_seconds
 
     def _worth_searching(self) -> bool:
         return (self.prob is not None and len(self.cluster) > 1 and self.best.makespan > self.lb * (1 + 1e-9)
