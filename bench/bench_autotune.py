@@ -147,8 +147,9 @@ def main(argv: list[str] | None = None) -> int:
     worst = max(ratios)
     print(f"\nworst ratio default / jit {worst:.3f} (goal <= {GOAL}): {'met' if worst <= GOAL else 'NOT met'}; "
           f"geometric mean {math.exp(statistics.mean(map(math.log, ratios))):.3f}")
-    for name, table in reports:
-        print(f"\n{name}:\n\n{table}")
+    root = str(Path(__file__).resolve().parent.parent) + "/"
+    for name, table in reports:  # source locations in the checkout, relative to it
+        print(f"\n{name}:\n\n{table.replace(root, '')}")
     return 0
 
 
