@@ -30,6 +30,7 @@ from typing import Any
 
 from pesto_ir.ir.graph import Graph
 from pesto_ir.util.errors import PestoError, SourceSpan, clipped
+from pesto_ir.util.loader import SOURCE_LIMIT, UnreadableFile, read_text_file
 
 SUFFIX = ".py"
 DEFAULT_FUNCTION = "make_step"
@@ -44,9 +45,9 @@ class ScriptError(PestoError):
         self.span = span
         if span is not None and span.text is None:
             try:
-                span.text = Path(span.file).read_text(encoding="utf-8", errors="replace")
-            except OSError:
-                pass
+                span.text = read_text_file(span.file, SOURCE_LIMIT)
+            except UnreadableFile:
+                pass  # no excerpt: the message stands alone
 
     def format(self) -> str:
         if self.span is None:

@@ -147,11 +147,11 @@ class Parallelized:
         entry = self._cache.get(key)
         if entry is None:
             entry = self._cache[key] = self._compile(args, kwargs)
-            self._fast = self._fast_path(entry, key, leaves, kwargs)
+            self._fast = self._fast_path(entry, kwargs)
         self._last = entry
         return entry
 
-    def _fast_path(self, entry: Compiled, key: Any, leaves: list[Any], kwargs: dict[str, Any]) -> Any:
+    def _fast_path(self, entry: Compiled, kwargs: dict[str, Any]) -> Any:
         """When autotuning chose plain jax.jit for the only signature seen: `jax.jit(fn)` itself,
         called on the caller's arguments, so JAX's C++ dispatch does the flattening and the signature
         check that `__call__` otherwise does in Python (40 us a call, measured on a 154-op MLP whose
@@ -160,8 +160,7 @@ class Parallelized:
         very function the candidate was timed as (or, donating, the winner built for the first
         call), so it is not compiled again."""
         exe = entry.executable
-        if entry.chosen != "jit" or len(self._cache) != 1 or kwargs or not isinstance(exe, JitExecutable) \
-                or not exe.guarded:
+        if len(self._cache) != 1 or kwargs or not isinstance(exe, JitExecutable) or not exe.guarded:
             return None
         return exe.jitted
 

@@ -254,9 +254,7 @@ class Plan:
                 raise PestoError(f"{where}: op '{brief(o['id'])}' is placed twice")
             ops[o["id"]] = OpSlot(o["device"], *_span(o, where))
             if "tie" in o:
-                if not _whole(o["tie"]) or o["tie"] < 0:
-                    raise PestoError(f"{where}: tie must be a whole number >= 0, not {brief(repr(o['tie']))}")
-                ties[o["id"]] = o["tie"]
+                ties[o["id"]] = _tie(o["tie"], where)
         transfers = []
         for i, t in enumerate(_objects(data.get("transfers", []), "transfers", "{src, from, to, start, end, bytes}")):
             where = f"transfers[{i}]"
@@ -458,11 +456,15 @@ def recorded_ties(graph: Graph) -> dict[str, int]:
     ties = {}
     for op in graph.ops:
         if "tie" in op.attrs and "device" in op.attrs:
-            tie = op.get("tie")
-            if not _whole(tie) or tie < 0:
-                raise PestoError(f"op '{op.name}' ({op.where()}): tie must be a whole number >= 0, not {tie!r}")
-            ties[op.name] = int(tie)
+            ties[op.name] = _tie(op.get("tie"), f"op '{op.name}' ({op.where()})")
     return ties
+
+
+def _tie(value: Any, where: str) -> int:
+    """A `tie` (`Plan.ties`) read at `where`: a whole number >= 0, or an error naming it."""
+    if not _whole(value) or value < 0:
+        raise PestoError(f"{where}: tie must be a whole number >= 0, not {brief(repr(value))}")
+    return int(value)
 
 
 def _peaks(raw: Any) -> dict[str, int] | None:

@@ -136,7 +136,6 @@ class _Timeline:
 
     def __init__(self, prepared: Prepared, placement: Mapping[str, str]) -> None:
         self.cluster, self.placed = prepared.cluster, prepared.placed(placement)
-        self.placement = self.placed.placement
         self.ops = prepared.ops
         self.cost = self.placed.cost
         self.producers = prepared.producers
