@@ -143,6 +143,53 @@ def test_pair_queue_pops_what_a_heap_of_fresh_keys_would(k: int, steps: list[tup
         assert len(queue) == len(held)
 
 
+@settings(max_examples=150, deadline=None)
+@given(k=st.integers(1, 3), steps=st.lists(st.tuples(st.integers(0, 4), st.integers(0, 11), st.integers(0, 2),
+                                                     st.sampled_from([0.0, 1e-17, 0.5, 1.0, 1.5, 3.0]),
+                                                     st.sampled_from([0.0, 2e-17, 0.25, 1.0])),
+                                           min_size=1, max_size=60))
+def test_pair_queue_never_pops_ahead_of_a_placed_ops_pairs(k: int, steps: list[tuple[int, int, int, float, float]]
+                                                            ) -> None:
+    """With `placed` (ops placed while their pairs are queued, as a list scheduler places an op on
+    one of its devices): the pairs popped of unplaced ops are, in order, the least fresh keys over
+    the unplaced ops' pairs held; a placed op's pair may still come out (the scheduler skips it),
+    and once every op is placed the queue runs dry."""
+    free = [0.0] * k
+    placed = [-1] * 12
+    queue = PairQueue(free, _etf_like, placed=placed)
+    held: dict[tuple[int, int], tuple[float, float]] = {}  # (v, d) -> (ready, x), v unplaced when pushed
+    for action, v, d, t, x in steps:
+        d %= k
+        if action <= 1 and (v, d) not in held and placed[v] < 0:
+            held[v, d] = (t, x)
+            queue.push(v, d, t, x)
+        elif action == 2:
+            free[d] = max(free[d], t)
+            queue.touch(d)
+        elif action == 3:
+            placed[v] = d
+        else:
+            popped = queue.pop()
+            while popped is not None and placed[popped[1]] >= 0:
+                del held[popped[1], popped[2]]
+                popped = queue.pop()
+            fresh = [(_etf_like(max(free[e], ready), x_, w, e), w, e)
+                     for (w, e), (ready, x_) in held.items() if placed[w] < 0]
+            if not fresh:
+                assert popped is None
+                continue
+            assert popped is not None
+            key, w, e, _ = popped
+            assert (key, w, e) == min(fresh)
+            del held[w, e]
+        assert len(queue) >= sum(placed[w] < 0 for w, _ in held)
+    placed[:] = [0] * 12
+    drained = 0
+    while queue.pop() is not None:
+        drained += 1
+    assert drained <= len(held) and len(queue) == 0
+
+
 def _best_split_by_scan(inputs: list[tuple[str, float, float, float]]) -> float:
     best = math.inf
     for t in sorted({0.0, *(a for *_, a in inputs if a != math.inf)}):

@@ -320,11 +320,17 @@ class PairQueue:
 
     `ready` is what the scheduler knew when it pushed the pair; the scheduler re-times the pair it
     pops, as before, and pushes it again when its key has moved. `free` is the scheduler's own
-    list of device free times, read live: `touch(d)` after changing `free[d]`."""
+    list of device free times, read live: `touch(d)` after changing `free[d]`. `placed`, where
+    given, is the scheduler's list of each op's device (-1 while unplaced), read live: a pair whose
+    op was placed is dropped when it reaches the front of its device's pairs, never popped (a node
+    read by N others leaves N pairs on every other device, each a pop, a re-timing and a heap push
+    of its device's least key)."""
 
-    def __init__(self, free: Sequence[float], key: Callable[[float, float, int, int], PairKey]) -> None:
+    def __init__(self, free: Sequence[float], key: Callable[[float, float, int, int], PairKey],
+                 placed: Sequence[int] | None = None) -> None:
         self.free = free
         self.key = key
+        self.placed = placed
         k = len(free)
         self.later: list[list[tuple[PairKey, float, float, int]]] = [[] for _ in range(k)]  # (key, ready, x, v)
         self.xs: list[list[float]] = [[] for _ in range(k)]  # the x of each group of `now`, once each
@@ -341,10 +347,14 @@ class PairQueue:
     def push(self, v: int, d: int, ready: float, x: float) -> None:
         if ready <= self.free[d]:
             self._add_now(d, x, v)
+            key = self.key(self.free[d], x, v, d)
         else:
-            heapq.heappush(self.later[d], (self.key(ready, x, v, d), ready, x, v))
+            key = self.key(ready, x, v, d)
+            heapq.heappush(self.later[d], (key, ready, x, v))
         self.size += 1
-        self.touch(d)
+        least = self.least[d]
+        if least is None or key < least[0]:  # else device d's least pair stays what it was
+            self.touch(d)
 
     def pop(self) -> tuple[PairKey, int, int, float] | None:
         """The least pair, removed: (its key, v, d, a `ready` to push it again with); None if empty."""
@@ -381,16 +391,26 @@ class PairQueue:
         heapq.heappush(group, v)
 
     def _least(self, d: int) -> tuple[PairKey, float | None] | None:
-        free, later, xs, now = self.free[d], self.later[d], self.xs[d], self.now[d]
-        while later and later[0][1] <= free:  # its device is free after its inputs are there now
+        free, later, xs, now, placed = self.free[d], self.later[d], self.xs[d], self.now[d], self.placed
+        while later and (later[0][1] <= free or (placed is not None and placed[later[0][3]] >= 0)):
             _, _, x, v = heapq.heappop(later)
-            self._add_now(d, x, v)
+            if placed is not None and placed[v] >= 0:
+                self.size -= 1
+            else:  # its device is free after its inputs are there now
+                self._add_now(d, x, v)
         best: tuple[PairKey, float | None] | None = (later[0][0], None) if later else None
+        if len(xs) == 1 and now[xs[0]] and (placed is None or placed[now[xs[0]][0]] < 0):
+            x = xs[0]  # one group, its least op unplaced (the common case): no heap moves
+            key = self.key(free, x, now[x][0], d)
+            return (key, x) if best is None or key < best[0] else best
         taken: list[float] = []
         first: PairKey | None = None
         while xs:  # groups by x: the least key is the least op of the least x, or of an x whose
             x = xs[0]  # start + x rounds to the same time (then the op decides)
             group = now[x]
+            while group and placed is not None and placed[group[0]] >= 0:
+                heapq.heappop(group)
+                self.size -= 1
             if not group:
                 heapq.heappop(xs)
                 del now[x]

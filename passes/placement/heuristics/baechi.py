@@ -109,7 +109,7 @@ class _ListScheduler:
         self.missing = [len(p) for p in pg.preds]  # unscheduled producers per op
         # (op, device, when its inputs can be there) of pairs that wait for memory to free
         self.blocked: list[tuple[int, int, float]] = []
-        self.queue = PairQueue(self.device_free, _etf_key)
+        self.queue = PairQueue(self.device_free, _etf_key, placed=self.device_of)
         self.order: list[list[int]] = [[] for _ in range(k)]
         self.last = [-1] * k  # last op run on each device
         self.deferred: list[list[tuple[int, int, float]]] = [[] for _ in range(k)]

@@ -75,7 +75,7 @@ def _etf(pg: PlaceGraph, reserve: list[int]) -> Plan:
     memory."""
     s = _Appender(pg, "etf", reserve)
     missing = [len(p) for p in pg.preds]
-    queue = PairQueue(s.device_free, _etf_key)
+    queue = PairQueue(s.device_free, _etf_key, placed=s.device_of)
     blocked: list[tuple[int, int, float]] = []  # (op, device, when its inputs can be there)
 
     def make_ready(v: int) -> None:
