@@ -18,6 +18,7 @@ from __future__ import annotations
 import heapq
 import json
 import json.decoder
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ from pesto_ir.ir.graph import Graph, Op, Value
 from pesto_ir.ir.types import BlobType
 from pesto_ir.schedule.memory import output_bytes
 from pesto_ir.util.errors import ParseError, SourceSpan
+from pesto_ir.util.gc_pause import gc_paused
 from pesto_ir.util.loader import (
     MAX_NESTING,
     MAX_SECONDS,
@@ -50,7 +52,8 @@ def load_json_graph(path: str | Path) -> Graph:
 def parse_json_graph(text: str, filename: str = "<json>") -> Graph:
     if not isinstance(text, str):
         raise ArgumentError(f"parse_json_graph() takes the JSON text as a str, got {type(text).__name__}")
-    data = decode_json(text, filename)
+    with gc_paused():  # decoding builds an object per node and per edge too
+        data = decode_json(text, filename)
     try:
         return graph_from_json(data, filename)
     except JsonGraphError as e:
@@ -161,85 +164,143 @@ def graph_from_json(data: Any, filename: str = "<json>") -> Graph:
     if name is None:
         raise _error(filename, f"\"name\" must be a string, got {brief(repr(data['name']))}")
 
+    with gc_paused():
+        by_id, position = _index_nodes(nodes, filename)
+        order = list(by_id)
+        readers, writers, in_order = _read_edges(edges, position, filename)
+        topo = order if in_order else _topological(order, writers, readers, filename)  # a sorted one is its own
+        graph = Graph(name)
+        if "suggested_cluster" in data:
+            graph.attrs["suggested_cluster"] = _suggested_cluster(data["suggested_cluster"], filename)
+        _add_ops(graph, topo, by_id, position, readers, writers, filename)
+    return graph
+
+
+# One edge: the other end's node id and the edge's bytes.
+Edge = tuple[str, int]
+_NO_EDGES: tuple[Edge, ...] = ()
+_EXACT_INT = 1 << 53  # whole numbers up to here are the same after `float` (what `finite` reads)
+
+
+def _index_nodes(nodes: list[Any], filename: str) -> tuple[dict[str, dict[str, Any]], dict[str, int]]:
+    """Each node by its id (in file order), and each id's index in `nodes`."""
     by_id: dict[str, dict[str, Any]] = {}
-    order: list[str] = []
     position: dict[str, int] = {}
     for i, n in enumerate(nodes):
         if not isinstance(n, dict) or "id" not in n:
             raise _error(filename, f"nodes[{i}]: a node needs an \"id\"", "nodes", i)
-        nid = _name(n["id"])
-        if nid is None:
-            raise _error(filename, f"nodes[{i}]: id must be a string or a number, got {brief(repr(n['id']))}",
-                         "nodes", i)
+        nid = n["id"]
+        if type(nid) is not str:
+            nid = _name(nid)
+            if nid is None:
+                raise _error(filename, f"nodes[{i}]: id must be a string or a number, got {brief(repr(n['id']))}",
+                             "nodes", i)
         if nid in by_id:
             raise _error(filename, f"nodes[{i}]: duplicate node id '{nid}'", "nodes", i)
         by_id[nid] = n
-        order.append(nid)
         position[nid] = i
+    return by_id, position
 
-    # out-edges grouped by size: one result value per (src, bytes)
-    readers: dict[str, list[tuple[str, int]]] = {nid: [] for nid in order}
-    preds: dict[str, set[str]] = {nid: set() for nid in order}
+
+def _read_edges(edges: list[Any], position: dict[str, int],
+                filename: str) -> tuple[dict[str, list[Edge]], dict[str, list[Edge]], bool]:
+    """Each node's out-edges (reader, bytes) and in-edges (writer, bytes), in edge order (only
+    nodes that have some), and whether every edge runs from an earlier node to a later one."""
+    readers: dict[str, list[Edge]] = {}
+    writers: dict[str, list[Edge]] = {}
+    in_order = True
     for i, e in enumerate(edges):
         if not isinstance(e, dict):
             raise _error(filename, f"edges[{i}]: an edge is an object with src, dst, bytes", "edges", i)
-        ends = []
-        for end in ("src", "dst"):
-            nid = _name(e.get(end))
-            if nid not in by_id:
-                raise _error(filename, f"edges[{i}]: {end} {brief(repr(e.get(end)))} is not a node id", "edges", i)
-            ends.append(nid)
-        src, dst = ends
+        src, dst = _edge_end(e, "src", position, filename, i), _edge_end(e, "dst", position, filename, i)
         if src == dst:
             raise _error(filename, f"edges[{i}]: self-loop on node '{src}'", "edges", i)
         nbytes = e.get("bytes", 0)
-        v = finite(nbytes)
-        if v is None or v < 0 or v != int(v):
-            raise _error(filename, f"edges[{i}] ({src} -> {dst}): bytes must be a whole non-negative number, "
-                                   f"got {brief(repr(nbytes))}", "edges", i)
-        readers[src].append((dst, int(v)))
-        preds[dst].add(src)
+        if type(nbytes) is not int or not 0 <= nbytes <= _EXACT_INT:  # else it is its own whole number
+            v = finite(nbytes)
+            if v is None or v < 0 or v != int(v):
+                raise _error(filename, f"edges[{i}] ({src} -> {dst}): bytes must be a whole non-negative number, "
+                                       f"got {brief(repr(nbytes))}", "edges", i)
+            nbytes = int(v)
+        _add_edge(readers, src, (dst, nbytes))
+        _add_edge(writers, dst, (src, nbytes))
+        in_order = in_order and position[src] < position[dst]
+    return readers, writers, in_order
 
-    topo = _topological(order, preds, readers, filename)
-    graph = Graph(name)
-    if "suggested_cluster" in data:
-        graph.attrs["suggested_cluster"] = _suggested_cluster(data["suggested_cluster"], filename)
 
+def _edge_end(edge: dict[str, Any], end: str, position: dict[str, int], filename: str, i: int) -> str:
+    """The node id at `end` ("src" or "dst") of edges[i]."""
+    raw = edge.get(end)
+    nid = raw if type(raw) is str else _name(raw)
+    if nid is None or nid not in position:
+        raise _error(filename, f"edges[{i}]: {end} {brief(repr(raw))} is not a node id", "edges", i)
+    return nid
+
+
+def _add_edge(table: dict[str, list[Edge]], nid: str, edge: Edge) -> None:
+    """Append `edge` to node `nid`'s list in `table` (which has lists only for nodes with edges)."""
+    found = table.get(nid)
+    if found is None:
+        table[nid] = [edge]
+    else:
+        found.append(edge)
+
+
+def _add_ops(graph: Graph, topo: list[str], by_id: dict[str, dict[str, Any]], position: dict[str, int],
+             readers: dict[str, list[Edge]], writers: dict[str, list[Edge]], filename: str) -> None:
+    """One op per node, in topological order: a result per distinct out-edge size (one `blob[0]`
+    without out-edges); its operands, each value once, in the file order of the nodes written,
+    then edge order (a node read by N others, or reading N others, costs N, not N^2)."""
     result_of: dict[tuple[str, int], Value] = {}
-    # each node's operands, each value once in first-edge order (a dict: a node read by N others,
-    # or reading N others, costs N, not N^2)
-    operand_lists: dict[str, dict[Value, None]] = {nid: {} for nid in order}
-    ops: dict[str, Op] = {}
+    blob_types: dict[int, BlobType] = {}  # types are frozen: one per size
     for nid in topo:
-        n = by_id[nid]
-        where = f"node '{nid}'"
-        at = ("nodes", position[nid])
-        sizes = list(dict.fromkeys(b for _, b in readers[nid])) or [0]  # in first-read order, each once
-        attrs: dict[str, Attr] = {}
-        if isinstance(n.get("name"), str) and n["name"] != nid:
-            attrs["label"] = StringAttr(n["name"])
-        if "cost" in n:
-            attrs["cost"] = _cost_attr(n["cost"], where, filename, at)
-        attrs.update(_memory_attrs(n, where, filename, at))
-        if n.get("colocate") is not None:
-            group = _name(n["colocate"])
-            if group is None:
-                raise _error(filename, f"{where}: colocate must be a group name (a string or a number), "
-                                       f"got {brief(repr(n['colocate']))}", *at)
-            attrs["colocate"] = StringAttr(group)
-        attrs.update(_batch_attrs(n, where, filename, at))
-        names = [nid] + [graph.fresh_name(f"{nid}.{b}B") for b in sizes[1:]]
-        op = Op(nid, OPCODE, (), [BlobType(b) for b in sizes], attrs, names)
+        out_edges = readers.get(nid, _NO_EDGES)
+        sizes = _distinct_sizes(out_edges)
+        attrs = _node_attrs(by_id[nid], nid, position[nid], filename)
+        names = [nid] if len(sizes) == 1 else [nid] + [graph.fresh_name(f"{nid}.{b}B") for b in sizes[1:]]
+        types = [blob_types[b] if b in blob_types else blob_types.setdefault(b, BlobType(b)) for b in sizes]
+        op = Op(nid, OPCODE, [result_of[k] for k in _operand_keys(writers.get(nid, _NO_EDGES), position)],
+                types, attrs, names)
         graph.append(op)
-        ops[nid] = op
-        for b, r in zip(sizes, op.results):
-            result_of[(nid, b)] = r
-    for src in order:
-        for dst, b in readers[src]:
-            operand_lists[dst][result_of[(src, b)]] = None
-    for nid, op in ops.items():
-        op.set_operands(operand_lists[nid])
-    return graph
+        result_of.update(zip([(nid, b) for b in sizes], op.results))
+
+
+def _distinct_sizes(out_edges: Sequence[Edge]) -> list[int]:
+    """The byte sizes of a node's out-edges in first-read order, each once; [0] when it has none."""
+    if len(out_edges) < 2:
+        return [out_edges[0][1]] if out_edges else [0]
+    return list(dict.fromkeys([b for _, b in out_edges]))
+
+
+def _operand_keys(in_edges: Sequence[Edge], position: dict[str, int]) -> Sequence[Edge]:
+    """A node's distinct (writer, bytes) in-edges, in the file order of the writers, then edge order."""
+    if len(in_edges) < 2:
+        return in_edges
+    return list(dict.fromkeys(sorted(in_edges, key=lambda edge: position[edge[0]])))  # a stable sort
+
+
+def _node_attrs(n: dict[str, Any], nid: str, index: int, filename: str) -> dict[str, Attr]:
+    """The attributes of node `nid` (nodes[index])."""
+    where = f"node '{nid}'"
+    at = ("nodes", index)
+    attrs: dict[str, Attr] = {}
+    label = n.get("name")
+    if isinstance(label, str) and label != nid:
+        attrs["label"] = StringAttr(label)
+    if "cost" in n:
+        cost = n["cost"]
+        attrs["cost"] = (DurationAttr(cost) if type(cost) is float and 0 <= cost <= MAX_SECONDS
+                         else _cost_attr(cost, where, filename, at))
+    attrs.update(_memory_attrs(n, where, filename, at))
+    if n.get("colocate") is not None:
+        group = _name(n["colocate"])
+        if group is None:
+            raise _error(filename, f"{where}: colocate must be a group name (a string or a number), "
+                                   f"got {brief(repr(n['colocate']))}", *at)
+        attrs["colocate"] = StringAttr(group)
+    if "backward" in n or "per_sample" in n or "param_bytes" in n:
+        attrs.update(_batch_attrs(n, where, filename, at))
+    return attrs
 
 
 def _batch_attrs(node: dict[str, Any], where: str, filename: str, at: tuple[str | int, ...]) -> dict[str, Attr]:
@@ -267,37 +328,43 @@ def _batch_attrs(node: dict[str, Any], where: str, filename: str, at: tuple[str 
 def _memory_attrs(node: dict[str, Any], where: str, filename: str, at: tuple[str | int, ...]) -> dict[str, Attr]:
     """`memory` and `activation` of a node: `memory` alone (resident, its output inside it), or
     `resident` and `activation` (either may be left out, for 0)."""
-    def nbytes(key: str) -> int:
-        m = node[key]
-        v = finite(m)
-        if v is None or v < 0 or v != int(v):
-            raise _error(filename, f"{where}: {key} must be a whole non-negative number of bytes, got {brief(repr(m))}",
-                         *at)
-        return int(v)
-
-    split = [k for k in ("resident", "activation") if k in node]
+    split = "resident" in node or "activation" in node
     if "memory" in node:
         if split:
             raise _error(filename, f"{where}: give either memory (resident for the whole step) or resident and "
                                    f"activation, not both", *at)
-        return {"memory": BytesAttr(nbytes("memory")), "activation": BytesAttr(0)}
+        return {"memory": BytesAttr(_whole_bytes(node, "memory", where, filename, at)), "activation": BytesAttr(0)}
     if not split:
         return {}
-    return {"memory": BytesAttr(nbytes("resident") if "resident" in node else 0),
-            "activation": BytesAttr(nbytes("activation") if "activation" in node else 0)}
+    return {"memory": BytesAttr(_whole_bytes(node, "resident", where, filename, at) if "resident" in node else 0),
+            "activation": BytesAttr(_whole_bytes(node, "activation", where, filename, at) if "activation" in node
+                                    else 0)}
 
 
-def _topological(order: list[str], preds: dict[str, set[str]], readers: dict[str, list[tuple[str, int]]],
+def _whole_bytes(node: dict[str, Any], key: str, where: str, filename: str, at: tuple[str | int, ...]) -> int:
+    """`node[key]` as a whole non-negative number of bytes (a number written 4096.0 too)."""
+    m = node[key]
+    if type(m) is int and 0 <= m <= _EXACT_INT:  # what the general path gives it back as
+        return m
+    v = finite(m)
+    if v is None or v < 0 or v != int(v):
+        raise _error(filename, f"{where}: {key} must be a whole non-negative number of bytes, got {brief(repr(m))}",
+                     *at)
+    return int(v)
+
+
+def _topological(order: list[str], writers: dict[str, list[Edge]], readers: dict[str, list[Edge]],
                  filename: str) -> list[str]:
+    """Kahn's order, always taking the ready node that comes first in the file; a cycle is an error."""
     index = {nid: i for i, nid in enumerate(order)}
-    indeg = {nid: len(preds[nid]) for nid in order}
+    indeg = {nid: len({src for src, _ in writers.get(nid, _NO_EDGES)}) for nid in order}
     ready = [index[nid] for nid in order if indeg[nid] == 0]
     heapq.heapify(ready)
     out: list[str] = []
     while ready:
         nid = order[heapq.heappop(ready)]
         out.append(nid)
-        for dst in {d for d, _ in readers[nid]}:
+        for dst in {d for d, _ in readers.get(nid, _NO_EDGES)}:
             indeg[dst] -= 1
             if indeg[dst] == 0:
                 heapq.heappush(ready, index[dst])

@@ -276,10 +276,13 @@ class LinkQueues:
     def data_ready(self, v: int, d: int, commit: bool = False) -> float:
         """When every input of op v can be on device d (transfers queued on their links); `commit`
         books the transfers this needs."""
+        preds = self.pg.preds[v]
+        if not preds:
+            return 0.0
         pg = self.pg
         t = 0.0
         pending: dict[int, list[tuple[float, int, int]]] = {}
-        for p, nbytes in pg.preds[v]:
+        for p, nbytes in preds:
             dp = self.device_of[p]
             if dp == d:
                 t = max(t, self.end[p])

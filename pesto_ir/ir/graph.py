@@ -7,11 +7,29 @@ in a list that the verifier requires to be a topological order.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any
 
-from pesto_ir.ir.attributes import Attr, DictAttr, GraphAttr, ListAttr, to_attr
+from pesto_ir.ir.attributes import (
+    Attr,
+    BoolAttr,
+    BytesAttr,
+    DeviceAttr,
+    DictAttr,
+    DtypeAttr,
+    DurationAttr,
+    FloatAttr,
+    GraphAttr,
+    IntAttr,
+    ListAttr,
+    NoneAttr,
+    StringAttr,
+    TypeAttr,
+    to_attr,
+)
 from pesto_ir.ir.types import Type
 
 # What `str(graph)` returns: `.pir` text, from `printer.print_graph`, which the printer sets when it
@@ -55,7 +73,10 @@ class Value:
 
     def users(self) -> list[Op]:
         """Distinct ops that read this value, in first-use order."""
-        return list(dict.fromkeys([op for op, _ in self.uses]))  # ops hash by identity
+        uses = self.uses
+        if len(uses) < 2:  # the common case, without building a dict
+            return [uses[0][0]] if uses else []
+        return list(dict.fromkeys(map(_first, uses)))  # ops hash by identity
 
     def replace_all_uses_with(self, other: Value) -> None:
         for op, i in list(self.uses):
@@ -81,13 +102,16 @@ class Op:
             [name] if len(types) == 1 else [f"{name}#{i}" for i in range(len(types))])
         if len(names) != len(types):
             raise ValueError(f"op {name}: {len(names)} result names for {len(types)} results")
-        self.results: list[Value] = [Value(n, t, self, i) for i, (n, t) in enumerate(zip(names, types))]
-        self.attrs: dict[str, Attr] = {k: to_attr(v) for k, v in (attrs or {}).items()}
+        self.results: list[Value] = ([Value(names[0], types[0], self)] if len(types) == 1 else
+                                     [Value(n, t, self, i) for i, (n, t) in enumerate(zip(names, types))])
+        self.attrs: dict[str, Attr] = {k: v if isinstance(v, Attr) else to_attr(v) for k, v in (attrs or {}).items()}
         self.loc = loc
         self.pos: Location | None = None  # where it was written in a .pir text, if parsed
         self.graph: Graph | None = None
-        for v in operands:
-            self._append_operand(v)
+        own = self._operands
+        for v in operands:  # `_append_operand`, inline: a graph's builders call this for every op
+            v.uses.append((self, len(own)))
+            own.append(v)
 
     # operands keep the use lists of the values they read
     @property
@@ -131,16 +155,25 @@ class Op:
 
     def producers(self) -> list[Op]:
         """Distinct ops whose results this op reads (graph inputs excluded)."""
-        return list(dict.fromkeys([v.owner for v in self._operands if v.owner is not None]))
+        operands = self._operands
+        if len(operands) == 1:  # the common case, without building a dict
+            owner = operands[0].owner
+            return [] if owner is None else [owner]
+        return list(dict.fromkeys([v.owner for v in operands if v.owner is not None]))
 
     def consumers(self) -> list[Op]:
-        return list(dict.fromkeys([op for r in self.results for op, _ in r.uses]))
+        """Distinct ops that read any result of this op, in result then first-use order."""
+        results = self.results
+        if len(results) == 1:
+            return results[0].users()
+        return list(dict.fromkeys([op for r in results for op, _ in r.uses]))
 
     def subgraphs(self) -> list[Graph]:
         """Nested graphs held by attributes, also inside lists and dicts (`cond` branches)."""
         out: list[Graph] = []
         for a in self.attrs.values():
-            _collect_graphs(a, out)
+            if type(a) not in LEAF_ATTRS:  # most attributes hold no graph: skip the walk
+                _collect_graphs(a, out)
         return out
 
     def where(self) -> str:
@@ -150,6 +183,14 @@ class Op:
 
     def __repr__(self) -> str:
         return f"<Op {self.name} = {self.opcode}>"
+
+
+_first = itemgetter(0)  # the op of a (op, operand index) use
+
+# Attribute classes that hold no other attribute, so no nested graph (exactly these classes, not
+# subclasses): what most attributes are, which `subgraphs` and the verifier need not look into.
+LEAF_ATTRS: frozenset[type] = frozenset({IntAttr, FloatAttr, BoolAttr, NoneAttr, StringAttr, DtypeAttr, TypeAttr,
+                                         DurationAttr, BytesAttr, DeviceAttr})
 
 
 def _collect_graphs(a: Attr, out: list[Graph]) -> None:
@@ -204,16 +245,17 @@ class Graph:
         return self.insert(len(self.ops), op)
 
     def insert(self, index: int, op: Op) -> Op:
-        if op.name in self._ops_by_name:
+        ops_by_name, values = self._ops_by_name, self._values
+        if op.name in ops_by_name:
             raise ValueError(f"duplicate op name {op.name!r}")
         for r in op.results:
-            if r.name in self._values:
+            if r.name in values:
                 raise ValueError(f"duplicate value name %{r.name}")
         self.ops.insert(index, op)
         op.graph = self
-        self._ops_by_name[op.name] = op
+        ops_by_name[op.name] = op
         for r in op.results:
-            self._values[r.name] = r
+            values[r.name] = r
         return op
 
     def erase(self, op: Op) -> None:
@@ -296,10 +338,10 @@ class Graph:
 
     def topo_order(self) -> list[Op]:
         """Ops in a topological order (Kahn, stable with respect to list order); raises on a cycle."""
+        if self._in_order():
+            return list(self.ops)  # what Kahn, taking the lowest ready index first, would give
         index = {id(op): i for i, op in enumerate(self.ops)}
         indeg = {id(op): len(op.producers()) for op in self.ops}
-        import heapq
-
         ready = [index[id(op)] for op in self.ops if indeg[id(op)] == 0]
         heapq.heapify(ready)
         order: list[Op] = []
@@ -313,6 +355,23 @@ class Graph:
         if len(order) != len(self.ops):
             raise ValueError("graph has a cycle")
         return order
+
+    def _in_order(self) -> bool:
+        """Whether the ops are listed once each, every op reads only ops of this graph listed before
+        it and is read only by ops of this graph: then the list is its own topological order."""
+        index = {op: i for i, op in enumerate(self.ops)}  # ops hash by identity
+        if len(index) != len(self.ops):
+            return False
+        for i, op in enumerate(self.ops):
+            for v in op._operands:
+                owner = v.owner
+                if owner is not None and index.get(owner, i) >= i:
+                    return False
+            for r in op.results:
+                for user, _ in r.uses:
+                    if user not in index:
+                        return False
+        return True
 
     # ---------------------------------------------------------------- identity
     def structural_key(self) -> tuple[Any, ...]:

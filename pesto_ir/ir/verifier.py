@@ -7,7 +7,7 @@ and raises one `VerifyError` carrying them all.
 from __future__ import annotations
 
 from pesto_ir.ir.attributes import Attr, DictAttr, GraphAttr, ListAttr, StringAttr
-from pesto_ir.ir.graph import Graph, Location, Op, Value
+from pesto_ir.ir.graph import LEAF_ATTRS, Graph, Location, Op, Value
 from pesto_ir.ir.shape_rules import ShapeError, infer_result_types
 from pesto_ir.util.errors import Diagnostic, SourceSpan, VerifyError
 from pesto_ir.util.loader import brief
@@ -25,12 +25,15 @@ def verify_diagnostics(graph: Graph) -> list[Diagnostic]:
     _check_names(graph, diags)
     _check_order(graph, diags)
     for op in graph.ops:
-        _check_attrs(op, diags)
+        plain = _plain_attrs(op)  # then they are well formed and hold no graph: most ops
+        subs = [] if plain else op.subgraphs()
+        if not plain:
+            _check_attrs(op, diags)
         _check_trip_counts(op, diags)
-        _check_nested(op, diags)
+        _check_nested(op, subs, diags)
         _check_colocate(op, diags)
         _check_types(op, diags)
-        for sub in op.subgraphs():
+        for sub in subs:
             for d in verify_diagnostics(sub):
                 d.message = f"in body '{sub.name}' of op '{op.name}': {d.message}"
                 diags.append(d)
@@ -65,9 +68,10 @@ def _check_names(graph: Graph, diags: list[Diagnostic]) -> None:
         seen_values[v.name] = v
     seen_ops: set[str] = set()
     for op in graph.ops:
-        if op.name in seen_ops:
-            diags.append(Diagnostic(op.where(), op.name, "duplicate op name"))
-        seen_ops.add(op.name)
+        name = op.name
+        if name in seen_ops:
+            diags.append(Diagnostic(op.where(), name, "duplicate op name"))
+        seen_ops.add(name)
         for r in op.results:
             if r.name in seen_values:
                 diags.append(Diagnostic(op.where(), op.name, f"redefines value %{r.name}"))
@@ -76,20 +80,23 @@ def _check_names(graph: Graph, diags: list[Diagnostic]) -> None:
 
 def _check_order(graph: Graph, diags: list[Diagnostic]) -> None:
     """Every operand is defined before its use; a violation is reported as a cycle if it is one."""
-    position = {id(op): i for i, op in enumerate(graph.ops)}
-    inputs = {id(v) for v in graph.inputs}
+    position = {op: i for i, op in enumerate(graph.ops)}  # ops and values hash by identity
+    inputs = set(graph.inputs)
     late: list[tuple[Op, Value]] = []
     for i, op in enumerate(graph.ops):
         for v in op.operands:
-            if v.owner is None:
-                if id(v) not in inputs:
+            owner = v.owner
+            if owner is None:
+                if v not in inputs:
                     diags.append(Diagnostic(op.where(), op.name, f"reads %{v.name}, which is not an input of this graph"))
-            elif id(v.owner) not in position or v.owner.graph is not graph:
+                continue
+            defined = position.get(owner)
+            if defined is None or owner.graph is not graph:
                 diags.append(Diagnostic(op.where(), op.name, f"reads %{v.name}, defined outside this graph"))
-            elif position[id(v.owner)] >= i:
+            elif defined >= i:
                 late.append((op, v))
     for v in graph.outputs:
-        if v.owner is None and id(v) not in inputs or v.owner is not None and id(v.owner) not in position:
+        if v.owner is None and v not in inputs or v.owner is not None and v.owner not in position:
             diags.append(Diagnostic(_where(graph, v), None, f"returns %{v.name}, which is not defined in this graph"))
     if not late:
         return
@@ -132,19 +139,29 @@ def _find_cycle(graph: Graph) -> list[Op]:
     return []
 
 
-def _check_attrs(op: Op, diags: list[Diagnostic]) -> None:
-    def ok(a: object) -> bool:
-        if isinstance(a, ListAttr):
-            return all(ok(i) for i in a.items)
-        if isinstance(a, DictAttr):
-            return all(isinstance(k, str) and ok(v) for k, v in a.entries)
-        if isinstance(a, GraphAttr):
-            return isinstance(a.graph, Graph)
-        return isinstance(a, Attr)
+def _plain_attrs(op: Op) -> bool:
+    """Whether every attribute of `op` is of a class in `LEAF_ATTRS` (so well formed, holding no graph)."""
+    for a in op.attrs.values():
+        if type(a) not in LEAF_ATTRS:
+            return False
+    return True
 
+
+def _check_attrs(op: Op, diags: list[Diagnostic]) -> None:
     for key, a in op.attrs.items():
-        if not ok(a):
+        if type(a) not in LEAF_ATTRS and not _attr_ok(a):
             diags.append(Diagnostic(op.where(), op.name, f"attribute '{key}' has unknown type {type(a).__name__}"))
+
+
+def _attr_ok(a: object) -> bool:
+    """Whether `a` is an attribute all the way down: lists and dicts of attributes, real graphs."""
+    if isinstance(a, ListAttr):
+        return all(_attr_ok(i) for i in a.items)
+    if isinstance(a, DictAttr):
+        return all(isinstance(k, str) and _attr_ok(v) for k, v in a.entries)
+    if isinstance(a, GraphAttr):
+        return isinstance(a.graph, Graph)
+    return isinstance(a, Attr)
 
 
 MAX_TRIPS = 10 ** 9  # a loop's trip count; past it, its cost is no time a step could take
@@ -153,8 +170,11 @@ MAX_TRIPS = 10 ** 9  # a loop's trip count; past it, its cost is no time a step 
 def _check_trip_counts(op: Op, diags: list[Diagnostic]) -> None:
     """A scan's `length` and any op's `trip_count` (what the cost models multiply a loop body by)
     are whole numbers from 0 to `MAX_TRIPS`: a negative one gave a negative cost and makespan."""
+    attrs = op.attrs
+    if "trip_count" not in attrs and "length" not in attrs:  # most ops: nothing to check
+        return
     for key in ("length", "trip_count"):
-        if key not in op.attrs or (key == "length" and op.opcode != "scan"):
+        if key not in attrs or (key == "length" and op.opcode != "scan"):
             continue
         v = op.get(key)
         if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= MAX_TRIPS:
@@ -169,17 +189,21 @@ STRUCTURED = ("scan", "while", "cond")
 BODY_ATTRS = ("jaxpr", "cond_jaxpr", "body_jaxpr", "branches")
 
 
-def _check_nested(op: Op, diags: list[Diagnostic]) -> None:
+def _check_nested(op: Op, subgraphs: list[Graph], diags: list[Diagnostic]) -> None:
+    """`subgraphs` is `op.subgraphs()`, which the caller has at hand."""
+    attrs = op.attrs
+    if op.opcode not in STRUCTURED and attrs.keys().isdisjoint(BODY_ATTRS):  # most ops: nothing to check
+        return
     found = len(diags)
     for key in BODY_ATTRS:
-        a = op.attrs.get(key)
+        a = attrs.get(key)
         if a is None or isinstance(a, GraphAttr) or (isinstance(a, ListAttr) and a.items
                                                      and all(isinstance(b, GraphAttr) for b in a.items)):
             continue
         diags.append(Diagnostic(op.where(), op.name, f"{op.opcode}: {key} must be a graph"
                                                      f"{' or a non-empty list of graphs' if key == 'branches' else ''}"
                                                      f", not {brief(str(a))}"))
-    if op.opcode in STRUCTURED and not op.subgraphs() and len(diags) == found:
+    if op.opcode in STRUCTURED and not subgraphs and len(diags) == found:
         diags.append(Diagnostic(op.where(), op.name, f"{op.opcode} holds no nested graph to run (e.g. "
                                                      f"{'branches = [graph @b0(...) {...}]' if op.opcode == 'cond' else 'jaxpr = graph @body(...) {...}'})"))
 
