@@ -110,6 +110,7 @@ class CoarsenPass(Pass):
 
     def run(self, graph: Graph, ctx: PassContext) -> None:
         groups = coarsen_groups(graph, self.target, ctx.cluster, self.colocation, self.siblings)
+        attrs = {g: StringAttr(g) for g in dict.fromkeys(groups)}  # one (frozen) attribute per group, shared by its ops
         for op, g in zip(graph.ops, groups):
-            op.attrs["group"] = StringAttr(g)
-        ctx.progress(f"coarsen: {len(graph.ops)} ops -> {len(set(groups))} groups (target {self.target})")
+            op.attrs["group"] = attrs[g]
+        ctx.progress(f"coarsen: {len(graph.ops)} ops -> {len(attrs)} groups (target {self.target})")

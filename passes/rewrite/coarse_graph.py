@@ -19,6 +19,7 @@ from pesto_ir.ir.types import BlobType
 from pesto_ir.schedule.memory import first_read_inputs, output_bytes, workspace_bytes
 from pesto_ir.util import work
 from pesto_ir.util.errors import PestoError
+from pesto_ir.util.gc_pause import gc_paused
 from pesto_ir.util.union_find import find_root
 
 
@@ -42,14 +43,25 @@ def cost_keys(op: Op) -> list[str] | None:
 
 def group_members(graph: Graph) -> dict[str, list[Op]]:
     """Ops of each `group`, in graph order; every op must have a group."""
-    out: dict[str, list[Op]] = {}
+    return _groups(graph)[0]
+
+
+def _groups(graph: Graph) -> tuple[dict[str, list[Op]], dict[str, str]]:
+    """`group_members`, and the group of every op by name."""
+    members: dict[str, list[Op]] = {}
+    group_of: dict[str, str] = {}
     missing = [op.name for op in graph.ops if "group" not in op.attrs]
     if missing:
         raise CoarsenError(f"{len(missing)} op(s) have no 'group' attribute, e.g. '{missing[0]}' "
                            "(run coarsen before building the coarse graph)")
     for op in graph.ops:
-        out.setdefault(str(op.get("group")), []).append(op)
-    return out
+        g = str(op.attrs["group"].value)
+        group_of[op.name] = g
+        if g in members:
+            members[g].append(op)
+        else:
+            members[g] = [op]
+    return members, group_of
 
 
 def quotient_graph(graph: Graph, cluster: Cluster | None = None) -> tuple[Graph, dict[str, list[str]]]:
@@ -60,25 +72,28 @@ def quotient_graph(graph: Graph, cluster: Cluster | None = None) -> tuple[Graph,
     on every group that holds part of a colocation group spread over several groups (groups that
     share a split colocation group share the label). Each fine value read by another group is one
     `blob[nbytes]` result of its group's op, read once by each group that needs it, so a value is
-    still sent once per destination device.
+    still sent once per destination device. (The collector is paused while the coarse graph is
+    built: as in `coarsen_groups`, it would rescan the fine graph's objects again and again.)
     """
+    with gc_paused():
+        return _quotient_graph(graph, cluster)
+
+
+def _quotient_graph(graph: Graph, cluster: Cluster | None) -> tuple[Graph, dict[str, list[str]]]:
+    """`quotient_graph`, the collector paused."""
     work.charge("rewrite", len(graph.ops))
-    members = group_members(graph)
-    group_of = {op.name: str(op.get("group")) for op in graph.ops}
-    order = _group_order(graph, members, group_of)
+    members, group_of = _groups(graph)
+    links = _GroupLinks(graph, members, group_of)
+    order = _group_order(members, links)
     coarse = Graph(graph.name)
     results: dict[str, Value] = {}
     labels = _colocate_labels(graph, members, group_of)
-    readers = _cross_group_values(graph, group_of)
+    readers = links.crossing
     inputs = first_read_inputs(graph)
     for g in order:
         ops = members[g]
         produced = [v for op in ops for v in op.results if v.name in readers]
-        operands: dict[str, Value] = {}
-        for op in ops:
-            for v in op.operands:
-                if v.owner is not None and group_of[v.owner.name] != g:
-                    operands.setdefault(v.name, results[v.name])
+        operands = {name: results[name] for name in links.reads[g]}
         attrs = {"cost": _summed_cost(ops, cluster), **group_memory(ops, {v.name for v in produced}, inputs)}
         if g in labels:
             attrs["colocate"] = StringAttr(labels[g])
@@ -100,20 +115,29 @@ def group_memory(ops: list[Op], produced: set[str], inputs: dict[str, int]) -> d
     of them is. Workspace: the most its internal tensors hold at once while it runs, each freed
     after its last reader inside.
     """
-    resident = sum(op_memory(op) + inputs.get(op.name, 0) for op in ops)
     position = {op.name: i for i, op in enumerate(ops)}
-    activation, internal, last_read = 0, [0] * len(ops), list(range(len(ops)))
+    resident, activation, internal, last_read = 0, 0, [0] * len(ops), list(range(len(ops)))
+    any_activation = False
     for i, op in enumerate(ops):
-        crossing = [r for r in op.results if r.name in produced]
+        resident += op_memory(op) + inputs.get(op.name, 0)
         if "activation" in op.attrs:
-            activation += output_bytes(op) if crossing else 0
-            internal[i] = 0 if crossing else output_bytes(op)
+            any_activation = True
+            if any([r.name in produced for r in op.results]):
+                activation += output_bytes(op)
+            else:
+                internal[i] = output_bytes(op)
         else:
-            activation += sum(r.type.nbytes for r in crossing)
-            internal[i] = sum(r.type.nbytes for r in op.results if r.name not in produced)
-        for p in op.producers():
-            if p.name in position:
-                last_read[position[p.name]] = max(last_read[position[p.name]], i)
+            for r in op.results:
+                if r.name in produced:
+                    activation += r.type.nbytes
+                else:
+                    internal[i] += r.type.nbytes
+        for v in op.operands:
+            owner = v.owner
+            if owner is not None:
+                j = position.get(owner.name)
+                if j is not None and last_read[j] < i:
+                    last_read[j] = i
     peak, live = 0, 0
     frees: dict[int, int] = {}
     for i, op in enumerate(ops):
@@ -122,33 +146,45 @@ def group_memory(ops: list[Op], produced: set[str], inputs: dict[str, int]) -> d
         frees[last_read[i]] = frees.get(last_read[i], 0) + internal[i]
         live -= frees.pop(i, 0)
     out: dict[str, Attr] = {"memory": BytesAttr(resident)}
-    if any("activation" in op.attrs for op in ops):
+    if any_activation:
         out["activation"] = BytesAttr(activation)
     if peak:
         out["workspace"] = BytesAttr(peak)
     return out
 
 
-def _cross_group_values(graph: Graph, group_of: dict[str, str]) -> set[str]:
-    """Names of the fine values some op of another group reads."""
-    out: set[str] = set()
-    for p, c, v in graph.edges():
-        if group_of[p.name] != group_of[c.name]:
-            out.add(v.name)
-    return out
+class _GroupLinks:
+    """What the fine edges between groups give the coarse graph, from one pass over them: the
+    names of the fine values another group reads (`crossing`), those each group reads from others
+    (`reads`, in the order its ops first read them), and each group's readers and count of writers."""
+
+    def __init__(self, graph: Graph, members: dict[str, list[Op]], group_of: dict[str, str]) -> None:
+        self.crossing: set[str] = set()
+        self.reads: dict[str, dict[str, None]] = {g: {} for g in members}
+        self.succ: dict[str, set[str]] = {g: set() for g in members}
+        self.indeg = dict.fromkeys(members, 0)
+        for op in graph.ops:
+            b = group_of[op.name]
+            reads = self.reads[b]
+            for v in op.operands:
+                p = v.owner
+                if p is None:
+                    continue
+                a = group_of[p.name]
+                if a != b:
+                    self.crossing.add(v.name)
+                    reads[v.name] = None
+                    readers = self.succ[a]
+                    if b not in readers:
+                        readers.add(b)
+                        self.indeg[b] += 1
 
 
-def _group_order(graph: Graph, members: dict[str, list[Op]], group_of: dict[str, str]) -> list[str]:
+def _group_order(members: dict[str, list[Op]], links: _GroupLinks) -> list[str]:
     """Groups in a topological order of the quotient (stable by first op); a cycle is an error."""
     import heapq
 
-    succ: dict[str, set[str]] = {g: set() for g in members}
-    indeg = dict.fromkeys(members, 0)
-    for p, c, _ in graph.edges():
-        a, b = group_of[p.name], group_of[c.name]
-        if a != b and b not in succ[a]:
-            succ[a].add(b)
-            indeg[b] += 1
+    succ, indeg = links.succ, dict(links.indeg)
     first = {g: i for i, g in enumerate(members)}
     ready = [(first[g], g) for g, d in indeg.items() if d == 0]
     heapq.heapify(ready)
@@ -192,9 +228,9 @@ def _colocate_labels(graph: Graph, members: dict[str, list[Op]], group_of: dict[
 
 def _summed_cost(ops: list[Op], cluster: Cluster | None) -> DurationAttr | DictAttr:
     """The group's cost: one duration, or per device name (with a cluster) or per cost key."""
-    keyed = [op for op in ops if cost_keys(op) is not None]
-    if not keyed:
-        return DurationAttr(sum(op_cost(op, KEY_DEVICE) for op in ops))
+    keyed = [op for op in ops if isinstance(op.attrs.get("cost"), DictAttr)]
+    if not keyed:  # `op_cost` of a cost that is one duration for every device (or none)
+        return DurationAttr(sum(0.0 if (a := op.attrs.get("cost")) is None else float(a.value) for op in ops))
     if cluster is not None:
         return DictAttr(tuple((d.name, DurationAttr(sum(op_cost(op, d) for op in ops))) for d in cluster.devices))
     keys = list(dict.fromkeys(k for op in keyed for k in cost_keys(op) or ()))

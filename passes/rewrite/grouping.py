@@ -5,13 +5,15 @@ class forces together, and the choice among the orders' groupings.
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
+from itertools import repeat
 
 from pesto_ir.cluster.model import Cluster
 from pesto_ir.cost.lookup import op_cost, value_bytes
-from pesto_ir.ir.attributes import StringAttr
+from pesto_ir.ir.attributes import DictAttr, StringAttr
 from pesto_ir.ir.graph import Graph, Op
 from pesto_ir.passes.rewrite.coarse_graph import KEY_DEVICE, cost_keys, key_device, quotient_graph
 from pesto_ir.passes.rewrite.colocation_groups import (
@@ -20,10 +22,11 @@ from pesto_ir.passes.rewrite.colocation_groups import (
     members_by_label,
     split_classes,
 )
-from pesto_ir.passes.rewrite.contraction import ColocationClasses, Contraction
+from pesto_ir.passes.rewrite.contraction import ColocationClasses, Contraction, Levels
 from pesto_ir.schedule.bounds import lower_bound
 from pesto_ir.schedule.memory import footprints, live_bytes
 from pesto_ir.schedule.plan import OpSlot, Plan
+from pesto_ir.util.gc_pause import gc_paused
 
 NODE_CAP_FACTOR = 2.0  # a coarse node may hold up to this many times an average node's cost
 CAP_RELAX = 1.5  # the node cost cap grows by this factor when it blocks every merge
@@ -59,7 +62,17 @@ def coarsen_groups(graph: Graph, target: int, cluster: Cluster | None = None,
     groupings of `ORDERS` (with `siblings`) or of `EDGE_ORDERS`, the one with the lowest coarse
     bound (`grouped_bound`, with `siblings` and a cluster), else the shortest critical path of node
     costs; under `memory_cap`, halved while the coarse graph's own peak leaves too little spare for
-    the groups built (`_packs`), `CAP_TRIES` times at most, then the all-alive cap."""
+    the groups built (`_packs`), `CAP_TRIES` times at most, then the all-alive cap.
+
+    The merges allocate hundreds of thousands of small tuples and dicts and leave no cycles: with
+    the collector paused, it does not rescan the graph's objects again and again (a quarter of the
+    time at 50,000 ops)."""
+    with gc_paused():
+        return _coarsen_groups(graph, target, cluster, colocation, siblings)
+
+
+def _coarsen_groups(graph: Graph, target: int, cluster: Cluster | None, colocation: str, siblings: bool) -> list[str]:
+    """`coarsen_groups`, the collector paused."""
     n = len(graph.ops)
     if n == 0:
         return []
@@ -70,16 +83,18 @@ def coarsen_groups(graph: Graph, target: int, cluster: Cluster | None = None,
     mem = [footprint[op.name] for op in graph.ops]
     label, split = colocation_labels(graph, edges, colocation)
     fused = _fused_edges(graph)
+    colocated = Contraction(n, edges, cost, mem)
+    for members in members_by_label(label).values():
+        head = members[0]
+        for m in members[1:]:
+            head = colocated.contract(head, m)  # the group as a whole was checked acyclic
+    class_of_op, split_totals = split_classes(graph, split, cost, mem)
 
     def grouping(memory: float) -> list[str]:
         best: tuple[float, list[str]] | None = None
         for order in ORDERS if siblings else EDGE_ORDERS:
-            dag = Contraction(n, edges, cost, mem)
-            for members in members_by_label(label).values():
-                head = members[0]
-                for m in members[1:]:
-                    head = dag.contract(head, m)  # the group as a whole was checked acyclic
-            class_of_op, classes = split_classes(graph, split, cost, mem)
+            dag = colocated.copy()
+            classes = ColocationClasses(split_totals.weight, split_totals.memory)
             _contract(dag, target, sum(cost), cluster, memory, _node_classes(dag, class_of_op), classes, fused, order)
             groups = _name_groups(dag, n)
             score = grouped_bound(graph, cluster, groups) if siblings and cluster is not None else dag.path_levels()[2]
@@ -89,7 +104,9 @@ def coarsen_groups(graph: Graph, target: int, cluster: Cluster | None = None,
         return best[1]
 
     floor = all_alive_cap(sum(mem), cluster)
-    cap = max(floor, memory_cap(graph, cluster))
+    # the cap with nothing held bounds `memory_cap` (for any peak): where the floor reaches it,
+    # the graph's peak, a walk over every tensor's lifetime, cannot raise the cap
+    cap = floor if floor >= all_alive_cap(0.0, cluster) else max(floor, memory_cap(graph, cluster))
     for _ in range(CAP_TRIES):
         groups = grouping(cap)
         if cap <= floor or cluster is None or _packs(graph, cluster, groups, cap):
@@ -135,17 +152,27 @@ def _fused_edges(graph: Graph) -> Callable[[Contraction, int, int], bool] | None
 
 
 def _fine_edges(graph: Graph, index: dict[str, int]) -> dict[tuple[int, int], int]:
-    """Bytes of every producer -> consumer pair (each value counted once per consumer op)."""
+    """Bytes of every producer -> consumer pair (each value counted once per consumer op), in the
+    order of `graph.edges()`."""
     edges: dict[tuple[int, int], int] = {}
-    for p, c, v in graph.edges():
-        key = (index[p.name], index[c.name])
-        edges[key] = edges.get(key, 0) + value_bytes(v)
+    for c, op in enumerate(graph.ops):
+        seen: set[int] = set()
+        for v in op.operands:
+            p = v.owner
+            if p is None or id(v) in seen:
+                continue
+            seen.add(id(v))
+            key = (index[p.name], c)
+            edges[key] = edges.get(key, 0) + value_bytes(v)
     return edges
 
 
 def _proxy_cost(op: Op, cluster: Cluster | None) -> float:
     """One number for an op's cost: its mean over the cluster's devices (or over its cost keys)."""
     if cluster is not None:
+        a = op.attrs.get("cost")
+        if not isinstance(a, DictAttr):  # one duration (or none) for every device: `op_cost` read once
+            return sum(repeat(0.0 if a is None else float(a.value), len(cluster))) / len(cluster)
         return sum(op_cost(op, d) for d in cluster.devices) / len(cluster)
     keys = cost_keys(op)
     if keys is None:
@@ -253,8 +280,8 @@ def _contract_rounds(dag: Contraction, target: int, caps: _Caps, node_class: dic
     """Merge in safe batches, in `order`, until `target` nodes remain or none can merge. With
     `only`, merge only the edges it accepts (the node cost cap does not apply to them)."""
     while len(dag.alive) > target:
-        level = dag.levels()
-        batch, capped = _choose_batch(dag, level, len(dag.alive) - target, caps, node_class, classes, order, only)
+        levels = dag.round_levels(order != HEAVIEST)
+        batch, capped = _choose_batch(dag, levels, len(dag.alive) - target, caps, node_class, classes, order, only)
         if only is None:
             batch += _twin_merges(dag, len(dag.alive) - target - len(batch), caps, node_class, classes,
                                   {x for u, v, _ in batch for x in (u, v)})
@@ -263,10 +290,10 @@ def _contract_rounds(dag: Contraction, target: int, caps: _Caps, node_class: dic
                 return
             caps.cost *= CAP_RELAX
             continue
-        for u, v, c in batch:
+        survivors = dag.contract_all([(u, v) for u, v, _ in batch])
+        for (u, v, c), w in zip(batch, survivors):
             node_class.pop(u, None)
             node_class.pop(v, None)
-            w = dag.contract(u, v)
             if c is not None:
                 node_class[w] = c
 
@@ -287,31 +314,40 @@ def _join_classes(dag: Contraction, u: int, v: int, node_class: dict[int, int], 
     return c
 
 
-def _choose_batch(dag: Contraction, level: dict[int, int], budget: int, caps: _Caps,
+_Candidate = tuple[bool, float, int, int, int, int, str]  # (not in one class, growth, -bytes, level, u, v, kind)
+
+
+def _edge_candidates(dag: Contraction, levels: Levels, node_class: dict[int, int], classes: ColocationClasses,
+                     keep_path: bool, only: Callable[[Contraction, int, int], bool] | None) -> list[_Candidate]:
+    """Every edge (accepted by `only`) as a merge candidate, its sort key first: edges inside one
+    colocation class, then least lengthening of the critical path (`keep_path`), heaviest tensor,
+    lowest level."""
+    succ, level, find = dag.succ, levels.level, classes.find
+    edges = [(u, v) for u in dag.alive for v in succ[u]]
+    if only is not None:
+        edges = [(u, v) for u, v in edges if only(dag, u, v)]
+    growths = dag.edge_growths(levels, edges) if keep_path else repeat(0.0)
+    if not node_class:  # no colocation class: every edge is outside one
+        return [(True, g, -succ[u][v], level[u], u, v, EDGE) for (u, v), g in zip(edges, growths)]
+    return [((cu := node_class.get(u)) is None or (cv := node_class.get(v)) is None or find(cu) != find(cv),
+             g, -succ[u][v], level[u], u, v, EDGE) for (u, v), g in zip(edges, growths)]
+
+
+def _choose_batch(dag: Contraction, levels: Levels, budget: int, caps: _Caps,
                   node_class: dict[int, int], classes: ColocationClasses, order: str,
                   only: Callable[[Contraction, int, int], bool] | None = None,
                   ) -> tuple[list[tuple[int, int, int | None]], bool]:
     """Merges to make this round (edges, or in the order `PATH_SIBLINGS` siblings: no shared
     endpoints, safe together, accepted by `only`); and whether the cost cap blocked any."""
-    cands = []
-    keep_path = order != HEAVIEST
-    top, bottom, path = dag.path_levels() if keep_path else ({}, {}, 0.0)
-    edge_growth = dag.edge_growth(top, bottom, path) if keep_path else None
-    safe = dag.safe_rule(level)
-    for u in dag.alive:
-        cu = node_class.get(u)
-        for v, nbytes in dag.succ[u].items():
-            if only is not None and not only(dag, u, v):
-                continue
-            cv = node_class.get(v)
-            same = cu is not None and cv is not None and classes.find(cu) == classes.find(cv)
-            growth = edge_growth(u, v) if edge_growth is not None else 0.0
-            cands.append((not same, growth, -nbytes, level[u], u, v, EDGE))
+    level, top, bottom, path = levels.level, levels.top, levels.bottom, levels.path
+    cands = _edge_candidates(dag, levels, node_class, classes, order != HEAVIEST, only)
     if order == PATH_SIBLINGS and only is None:
         for a, b in _sibling_pairs(dag, level, top):
             same = a in node_class and b in node_class and classes.find(node_class[a]) == classes.find(node_class[b])
             cands.append((not same, dag.sibling_growth(a, b, top, bottom, path), 0, level[a], a, b, SIBLINGS))
     cands.sort()
+    safe = dag.safe_rule(level)
+    pred = dag.pred
     marked: set[int] = set()
     batch: list[tuple[int, int, int | None]] = []
     capped = False
@@ -323,7 +359,7 @@ def _choose_batch(dag: Contraction, level: dict[int, int], budget: int, caps: _C
             if batch:
                 break  # the levels moved: measure again before lengthening the path
             limit = min(budget, max(1, int(len(dag.alive) * LENGTHENING_SHARE)))
-            slack = float("inf")
+            slack = math.inf
         if u in marked or v in marked or (kind and what != kind):
             continue  # a batch merges edges or siblings, not both: each kind is safe by its own rule
         if what == EDGE and not safe(u, v):
@@ -340,7 +376,7 @@ def _choose_batch(dag: Contraction, level: dict[int, int], budget: int, caps: _C
         marked.add(v)
         if what == EDGE:
             lu = level[u]
-            marked.update(p for p in dag.pred[v] if level[p] == lu)
+            marked.update(p for p in pred[v] if level[p] == lu)
         if len(batch) == limit:
             break
     return batch, capped
@@ -359,16 +395,11 @@ def _twin_merges(dag: Contraction, budget: int, caps: _Caps, node_class: dict[in
     run in sequence, and take a round each (`TWIN_CLASS`)."""
     if budget <= 0 or len(dag.alive) <= TWIN_CLASS:
         return []
-    by_neighbours: dict[tuple[frozenset[int], frozenset[int]], list[int]] = defaultdict(list)
-    for x in dag.alive:
-        if x not in taken:
-            by_neighbours[(frozenset(dag.pred[x]), frozenset(dag.succ[x]))].append(x)
     merges: list[tuple[int, int, int | None]] = []
-    for twins in by_neighbours.values():
-        if len(twins) <= TWIN_CLASS:
-            continue
+    cost = dag.cost
+    for twins in _twin_classes(dag, taken):
         wanted = min(len(twins) // 2, len(twins) - TWIN_CLASS)
-        twins.sort(key=lambda x: (dag.cost[x], x))
+        twins.sort(key=lambda x: (cost[x], x))
         made = 0
         waiting = -1
         for x in twins:
@@ -385,7 +416,33 @@ def _twin_merges(dag: Contraction, budget: int, caps: _Caps, node_class: dict[in
     return merges
 
 
-def _sibling_pairs(dag: Contraction, level: dict[int, int], top: dict[int, float]) -> list[tuple[int, int]]:
+def _twin_classes(dag: Contraction, taken: set[int]) -> list[list[int]]:
+    """The classes of more than `TWIN_CLASS` live nodes outside `taken` with the same predecessors
+    and successors, each in node order, the classes in the order of their first nodes.
+
+    A twin of x is a reader of each of x's inputs and a writer of each of its readers, so x is
+    passed over, without building its key, where one of them has too few for a large class."""
+    succ, pred = dag.succ, dag.pred
+    by_neighbours: dict[tuple[object, object], list[int]] = defaultdict(list)
+    for x in dag.alive:
+        if x in taken:
+            continue
+        inputs, readers = pred[x], succ[x]
+        some_input = some_reader = None  # a set's key: None if empty, its one node, or the set
+        if inputs:
+            some_input = next(iter(inputs))
+            if len(succ[some_input]) <= TWIN_CLASS:
+                continue
+        if readers:
+            some_reader = next(iter(readers))
+            if len(pred[some_reader]) <= TWIN_CLASS:
+                continue
+        by_neighbours[(some_input if len(inputs) < 2 else frozenset(inputs),
+                       some_reader if len(readers) < 2 else frozenset(readers))].append(x)
+    return [twins for twins in by_neighbours.values() if len(twins) > TWIN_CLASS]
+
+
+def _sibling_pairs(dag: Contraction, level: list[int], top: list[float]) -> list[tuple[int, int]]:
     """Pairs of nodes no path joins, that may merge (Pesto's rules merge only along edges): nodes of
     one longest-path level (every edge climbs a level, so merging any number of such pairs keeps
     the levels a proof of acyclicity), and sinks (no path leaves one). Neighbours in order of

@@ -36,112 +36,169 @@ of each of its layers (17.5 ms) waits for the data-gradient one beside it.
 from __future__ import annotations
 
 from collections import defaultdict, deque
+from operator import itemgetter
+from typing import Any
 
 from pesto_ir.cluster.model import Cluster
-from pesto_ir.cost.lookup import op_cost, op_memory, value_bytes
+from pesto_ir.cost.lookup import op_costs, op_memory, value_bytes
 from pesto_ir.ir.graph import Graph, Op
 from pesto_ir.util import work
 
 
+class _Dag:
+    """The graph's ops in topological order and each op's distinct producers by name: what every
+    path bound walks, worked out once per `lower_bound` (three bounds each sorted the graph and
+    asked every op for its producers again)."""
+
+    def __init__(self, graph: Graph) -> None:
+        self.order = graph.topo_order()
+        self.producers = {op.name: [p.name for p in op.producers()] for op in self.order}
+        self.group = {op.name: op.get("colocate") for op in self.order}  # colocation group or None
+
+
+def device_costs(graph: Graph, cluster: Cluster) -> dict[str, list[float]]:
+    """Each op's cost on each device of `cluster`, in the cluster's order (`op_cost`)."""
+    devices = cluster.devices
+    return {op.name: op_costs(op, devices) for op in graph.ops}
+
+
 def fastest_costs(graph: Graph, cluster: Cluster) -> dict[str, float]:
-    return {op.name: min(op_cost(op, d) for d in cluster.devices) for op in graph.ops}
+    return _fastest(device_costs(graph, cluster))
+
+
+def _fastest(costs: dict[str, list[float]]) -> dict[str, float]:
+    return {name: min(row) for name, row in costs.items()}
 
 
 def critical_path(graph: Graph, weight: dict[str, float]) -> float:
     return sum(weight[n] for n in critical_path_ops(graph, weight))
 
 
-def critical_path_ops(graph: Graph, weight: dict[str, float]) -> list[str]:
-    """The ops of a longest path by `weight`, first to last."""
+def critical_path_ops(graph: Graph, weight: dict[str, float], dag: _Dag | None = None) -> list[str]:
+    """The ops of a longest path by `weight`, first to last (`dag`: the graph's, where the caller
+    has it)."""
+    dag = _Dag(graph) if dag is None else dag
+    producers = dag.producers
     finish: dict[str, float] = {}
     previous: dict[str, str | None] = {}
-    for op in graph.topo_order():
-        before = max(op.producers(), key=lambda p: finish[p.name], default=None)
-        finish[op.name] = (finish[before.name] if before is not None else 0.0) + weight[op.name]
-        previous[op.name] = before.name if before is not None else None
-    name: str | None = max(finish, key=lambda n: finish[n]) if finish else None
+    for op in dag.order:
+        name = op.name
+        before: str | None = None
+        latest = 0.0
+        for p in producers[name]:  # the first of the latest producers, as max() picks it
+            end = finish[p]
+            if before is None or end > latest:
+                before, latest = p, end
+        finish[name] = latest + weight[name]
+        previous[name] = before
+    last: str | None = max(finish.items(), key=itemgetter(1))[0] if finish else None
     path: list[str] = []
-    while name is not None:
-        path.append(name)
-        name = previous[name]
+    while last is not None:
+        path.append(last)
+        last = previous[last]
     return path[::-1]
 
 
-def transfer_aware_path(graph: Graph, cluster: Cluster, fast: dict[str, float]) -> float:
+def transfer_aware_path(graph: Graph, cluster: Cluster, fast: dict[str, float], dag: _Dag | None = None) -> float:
     """The longest path when each op's producers are either remote (and pay a transfer) or local
     (and share its device); see the module docstring."""
     links = list(cluster.links.values())
     latency = min((lk.latency for lk in links), default=0.0)
     bandwidth = max((lk.bandwidth for lk in links), default=0.0)
+    dag = _Dag(graph) if dag is None else dag
+    producers = dag.producers
     finish: dict[str, float] = {}
-    for op in graph.topo_order():
-        inputs = _producer_inputs(op, finish, fast, latency, bandwidth)
-        start = max((finish[p] for p, *_ in inputs), default=0.0)
+    for op in dag.order:
+        if not producers[op.name]:  # it starts at 0 (the best split of no inputs is 0 too)
+            finish[op.name] = 0.0 + fast[op.name]
+            continue
+        inputs = _producer_inputs(op, dag.group, finish, fast, latency, bandwidth)
+        start = max([finish[p] for p, _, _, _ in inputs])
         finish[op.name] = max(start, _best_split(inputs)) + fast[op.name]
     return max(finish.values(), default=0.0)
 
 
-def _producer_inputs(op: Op, finish: dict[str, float], fast: dict[str, float], latency: float,
-                     bandwidth: float) -> list[tuple[str, float, float, float]]:
-    """(producer, earliest start, cost, earliest arrival if remote; inf when it must be local)."""
-    nbytes: dict[str, int] = defaultdict(int)
-    producer: dict[str, Op] = {}
+def _producer_inputs(op: Op, groups: dict[str, Any], finish: dict[str, float], fast: dict[str, float],
+                     latency: float, bandwidth: float) -> list[tuple[str, float, float, float]]:
+    """(producer, earliest start, cost, earliest arrival if remote; inf when it must be local);
+    `groups`: each op's colocation group or None."""
+    nbytes: dict[str, int] = {}
     for v in dict.fromkeys(op.operands):
-        if v.owner is not None:
-            nbytes[v.owner.name] += value_bytes(v)
-            producer[v.owner.name] = v.owner
-    group = op.get("colocate")
+        owner = v.owner
+        if owner is not None:
+            name = owner.name
+            nbytes[name] = nbytes.get(name, 0) + value_bytes(v)
+    group = groups[op.name]
+    inf = float("inf")
     out = []
     for name, n in nbytes.items():
-        local = bandwidth <= 0 or (group is not None and producer[name].get("colocate") == group)
-        arrival = float("inf") if local else finish[name] + latency + n / bandwidth
-        out.append((name, finish[name] - fast[name], fast[name], arrival))
+        local = bandwidth <= 0 or (group is not None and groups[name] == group)
+        end = finish[name]
+        arrival = inf if local else end + latency + n / bandwidth
+        out.append((name, end - fast[name], fast[name], arrival))
     return out
 
 
 def _best_split(inputs: list[tuple[str, float, float, float]]) -> float:
     """The earliest start over every split: producers arriving by T are remote, the rest run in
     order of release on the op's device."""
-    times = sorted({0.0, *(a for *_, a in inputs if a != float("inf"))})
-    ordered = sorted((release, cost, arrival) for _, release, cost, arrival in inputs)
-
-    def done(t: float) -> float:  # the local producers' end: it only falls as t grows (fewer of them)
-        end = 0.0
-        for release, cost, arrival in ordered:
-            if arrival > t:
-                end = max(end, release) + cost
-        return end
-
+    inf = float("inf")
+    if len(inputs) == 1:  # most ops: the same as below, without sorting lists of one
+        _, release, cost, arrival = inputs[0]
+        local = (release if release > 0.0 else 0.0) + cost  # max(0.0, release) + cost
+        return min(max(t, local if arrival > t else 0.0) for t in ([0.0] if arrival == inf else sorted({0.0, arrival})))
+    times = sorted({0.0, *(a for *_, a in inputs if a != inf)})
+    ordered = sorted([(release, cost, arrival) for _, release, cost, arrival in inputs])
     if len(times) <= _SPLITS_SCANNED:
-        return min(max(t, done(t)) for t in times)
+        return min(max(t, _local_end(ordered, t)) for t in times)
     # max(t, done(t)): t rises and done(t) falls, so the least is where they cross: binary search
     # for the first t with t >= done(t), in O(N log N) where a scan of every t took N^2 (a node
     # fed by N others)
+    done: dict[int, float] = {}  # index of t -> _local_end at t, each worked out once
+
+    def done_at(i: int) -> float:
+        if i not in done:
+            done[i] = _local_end(ordered, times[i])
+        return done[i]
+
     lo, hi = 0, len(times) - 1
-    if times[hi] < done(times[hi]):
-        return done(times[hi])
+    if times[hi] < done_at(hi):
+        return done_at(hi)
     while lo < hi:
         mid = (lo + hi) // 2
-        if times[mid] >= done(times[mid]):
+        if times[mid] >= done_at(mid):
             hi = mid
         else:
             lo = mid + 1
-    return min(times[lo], done(times[lo - 1])) if lo > 0 else times[lo]
+    return min(times[lo], done_at(lo - 1)) if lo > 0 else times[lo]
+
+
+def _local_end(ordered: list[tuple[float, float, float]], t: float) -> float:
+    """When the producers that do not arrive by `t` (release, cost, arrival; by release) end, run
+    one after another on the op's device: it only falls as t grows (fewer of them)."""
+    end = 0.0
+    for release, cost, arrival in ordered:
+        if arrival > t:
+            end = (release if release > end else end) + cost  # max(end, release) + cost
+    return end
 
 
 _SPLITS_SCANNED = 8  # _best_split: up to this many split times, each is tried
 
 
-def memory_cut_path(graph: Graph, cluster: Cluster, fast: dict[str, float]) -> float:
+def memory_cut_path(graph: Graph, cluster: Cluster, fast: dict[str, float], dag: _Dag | None = None) -> float:
     """The critical path (fastest costs) with the least its transfers must cost when memory splits
     it across devices; see the module docstring."""
-    path = critical_path_ops(graph, fast)
+    dag = _Dag(graph) if dag is None else dag
+    path = critical_path_ops(graph, fast, dag)
     length = sum(fast[n] for n in path)
-    unit = {op.name: ("colocate", str(op.get("colocate"))) if op.get("colocate") is not None else ("op", op.name)
-            for op in graph.ops}
+    unit: dict[str, tuple[str, str]] = {}
     resident: dict[tuple[str, str], int] = defaultdict(int)
+    groups = dag.group
     for op in graph.ops:
-        resident[unit[op.name]] += op_memory(op)
+        group = groups[op.name]
+        unit[op.name] = u = ("colocate", str(group)) if group is not None else ("op", op.name)
+        resident[u] += op_memory(op)
     capacity = max(d.memory for d in cluster.devices)
     if sum(resident[u] for u in {unit[n] for n in path}) <= capacity:
         return length  # the whole path fits on one device
@@ -155,7 +212,7 @@ def memory_cut_path(graph: Graph, cluster: Cluster, fast: dict[str, float]) -> f
     return length + cost if cost is not None else length
 
 
-def colocated_path(graph: Graph, fast: dict[str, float]) -> float:
+def colocated_path(graph: Graph, fast: dict[str, float], dag: _Dag | None = None) -> float:
     """The critical path (fastest costs, transfers free) where ops that must share a device wait
     for each other; see the module docstring. An op's finish bound is the largest of its start
     bound (its producers' finish bounds) plus its cost and, for each colocation group, over the
@@ -168,18 +225,23 @@ def colocated_path(graph: Graph, fast: dict[str, float]) -> float:
         return 0.0
     window = _COLOCATION_WINDOW * max(fast.values())
     least = _COLOCATION_LEAST * max(fast.values())
+    dag = _Dag(graph) if dag is None else dag
     finish: dict[str, float] = {}
     # per op: per colocation group, ancestor (or the op) -> (its start bound, its cost, path to the
     # op's end less the offset), and the offset; an op with one producer shares the producer's table
     near: dict[str, tuple[dict[str, dict[str, tuple[float, float, float]]], float]] = {}
-    for op in graph.topo_order():
+    for op in dag.order:
         cost = fast[op.name]
-        producers = op.producers()
-        start = max((finish[p.name] for p in producers), default=0.0)
-        own = op.get("colocate") if cost >= least else None  # a short op's wait is not worth tracking
+        producers = dag.producers[op.name]
+        start = finish[producers[0]] if len(producers) == 1 else max((finish[p] for p in producers), default=0.0)
+        own = dag.group[op.name] if cost >= least else None  # a short op's wait is not worth tracking
         end = start + cost
+        if not producers and own is None:  # nothing to wait for, no group to join
+            finish[op.name] = end
+            near[op.name] = ({}, 0.0)
+            continue
         if len(producers) == 1:  # every path grows by this op's cost: no new wait but the op's own
-            table, offset = near[producers[0].name]
+            table, offset = near[producers[0]]
             offset += cost
             if own is not None:
                 table = dict(table)
@@ -193,7 +255,7 @@ def colocated_path(graph: Graph, fast: dict[str, float]) -> float:
         groups: dict[str, dict[str, tuple[float, float, float]]] = {}
         joined: set[str] = set()  # groups with entries from two producers (or the op's own): new waits
         for p in producers:
-            table, offset = near[p.name]
+            table, offset = near[p]
             for g, entries in table.items():
                 if g in groups:
                     joined.add(g)
@@ -278,24 +340,36 @@ def _least_cut(path: list[str], cut: list[float], unit: dict[str, tuple[str, str
 def work_bound(graph: Graph, cluster: Cluster, fast: dict[str, float] | None = None) -> float:
     """The total work over the devices' speeds (fastest costs, `fast` where the caller has them):
     a bound of any plan of the graph's work, with any data-parallel or micro-batch split of it."""
-    fast = fastest_costs(graph, cluster) if fast is None else fast
+    if fast is None:
+        costs = device_costs(graph, cluster)
+        return _work_bound(costs, _fastest(costs), len(cluster.devices))
+    working = {op.name: op_costs(op, cluster.devices) for op in graph.ops if fast[op.name] > 0}
+    return _work_bound(working, fast, len(cluster.devices))
+
+
+def _work_bound(costs: dict[str, list[float]], fast: dict[str, float], devices: int) -> float:
+    """`work_bound` from the ops' costs on each of the cluster's `devices` (`device_costs`; those
+    of ops of no fastest cost are not read)."""
     if not fast:
         return 0.0
+    working = [(row, fast[name]) for name, row in costs.items() if fast[name] > 0]
     capacity = 0.0
-    for d in cluster.devices:
-        ratios = [op_cost(op, d) / fast[op.name] for op in graph.ops if fast[op.name] > 0]
+    for d in range(devices):
+        ratios = [row[d] / f for row, f in working]
         capacity += 1.0 / min(ratios) if ratios else 1.0
     return sum(fast.values()) / capacity
 
 
 def lower_bound(graph: Graph, cluster: Cluster) -> float:
     work.charge("bound", len(graph.ops))
-    fast = fastest_costs(graph, cluster)
+    costs = device_costs(graph, cluster)
+    fast = _fastest(costs)
     if not fast:
         return 0.0
-    spread = work_bound(graph, cluster, fast)
-    return max(transfer_aware_path(graph, cluster, fast), spread, max(fast.values()),
-               memory_cut_path(graph, cluster, fast), colocated_path(graph, fast))
+    spread = _work_bound(costs, fast, len(cluster.devices))
+    dag = _Dag(graph)
+    return max(transfer_aware_path(graph, cluster, fast, dag), spread, max(fast.values()),
+               memory_cut_path(graph, cluster, fast, dag), colocated_path(graph, fast, dag))
 
 
 def memory_shortfall(graph: Graph, cluster: Cluster) -> list[str]:

@@ -25,11 +25,12 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from pesto_ir.cost.lookup import op_memory
-from pesto_ir.ir.graph import Graph, Op
+from pesto_ir.ir.attributes import Attr
+from pesto_ir.ir.graph import Graph, Op, Value
 from pesto_ir.schedule.plan import OpSlot, Plan
 from pesto_ir.util import work
 from pesto_ir.util.units import human_bytes, human_time
@@ -110,18 +111,36 @@ class GraphBytes:
 
     def __init__(self, graph: Graph) -> None:
         self.graph = graph
-        self.inputs = [(v.name, v.type.nbytes, tuple(u.name for u in v.users())) for v in graph.inputs]
+        self.inputs = [(v.name, v.type.nbytes, reader_names(v)) for v in graph.inputs]
         outputs = {id(v) for v in graph.outputs}
-        self.ops: list[_OpBytes] = [
-            (op.name, op_memory(op), workspace_bytes(op), output_bytes(op) if "activation" in op.attrs else None,
-             tuple((r.name, r.type.nbytes, id(r) in outputs, tuple([u.name for u in r.users()])) for r in op.results))
-            for op in graph.ops]
+        self.ops: list[_OpBytes] = []
+        for op in graph.ops:
+            attrs = op.attrs
+            results = tuple([(r.name, r.type.nbytes, id(r) in outputs, reader_names(r)) for r in op.results])
+            activation = output_bytes(op) if "activation" in attrs else None
+            # op_memory(op), workspace_bytes(op), read off the attributes at once (50,000 ops, six times a compile)
+            self.ops.append((op.name, _whole(attrs.get("memory")), _whole(attrs.get("workspace")), activation, results))
 
     def of(self, graph: Graph) -> GraphBytes:
         """Itself, if prepared for `graph`."""
         if graph is not self.graph:
             raise ValueError(f"memory prepared for another graph than graph '{graph.name}'")
         return self
+
+
+def _whole(a: Attr | None) -> int:
+    """The bytes attribute `a` holds (`op_memory`, `workspace_bytes`): 0 where absent or null."""
+    return 0 if a is None else int(a.value or 0)
+
+
+def reader_names(v: Value) -> tuple[str, ...]:
+    """The names of the ops that read `v` (`Value.users`)."""
+    uses = v.uses
+    if not uses:
+        return ()
+    if len(uses) == 1:
+        return (uses[0][0].name,)
+    return tuple([u.name for u in v.users()])
 
 
 Interval = tuple[str, float, float, int, str]  # a `Lifetime`'s fields
@@ -133,34 +152,37 @@ def _intervals(graph: GraphBytes, plan: Plan, named: bool) -> list[Interval]:
     work.charge("memory", len(plan.ops))
     slots = plan.ops
     out: list[Interval] = []
+    add = out.append
     for name, nbytes, readers in graph.inputs:
         for d in sorted({slots[u].device for u in readers if u in slots}):
-            out.append((d, 0.0, STEP_END, nbytes, f"input %{name}" if named else ""))
+            add((d, 0.0, STEP_END, nbytes, f"input %{name}" if named else ""))
     sent: dict[str, dict[str, tuple[float, float, int]]] = defaultdict(dict)  # op -> device -> transfer
     for t in plan.transfers:
         sent[t.src][t.to] = (t.start, t.end, t.nbytes)
+    nothing_sent: dict[str, tuple[float, float, int]] = {}
     for op, resident, workspace, activation, results in graph.ops:
         slot = slots.get(op)
         if slot is None:
             continue
-        d = slot.device
+        d, start, end = slot.device, slot.start, slot.end
         if resident:
-            out.append((d, 0.0, STEP_END, resident, f"resident of '{op}'" if named else ""))
+            add((d, 0.0, STEP_END, resident, f"resident of '{op}'" if named else ""))
         if workspace:
-            out.append((d, slot.start, slot.end, workspace, f"workspace of '{op}'" if named else ""))
-        copies = sent.get(op, {})
-        released = [STEP_END if is_output else _release(readers, d, slot.end, slots, copies)
-                    for _, _, is_output, readers in results]
+            add((d, start, end, workspace, f"workspace of '{op}'" if named else ""))
+        copies = sent.get(op, nothing_sent)
         if activation is not None:
-            out.append((d, slot.start, max(released, default=slot.end), activation,
-                        f"output of '{op}'" if named else ""))
+            released = [STEP_END if is_output else _release(readers, d, end, slots, copies)
+                        for _, _, is_output, readers in results]
+            add((d, start, max(released, default=end), activation, f"output of '{op}'" if named else ""))
         else:
-            out.extend((d, slot.start, end, nbytes, f"%{name}" if named else "")
-                       for (name, nbytes, _, _), end in zip(results, released))
-        for dst, (start, end, nbytes) in copies.items():
-            readers_end = max((slots[u].end for _, _, _, readers in results for u in readers
-                               if u in slots and slots[u].device == dst), default=end)
-            out.append((dst, start, max(end, readers_end), nbytes, f"copy of '{op}' from {d}" if named else ""))
+            for name, nbytes, is_output, readers in results:
+                free = STEP_END if is_output else (_release(readers, d, end, slots, copies) if readers else end)
+                add((d, start, free, nbytes, f"%{name}" if named else ""))
+        if copies:
+            last_read = _last_reads(results, slots, copies)
+            for dst, (sent_at, arrived, nbytes) in copies.items():
+                add((dst, sent_at, max(arrived, last_read.get(dst, arrived)), nbytes,
+                     f"copy of '{op}' from {d}" if named else ""))
     return [held for held in out if held[3] > 0 and held[2] > held[1]]
 
 
@@ -179,51 +201,83 @@ def _release(readers: tuple[str, ...], device: str, op_end: float, slots: Mappin
     return end
 
 
-def _sweep(spans: Iterable[tuple[float, float, int]]) -> list[tuple[float, int]]:
-    """(time, bytes held from then on) at each instant the sum of the (start, end, bytes) spans
-    changes; frees before allocations."""
-    events: list[tuple[float, int, int]] = []
-    for start, end, nbytes in spans:
-        events.append((start, 1, nbytes))
-        if end != STEP_END:
-            events.append((end, 0, -nbytes))
+def _last_reads(results: tuple[tuple[str, int, bool, tuple[str, ...]], ...], slots: Mapping[str, OpSlot],
+                copies: dict[str, tuple[float, float, int]]) -> dict[str, float]:
+    """Per device an op's results are copied to, the latest end of the ops there that read them
+    (the first such end, as max() picks it, over results then readers): one pass over the readers
+    for every device, where asking per device passed over all of them (a star's 50,000) each time."""
+    last: dict[str, float] = {}
+    for _, _, _, readers in results:
+        for u in readers:
+            s = slots.get(u)
+            if s is not None and s.device in copies:
+                before = last.get(s.device)
+                if before is None or s.end > before:
+                    last[s.device] = s.end
+    return last
+
+
+def _sweep(spans: list[Interval]) -> list[tuple[float, int]]:
+    """(time, bytes held from then on) at each instant the sum of the spans' bytes changes; frees
+    before allocations."""
+    events = [(start, 1, nbytes) for _, start, _, nbytes, _ in spans]
+    events += [(end, 0, -nbytes) for _, _, end, nbytes, _ in spans if end != STEP_END]
     events.sort()
     steps: list[tuple[float, int]] = []
     live = 0
+    last = None  # the time of the last step
     for t, _, delta in events:
         live += delta
-        if steps and steps[-1][0] == t:
+        if t == last:
             steps[-1] = (t, live)
         else:
             steps.append((t, live))
+            last = t
     return steps
+
+
+def _peak(spans: list[Interval]) -> tuple[int, float]:
+    """The most bytes `spans` hold at once (0 if none) and the first instant they do."""
+    nbytes, at = 0, 0.0
+    for t, live in _sweep(spans):
+        if live > nbytes:
+            nbytes, at = live, t
+    return nbytes, at
 
 
 def _per_device(plan: Plan, held: list[Interval]) -> dict[str, list[Interval]]:
     """`held` by device: every device of the plan, those that hold nothing too."""
     out: dict[str, list[Interval]] = {d: [] for d in plan.devices}
     for h in held:
-        out.setdefault(h[0], []).append(h)
+        spans = out.get(h[0])
+        if spans is None:
+            out[h[0]] = spans = []
+        spans.append(h)
     return out
 
 
 def live_bytes(graph: Graph, plan: Plan) -> dict[str, list[tuple[float, int]]]:
     """Per device, the step function of bytes held: (time, bytes from then on), times ascending."""
     per_device = _per_device(plan, _intervals(GraphBytes(graph), plan, False))
-    return {d: _sweep(h[1:4] for h in spans) for d, spans in per_device.items()}
+    return {d: _sweep(spans) for d, spans in per_device.items()}
 
 
 def peak_memory(graph: Graph, plan: Plan) -> dict[str, DevicePeak]:
     """Each device's peak, when it is first reached and what is alive then."""
     peaks: dict[str, DevicePeak] = {}
     for d, spans in _per_device(plan, _intervals(GraphBytes(graph), plan, True)).items():
-        nbytes, at = 0, 0.0
-        for t, live in _sweep(h[1:4] for h in spans):
-            if live > nbytes:
-                nbytes, at = live, t
-        alive = sorted((Lifetime(*h) for h in spans if h[1] <= at < h[2]), key=lambda lt: (-lt.nbytes, lt.what))
-        peaks[d] = DevicePeak(d, nbytes, at, tuple(alive) if nbytes else ())
+        nbytes, at = _peak(spans)
+        alive = sorted([h for h in spans if h[1] <= at < h[2]], key=lambda h: (-h[3], h[4])) if nbytes else []
+        peaks[d] = DevicePeak(d, nbytes, at, tuple([Lifetime(*h) for h in alive]))
     return peaks
+
+
+def peak_bytes(graph: Graph, plan: Plan, prepared: GraphBytes | None = None) -> dict[str, tuple[int, float]]:
+    """Each device's peak `peak_memory` gives, as (bytes, when first reached), without naming
+    what is alive then: what checks and summaries read, at a fraction of the cost (no names, no
+    `Lifetime` per tensor alive at the peak). `prepared`: `GraphBytes(graph)`, where the caller has it."""
+    held = _intervals(prepared.of(graph) if prepared else GraphBytes(graph), plan, False)
+    return {d: _peak(spans) for d, spans in _per_device(plan, held).items()}
 
 
 def fits_memory(graph: Graph, plan: Plan, capacity: Mapping[str, float], prepared: GraphBytes | None = None) -> bool:
@@ -231,5 +285,5 @@ def fits_memory(graph: Graph, plan: Plan, capacity: Mapping[str, float], prepare
     re-times a plan checks before it keeps it, beside the validator's other rules that the
     simulator keeps by construction (`prepared`: `GraphBytes(graph)`, where the caller has it)."""
     held = _intervals(prepared.of(graph) if prepared else GraphBytes(graph), plan, False)
-    return all(max((live for _, live in _sweep(h[1:4] for h in spans)), default=0) <= capacity[d]
+    return all(max((live for _, live in _sweep(spans)), default=0) <= capacity[d]
                for d, spans in _per_device(plan, held).items())

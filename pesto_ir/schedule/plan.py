@@ -17,16 +17,17 @@ makespan is still the latest op end: one whole step, every micro-batch and all-r
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar
 
-from pesto_ir.ir.attributes import BytesAttr, DeviceAttr, DictAttr, DurationAttr, ListAttr, StringAttr, to_attr
+from pesto_ir.ir.attributes import Attr, BytesAttr, DeviceAttr, DictAttr, DurationAttr, ListAttr, StringAttr, to_attr
 from pesto_ir.ir.graph import Graph, Op
 from pesto_ir.util.errors import PestoError
 from pesto_ir.util.loader import brief
 
 PLAN_FORMAT = "pesto-plan/1"
+_Key = TypeVar("_Key")
 # Relative margin by which one makespan must beat another to count as faster: plans equal up to
 # rounding are ties, and a tie keeps the plan held first.
 TIE = 1e-12
@@ -377,18 +378,21 @@ def collectives_for(graph: Graph, plan: Plan) -> list[Collective]:
 
 def write_plan_attrs(graph: Graph, plan: Plan) -> None:
     """Record `plan` in the IR: per-op device/start/end, and the graph's plan and transfers."""
+    device = _Shared[str](DeviceAttr)
+    slots, ties = plan.ops, plan.ties
     for op in graph.ops:
-        slot = plan.ops.get(op.name)
-        op.attrs.pop("tie", None)
+        slot = slots.get(op.name)
+        attrs = op.attrs
+        attrs.pop("tie", None)
         if slot is None:
             for key in ("device", "start", "end"):
-                op.attrs.pop(key, None)
+                attrs.pop(key, None)
             continue
-        op.attrs["device"] = DeviceAttr(slot.device)
-        op.attrs["start"] = DurationAttr(slot.start)
-        op.attrs["end"] = DurationAttr(slot.end)
-        if op.name in plan.ties:
-            op.attrs["tie"] = to_attr(plan.ties[op.name])
+        attrs["device"] = device(slot.device)
+        attrs["start"] = DurationAttr(slot.start)
+        attrs["end"] = DurationAttr(slot.end)
+        if op.name in ties:
+            attrs["tie"] = to_attr(ties[op.name])
     meta: dict[str, Any] = {"algorithm": plan.algorithm,
                             "devices": ListAttr(tuple(DeviceAttr(d) for d in plan.devices)),
                             "makespan": DurationAttr(plan.makespan)}
@@ -414,10 +418,12 @@ def write_plan_attrs(graph: Graph, plan: Plan) -> None:
             ("replicas", ListAttr(tuple(ListAttr(tuple(DeviceAttr(d) for d in g)) for g in par.replicas))),
             *sharded, *ranks))
     graph.attrs["plan"] = to_attr(meta)
-    graph.attrs["transfers"] = ListAttr(tuple(
-        DictAttr((("src", StringAttr(t.src)), ("from", DeviceAttr(t.src_device)), ("to", DeviceAttr(t.to)),
-                  ("start", DurationAttr(t.start)), ("end", DurationAttr(t.end)), ("bytes", to_attr(t.nbytes))))
-        for t in plan.transfers))
+    size = _Shared[int](to_attr)  # keyed by whole numbers alone: True == 1, but its attribute is not 1's
+    graph.attrs["transfers"] = ListAttr(tuple([
+        DictAttr((("src", StringAttr(t.src)), ("from", device(t.src_device)), ("to", device(t.to)),
+                  ("start", DurationAttr(t.start)), ("end", DurationAttr(t.end)),
+                  ("bytes", size(t.nbytes) if type(t.nbytes) is int else to_attr(t.nbytes))))
+        for t in plan.transfers]))
     if plan.parallelism is not None or plan.collectives:
         graph.attrs["collectives"] = ListAttr(tuple(
             DictAttr((("op", StringAttr(c.op)), ("kind", StringAttr(c.kind)),
@@ -428,6 +434,21 @@ def write_plan_attrs(graph: Graph, plan: Plan) -> None:
         graph.attrs.pop("collectives", None)
 
 
+class _Shared(Generic[_Key]):
+    """`make(key)`, made once per key: attributes are immutable, so the ops and transfers of one
+    device (or of one size) can share one (a 50,000-op plan made 150,000 of them)."""
+
+    def __init__(self, make: Callable[[_Key], Attr]) -> None:
+        self.make = make
+        self.made: dict[_Key, Attr] = {}
+
+    def __call__(self, key: _Key) -> Attr:
+        attr = self.made.get(key)
+        if attr is None:
+            attr = self.made[key] = self.make(key)
+        return attr
+
+
 def read_plan_attrs(graph: Graph) -> Plan | None:
     """The plan recorded in `graph`, or None when it has not been placed."""
     meta = graph.attrs.get("plan")
@@ -436,8 +457,12 @@ def read_plan_attrs(graph: Graph) -> Plan | None:
     m = meta.value
     ops = {}
     for op in graph.ops:
-        if "device" in op.attrs:
-            ops[op.name] = OpSlot(op.get("device"), float(op.get("start", 0.0)), float(op.get("end", 0.0)))
+        attrs = op.attrs
+        device = attrs.get("device")
+        if device is not None:  # op.get("device"), op.get("start", 0.0), op.get("end", 0.0), each looked up once
+            start, end = attrs.get("start"), attrs.get("end")
+            ops[op.name] = OpSlot(device.value, float(start.value if start is not None else 0.0),
+                                  float(end.value if end is not None else 0.0))
     ties = recorded_ties(graph)
     transfers = [Transfer(t["src"], t["from"], t["to"], float(t["start"]), float(t["end"]), int(t.get("bytes", 0)))
                  for t in graph.attrs["transfers"].value] if "transfers" in graph.attrs else []

@@ -12,7 +12,7 @@ from typing import Any
 
 from pesto_ir.cluster.model import Cluster
 from pesto_ir.ir.graph import Graph
-from pesto_ir.schedule.memory import peak_memory as device_peaks
+from pesto_ir.schedule.memory import peak_bytes
 from pesto_ir.schedule.plan import Plan
 from pesto_ir.util.units import human_bytes, human_time
 
@@ -68,8 +68,12 @@ def device_busy(plan: Plan) -> dict[str, float]:
 
 def utilisation(plan: Plan) -> dict[str, float]:
     """Busy time over makespan per device (0 for an empty plan)."""
-    span = plan.makespan
-    return {d: (b / span if span > 0 else 0.0) for d, b in device_busy(plan).items()}
+    return _shares(device_busy(plan), plan.makespan)
+
+
+def _shares(busy: dict[str, float], span: float) -> dict[str, float]:
+    """Busy times over the makespan `span` (0 for an empty plan)."""
+    return {d: (b / span if span > 0 else 0.0) for d, b in busy.items()}
 
 
 def link_busy(plan: Plan) -> dict[tuple[str, str], float]:
@@ -83,11 +87,12 @@ def link_busy(plan: Plan) -> dict[tuple[str, str], float]:
 
 def peak_memory(graph: Graph, plan: Plan) -> dict[str, int]:
     """Bytes each device holds at its peak over the step (tensor lifetimes, `pesto_ir.schedule.memory`)."""
-    return {d: p.nbytes for d, p in device_peaks(graph, plan).items()}
+    return {d: nbytes for d, (nbytes, _) in peak_bytes(graph, plan).items()}
 
 
 def summarize(graph: Graph, plan: Plan, cluster: Cluster | None = None) -> Summary:
-    busy, util, peaks = device_busy(plan), utilisation(plan), device_peaks(graph, plan)
+    busy, peaks, span = device_busy(plan), peak_bytes(graph, plan), plan.makespan
+    util = _shares(busy, span)  # `utilisation`, without working out the busy times again
     if plan.parallelism is not None:  # the mirrors run replica 0's schedule: its devices stand for them
         home = set(plan.parallelism.replicas[0])
         busy = {d: b for d, b in busy.items() if d in home}
@@ -96,8 +101,8 @@ def summarize(graph: Graph, plan: Plan, cluster: Cluster | None = None) -> Summa
         counts[slot.device] = counts.get(slot.device, 0) + 1
     known = {d.name: d for d in cluster.devices} if cluster is not None else {}
     devices = [DeviceUse(d, known[d].kind if d in known else "", counts.get(d, 0), busy[d], util[d],
-                         peaks[d].nbytes if d in peaks else 0, known[d].memory if d in known else None,
-                         peaks[d].time if d in peaks else 0.0) for d in busy]
+                         peaks[d][0] if d in peaks else 0, known[d].memory if d in known else None,
+                         peaks[d][1] if d in peaks else 0.0) for d in busy]
     links: dict[tuple[str, str], list[float]] = {}
     for t in plan.transfers:
         entry = links.setdefault((t.src_device, t.to), [0, 0, 0.0])
@@ -105,7 +110,7 @@ def summarize(graph: Graph, plan: Plan, cluster: Cluster | None = None) -> Summa
         entry[1] += t.nbytes
         entry[2] += t.end - t.start
     link_uses = [LinkUse(s, d, int(n), int(b), float(busy_s)) for (s, d), (n, b, busy_s) in sorted(links.items())]
-    return Summary(plan.graph, plan.algorithm, plan.makespan, plan.lower_bound, devices, link_uses,
+    return Summary(plan.graph, plan.algorithm, span, plan.lower_bound, devices, link_uses,
                    hybrid_line(plan))
 
 

@@ -20,13 +20,12 @@ parallelism an `all_reduce` must be over one replica, and no collective may be l
 
 from __future__ import annotations
 
-import dataclasses
 from collections import defaultdict
 
 from pesto_ir.cluster.model import Cluster, ring_time
 from pesto_ir.cost.lookup import op_cost
 from pesto_ir.ir.graph import Graph, Op
-from pesto_ir.schedule.memory import DevicePeak, peak_memory
+from pesto_ir.schedule.memory import DevicePeak, GraphBytes, peak_bytes, peak_memory
 from pesto_ir.schedule.plan import (
     RING_PHASES,
     Collective,
@@ -37,7 +36,7 @@ from pesto_ir.schedule.plan import (
     collectives_for,
     mesh_axis,
 )
-from pesto_ir.schedule.simulate import PlanError, transfer_bytes
+from pesto_ir.schedule.simulate import PlanError, sends
 from pesto_ir.util import work
 
 __all__ = ["check_plan", "collectives_for", "validate_plan"]
@@ -48,25 +47,26 @@ ABS_TOL = 1e-12
 
 def _late(a: float, b: float) -> bool:
     """True when `a` is meaningfully earlier than `b` (a should be >= b)."""
-    return a < b - (ABS_TOL + REL_TOL * max(abs(a), abs(b)))
+    return a < b and a < b - (ABS_TOL + REL_TOL * max(abs(a), abs(b)))  # a >= b is never late
 
 
 def validate_plan(graph: Graph, cluster: Cluster, plan: Plan) -> list[str]:
     return _validate(graph, cluster, plan)[0]
 
 
-def _validate(graph: Graph, cluster: Cluster, plan: Plan) -> tuple[list[str], dict[str, DevicePeak]]:
+def _validate(graph: Graph, cluster: Cluster, plan: Plan) -> tuple[list[str], dict[str, int]]:
     problems: list[str] = []
     _check_ops(graph, cluster, plan, problems)
     _check_replicas(graph, cluster, plan, problems)
     if problems:
         return problems, {}  # timing checks need every op placed on a real device (of replica 0)
-    xfers = _check_transfers(graph, cluster, plan, problems)
+    sizes = GraphBytes(graph)  # results' bytes and readers, for the transfers and the memory
+    xfers = _check_transfers(graph, cluster, plan, sizes, problems)
     _check_precedence(graph, plan, xfers, problems)
     _check_overlaps(plan, problems)
     _check_colocation(graph, plan, problems)
     _check_collectives(graph, cluster, plan, problems)
-    peaks = _check_memory(graph, cluster, plan, problems)
+    peaks = _check_memory(graph, cluster, plan, sizes, problems)
     return problems, peaks
 
 
@@ -77,21 +77,21 @@ def check_plan(graph: Graph, cluster: Cluster, plan: Plan) -> Plan:
     problems, peaks = _validate(graph, cluster, plan)
     if problems:
         raise PlanError(problems, context=f"the {plan.algorithm or 'given'} plan for '{graph.name}' is invalid")
-    plan.peak_memory = {d: p.nbytes for d, p in peaks.items()}
+    plan.peak_memory = peaks
     return plan
 
 
 def _check_ops(graph: Graph, cluster: Cluster, plan: Plan, problems: list[str]) -> None:
-    names = set(cluster.names)
+    devices = {d: cluster.device(d) for d in cluster.names}
     for op in graph.ops:
         slot = plan.ops.get(op.name)
         if slot is None:
             problems.append(f"op '{op.name}' is not in the plan")
             continue
-        if slot.device not in names:
+        if slot.device not in devices:
             problems.append(f"op '{op.name}' is on unknown device '{slot.device}'")
             continue
-        need = op_cost(op, cluster.device(slot.device))
+        need = op_cost(op, devices[slot.device])
         if _late(slot.end - slot.start, need):
             problems.append(f"op '{op.name}' runs {slot.end - slot.start:.6g}s on {slot.device} "
                             f"but costs {need:.6g}s there")
@@ -179,7 +179,7 @@ def _check_collectives(graph: Graph, cluster: Cluster, plan: Plan, problems: lis
     listed: dict[str, list[Collective]] = defaultdict(list)
     for c in plan.collectives:
         listed[c.op].append(c)
-    ops = {op.name: op for op in graph.ops}
+    ops = {op.name: op for op in graph.ops} if listed else {}
     for name in sorted(listed):
         if name not in ops:
             problems.append(f"the plan lists a collective for op '{name}', which is not in the graph")
@@ -257,9 +257,10 @@ def _a(opcode: str) -> str:
     return f"{'an' if opcode[0] in 'aeiou' else 'a'} {opcode}"
 
 
-def _check_transfers(graph: Graph, cluster: Cluster, plan: Plan,
+def _check_transfers(graph: Graph, cluster: Cluster, plan: Plan, sizes: GraphBytes,
                      problems: list[str]) -> dict[tuple[str, str], Transfer]:
     placement = {n: s.device for n, s in plan.ops.items()}
+    names = set(cluster.names)  # `Cluster.names` lists them anew at each call
     by_key: dict[tuple[str, str], Transfer] = {}
     for t in plan.transfers:
         key = (t.src, t.to)
@@ -270,7 +271,7 @@ def _check_transfers(graph: Graph, cluster: Cluster, plan: Plan,
         if slot is None:
             problems.append(f"a transfer names op '{t.src}', which is not in the plan")
             continue
-        if t.src_device != slot.device or t.to == slot.device or t.to not in cluster.names:
+        if t.src_device != slot.device or t.to == slot.device or t.to not in names:
             problems.append(f"transfer of '{t.src}' goes {t.src_device} -> {t.to} but the op is on {slot.device}")
             continue
         if _late(t.start, slot.end):
@@ -278,11 +279,11 @@ def _check_transfers(graph: Graph, cluster: Cluster, plan: Plan,
         need = cluster.transfer_time(t.src_device, t.to, t.nbytes)
         if _late(t.end - t.start, need):
             problems.append(f"transfer of '{t.src}' to {t.to} lasts {t.end - t.start:.6g}s, less than its link needs ({need:.6g}s)")
-    for op in graph.ops:
-        for dst, nbytes in transfer_bytes(op, placement).items():
-            sent = by_key.get((op.name, dst))
+    for name, _, _, _, results in sizes.ops:  # `transfer_bytes` of each op
+        for dst, nbytes in sends([(n, readers) for _, n, _, readers in results], placement[name], placement).items():
+            sent = by_key.get((name, dst))
             if sent is not None and sent.nbytes < nbytes:
-                problems.append(f"transfer of '{op.name}' to {dst} carries {sent.nbytes} bytes; ops there read {nbytes}")
+                problems.append(f"transfer of '{name}' to {dst} carries {sent.nbytes} bytes; ops there read {nbytes}")
     return by_key
 
 
@@ -335,19 +336,21 @@ def _check_colocation(graph: Graph, plan: Plan, problems: list[str]) -> None:
             problems.append(f"colocation group '{g}' is split over {', '.join(sorted(devices))}")
 
 
-def _check_memory(graph: Graph, cluster: Cluster, plan: Plan, problems: list[str]) -> dict[str, DevicePeak]:
-    """Each device's peak fits its capacity; a replica's mirror device holds what its replica-0
-    device holds (same schedule, same memory, checked by `_check_replicas`)."""
-    peaks = peak_memory(graph, plan)
+def _check_memory(graph: Graph, cluster: Cluster, plan: Plan, sizes: GraphBytes,
+                  problems: list[str]) -> dict[str, int]:
+    """Each device's peak (bytes) fits its capacity; a replica's mirror device holds what its
+    replica-0 device holds (same schedule, same memory, checked by `_check_replicas`). What is
+    alive at a peak is named only for a device that does not fit."""
+    peaks = {d: nbytes for d, (nbytes, _) in peak_bytes(graph, plan, sizes).items()}
+    described: dict[str, DevicePeak] = {}
     for d in cluster.devices:
-        peak = peaks.get(d.name)
-        if peak is not None and peak.nbytes > d.memory:
-            problems.append(f"out of memory: {peak.describe(d.memory)}")
+        nbytes = peaks.get(d.name)
+        if nbytes is not None and nbytes > d.memory:
+            described = described or peak_memory(graph, plan)
+            problems.append(f"out of memory: {described[d.name].describe(d.memory)}")
     par = plan.parallelism
     if par is not None:
         for group in par.replicas[1:]:
             for d0, mirror in zip(par.replicas[0], group):
-                peak = peaks.get(d0)
-                peaks[mirror] = (dataclasses.replace(peak, device=mirror) if peak is not None
-                                 else DevicePeak(mirror, 0, 0.0, ()))
+                peaks[mirror] = peaks.get(d0, 0)
     return peaks
