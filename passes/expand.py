@@ -11,10 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pesto_ir.ir.graph import Graph
-from pesto_ir.passes.placement.expansion import expand_plan
+from pesto_ir.passes.placement.expansion import TimedPlan, expand_plan
 from pesto_ir.passes.placement.options import PlaceError, require_cluster
 from pesto_ir.passmanager import Pass, PassContext
 from pesto_ir.schedule.plan import read_plan_attrs, write_plan_attrs
+from pesto_ir.util.gc_pause import gc_paused
 from pesto_ir.util.units import human_time
 
 
@@ -29,6 +30,8 @@ class ExpandPass(Pass):
         plan = read_plan_attrs(graph)
         if plan is None:
             raise PlaceError("expand needs a placed graph: run place before it")
-        fine = expand_plan(graph, cluster, plan)
-        write_plan_attrs(graph, fine)
+        with gc_paused():  # a plan of every op, kept: the collector would walk it again and again
+            fine = expand_plan(graph, cluster, plan)
+            write_plan_attrs(graph, fine)
+        ctx.recorded = TimedPlan(graph, cluster, fine)
         ctx.progress(f"expand: {len(graph.ops)} ops, re-timed with first-come links: {human_time(fine.makespan, 4)}")

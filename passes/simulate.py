@@ -21,6 +21,7 @@ from typing import ClassVar
 from pesto_ir.cluster.model import Cluster
 from pesto_ir.ir.attributes import format_duration
 from pesto_ir.ir.graph import Graph
+from pesto_ir.passes.placement.expansion import TimedPlan
 from pesto_ir.passes.placement.label import plan_label
 from pesto_ir.passes.rewrite.replicas import sub_cluster
 from pesto_ir.passmanager import Pass, PassContext
@@ -30,6 +31,7 @@ from pesto_ir.schedule.report import format_summary, summarize
 from pesto_ir.schedule.simulate import recorded_order, simulate
 from pesto_ir.schedule.validate import check_plan, collectives_for
 from pesto_ir.util.errors import PestoError
+from pesto_ir.util.gc_pause import gc_paused
 
 
 class SimulateError(PestoError):
@@ -69,8 +71,15 @@ def recorded_schedule(graph: Graph, cluster: Cluster) -> tuple[dict[str, str], d
     return placed, order
 
 
-def resimulate(graph: Graph, cluster: Cluster) -> Plan:
-    """The recorded schedule, re-timed, with the lower bound, checked by the plan validator."""
+def resimulate(graph: Graph, cluster: Cluster, timed: Plan | None = None) -> Plan:
+    """The recorded schedule, re-timed, with the lower bound, checked by the plan validator.
+    `timed`: the recorded plan as the pass before timed and checked it (`TimedPlan`), which is
+    what re-timing it gives; only its lower bound is found again."""
+    if timed is not None:
+        plan = dataclasses.replace(timed)
+        bounded = cluster if plan.parallelism is None else sub_cluster(cluster, plan.parallelism.replicas[0])
+        plan.lower_bound = lower_bound(graph, bounded)
+        return plan
     previous = read_plan_attrs(graph)
     placement, order = recorded_schedule(graph, cluster)
     plan = simulate(graph, cluster, placement, order, algorithm=previous.algorithm if previous else "simulate")
@@ -93,6 +102,10 @@ class SimulatePass(Pass):
     def run(self, graph: Graph, ctx: PassContext) -> None:
         if ctx.cluster is None:
             raise SimulateError("simulate needs a cluster (give --cluster FILE or --devices N)")
-        plan = resimulate(graph, ctx.cluster)
-        write_plan_attrs(graph, plan)
+        timed = TimedPlan.of(ctx.checked, graph, ctx.cluster)
+        with gc_paused():  # a plan of every op, kept: the collector would walk it again and again
+            plan = resimulate(graph, ctx.cluster, timed)
+            if timed is None or plan.lower_bound != timed.lower_bound:  # else the graph records it already
+                write_plan_attrs(graph, plan)
+        ctx.recorded = TimedPlan(graph, ctx.cluster, plan)
         ctx.progress(format_summary(dataclasses.replace(summarize(graph, plan, ctx.cluster), algorithm=plan_label(plan))))

@@ -34,6 +34,12 @@ class PassContext:
     quiet: bool = False
     log: TextIO = field(default_factory=lambda: sys.stderr)
     seed: int = 0
+    # A plan a pass recorded on the graph as its last change, simulated and validated: a
+    # `passes/placement/expansion.TimedPlan`, which the next pass may take instead of timing the
+    # recorded plan again. A pass sets `recorded`; `PassManager.run` hands it to the next pass
+    # alone as `checked` (nothing else has run on the graph since), and to none after the run.
+    recorded: Any = field(default=None, init=False, repr=False, compare=False)
+    checked: Any = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.cluster is not None and not isinstance(self.cluster, Cluster):
@@ -308,22 +314,35 @@ class PassManager:
         out = self.out or ctx.log
         done: list[str] = []
         self.timings = []
-        for p in self.pipeline.passes:
-            t0 = time.perf_counter()
-            try:
-                result = p.run(graph, ctx)
-                graph = result if result is not None else graph
-                if self.verify_each:
-                    verify(graph, context=f"IR is invalid after pass {p.name}")
-            except PestoError as e:
-                raise PassError(p.name, done, e) from e
-            self.timings.append((p.name, time.perf_counter() - t0))
-            done.append(p.name)
-            if self.print_ir_after_all:
-                print(f"// ----- IR after {pass_spec(p)} -----", file=out)
-                print(graph, file=out, end="")
+        ctx.recorded = None
+        try:
+            for p in self.pipeline.passes:
+                graph = self._run_pass(p, graph, ctx, done)
+        finally:
+            ctx.checked = ctx.recorded = None
         if self.time_passes:
             print(self.timing_report(), file=out)
+        return graph
+
+    def _run_pass(self, p: Pass, graph: Graph, ctx: PassContext, done: list[str]) -> Graph:
+        """Run `p`, verify and print its result as asked, time it; the graph it leaves."""
+        out = self.out or ctx.log
+        t0 = time.perf_counter()
+        ctx.checked, ctx.recorded = ctx.recorded, None  # what the pass before recorded, for this pass only
+        try:
+            result = p.run(graph, ctx)
+            graph = result if result is not None else graph
+            if self.verify_each:
+                verify(graph, context=f"IR is invalid after pass {p.name}")
+        except PestoError as e:
+            raise PassError(p.name, done, e) from e
+        finally:
+            ctx.checked = None
+        self.timings.append((p.name, time.perf_counter() - t0))
+        done.append(p.name)
+        if self.print_ir_after_all:
+            print(f"// ----- IR after {pass_spec(p)} -----", file=out)
+            print(graph, file=out, end="")
         return graph
 
     def timing_report(self) -> str:

@@ -24,7 +24,7 @@ from pesto_ir.cluster.model import Cluster
 from pesto_ir.cost.lookup import op_cost, op_memory, value_bytes
 from pesto_ir.ir.graph import Graph, Op
 from pesto_ir.schedule.bounds import memory_shortfall
-from pesto_ir.schedule.memory import footprints, output_bytes, peak_memory, workspace_bytes
+from pesto_ir.schedule.memory import footprints, output_bytes, peak_bytes, peak_memory, workspace_bytes
 from pesto_ir.schedule.plan import Plan
 from pesto_ir.schedule.simulate import simulate
 from pesto_ir.util.errors import PestoError
@@ -451,12 +451,13 @@ def timed_plan(pg: PlaceGraph, device_of: Sequence[int], order: Sequence[Sequenc
     """`simulated_plan`, or an error naming the device, its peak, the moment and what is alive then
     when the plan does not fit."""
     plan = simulated_plan(pg, device_of, order, algorithm)
-    peaks = peak_memory(pg.graph, plan)
+    peaks = peak_bytes(pg.graph, plan)
     devices = pg.cluster.devices
-    over = [math.ceil(peaks[d.name].nbytes - d.memory) if peaks[d.name].nbytes > d.memory else 0
+    over = [math.ceil(peaks[d.name][0] - d.memory) if peaks[d.name][0] > d.memory else 0
             for d in devices]  # infinite memory: never over
-    if any(over):
-        described = [peaks[d.name].describe(d.memory) for d, o in zip(devices, over) if o]
+    if any(over):  # what is alive at the peaks, named only where a device is over
+        named = peak_memory(pg.graph, plan)
+        described = [named[d.name].describe(d.memory) for d, o in zip(devices, over) if o]
         raise MemoryOvershoot(f"{algorithm}: its plan does not fit in memory once timed:\n  " + "\n  ".join(described),
                               over)
     return plan

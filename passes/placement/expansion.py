@@ -10,6 +10,9 @@ The `expand` pass records it; the searches compare plans by it, as the executabl
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 from pesto_ir.cluster.model import Cluster
 from pesto_ir.ir.graph import Graph
 from pesto_ir.passes.placement.options import COARSE_NOTE, PlaceError
@@ -36,3 +39,23 @@ def expand_plan(graph: Graph, cluster: Cluster, plan: Plan) -> Plan:
     if coarse:
         fine.notes.append(f"expanded from a {coarse[0].split(':')[0]}")
     return check_plan(graph, cluster, fine)
+
+
+@dataclass(frozen=True)
+class TimedPlan:
+    """A plan a pass recorded on `graph` as its last change, after the simulator timed it on
+    `cluster` in the order its attributes give (`recorded_order`) and the validator checked it:
+    what timing the recorded plan again would give, op for op (a simulated plan re-simulates to
+    its own times). `expand` and `simulate` record one (`PassContext.recorded`); the pass after
+    takes it instead of timing and checking a 50,000-op plan again."""
+
+    graph: Graph
+    cluster: Cluster
+    plan: Plan
+
+    @staticmethod
+    def of(checked: Any, graph: Graph, cluster: Cluster) -> Plan | None:
+        """The plan `checked` (a pass context's) holds for `graph` on `cluster`, or None."""
+        if isinstance(checked, TimedPlan) and checked.graph is graph and checked.cluster is cluster:
+            return checked.plan
+        return None

@@ -43,6 +43,7 @@ from pesto_ir.cluster.model import Cluster
 from pesto_ir.cost.lookup import op_costs, op_memory, value_bytes
 from pesto_ir.ir.graph import Graph, Op
 from pesto_ir.util import work
+from pesto_ir.util.gc_pause import gc_paused
 
 
 class _Dag:
@@ -362,6 +363,11 @@ def _work_bound(costs: dict[str, list[float]], fast: dict[str, float], devices: 
 
 def lower_bound(graph: Graph, cluster: Cluster) -> float:
     work.charge("bound", len(graph.ops))
+    with gc_paused():  # tables of every op that live until the bound is found
+        return _lower_bound(graph, cluster)
+
+
+def _lower_bound(graph: Graph, cluster: Cluster) -> float:
     costs = device_costs(graph, cluster)
     fast = _fastest(costs)
     if not fast:

@@ -38,6 +38,7 @@ from pesto_ir.schedule.plan import (
 )
 from pesto_ir.schedule.simulate import PlanError, sends
 from pesto_ir.util import work
+from pesto_ir.util.gc_pause import gc_paused
 
 __all__ = ["check_plan", "collectives_for", "validate_plan"]
 
@@ -74,7 +75,8 @@ def check_plan(graph: Graph, cluster: Cluster, plan: Plan) -> Plan:
     """Return `plan`, with its peak memory per device, if it is valid, else raise PlanError listing
     every violation."""
     work.charge("check", len(graph.ops))
-    problems, peaks = _validate(graph, cluster, plan)
+    with gc_paused():  # tables of every op, transfer and tensor that live until the check ends
+        problems, peaks = _validate(graph, cluster, plan)
     if problems:
         raise PlanError(problems, context=f"the {plan.algorithm or 'given'} plan for '{graph.name}' is invalid")
     plan.peak_memory = peaks

@@ -20,6 +20,7 @@ from pesto_ir.schedule.plan import Plan
 from pesto_ir.schedule.validate import check_plan
 from pesto_ir.util import work
 from pesto_ir.util.errors import PestoError
+from pesto_ir.util.gc_pause import gc_paused
 from pesto_ir.util.units import human_time
 
 # Tried for an exact solver's start, and against its expanded plan; `single` because on graphs with
@@ -40,7 +41,8 @@ def _counted(name: str, run: Algorithm) -> Algorithm:
     its time relative to m-ETF's (as m-ETF's where the portfolio leaves it out)."""
     def placed(graph: Graph, cluster: Cluster, options: PlaceOptions) -> Plan:
         work.charge("list-schedule", len(graph.ops) * len(cluster) * RELATIVE_TIME.get(name, 1.0))
-        return run(graph, cluster, options)
+        with gc_paused():  # one schedule's tables, alive until it ends: the collector would walk them again and again
+            return run(graph, cluster, options)
 
     placed.__name__ = placed.__qualname__ = getattr(run, "__name__", name)
     placed.__doc__ = run.__doc__
