@@ -27,11 +27,15 @@ class ExpandPass(Pass):
 
     def run(self, graph: Graph, ctx: PassContext) -> None:
         cluster = require_cluster(ctx, self.name)
-        plan = read_plan_attrs(graph)
-        if plan is None:
-            raise PlaceError("expand needs a placed graph: run place before it")
-        with gc_paused():  # a plan of every op, kept: the collector would walk it again and again
-            fine = expand_plan(graph, cluster, plan)
-            write_plan_attrs(graph, fine)
-        ctx.recorded = TimedPlan(graph, cluster, fine)
+        timed = TimedPlan.of(ctx.checked, graph, cluster)  # place's plan, timed and checked as expand would
+        if timed is not None:
+            ctx.recorded, fine = timed, timed.plan
+        else:
+            plan = read_plan_attrs(graph)
+            if plan is None:
+                raise PlaceError("expand needs a placed graph: run place before it")
+            with gc_paused():  # a plan of every op, kept: the collector would walk it again and again
+                fine = expand_plan(graph, cluster, plan)
+                write_plan_attrs(graph, fine)
+            ctx.recorded = TimedPlan(graph, cluster, fine)
         ctx.progress(f"expand: {len(graph.ops)} ops, re-timed with first-come links: {human_time(fine.makespan, 4)}")

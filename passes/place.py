@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from pesto_ir.cluster.model import Cluster
 from pesto_ir.ir.graph import Graph
-from pesto_ir.passes.placement.expansion import expand_plan
+from pesto_ir.passes.placement.expansion import TimedPlan, expand_plan
 from pesto_ir.passes.placement.label import plan_label
 from pesto_ir.passes.placement.options import (
     COARSE_NOTE,
@@ -131,6 +131,9 @@ class PlacePass(Pass):
         ctx.progress(f"place: candidate ({plan_label(plan)}): {human_time(plan.makespan, 4)}"
                      + (f", its strategy's bound {human_time(plan.lower_bound, 4)}" if plan.lower_bound else "")
                      + " (simulate times the plan that runs)")
+        if plan.timed_on is graph:  # expand would time and check it again to the same plan
+            ctx.recorded = TimedPlan(graph, cluster, plan, bounded=plan.parallelism is None)
+        plan.timed_on = None
         return graph
 
     def place(self, graph: Graph, cluster: Cluster, options: PlaceOptions) -> tuple[Graph, Plan]:

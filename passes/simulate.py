@@ -71,14 +71,15 @@ def recorded_schedule(graph: Graph, cluster: Cluster) -> tuple[dict[str, str], d
     return placed, order
 
 
-def resimulate(graph: Graph, cluster: Cluster, timed: Plan | None = None) -> Plan:
+def resimulate(graph: Graph, cluster: Cluster, timed: TimedPlan | None = None) -> Plan:
     """The recorded schedule, re-timed, with the lower bound, checked by the plan validator.
-    `timed`: the recorded plan as the pass before timed and checked it (`TimedPlan`), which is
-    what re-timing it gives; only its lower bound is found again."""
+    `timed`: the recorded plan as the pass before timed and checked it, which is what re-timing
+    it gives; its lower bound is found again unless it is the graph's already."""
     if timed is not None:
-        plan = dataclasses.replace(timed)
-        bounded = cluster if plan.parallelism is None else sub_cluster(cluster, plan.parallelism.replicas[0])
-        plan.lower_bound = lower_bound(graph, bounded)
+        plan = dataclasses.replace(timed.plan)
+        if not (timed.bounded and plan.parallelism is None):
+            bounded = cluster if plan.parallelism is None else sub_cluster(cluster, plan.parallelism.replicas[0])
+            plan.lower_bound = lower_bound(graph, bounded)
         return plan
     previous = read_plan_attrs(graph)
     placement, order = recorded_schedule(graph, cluster)
@@ -105,7 +106,7 @@ class SimulatePass(Pass):
         timed = TimedPlan.of(ctx.checked, graph, ctx.cluster)
         with gc_paused():  # a plan of every op, kept: the collector would walk it again and again
             plan = resimulate(graph, ctx.cluster, timed)
-            if timed is None or plan.lower_bound != timed.lower_bound:  # else the graph records it already
+            if timed is None or plan.lower_bound != timed.plan.lower_bound:  # else the graph records it already
                 write_plan_attrs(graph, plan)
-        ctx.recorded = TimedPlan(graph, ctx.cluster, plan)
+        ctx.recorded = TimedPlan(graph, ctx.cluster, plan, bounded=plan.parallelism is None)
         ctx.progress(format_summary(dataclasses.replace(summarize(graph, plan, ctx.cluster), algorithm=plan_label(plan))))

@@ -17,6 +17,7 @@ from strategies import placement_problems
 
 from pesto_ir.cluster.model import Cluster
 from pesto_ir.frontends import load
+from pesto_ir.frontends.json_graph import graph_from_json
 from pesto_ir.ir.graph import Graph
 from pesto_ir.passes.placement.expansion import TimedPlan
 from pesto_ir.passes.placement.registry import ALGORITHMS
@@ -56,6 +57,20 @@ def test_the_bundled_examples_print_the_same_with_and_without_the_hand_off() -> 
         assert one_run(graph, cluster, pipeline) == pass_by_pass(graph, cluster, pipeline), path.name
 
 
+def test_a_star_at_its_work_bound_prints_the_same_with_and_without_the_hand_off() -> None:
+    """auto's m-ETF plan of a star at its work bound goes from place to expand to simulate as it is."""
+    doc = {"format": "pesto-graph/1", "name": "star",
+           "nodes": [{"id": "hub", "cost": 2e-5, "memory": 1 << 20}]
+           + [{"id": f"n{k}", "cost": 1e-3 * (1 + k % 7), "memory": 4096} for k in range(300)],
+           "edges": [{"src": "hub", "dst": f"n{k}", "bytes": 1024} for k in range(300)]}
+    graph = graph_from_json(doc, "star.json")
+    cluster = Cluster.homogeneous(4, "h100")
+    pipeline = "annotate-costs,coarsen,place,expand,simulate"
+    printed = one_run(graph, cluster, pipeline)
+    assert "within 1% of the work bound" in printed  # the plan that is handed on
+    assert printed == pass_by_pass(graph, cluster, pipeline)
+
+
 @dataclass(frozen=True)
 class _Spy(Pass):
     """Records what it was handed, and, where asked, hands on a plan of its own."""
@@ -88,7 +103,7 @@ def test_a_plan_recorded_for_another_graph_or_cluster_is_not_taken() -> None:
     plan = read_plan_attrs(graph)
     assert plan is not None
     timed = TimedPlan(graph, cluster, plan)
-    assert TimedPlan.of(timed, graph, cluster) is plan
+    assert TimedPlan.of(timed, graph, cluster) is timed
     assert TimedPlan.of(timed, graph.clone(), cluster) is None
     assert TimedPlan.of(timed, graph, Cluster.homogeneous(2, "h100")) is None
     assert TimedPlan.of(None, graph, cluster) is None

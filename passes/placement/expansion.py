@@ -46,16 +46,19 @@ class TimedPlan:
     """A plan a pass recorded on `graph` as its last change, after the simulator timed it on
     `cluster` in the order its attributes give (`recorded_order`) and the validator checked it:
     what timing the recorded plan again would give, op for op (a simulated plan re-simulates to
-    its own times). `expand` and `simulate` record one (`PassContext.recorded`); the pass after
-    takes it instead of timing and checking a 50,000-op plan again."""
+    its own times). `place` (where its engine says so: `Plan.timed_on`), `expand` and `simulate`
+    record one (`PassContext.recorded`); the pass after takes it instead of timing and checking a
+    50,000-op plan again. `bounded`: the plan's lower bound is `lower_bound(graph, cluster)`, as
+    `simulate` finds it for a one-batch plan."""
 
     graph: Graph
     cluster: Cluster
     plan: Plan
+    bounded: bool = False
 
     @staticmethod
-    def of(checked: Any, graph: Graph, cluster: Cluster) -> Plan | None:
-        """The plan `checked` (a pass context's) holds for `graph` on `cluster`, or None."""
+    def of(checked: Any, graph: Graph, cluster: Cluster) -> TimedPlan | None:
+        """`checked` (a pass context's) where it is for `graph` on `cluster`, else None."""
         if isinstance(checked, TimedPlan) and checked.graph is graph and checked.cluster is cluster:
-            return checked.plan
+            return checked
         return None

@@ -194,6 +194,11 @@ class Plan:
     # cannot tell (`tie_ranks`): each such op's number, numbered across the plan in the order the
     # ops started; ops that share their times with no other op of their device have none
     ties: dict[str, int] = field(default_factory=dict)
+    # The graph whose simulator gave these very times and whose validator passed them, its lower
+    # bound the graph's (`lower_bound(graph, cluster)`), where the engine that made the plan says
+    # so as it returns it (never written out; `passes/place.py` reads and clears it, and hands the
+    # plan to `expand` as timed: `expansion.TimedPlan`)
+    timed_on: Any = field(default=None, compare=False, repr=False)
 
     @property
     def makespan(self) -> float:

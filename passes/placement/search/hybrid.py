@@ -186,6 +186,7 @@ def _at_work_bound(graph: Graph, cluster: Cluster, options: PlaceOptions) -> Pla
     plan.solver = {**(plan.solver or {}), "winner": "m-etf", "status": "skipped"}
     plan.notes = [*plan.notes, f"m-etf's one-batch plan ({plan.makespan:.6g}s) is within {NEAR_BOUND:.0%} of the "
                   f"work bound ({spread:.6g}s), which no strategy beats: no search"]
+    plan.timed_on = graph  # the list schedule's simulated times, checked just now
     return plan
 
 
