@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -24,6 +25,7 @@ from pesto_ir.ir.attributes import (
     NoneAttr,
     StringAttr,
     TypeAttr,
+    quote,
 )
 from pesto_ir.ir.types import DTYPES, KEY_IMPLS, BlobType, TensorType, Type, key_dtype
 
@@ -149,3 +151,9 @@ def _assert_parsers_agree(text: str, name: str) -> None:
         except ParseError as e:
             outcomes.append(e.format())
     assert outcomes[0] == outcomes[1]
+
+
+@given(st.text())
+def test_a_string_is_quoted_as_json_quotes_it(s: str) -> None:
+    """The printer's quick path for strings that need no escape writes what json.dumps writes."""
+    assert quote(s) == json.dumps(s, ensure_ascii=False)

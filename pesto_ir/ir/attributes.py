@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -92,7 +93,7 @@ class StringAttr(Attr):
         return self.v
 
     def __str__(self) -> str:
-        return json.dumps(self.v, ensure_ascii=False)
+        return quote(self.v)
 
 
 @dataclass(frozen=True, slots=True)
@@ -307,6 +308,16 @@ def format_bytes(n: int) -> str:
     return f"{n}B"
 
 
+# what `json.dumps(s, ensure_ascii=False)` leaves as it is: all but quotes, backslashes and control
+# characters (a 50,000-op graph prints 150,000 strings; most need no escape)
+_PLAIN_STRING = re.compile(r'[^"\\\x00-\x1f]*')
+
+
+def quote(s: str) -> str:
+    """`s` as a JSON string literal, as `json.dumps(s, ensure_ascii=False)` writes it."""
+    return f'"{s}"' if _PLAIN_STRING.fullmatch(s) else json.dumps(s, ensure_ascii=False)
+
+
 _BARE_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.$-")
 
 
@@ -314,7 +325,7 @@ def format_name(name: str) -> str:
     """A value/op/graph name, quoted when it has characters a bare name cannot."""
     if name and all(c in _BARE_NAME_CHARS for c in name):
         return name
-    return json.dumps(name, ensure_ascii=False)
+    return quote(name)
 
 
 _KEYWORDS = frozenset({"true", "false", "none", "inf", "nan", "graph", "return", "param", "loc"})
@@ -331,4 +342,4 @@ def format_key(key: str) -> str:
         and key not in DTYPES
     ):
         return key
-    return json.dumps(key, ensure_ascii=False)
+    return quote(key)

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from pesto_ir.ir.attributes import Attr, DictAttr, GraphAttr, ListAttr, format_key, format_name
-from pesto_ir.ir.graph import Graph, Location, Op, set_graph_printer
+from pesto_ir.ir.graph import LEAF_ATTRS, Graph, Location, Op, set_graph_printer
 
 INDENT = "  "
 
@@ -62,7 +62,8 @@ def print_op(op: Op, indent: str = INDENT) -> str:
 
 
 def print_attr_dict(attrs: Mapping[str, Attr], indent: str) -> str:
-    return "{" + ", ".join(f"{format_key(k)} = {print_attr(a, indent)}" for k, a in attrs.items()) + "}"
+    return "{" + ", ".join(f"{format_key(k)} = {a if type(a) in LEAF_ATTRS else print_attr(a, indent)}"
+                           for k, a in attrs.items()) + "}"
 
 
 def print_attr(a: Attr, indent: str) -> str:
