@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import platform
 import sys
 import tempfile
 import time
@@ -98,10 +100,13 @@ def main(argv: list[str] | None = None) -> int:
                     help=f"algorithms; 'default' is pesto-compile's default ({DEFAULT_ALGO})")
     ap.add_argument("--devices", type=int, default=4)
     ap.add_argument("--repeat", type=int, default=1, help="runs of each case; the fastest is shown")
+    ap.add_argument("--record", type=Path, metavar="FILE", help="also write the table to FILE (markdown), "
+                    "with the command and the date (bench/results/fanout.md)")
     args = ap.parse_args(argv)
     head = f"{'shape':<13}{'nodes':>7} {'algo':<13}" + "".join(f"{s[:8]:>9}" for s in STAGES)
-    print(f"{args.devices} x {DEFAULT_KIND}, pipeline {DEFAULT_PIPELINE}, default algo {DEFAULT_ALGO}; seconds")
-    print(head + f"{'total':>9}{'cpu':>9}{'us/node':>9}  makespan")
+    lines = [f"{args.devices} x {DEFAULT_KIND}, pipeline {DEFAULT_PIPELINE}, default algo {DEFAULT_ALGO}; seconds",
+             head + f"{'total':>9}{'cpu':>9}{'us/node':>9}  makespan"]
+    print(*lines, sep="\n")
     over = 0
     with tempfile.TemporaryDirectory() as tmp:
         for shape in args.shapes:
@@ -122,8 +127,16 @@ def main(argv: list[str] | None = None) -> int:
                     flag = "  OVER" if total > GOAL_S else ""
                     over += total > GOAL_S
                     name = f"{DEFAULT_ALGO} (def)" if algo == "default" else algo
-                    print(f"{shape:<13}{nodes:>7} {name:<13}" + "".join(f"{times.get(s, 0.0):9.2f}" for s in STAGES)
-                          + f"{total:9.2f}{cpu:9.2f}{1e6 * total / nodes:9.1f}  {makespan * 1e3:.3f} ms{flag}", flush=True)
+                    lines.append(f"{shape:<13}{nodes:>7} {name:<13}"
+                                 + "".join(f"{times.get(s, 0.0):9.2f}" for s in STAGES)
+                                 + f"{total:9.2f}{cpu:9.2f}{1e6 * total / nodes:9.1f}  {makespan * 1e3:.3f} ms{flag}")
+                    print(lines[-1], flush=True)
+    if args.record is not None:
+        when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+        command = "python3 bench/fanout.py " + " ".join(argv if argv is not None else sys.argv[1:])
+        args.record.write_text(f"# High fan-out graphs\n\n`{command.strip()}`, {when}, on "
+                               f"{platform.processor() or platform.machine()} ({os.cpu_count()} cores); "
+                               f"{over} case(s) over {GOAL_S:g} s.\n\n```\n" + "\n".join(lines) + "\n```\n")
     return 1 if over else 0
 
 
