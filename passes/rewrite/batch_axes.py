@@ -484,3 +484,25 @@ def constant_along(v: Value, axis: int) -> bool:
             and constant_along(op.operands[0], axis) and constant_along(op.operands[2], au)
     return False
 
+
+
+def per_sample_values(graph: Graph) -> set[int]:
+    """The ids of `graph`'s values that carry the batch: the values the micro-batch rewrite copies
+    per micro-batch, found by the same rules without building anything (the results of an op that
+    sums over the batch, `Cut`, are whole). Raises `MicrobatchError` where the rewrite would."""
+    spec = batch_spec(graph)
+    batch: dict[int, Batch] = {id(v): (a, spec.size) for v in graph.inputs
+                               if (a := spec.axes.get(v.name)) is not None}
+    for op in graph.ops:
+        axes = [batch.get(id(v)) for v in op.operands]
+        if all(b is None for b in axes):
+            continue
+        found = BATCH_RULES.get(op.opcode)
+        if found is None:
+            raise refuse(op, "micro-batching has no rule for how it treats the batch axis")
+        how = found(op, axes)
+        if isinstance(how, Batched):
+            rows = next(b for b in axes if b is not None)[1]
+            for k, (r, a) in enumerate(zip(op.results, how.out_axes)):
+                batch[id(r)] = (a, rows if how.rows is None else how.rows[k])
+    return set(batch)

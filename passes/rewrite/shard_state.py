@@ -95,6 +95,11 @@ def has_optimizer_state(graph: Graph) -> bool:
     return bool(_state_candidates(graph))
 
 
+def optimizer_state_inputs(graph: Graph) -> list[Value]:
+    """The inputs this rewrite would take for optimizer state (`_state_candidates`)."""
+    return _state_candidates(graph)
+
+
 # ---------------------------------------------------------------- finding the regions
 
 def _state_candidates(graph: Graph) -> list[Value]:

@@ -28,6 +28,7 @@ from pesto_ir.passes.placement.pipeline.schedules import (
     pipeline_plan,
     schedule_worth,
 )
+from pesto_ir.passes.placement.search.replica_memory import ReplicaMemory, variant_to_screen
 from pesto_ir.passes.placement.search.strategies import Candidate
 from pesto_ir.passes.rewrite.replicas import (
     ONE_BATCH,
@@ -140,21 +141,34 @@ def screen(graph: Graph, cluster: Cluster, found: Candidate, options: PlaceOptio
     strategy = found.strategy
     built = found.graph is not None and len(found.graph.ops) <= MAX_SCREEN_OPS  # else sharding changes nothing
     if rates is None or not rates.shard or found.plan is not None or not built or strategy.data_parallel < 2 \
-            or strategy.optimizer_state == "sharded":
+            or strategy.parameters == "sharded":
         return found
+    if strategy.optimizer_state == "sharded":  # screened sharded first (`variant_to_screen`): FSDP is left
+        return _fully_sharded(graph, cluster, found, options, heuristic, engines, rates, until) if rates.fsdp \
+            else found
     retry = _screened(graph, cluster, Candidate(strategy.sharded()), options, heuristic, engines, rates, until)
     if retry.plan is None and rates.fsdp:  # the parameters too (FSDP), where the state alone is not enough
-        fully = _screened(graph, cluster, Candidate(strategy.fully_sharded()), options, heuristic, engines, rates,
-                          until)
-        if fully.plan is not None:
-            fully.why_not = f"sharding the optimizer state alone gives no plan ({retry.why_not})"
-            return fully
-        retry.why_not = f"{retry.why_not}; with the parameters sharded too: {fully.why_not}"
+        retry = _fully_sharded(graph, cluster, retry, options, heuristic, engines, rates, until)
+        if retry.plan is not None:
+            return retry
     if retry.plan is None:
         found.why_not = f"{found.why_not}; with the optimizer state sharded: {retry.why_not}"
         return found
     retry.why_not = f"the whole optimizer state gives no plan ({found.why_not})"
     return retry
+
+
+def _fully_sharded(graph: Graph, cluster: Cluster, found: Candidate, options: PlaceOptions, heuristic: Solve,
+                   engines: Sequence[str], rates: Rates, until: float | None) -> Candidate:
+    """`found` (its optimizer state sharded, no plan) with its parameters sharded too (FSDP):
+    that candidate where it gives a plan, else `found` saying why not."""
+    fully = _screened(graph, cluster, Candidate(found.strategy.fully_sharded()), options, heuristic, engines, rates,
+                      until)
+    if fully.plan is not None:
+        fully.why_not = f"sharding the optimizer state alone gives no plan ({found.why_not})"
+        return fully
+    found.why_not = f"{found.why_not}; with the parameters sharded too: {fully.why_not}"
+    return found
 
 
 def _screened(graph: Graph, cluster: Cluster, found: Candidate, options: PlaceOptions, heuristic: Solve,
@@ -249,12 +263,21 @@ def _screen_replicas(graph: Graph, cluster: Cluster, todo: list[Strategy], optio
     times), so more micro-batches than memory needs cannot be faster. Where the search may shard
     the optimizer state, the first that fits is screened sharded too, and kept if faster."""
     tried: list[Candidate] = []
+    memory = ReplicaMemory.of(graph)
+    capacity = min(d.memory for d in cluster.devices)
     for strategy in todo:
         if not (first and not tried) and work.now() > stop:
             tried.append(Candidate(strategy, why_not="not screened: its share of the time ran out"))
             continue
-        c = _logged(screen(graph, cluster, Candidate(strategy), options, heuristic, _one_device_engines(strategy),
-                           rates=rates), log, rates)
+        variant, why = (strategy, "") if memory is None else \
+            variant_to_screen(memory, strategy, capacity, rates.shard, rates.fsdp)
+        if variant is None:
+            tried.append(_logged(Candidate(strategy, why_not=why), log, rates))
+            continue
+        c = screen(graph, cluster, Candidate(variant), options, heuristic, _one_device_engines(strategy), rates=rates)
+        if c.plan is not None and why and not c.why_not:
+            c.why_not = why
+        _logged(c, log, rates)
         tried.append(c)
         if c.plan is not None and rates.shard and c.strategy.optimizer_state == "replicated" and \
                 work.now() <= stop:

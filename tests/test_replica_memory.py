@@ -1,0 +1,107 @@
+"""The screening's memory prediction for one-device replicas (`passes/placement/search/replica_memory.py`):
+which values carry the batch (as the micro-batch rewrite decides it), the walk's peak against a
+one-device list schedule's, how sharding and micro-batches scale it, and which variant of a
+strategy the screening starts from."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from bench.zoo_jax import lower_model
+from pesto_ir.cluster.model import Cluster
+from pesto_ir.frontends.text import parse
+from pesto_ir.ir.graph import Graph
+from pesto_ir.passes.placement.search.replica_memory import SKIP_MARGIN, ReplicaMemory, variant_to_screen
+from pesto_ir.passes.rewrite.batch_axes import per_sample_values
+from pesto_ir.passes.rewrite.rebatch import rebatch
+from pesto_ir.passes.rewrite.replicas import ONE_BATCH, Strategy
+from pesto_ir.passmanager import PassContext, PassManager
+from pesto_ir.schedule.plan import read_plan_attrs
+
+MODELS = ("mlp", "resnet", "gpt", "lstm_seq2seq", "multitower")
+
+
+@functools.cache
+def _costed(name: str) -> Graph:
+    graph = lower_model(name, "quick")
+    return PassManager("annotate-costs{model=roofline}").run(
+        graph, PassContext(cluster=Cluster.homogeneous(1, "h100"), quiet=True))
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_per_sample_values_are_what_the_rewrite_copies(name: str) -> None:
+    """An op is copied per micro-batch exactly where it reads a per-sample value, and every op
+    with a per-sample result is copied (an op summing over the batch reads per-sample values and
+    gives a whole one)."""
+    graph = lower_model(name, "quick")
+    sample = per_sample_values(graph)
+    reads = {op.name for op in graph.ops if any(id(v) in sample for v in op.operands)}
+    gives = {op.name for op in graph.ops if any(id(r) in sample for r in op.results)}
+    opcodes = {op.name: op.opcode for op in graph.ops}
+    copied = {op.name[:-len(".mb0")] for op in rebatch(graph, 2).ops
+              if op.name.endswith(".mb0") and opcodes.get(op.name[:-len(".mb0")]) == op.opcode}
+    assert reads == copied
+    assert gives <= copied and gives  # the models' batches reach some op
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_one_batch_prediction_is_the_one_device_list_schedule_peak(name: str) -> None:
+    """On one device every list scheduler runs the ops in graph order, which the walk follows."""
+    graph = _costed(name)
+    memory = ReplicaMemory.of(graph)
+    assert memory is not None
+    for algo in ("m-topo", "m-etf"):
+        plan = read_plan_attrs(PassManager(f"place{{algo={algo}}}").run(
+            graph.clone(), PassContext(cluster=Cluster.homogeneous(1, "h100"), quiet=True)))
+        assert plan is not None and plan.peak_memory
+        assert memory.predicted_peak(ONE_BATCH) == pytest.approx(max(plan.peak_memory.values()), rel=1e-9)
+
+
+def _variants(d: int, m: int) -> list[Strategy]:
+    s = Strategy(d, m)
+    return [s, s.sharded(), s.fully_sharded()] if d > 1 else [s]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.sampled_from(MODELS), st.sampled_from((1, 2, 4, 8)), st.sampled_from((1, 2, 4, 8)))
+def test_prediction_never_grows_with_replicas_micro_batches_or_sharding(name: str, d: int, m: int) -> None:
+    memory = ReplicaMemory.of(_costed(name))
+    assert memory is not None
+    peak = memory.predicted_peak
+    floor = float(memory.held[:, 0].max())  # whole bytes: nothing divides them
+    for s in _variants(d, m):
+        assert floor <= peak(s) <= peak(ONE_BATCH)
+        assert peak(Strategy(2 * d, m, s.optimizer_state, parameters=s.parameters)) <= peak(s)
+        assert peak(Strategy(d, 2 * m, s.optimizer_state, parameters=s.parameters)) <= peak(s)
+    ladder = [peak(s) for s in _variants(d, m)]
+    assert ladder == sorted(ladder, reverse=True)
+
+
+def test_the_screening_starts_from_the_least_sharded_variant_predicted_to_fit() -> None:
+    memory = ReplicaMemory.of(_costed("gpt"))
+    assert memory is not None
+    s = Strategy(2, 1)
+    whole, state, params = (memory.predicted_peak(v) for v in _variants(2, 1))
+    assert whole > state > params
+
+    assert variant_to_screen(memory, s, whole, shard=True, fsdp=True) == (s, "")
+    chosen, why = variant_to_screen(memory, s, (whole + state) / 2, shard=True, fsdp=True)
+    assert chosen == s.sharded() and why.startswith("d=2 m=1 is predicted to peak at")
+    chosen, why = variant_to_screen(memory, s, (state + params) / 2, shard=True, fsdp=True)
+    assert chosen == s.fully_sharded() and "d=2 m=1 state sharded is predicted" in why
+    # not allowed to shard: the strategy itself, skipped only past the margin
+    assert variant_to_screen(memory, s, whole / (SKIP_MARGIN * 1.01), shard=False, fsdp=False)[0] is None
+    assert variant_to_screen(memory, s, whole / SKIP_MARGIN, shard=False, fsdp=False) == (s, "")
+    # over its memory even fully sharded, but within the margin: screened (the walk is a prediction)
+    assert variant_to_screen(memory, s, params * 0.99, shard=True, fsdp=True)[0] == s.fully_sharded()
+    chosen, why = variant_to_screen(memory, s, params / (SKIP_MARGIN * 1.01), shard=True, fsdp=True)
+    assert chosen is None and why.startswith("not screened: d=2 m=1 params sharded is predicted to peak at")
+
+
+def test_a_graph_without_a_batch_has_no_prediction() -> None:
+    graph = parse("graph @g(param %a: f32[4]) {\n  %b = neg(%a) : f32[4]\n  return %b\n}\n")
+    assert ReplicaMemory.of(graph) is None
