@@ -49,17 +49,13 @@ def _suite_case(model: str, k: int) -> Callable[[], str]:
 
 def _llm_case(row_name: str) -> Callable[[], str]:
     def plan() -> str:
-        from bench.llm_models import lower_gpt
         from bench.llm_rows import ROWS
-        from bench.llm_zoo import DEFAULT_PLACE, DEFAULT_TIME_LIMIT, pesto_plan
+        from bench.llm_zoo import DEFAULT_PLACE, DEFAULT_TIME_LIMIT, lowered_row, pesto_plan
         from pesto_ir.backends.plan_json import plan_json_text
-        from pesto_ir.passmanager import PassContext, PassManager
 
         row = next(r for r in ROWS if r.name == row_name)
         cluster = row.machine.cluster(row.devices)
-        graph = lower_gpt(row.model, "bf16", row.name.replace("-", "_").replace(".", "_"), row.tied)
-        graph = PassManager("annotate-costs{model=roofline}", verify_each=False).run(
-            graph, PassContext(cluster=cluster, quiet=True))
+        graph = lowered_row(row, cluster)
         placed, _ = pesto_plan(graph, cluster, DEFAULT_PLACE, DEFAULT_TIME_LIMIT)
         return plan_json_text(placed)
 

@@ -59,20 +59,23 @@ def _block(p: dict[str, Any], x: jax.Array, heads: int) -> jax.Array:
     return x + _dense(p["out"], hidden)
 
 
-def _loss(params: Tree, tokens: jax.Array, targets: jax.Array, heads: int, compute: Any) -> jax.Array:
+def _loss(params: Tree, tokens: jax.Array, targets: jax.Array, heads: int, compute: Any,
+          remat: bool = False) -> jax.Array:
     """Mean cross-entropy of next tokens; the output layer is `head` where the parameters have one,
-    else the token embedding (tied)."""
+    else the token embedding (tied). With `remat`, each block is `jax.checkpoint`ed: the backward
+    pass recomputes its activations from its input, which is all the forward pass keeps of it."""
     if compute != F32:  # the master weights, cast for the forward and backward passes
         params = jax.tree_util.tree_map(lambda w: w.astype(compute), params)
+    block_fn = jax.checkpoint(_block, static_argnums=(2,)) if remat else _block
     x = params["wte"][tokens] + params["wpe"]
     for block in params["blocks"]:
-        x = _block(block, x, heads)
+        x = block_fn(block, x, heads)
     logits = _layer_norm(params["ln_f"], x) @ params["head"] if "head" in params else \
         _layer_norm(params["ln_f"], x) @ params["wte"].T  # tied embeddings
     return _cross_entropy(logits.astype(F32), targets)
 
 
-def gpt_model(c: GptConfig, precision: str = "bf16", tied: bool = True) -> Model:
+def gpt_model(c: GptConfig, precision: str = "bf16", tied: bool = True, remat: bool = False) -> Model:
     """The decoder at `c`: f32 parameters (master weights), the loss computing in `precision`; the
     output layer the token embedding (`tied`, GPT-2's and Alpa's) or a d x V matrix of its own
     (Megatron's `--untie-embeddings-and-output-weights`)."""
@@ -91,24 +94,25 @@ def gpt_model(c: GptConfig, precision: str = "bf16", tied: bool = True) -> Model
     tokens = jax.ShapeDtypeStruct((c.batch, c.seq), I32)
 
     def loss(params: Tree, tokens: jax.Array, targets: jax.Array) -> jax.Array:
-        return _loss(params, tokens, targets, c.heads, compute)
+        return _loss(params, tokens, targets, c.heads, compute, remat)
 
     return Model(loss, params, (tokens, tokens))
 
 
 def gpt_step(c: GptConfig, precision: str = "bf16", name: str = "gpt_llm",
-             tied: bool = True) -> tuple[Any, tuple[Any, ...]]:
+             tied: bool = True, remat: bool = False) -> tuple[Any, tuple[Any, ...]]:
     """The training step (f32 Adam on the master weights) and its abstract arguments."""
-    model = gpt_model(c, precision, tied)
+    model = gpt_model(c, precision, tied, remat)
     state = tuple(model.params for _ in range(ADAM.slots))
     return _train_step(name, model.loss, ADAM), (model.params, state, *model.batch)
 
 
-def lower_gpt(c: GptConfig, precision: str = "bf16", name: str = "gpt_llm", tied: bool = True) -> Graph:
+def lower_gpt(c: GptConfig, precision: str = "bf16", name: str = "gpt_llm", tied: bool = True,
+              remat: bool = False) -> Graph:
     """The verified graph of one training step at `c`: inputs are the f32 parameters and Adam's
     moments (`param`), then tokens and targets (the batch); outputs the new parameters, the new
     moments and the loss."""
-    step, args = gpt_step(c, precision, name, tied)
+    step, args = gpt_step(c, precision, name, tied, remat)
     return lower(step, *args, param_argnums=(0, 1))
 
 
@@ -120,7 +124,8 @@ def parameter_count(c: GptConfig, tied: bool = True) -> int:
     return c.vocab * d * (1 if tied else 2) + c.seq * d + c.layers * per_block + 2 * d
 
 
-def describe(c: GptConfig, precision: str = "bf16", tied: bool = True) -> str:
+def describe(c: GptConfig, precision: str = "bf16", tied: bool = True, remat: bool = False) -> str:
     mixed = "bf16 compute, f32 master weights and Adam" if precision == "bf16" else "f32"
     return (f"GPT decoder, {c.layers} layers, d={c.d_model}, {c.heads} heads, seq {c.seq}, vocab {c.vocab}, "
-            f"{'tied' if tied else 'untied'} embeddings, batch {c.batch}; {mixed}")
+            f"{'tied' if tied else 'untied'} embeddings, batch {c.batch}; {mixed}"
+            + ("; every block rematerialized" if remat else ""))

@@ -11,7 +11,9 @@ Two published suites:
   num_auto_layers, forward_stage_layer_ids, sub_physical_mesh_shapes, sub_logical_mesh_shapes,
   autosharding options)`): the stages are the pipeline (PP), each stage's logical mesh (a, b)
   with `force_batch_dim_to_mesh_dim: 0` is a-way data parallelism (DP) by b-way operator
-  parallelism (TP); a mesh without that option is left to Alpa's intra-op search.
+  parallelism (TP); a mesh without that option is left to Alpa's intra-op search. The suite
+  rematerializes every layer (its `fixed_params`, (FM, Remat, RS) = (False, True, True)), and so
+  do these rows: each block is `jax.checkpoint`ed (`bench/llm_models.py`).
 * **Megatron-Core's H100 weak-scaling table** (NVIDIA/Megatron-LM README, "Training Speed and
   Scalability": seq 4096, vocab 131072, MFU 41% for the smallest model to 47-48% for the
   largest): the sizes and the tensor (TP) and pipeline (PP) degrees as issue 42 lists them; the
@@ -101,6 +103,7 @@ class LlmRow:
     layout_note: str = ""  # how the published layout is approximated, when it is
     published_mfu: str = ""
     tied: bool = True  # the output layer is the token embedding (Alpa's GPT), or its own (Megatron's)
+    remat: bool = False  # each block rematerialized in the backward pass (Alpa's suite)
 
     @property
     def devices(self) -> int:
@@ -130,7 +133,7 @@ def _alpa(size: str, hidden: int, layers: int, heads: int, published: Layout, si
     sim = dataclasses.replace(published, microbatches=sim_microbatches)
     config = GptConfig(layers, hidden, heads, 1024, sim.dp * sim_microbatches * micro, 51200)
     return LlmRow(f"alpa-gpt-{size}", "alpa", config, P3, published, 1024, sim,
-                  f"{ALPA_SOURCE}[{published.devices}]; sizes: {ALPA_SIZES}['{size}']", note)
+                  f"{ALPA_SOURCE}[{published.devices}]; sizes: {ALPA_SIZES}['{size}']", note, remat=True)
 
 
 def _megatron(size: str, hidden: int, layers: int, heads: int, tp: int, pp: int, dp: int, microbatches: int,

@@ -172,20 +172,21 @@ def pesto_plan(graph: Graph, cluster: Cluster, place: str, time_limit: float) ->
 
 
 def fixed_plan(graph: Graph, cluster: Cluster, layout: Layout, seconds_for_layout: float) -> Plan:
-    """The fixed plan of `layout` (see the module's docstring); the validator's PlanError where it
-    does not fit in memory, a PestoError where the planner cannot build it."""
+    """The fixed plan of `layout` (see the module's docstring), its tensor-parallel layout searched
+    for `seconds_for_layout` of counted work (`pesto_ir.util.work`); the validator's PlanError
+    where it does not fit in memory, a PestoError where the planner cannot build it."""
     from pesto_ir.passes.place import place_graph
     from pesto_ir.passes.placement.pipeline.schedules import pipeline_plan
     from pesto_ir.passes.rewrite.replicas import Strategy, bucketed, placed_devices, replica_graph, sub_cluster
     from pesto_ir.passes.rewrite.tensor_shard import TensorLayout
     from pesto_ir.passes.sharding.choose import tensor_layout
+    from pesto_ir.util import work
 
     if layout.devices != len(cluster):
         raise PestoError(f"{layout} needs {layout.devices} devices, the cluster has {len(cluster)}")
     tensor = TensorLayout(1)
     if layout.tp > 1:
-        tensor = tensor_layout(graph, cluster, layout.tp, None, fixed=True,
-                               until=time.perf_counter() + seconds_for_layout)
+        tensor = tensor_layout(graph, cluster, layout.tp, None, fixed=True, until=work.now() + seconds_for_layout)
     state = "sharded" if layout.dp > 1 and layout.tp == 1 else "replicated"
     strategy = Strategy(layout.dp, layout.microbatches, state, tensor=tensor)
     replica = replica_graph(graph, cluster, strategy)
@@ -224,6 +225,13 @@ def _fixed(graph: Graph, row: LlmRow, cluster: Cluster, flops: float, peak: floa
     return _measured(plan, cluster, flops, time.perf_counter() - started, peak)
 
 
+def lowered_row(row: LlmRow, cluster: Cluster) -> Graph:
+    """The row's training step, lowered and costed on `cluster` (the row's devices)."""
+    graph = lower_gpt(row.model, "bf16", row.name.replace("-", "_").replace(".", "_"), row.tied, row.remat)
+    return PassManager("annotate-costs{model=roofline}", verify_each=False).run(
+        graph, PassContext(cluster=cluster, quiet=True))
+
+
 def run_row(row: LlmRow, place: str = DEFAULT_PLACE, time_limit: float = DEFAULT_TIME_LIMIT,
             log: Any = None) -> RowResult:
     """Lower and cost the row's step, plan it with Pesto and build its published layout."""
@@ -234,12 +242,10 @@ def run_row(row: LlmRow, place: str = DEFAULT_PLACE, time_limit: float = DEFAULT
     cluster = row.machine.cluster(row.devices)
     kind = kind_named(row.machine.kind)
     started = time.perf_counter()
-    graph = lower_gpt(row.model, "bf16", row.name.replace("-", "_").replace(".", "_"), row.tied)
-    graph = PassManager("annotate-costs{model=roofline}", verify_each=False).run(
-        graph, PassContext(cluster=cluster, quiet=True))
+    graph = lowered_row(row, cluster)
     lowered = time.perf_counter() - started
     flops = model_flops(row.model, row.tied)
-    out = RowResult(row.name, row.suite, describe(row.model, "bf16", row.tied), row.devices, row.machine.name,
+    out = RowResult(row.name, row.suite, describe(row.model, "bf16", row.tied, row.remat), row.devices, row.machine.name,
                     parameter_count(row.model, row.tied), len(graph.ops), str(row.published), str(row.simulated),
                     row.batch_note(), row.source, flops, work_bound(graph, cluster), row.layout_note,
                     row.published_mfu, lowered)

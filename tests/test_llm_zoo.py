@@ -125,6 +125,34 @@ def test_the_step_computes_in_bf16_and_keeps_f32_master_weights_and_adam() -> No
     assert {str(op.results[0].type.dtype) for op in f32.ops if op.opcode == "dot_general"} == {"f32"}
 
 
+def test_rematerialized_blocks_recompute_the_forward_pass_and_hold_less() -> None:
+    """Alpa's rows checkpoint every block, as Alpa's suite does: the same step numerically, each
+    block's forward matmuls run again in the backward pass, and less per-sample memory is held."""
+    import jax
+    import numpy as np
+
+    from bench.llm_models import gpt_step
+    from bench.zoo_jax import concrete_arguments
+    from pesto_ir.passes.placement.search.replica_memory import SAMPLE, ReplicaMemory
+
+    assert all(r.remat for r in ROWS if r.suite == "alpa") and not any(r.remat for r in ROWS if r.suite == "megatron")
+    c = GptConfig(3, 64, 4, 32, 4, 128)
+    plain, args = gpt_step(c, precision="f32")
+    remat, _ = gpt_step(c, precision="f32", remat=True)
+    values = concrete_arguments(args)
+    for a, b in zip(jax.tree_util.tree_leaves(jax.jit(plain)(*values)),
+                    jax.tree_util.tree_leaves(jax.jit(remat)(*values))):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
+    graphs = [lower_gpt(c, remat=r) for r in (False, True)]
+    matmuls = [sum(op.opcode == "dot_general" for op in g.ops) for g in graphs]
+    # the backward pass needs every matmul's inputs: the qkv projection, both attention einsums,
+    # the output projection and the MLP's first layer are recomputed; the MLP's last is not
+    assert matmuls[1] == matmuls[0] + 5 * c.layers
+    walks = [ReplicaMemory.of(g) for g in graphs]
+    assert walks[0] is not None and walks[1] is not None
+    assert walks[1].held[:, SAMPLE].max() < walks[0].held[:, SAMPLE].max()
+
+
 def test_quick_rows_are_small_and_keep_every_kind_of_parallelism() -> None:
     quick = [quick_row(r) for r in ROWS]
     assert all(r.devices <= 8 and r.model.d_model == 64 for r in quick)

@@ -89,7 +89,7 @@ class ReplicaMemory:
         return float((self.held @ scale).max())
 
 
-SKIP_MARGIN = 1.5  # a strategy predicted over this many times its device's memory, however sharded, is not screened
+SKIP_MARGIN = 1.2  # a strategy predicted over this many times its device's memory, however sharded, is not screened
 
 
 def variant_to_screen(memory: ReplicaMemory, strategy: Strategy, capacity: float, shard: bool, fsdp: bool
