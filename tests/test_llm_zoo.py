@@ -136,7 +136,7 @@ def test_rematerialized_blocks_recompute_the_forward_pass_and_hold_less() -> Non
     from pesto_ir.passes.placement.search.replica_memory import SAMPLE, ReplicaMemory
 
     assert all(r.remat for r in ROWS if r.suite == "alpa") and not any(r.remat for r in ROWS if r.suite == "megatron")
-    c = GptConfig(3, 64, 4, 32, 4, 128)
+    c = GptConfig(2, 32, 4, 16, 2, 64)
     plain, args = gpt_step(c, precision="f32")
     remat, _ = gpt_step(c, precision="f32", remat=True)
     values = concrete_arguments(args)
