@@ -485,7 +485,6 @@ def constant_along(v: Value, axis: int) -> bool:
     return False
 
 
-
 def per_sample_values(graph: Graph) -> set[int]:
     """The ids of `graph`'s values that carry the batch: the values the micro-batch rewrite copies
     per micro-batch, found by the same rules without building anything (the results of an op that

@@ -68,7 +68,7 @@ def shard_optimizer_state(graph: Graph, replicas: int, cost: CollectiveCost | No
     done = Sharded()
     if replicas < 2 or "sharded_inputs" in graph.attrs:
         return done
-    candidates = _state_candidates(graph)
+    candidates = optimizer_state_inputs(graph)
     next_of = {id(graph.outputs[k]): graph.inputs[i] for k, i in infer_state_map(graph).items()}
     claimed: set[int] = set()
     outputs: dict[int, int] = {}
@@ -91,18 +91,13 @@ def shard_optimizer_state(graph: Graph, replicas: int, cost: CollectiveCost | No
 
 
 def has_optimizer_state(graph: Graph) -> bool:
-    """Whether `graph` has inputs this rewrite would take for optimizer state (`_state_candidates`)."""
-    return bool(_state_candidates(graph))
-
-
-def optimizer_state_inputs(graph: Graph) -> list[Value]:
-    """The inputs this rewrite would take for optimizer state (`_state_candidates`)."""
-    return _state_candidates(graph)
+    """Whether `graph` has inputs this rewrite would take for optimizer state."""
+    return bool(optimizer_state_inputs(graph))
 
 
 # ---------------------------------------------------------------- finding the regions
 
-def _state_candidates(graph: Graph) -> list[Value]:
+def optimizer_state_inputs(graph: Graph) -> list[Value]:
     """`param` inputs that are not batch inputs, are tensors of rank >= 1, and whose values reach
     only elementwise ops of their own shape and the outputs: optimizer state, which only the update
     reads. A parameter feeds the forward pass (an elementwise op on a batch-norm scale leads to its
@@ -426,4 +421,4 @@ def _output(graph: Graph, region: _Region, v: Value, d: int, cost: CollectiveCos
     graph.outputs = [gathered.result if o is v else o for o in graph.outputs]
 
 
-__all__ = ["CollectiveCost", "Sharded", "has_optimizer_state", "shard_optimizer_state"]
+__all__ = ["CollectiveCost", "Sharded", "has_optimizer_state", "optimizer_state_inputs", "shard_optimizer_state"]

@@ -262,6 +262,11 @@ def live_bytes(graph: Graph, plan: Plan) -> dict[str, list[tuple[float, int]]]:
     return {d: _sweep(spans) for d, spans in per_device.items()}
 
 
+def lifetimes(graph: Graph, plan: Plan) -> list[Lifetime]:
+    """Every interval of bytes the plan holds on a device, named (`Lifetime.what`)."""
+    return [Lifetime(*h) for h in _intervals(GraphBytes(graph), plan, True)]
+
+
 def peak_memory(graph: Graph, plan: Plan) -> dict[str, DevicePeak]:
     """Each device's peak, when it is first reached and what is alive then."""
     peaks: dict[str, DevicePeak] = {}

@@ -3,8 +3,8 @@
 Building a replica graph of m micro-batches and list-scheduling it takes seconds per strategy on
 a large model, and most strategies of a model that outgrows its device cannot fit: on a 1.3B GPT
 over 4 V100s, one batch per replica peaks at 67 GiB of 16. So the screening first walks the
-one-batch graph once, in graph order on one device (as a one-device list schedule runs it), by the
-lifetime rules of `pesto_ir.schedule.memory`, and keeps at each op the bytes held by kind:
+one-batch graph once, in graph order on one device (as a one-device list schedule runs it), takes
+its lifetimes from `pesto_ir.schedule.memory`, and keeps at each op the bytes held by kind:
 - per-sample values (those the micro-batch rewrite copies, `per_sample_values`), which a replica
   of d replicas x m micro-batches holds 1/(d m) of: one micro-batch's activations at a time, as a
   one-device 1F1B (gradient accumulation) frees each micro-batch's before the next;
@@ -23,15 +23,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pesto_ir.cost.lookup import op_memory
 from pesto_ir.ir.graph import Graph, infer_state_map
 from pesto_ir.passes.rewrite.batch_axes import MicrobatchError, per_sample_values
 from pesto_ir.passes.rewrite.replicas import Strategy
 from pesto_ir.passes.rewrite.shard_state import optimizer_state_inputs
-from pesto_ir.schedule.memory import output_bytes, workspace_bytes
+from pesto_ir.schedule.memory import lifetimes
+from pesto_ir.schedule.plan import OpSlot, Plan
 from pesto_ir.util.units import human_bytes
 
 WHOLE, SAMPLE, PARAM, STATE = range(4)  # the kinds of bytes, the columns of `ReplicaMemory.held`
+WALK = "walk"  # the one device of the walk's plan
 
 
 @dataclass(frozen=True)
@@ -50,35 +51,15 @@ class ReplicaMemory:
             return None
         if not graph.ops:
             return None
-        state = {id(v) for v in optimizer_state_inputs(graph)}
-        kind: dict[int, int] = {}
-        for v in graph.inputs:
-            kind[id(v)] = SAMPLE if id(v) in sample else STATE if id(v) in state else PARAM if v.param else WHOLE
-        for k, i in infer_state_map(graph).items():  # a new parameter or state is held as its input is
-            kind[id(graph.outputs[k])] = kind[id(graph.inputs[i])]
-        index = {id(op): n for n, op in enumerate(graph.ops)}
-        outputs = {id(v) for v in graph.outputs}
-        now = np.zeros(4)
-        for v in graph.inputs:  # arguments of the step: resident all step
-            now[kind[id(v)]] += v.type.nbytes
-        freed: list[list[tuple[int, int]]] = [[] for _ in graph.ops]
-        held = np.zeros((len(graph.ops), 4))
-        for n, op in enumerate(graph.ops):
-            now[WHOLE] += op_memory(op)  # resident bytes: all step, from the op that holds them
-            results = [(r, r.type.nbytes) for r in op.results]
-            if "activation" in op.attrs:  # a cost graph's op: its output as one tensor
-                results = [(op.results[0], output_bytes(op))] if op.results else []
-            for r, nbytes in results:
-                k = SAMPLE if id(r) in sample else kind.get(id(r), WHOLE)
-                now[k] += nbytes
-                if id(r) not in outputs:
-                    last = max((index[id(u)] for u in r.users() if id(u) in index), default=n)
-                    freed[max(last, n)].append((k, nbytes))
-            held[n] = now
-            held[n, WHOLE] += workspace_bytes(op)
-            for k, nbytes in freed[n]:
-                now[k] -= nbytes
-        return cls(held)
+        kind = _kinds(graph, sample)
+        order = {op.name: OpSlot(WALK, float(i), float(i + 1)) for i, op in enumerate(graph.ops)}
+        change = np.zeros((len(graph.ops) + 1, 4))  # bytes of each kind taken (+) and freed (-) at each op
+        for held in lifetimes(graph, Plan(graph.name, "sequential", [WALK], order)):
+            k = kind.get(held.what, WHOLE)
+            change[int(held.start), k] += held.nbytes
+            if held.end < len(graph.ops):
+                change[int(held.end), k] -= held.nbytes
+        return cls(np.cumsum(change, axis=0)[:-1])
 
     def predicted_peak(self, strategy: Strategy) -> float:
         """The peak bytes of one device of `strategy`'s one-device replicas (see the module)."""
@@ -87,6 +68,23 @@ class ReplicaMemory:
                           1.0 / d if strategy.parameters == "sharded" else 1.0,
                           1.0 / d if strategy.optimizer_state == "sharded" else 1.0])
         return float((self.held @ scale).max())
+
+
+def _kinds(graph: Graph, sample: set[int]) -> dict[str, int]:
+    """The kind of the bytes of each lifetime that holds a value, by its name
+    (`pesto_ir.schedule.memory.Lifetime.what`); the others (resident, workspace) are `WHOLE`."""
+    state = {id(v) for v in optimizer_state_inputs(graph)}
+    by_value: dict[int, int] = {id(v): SAMPLE if id(v) in sample else STATE if id(v) in state
+                                else PARAM if v.param else WHOLE for v in graph.inputs}
+    for k, i in infer_state_map(graph).items():  # a new parameter or state is held as its input is
+        by_value[id(graph.outputs[k])] = by_value[id(graph.inputs[i])]
+    out = {f"input %{v.name}": by_value[id(v)] for v in graph.inputs}
+    for op in graph.ops:
+        for r in op.results:
+            out[f"%{r.name}"] = SAMPLE if id(r) in sample else by_value.get(id(r), WHOLE)
+        if op.results:  # a cost graph's op holds its output as one tensor
+            out[f"output of '{op.name}'"] = out[f"%{op.results[0].name}"]
+    return out
 
 
 SKIP_MARGIN = 1.2  # a strategy predicted over this many times its device's memory, however sharded, is not screened
