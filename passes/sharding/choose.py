@@ -21,16 +21,19 @@ from pesto_ir.cluster.devices import Device
 from pesto_ir.cluster.model import Cluster
 from pesto_ir.cost.lookup import op_cost
 from pesto_ir.ir.graph import Graph
+from pesto_ir.passes.rewrite.repeated_layers import find_repeated_layers, shorten
 from pesto_ir.passes.rewrite.replicas import collective_cost, mirror_groups
 from pesto_ir.passes.rewrite.tensor_shard import CollectiveCost, ShardingError, TensorLayout, tensor_shard
-from pesto_ir.passes.sharding.classes import ParamClass, parameter_classes
-from pesto_ir.schedule.memory import peak_memory
+from pesto_ir.passes.sharding.classes import ParamClass, layer_count, parameter_classes
+from pesto_ir.schedule.memory import live_bytes
 from pesto_ir.schedule.plan import OpSlot, Plan
 from pesto_ir.util import work
 
 MAX_SWEEPS = 3
 Option = tuple[int, int] | None  # a class split along an axis in some runs of blocks, or whole
 MAX_EVALUATIONS = 400  # rewrites one choice may build: about 60 on a GPT block stack
+PROBE_LAYERS = 3  # the layers `LayerProbe` cuts a model to (and one more): two middle layers
+MIN_PROBE_LAYERS = 8  # models of fewer repeated layers are scored whole
 
 
 @dataclass(frozen=True, order=True)
@@ -52,16 +55,99 @@ class Choice:
 
 def score_layout(graph: Graph, layout: TensorLayout, device: Device, cost: CollectiveCost | None) -> Score | None:
     """The score of `layout` (None when its rank graph cannot be built)."""
+    scored = _rank_profile(graph, layout, device, cost)
+    return None if scored is None else scored[0]
+
+
+def _rank_profile(graph: Graph, layout: TensorLayout, device: Device,
+                  cost: CollectiveCost | None) -> tuple[Score, dict[str, int]] | None:
+    """The score of `layout`, and the bytes held while each op of the rank graph runs (the ops one
+    after another on `device`); None when its rank graph cannot be built."""
     try:
         rank = tensor_shard(graph, layout, cost)
     except ShardingError:
         return None
     slots = {op.name: OpSlot(device.name, float(i), float(i + 1)) for i, op in enumerate(rank.ops)}
-    plan = Plan(rank.name, "sequential", [device.name], slots)
-    peak = peak_memory(rank, plan).get(device.name)
-    nbytes = peak.nbytes if peak is not None else 0
+    steps = live_bytes(rank, Plan(rank.name, "sequential", [device.name], slots)).get(device.name, [])
+    held: dict[str, int] = {}
+    k, live = 0, 0
+    for i, op in enumerate(rank.ops):
+        while k < len(steps) and steps[k][0] <= i:
+            live = steps[k][1]
+            k += 1
+        held[op.name] = live
+    nbytes = max((b for _, b in steps), default=0)
     seconds = sum(op_cost(op, device) for op in rank.ops)
-    return Score(max(0.0, nbytes - device.memory), seconds, nbytes)
+    return Score(max(0.0, nbytes - device.memory), seconds, nbytes), held
+
+
+@dataclass(frozen=True)
+class LayerProbe:
+    """A model of L repeated layers cut to its first `PROBE_LAYERS` layers and to one more
+    (`passes/rewrite/repeated_layers.py`). A layout ties the layers, so from one cut to the next
+    its rank graph grows by one layer's ops, collectives and held bytes, and the whole model's
+    seconds and peak memory follow by adding that share once per further layer. The first layers
+    are left out of the share: a layout reaches its steady state along the chain only after them
+    (the first layer reads an activation the embedding laid out), and the last kept layer stands
+    for the model's last (it feeds the head). Scoring the two cuts instead of the model makes the
+    search a few layers' work however deep the model is."""
+
+    layers: int
+    short: Graph
+    longer: Graph
+    positions: dict[str, tuple[int, int, int]]  # a region's op -> (region, layer, offset)
+    names: dict[tuple[int, int, int], str]  # the other way
+
+    @staticmethod
+    def of(graph: Graph, classes: list[ParamClass]) -> LayerProbe | None:
+        """The probe of `graph`, or None where it repeats fewer than `MIN_PROBE_LAYERS` layers
+        that correspond copy to copy (the layout is then scored on the graph itself)."""
+        layers = layer_count(classes)
+        if layers < MIN_PROBE_LAYERS:
+            return None
+        found = find_repeated_layers(graph, layers)
+        if found is None:
+            return None
+        positions = found.positions(graph)
+        return LayerProbe(layers, shorten(graph, found, PROBE_LAYERS), shorten(graph, found, PROBE_LAYERS + 1),
+                          positions, {w: n for n, w in positions.items()})
+
+    def score(self, layout: TensorLayout, device: Device, cost: CollectiveCost | None) -> Score | None:
+        """The whole model's score: its seconds grow by the layer's share per further layer, and
+        its peak is the most bytes held at any point of the step (`_held_at_full_depth`)."""
+        short = _rank_profile(self.short, restricted_layout(layout, self.short), device, cost)
+        longer = _rank_profile(self.longer, restricted_layout(layout, self.longer), device, cost)
+        if short is None or longer is None:
+            return None
+        (a, held_a), (b, held_b) = short, longer
+        more = self.layers - PROBE_LAYERS
+        peak = max(a.peak + more * (b.peak - a.peak), self._held_at_full_depth(held_a, held_b))
+        return Score(max(0.0, peak - device.memory), a.seconds + more * (b.seconds - a.seconds), max(0, peak))
+
+    def _held_at_full_depth(self, held_a: dict[str, int], held_b: dict[str, int]) -> int:
+        """The most bytes held while any op of the whole model runs. Outside the regions, an op
+        holds one layer's share more per layer (its bytes in the longer cut less those in the
+        shorter). Inside a region, the op of layer l holds what the depth adds and what grows with
+        l (activations kept for the backward pass, gradients not yet applied): linear in both
+        between the first layer and the last, both slopes read off middle layers of the cuts."""
+        k, grow = PROBE_LAYERS, self.layers - PROBE_LAYERS - 1  # the longer cut has layers 0..k
+        best = 0
+        at: dict[tuple[int, int], dict[int, int]] = {}
+        for name, n in held_b.items():
+            where = self.positions.get(name)
+            if where is None:
+                if name in held_a:
+                    best = max(best, held_a[name] + (grow + 1) * (n - held_a[name]))
+                continue
+            at.setdefault((where[0], where[2]), {})[where[1]] = n
+        for (region, offset), b in at.items():
+            a = held_a.get(self.names[(region, 1, offset)])
+            if a is None or len(b) != k + 1:
+                continue
+            deeper = grow * (b[1] - a)  # layer 1 of a model `grow` layers deeper
+            along = grow * (b[k - 1] - b[k - 2])  # `grow` layers further along the region
+            best = max(best, b[0] + deeper, b[1] + deeper, b[k - 1] + deeper + along, b[k] + deeper + along)
+        return best
 
 
 def choose_layout(graph: Graph, size: int, device: Device, cost: CollectiveCost | None,
@@ -75,6 +161,15 @@ def choose_layout(graph: Graph, size: int, device: Device, cost: CollectiveCost 
     choice says it was cut (`Choice.cut`); the first layout (every parameter whole) is always
     scored."""
     classes = parameter_classes(graph)
+    probe = LayerProbe.of(graph, classes)
+    if probe is not None and progress is not None:
+        progress(f"tensor-parallel {size}: {probe.layers} repeated layers: layouts scored on the first "
+                 f"{PROBE_LAYERS} and {PROBE_LAYERS + 1} ({len(probe.short.ops)} and {len(probe.longer.ops)} of "
+                 f"{len(graph.ops)} ops)")
+
+    def scored(layout: TensorLayout) -> Score | None:
+        return score_layout(graph, layout, device, cost) if probe is None else probe.score(layout, device, cost)
+
     chosen: dict[int, Option] = {i: None for i in range(len(classes))}
     evaluations = 0
     runs = run_counts(graph)
@@ -86,14 +181,14 @@ def choose_layout(graph: Graph, size: int, device: Device, cost: CollectiveCost 
         return TensorLayout(size, tuple((name, pick[0]) for name, pick, _ in split),
                             tuple((name, pick[1]) for name, pick, _ in split if pick[1] > 1))
 
-    best = score_layout(graph, layout_of(chosen), device, cost)
+    best = scored(layout_of(chosen))
     if best is None:
         tensor_shard(graph, layout_of(chosen), cost)  # its own reason (a cost graph has no shapes to split)
         raise ShardingError(f"graph '{graph.name}' cannot run as {size} tensor-parallel ranks even with every "
                             "parameter whole")
     hinted = _hinted(graph, classes, size)
     if hinted:  # the model's own partitioning (flax metadata) as the start, where it can be built
-        found = score_layout(graph, layout_of({**chosen, **hinted}), device, cost)
+        found = scored(layout_of({**chosen, **hinted}))
         evaluations += 1
         if found is not None:
             best = found
@@ -118,7 +213,7 @@ def choose_layout(graph: Graph, size: int, device: Device, cost: CollectiveCost 
                     if pick == chosen[i]:
                         continue
                     evaluations += 1
-                    found = score_layout(graph, layout_of({**chosen, i: pick}), device, cost)
+                    found = scored(layout_of({**chosen, i: pick}))
                     if found is not None and pick is not None and (fallback is None or found < fallback[0]):
                         fallback = (found, {**chosen, i: pick})
                     if found is not None and found < best:
@@ -180,3 +275,12 @@ def run_counts(graph: Graph) -> list[int]:
     counts = {len(op.get("sizes")) for op in graph.ops if op.opcode == "split"} | \
         {len(op.operands) for op in graph.ops if op.opcode == "concatenate"}
     return sorted(n for n in counts if n > 1)
+
+
+def restricted_layout(layout: TensorLayout, graph: Graph) -> TensorLayout:
+    """`layout` on the inputs `graph` has (a shortened model lacks the later layers' parameters)."""
+    names = {v.name for v in graph.inputs}
+    if all(n in names for n, _ in layout.splits):
+        return layout
+    return TensorLayout(layout.size, tuple(kv for kv in layout.splits if kv[0] in names),
+                        tuple(kv for kv in layout.interleave if kv[0] in names))

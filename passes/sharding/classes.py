@@ -11,7 +11,7 @@ ColossalAI and PyTorch's autoparallel tie repeated layers.
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass
 
 from pesto_ir.ir.graph import Graph, Value
@@ -89,3 +89,11 @@ def _readers(v: Value) -> tuple[tuple[str, int], ...]:
 
 def _shape(v: Value) -> tuple[int, ...]:
     return v.type.shape if isinstance(v.type, TensorType) else ()
+
+
+def layer_count(classes: list[ParamClass]) -> int:
+    """How many layers the model repeats: the number of families most classes tie (a layer's
+    weights are one class each, while its vectors of one shape may tie into one class of several
+    per layer); 1 where no class ties families."""
+    counts = Counter(len(c.families) for c in classes if len(c.families) > 1)
+    return max(counts, key=lambda n: (counts[n], n)) if counts else 1
