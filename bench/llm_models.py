@@ -23,6 +23,7 @@ mixed-precision training runs it:
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -36,46 +37,59 @@ from pesto_ir.ir.graph import Graph
 
 BF16 = jnp.bfloat16
 PRECISIONS = ("bf16", "f32")
+RECOMPUTE = ("none", "blocks", "attention")  # what the backward pass recomputes (`_loss`)
 _COMPUTE = {"bf16": BF16, "f32": F32}
 
-__all__ = ["BF16", "PRECISIONS", "GptConfig", "gpt_model", "gpt_step", "lower_gpt", "parameter_count",
+__all__ = ["BF16", "PRECISIONS", "RECOMPUTE", "GptConfig", "gpt_model", "gpt_step", "lower_gpt", "parameter_count",
            "describe"]
 
 
-def _attention(p: dict[str, Any], x: jax.Array, heads: int) -> jax.Array:
-    """Causal multi-head self-attention in `x`'s dtype (the zoo's, with the mask in that dtype too,
-    so that bf16 scores stay bf16)."""
+def _core_attention(q: jax.Array, k: jax.Array, v: jax.Array) -> jax.Array:
+    """softmax(q k^T / sqrt(dh) + causal mask) v over (batch, seq, heads, dh) blocks, in their
+    dtype (the mask too, so that bf16 scores stay bf16): the part of a layer that holds the
+    seq x seq scores."""
+    s, dh = q.shape[1], q.shape[-1]
+    causal = lax.broadcasted_iota(I32, (s, s), 0) >= lax.broadcasted_iota(I32, (s, s), 1)
+    bias = jnp.where(causal, 0.0, -1e9).astype(q.dtype)
+    scores = jnp.einsum("bqhd,bkhd->bhqk", q * jnp.asarray(1 / math.sqrt(dh), q.dtype), k) + bias
+    return jnp.einsum("bhqk,bkhd->bqhd", _softmax(scores), v)
+
+
+def _attention(p: dict[str, Any], x: jax.Array, heads: int, core: Callable[..., jax.Array]) -> jax.Array:
+    """Causal multi-head self-attention in `x`'s dtype (the zoo's), its core `core`."""
     b, s, d = x.shape
     q, k, v = (t.reshape(b, s, heads, d // heads) for t in jnp.split(_dense(p["qkv"], x), 3, axis=-1))
-    causal = lax.broadcasted_iota(I32, (s, s), 0) >= lax.broadcasted_iota(I32, (s, s), 1)
-    bias = jnp.where(causal, 0.0, -1e9).astype(x.dtype)
-    scores = jnp.einsum("bqhd,bkhd->bhqk", q * jnp.asarray(1 / math.sqrt(d // heads), x.dtype), k) + bias
-    return _dense(p["proj"], jnp.einsum("bhqk,bkhd->bqhd", _softmax(scores), v).reshape(b, s, d))
+    return _dense(p["proj"], core(q, k, v).reshape(b, s, d))
 
 
-def _block(p: dict[str, Any], x: jax.Array, heads: int) -> jax.Array:
-    x = x + _attention(p, _layer_norm(p["ln1"], x), heads)
+def _block(p: dict[str, Any], x: jax.Array, heads: int, core: Callable[..., jax.Array] = _core_attention) -> jax.Array:
+    x = x + _attention(p, _layer_norm(p["ln1"], x), heads, core)
     hidden = jax.nn.gelu(_dense(p["fc"], _layer_norm(p["ln2"], x)), approximate=False)
     return x + _dense(p["out"], hidden)
 
 
 def _loss(params: Tree, tokens: jax.Array, targets: jax.Array, heads: int, compute: Any,
-          remat: bool = False) -> jax.Array:
+          remat: str = "none") -> jax.Array:
     """Mean cross-entropy of next tokens; the output layer is `head` where the parameters have one,
-    else the token embedding (tied). With `remat`, each block is `jax.checkpoint`ed: the backward
-    pass recomputes its activations from its input, which is all the forward pass keeps of it."""
+    else the token embedding (tied). `remat` (`RECOMPUTE`) says what the backward pass recomputes
+    from what the forward pass kept: nothing, each block from its input (`blocks`), or each
+    attention core from its q, k and v (`attention`: the scores are never held, as Megatron's
+    selective recomputation and fused flash attention keep them)."""
+    if remat not in RECOMPUTE:
+        raise ValueError(f"unknown recomputation {remat!r} (one of: {', '.join(RECOMPUTE)})")
     if compute != F32:  # the master weights, cast for the forward and backward passes
         params = jax.tree_util.tree_map(lambda w: w.astype(compute), params)
-    block_fn = jax.checkpoint(_block, static_argnums=(2,)) if remat else _block
+    core = jax.checkpoint(_core_attention) if remat == "attention" else _core_attention
+    block_fn = jax.checkpoint(_block, static_argnums=(2, 3)) if remat == "blocks" else _block
     x = params["wte"][tokens] + params["wpe"]
     for block in params["blocks"]:
-        x = block_fn(block, x, heads)
+        x = block_fn(block, x, heads, core)
     logits = _layer_norm(params["ln_f"], x) @ params["head"] if "head" in params else \
         _layer_norm(params["ln_f"], x) @ params["wte"].T  # tied embeddings
     return _cross_entropy(logits.astype(F32), targets)
 
 
-def gpt_model(c: GptConfig, precision: str = "bf16", tied: bool = True, remat: bool = False) -> Model:
+def gpt_model(c: GptConfig, precision: str = "bf16", tied: bool = True, remat: str = "none") -> Model:
     """The decoder at `c`: f32 parameters (master weights), the loss computing in `precision`; the
     output layer the token embedding (`tied`, GPT-2's and Alpa's) or a d x V matrix of its own
     (Megatron's `--untie-embeddings-and-output-weights`)."""
@@ -100,7 +114,7 @@ def gpt_model(c: GptConfig, precision: str = "bf16", tied: bool = True, remat: b
 
 
 def gpt_step(c: GptConfig, precision: str = "bf16", name: str = "gpt_llm",
-             tied: bool = True, remat: bool = False) -> tuple[Any, tuple[Any, ...]]:
+             tied: bool = True, remat: str = "none") -> tuple[Any, tuple[Any, ...]]:
     """The training step (f32 Adam on the master weights) and its abstract arguments."""
     model = gpt_model(c, precision, tied, remat)
     state = tuple(model.params for _ in range(ADAM.slots))
@@ -108,7 +122,7 @@ def gpt_step(c: GptConfig, precision: str = "bf16", name: str = "gpt_llm",
 
 
 def lower_gpt(c: GptConfig, precision: str = "bf16", name: str = "gpt_llm", tied: bool = True,
-              remat: bool = False) -> Graph:
+              remat: str = "none") -> Graph:
     """The verified graph of one training step at `c`: inputs are the f32 parameters and Adam's
     moments (`param`), then tokens and targets (the batch); outputs the new parameters, the new
     moments and the loss."""
@@ -124,8 +138,9 @@ def parameter_count(c: GptConfig, tied: bool = True) -> int:
     return c.vocab * d * (1 if tied else 2) + c.seq * d + c.layers * per_block + 2 * d
 
 
-def describe(c: GptConfig, precision: str = "bf16", tied: bool = True, remat: bool = False) -> str:
+def describe(c: GptConfig, precision: str = "bf16", tied: bool = True, remat: str = "none") -> str:
     mixed = "bf16 compute, f32 master weights and Adam" if precision == "bf16" else "f32"
     return (f"GPT decoder, {c.layers} layers, d={c.d_model}, {c.heads} heads, seq {c.seq}, vocab {c.vocab}, "
             f"{'tied' if tied else 'untied'} embeddings, batch {c.batch}; {mixed}"
-            + ("; every block rematerialized" if remat else ""))
+            + {"none": "", "blocks": "; every block rematerialized",
+               "attention": "; attention cores recomputed (flash attention's memory)"}[remat])

@@ -19,7 +19,12 @@ Two published suites:
   largest): the sizes and the tensor (TP) and pipeline (PP) degrees as issue 42 lists them; the
   rest of the GPUs are data-parallel replicas. The sizes count an output layer apart from the
   token embedding (7.1B = 12 x 30 x 4096^2 + 2 x 131072 x 4096), so these rows untie them. One data-parallel group and a few replicas are
-  simulated (8-16 H100 80 GB, 8 per node with NVLink, InfiniBand between nodes).
+  simulated (8-16 H100 80 GB, 8 per node with NVLink, InfiniBand between nodes). Megatron trains
+  these with fused flash attention (Transformer Engine), which never holds an attention layer's
+  seq x seq scores: it recomputes them in the backward pass, as Megatron's selective recomputation
+  does too. These rows do the same: each attention core (scores, softmax, the product with v) is
+  `jax.checkpoint`ed, so the forward pass keeps only q, k and v, and the backward pass recomputes
+  the scores (flash attention's recomputation, at the graph's costs, not a fused kernel's).
 
 A row's `published` layout is the published (DP, TP, PP, micro-batches of the published global
 batch). Planning 128 micro-batches of a 24-layer GPT is a graph of 1.2 million ops, so a row simulates
@@ -103,7 +108,7 @@ class LlmRow:
     layout_note: str = ""  # how the published layout is approximated, when it is
     published_mfu: str = ""
     tied: bool = True  # the output layer is the token embedding (Alpa's GPT), or its own (Megatron's)
-    remat: bool = False  # each block rematerialized in the backward pass (Alpa's suite)
+    remat: str = "none"  # what the backward pass recomputes (`llm_models.RECOMPUTE`)
 
     @property
     def devices(self) -> int:
@@ -133,7 +138,7 @@ def _alpa(size: str, hidden: int, layers: int, heads: int, published: Layout, si
     sim = dataclasses.replace(published, microbatches=sim_microbatches)
     config = GptConfig(layers, hidden, heads, 1024, sim.dp * sim_microbatches * micro, 51200)
     return LlmRow(f"alpa-gpt-{size}", "alpa", config, P3, published, 1024, sim,
-                  f"{ALPA_SOURCE}[{published.devices}]; sizes: {ALPA_SIZES}['{size}']", note, remat=True)
+                  f"{ALPA_SOURCE}[{published.devices}]; sizes: {ALPA_SIZES}['{size}']", note, remat="blocks")
 
 
 def _megatron(size: str, hidden: int, layers: int, heads: int, tp: int, pp: int, dp: int, microbatches: int,
@@ -143,7 +148,7 @@ def _megatron(size: str, hidden: int, layers: int, heads: int, tp: int, pp: int,
     note = (f"TP{tp} PP{pp} as published; DP{dp} simulated (the published run has more replicas), "
             f"micro-batch size 1")
     return LlmRow(f"megatron-gpt-{size}", "megatron", config, DGX_H100, layout, None, layout, MEGATRON_SOURCE,
-                  note, mfu, tied=False)
+                  note, mfu, tied=False, remat="attention")
 
 
 # Alpa's solutions for p3.16xlarge (perf_test_suite), read as (DP, TP, PP, micro-batches):

@@ -125,9 +125,11 @@ def test_the_step_computes_in_bf16_and_keeps_f32_master_weights_and_adam() -> No
     assert {str(op.results[0].type.dtype) for op in f32.ops if op.opcode == "dot_general"} == {"f32"}
 
 
-def test_rematerialized_blocks_recompute_the_forward_pass_and_hold_less() -> None:
-    """Alpa's rows checkpoint every block, as Alpa's suite does: the same step numerically, each
-    block's forward matmuls run again in the backward pass, and less per-sample memory is held."""
+def test_recomputation_gives_the_same_step_and_holds_less() -> None:
+    """Alpa's rows checkpoint every block, as Alpa's suite does; Megatron's checkpoint each
+    attention core, as flash attention and selective recomputation hold no scores. Either is the
+    same step numerically; recomputing blocks runs each block's forward matmuls again, recomputing
+    cores only the scores, and both hold less per-sample memory."""
     import jax
     import numpy as np
 
@@ -135,22 +137,30 @@ def test_rematerialized_blocks_recompute_the_forward_pass_and_hold_less() -> Non
     from bench.zoo_jax import concrete_arguments
     from pesto_ir.passes.placement.search.replica_memory import SAMPLE, ReplicaMemory
 
-    assert all(r.remat for r in ROWS if r.suite == "alpa") and not any(r.remat for r in ROWS if r.suite == "megatron")
+    assert {r.remat for r in ROWS if r.suite == "alpa"} == {"blocks"}
+    assert {r.remat for r in ROWS if r.suite == "megatron"} == {"attention"}
     c = GptConfig(2, 32, 4, 16, 2, 64)
     plain, args = gpt_step(c, precision="f32")
-    remat, _ = gpt_step(c, precision="f32", remat=True)
     values = concrete_arguments(args)
-    for a, b in zip(jax.tree_util.tree_leaves(jax.jit(plain)(*values)),
-                    jax.tree_util.tree_leaves(jax.jit(remat)(*values))):
-        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
-    graphs = [lower_gpt(c, remat=r) for r in (False, True)]
+    expected = jax.tree_util.tree_leaves(jax.jit(plain)(*values))
+    for mode in ("blocks", "attention"):
+        step, _ = gpt_step(c, precision="f32", remat=mode)
+        for a, b in zip(expected, jax.tree_util.tree_leaves(jax.jit(step)(*values))):
+            np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
+    graphs = [lower_gpt(c, remat=r) for r in ("none", "blocks", "attention")]
     matmuls = [sum(op.opcode == "dot_general" for op in g.ops) for g in graphs]
     # the backward pass needs every matmul's inputs: the qkv projection, both attention einsums,
     # the output projection and the MLP's first layer are recomputed; the MLP's last is not
     assert matmuls[1] == matmuls[0] + 5 * c.layers
+    # recomputing a core: the scores (q k^T) again, for the gradient through the softmax, as flash
+    # attention's backward pass does; the product with v is not needed again
+    assert matmuls[2] == matmuls[0] + c.layers
     walks = [ReplicaMemory.of(g) for g in graphs]
-    assert walks[0] is not None and walks[1] is not None
-    assert walks[1].held[:, SAMPLE].max() < walks[0].held[:, SAMPLE].max()
+    assert all(w is not None for w in walks)
+    peaks = [w.held[:, SAMPLE].max() for w in walks if w is not None]
+    assert peaks[1] < peaks[0] and peaks[2] < peaks[0]
+    with pytest.raises(ValueError, match="unknown recomputation"):
+        lower_gpt(c, remat="some")
 
 
 def test_quick_rows_are_small_and_keep_every_kind_of_parallelism() -> None:
