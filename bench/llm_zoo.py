@@ -186,7 +186,7 @@ def fixed_plan(graph: Graph, cluster: Cluster, layout: Layout, seconds_for_layou
         raise PestoError(f"{layout} needs {layout.devices} devices, the cluster has {len(cluster)}")
     tensor = TensorLayout(1)
     if layout.tp > 1:
-        tensor = tensor_layout(graph, cluster, layout.tp, None, fixed=True, until=work.now() + seconds_for_layout)
+        tensor = tensor_layout(graph, cluster, layout.tp, None, fixed=True, until=work.now() + seconds_for_layout).layout
     state = "sharded" if layout.dp > 1 and layout.tp == 1 else "replicated"
     strategy = Strategy(layout.dp, layout.microbatches, state, tensor=tensor)
     replica = replica_graph(graph, cluster, strategy)

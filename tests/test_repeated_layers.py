@@ -121,3 +121,8 @@ def test_gpt_layouts_are_searched_on_two_layers() -> None:
     whole = score_layout(graph, choice.layout, device, ring)
     assert whole is not None and whole.seconds == pytest.approx(choice.score.seconds, rel=1e-3)
     assert whole.peak == pytest.approx(choice.score.peak, rel=0.01)
+    # a search started from this layout (the next degree's is) keeps it where it scores better
+    # than every parameter whole, even when cut after that one layout
+    assert choice.layout.splits and len(choice.picks) == len(parameter_classes(graph))
+    carried = choose_layout(graph, 2, device, ring, max_evaluations=1, start=choice.picks)
+    assert carried.layout == choice.layout and carried.picks == choice.picks and carried.evaluations == 1

@@ -14,7 +14,7 @@ limit only caps it (saying so).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from pesto_ir.cluster.devices import Device
@@ -51,6 +51,7 @@ class Choice:
     score: Score
     evaluations: int
     cut: bool = False  # the time limit stopped the search before it converged
+    picks: tuple[Option, ...] = ()  # each parameter class's option (`parameter_classes` order)
 
 
 def score_layout(graph: Graph, layout: TensorLayout, device: Device, cost: CollectiveCost | None) -> Score | None:
@@ -153,13 +154,15 @@ class LayerProbe:
 def choose_layout(graph: Graph, size: int, device: Device, cost: CollectiveCost | None,
                   max_evaluations: int = MAX_EVALUATIONS,
                   progress: Callable[[str], None] | None = None, split_some: bool = False,
-                  until: float | None = None) -> Choice:
+                  until: float | None = None, start: Sequence[Option] = ()) -> Choice:
     """The best layout found for `size` ranks of `device`'s kind (see the module docstring); with
     `split_some`, the best of those that split a parameter where splitting none scores best (a
     degree the user fixed: a small model whose all-reduces cost more than its blocks save). `until`
     (a `work.now()` reading) caps the search: a layout is not scored past it, and the
     choice says it was cut (`Choice.cut`); the first layout (every parameter whole) is always
-    scored."""
+    scored. `start` (another degree's `Choice.picks`) is scored next, where its splits divide into
+    `size` blocks, and searched from where it scores better: the classes a layout splits seldom
+    depend on the degree, and a cut search keeps what the start found."""
     classes = parameter_classes(graph)
     probe = LayerProbe.of(graph, classes)
     if probe is not None and progress is not None:
@@ -186,6 +189,18 @@ def choose_layout(graph: Graph, size: int, device: Device, cost: CollectiveCost 
         tensor_shard(graph, layout_of(chosen), cost)  # its own reason (a cost graph has no shapes to split)
         raise ShardingError(f"graph '{graph.name}' cannot run as {size} tensor-parallel ranks even with every "
                             "parameter whole")
+    carried = {i: pick for i, pick in enumerate(start) if i < len(classes) and pick is not None
+               and classes[i].shape[pick[0]] % (pick[1] * size) == 0}
+    if carried:
+        found = scored(layout_of({**chosen, **carried}))
+        evaluations += 1
+        took = found is not None and found < best
+        if found is not None and took:
+            best = found
+            chosen.update(carried)
+        if progress is not None:
+            progress(f"tensor-parallel {size}: the last degree's layout (it splits {len(carried)} parameter "
+                     f"class(es)): {'the start of the search' if took else 'scores worse than every parameter whole'}")
     hinted = _hinted(graph, classes, size)
     if hinted:  # the model's own partitioning (flax metadata) as the start, where it can be built
         found = scored(layout_of({**chosen, **hinted}))
@@ -227,25 +242,26 @@ def choose_layout(graph: Graph, size: int, device: Device, cost: CollectiveCost 
     if cut and progress is not None:
         progress(f"tensor-parallel {size}: the time limit cut the layout search after {evaluations} layouts")
     if split_some and all(pick is None for pick in chosen.values()) and fallback is not None:
-        return Choice(layout_of(fallback[1]), fallback[0], evaluations, cut)
-    return Choice(layout_of(chosen), best, evaluations, cut)
+        chosen = fallback[1]
+        best = fallback[0]
+    return Choice(layout_of(chosen), best, evaluations, cut, tuple(chosen[i] for i in range(len(classes))))
 
 
 def tensor_layout(graph: Graph, cluster: Cluster, size: int, progress: Callable[[str], None] | None = None,
-                  fixed: bool = False, until: float | None = None) -> TensorLayout:
+                  fixed: bool = False, until: float | None = None, start: Sequence[Option] = ()) -> Choice:
     """The layout of `size` tensor-parallel ranks on `cluster` (groups of `size` contiguous devices,
     `mirror_groups`), their collectives costed on the group's ring. A degree the search is trying
     (not `fixed`) is refused where splitting nothing scores best; a fixed one splits what is best
-    to split, and is refused only where no parameter can be split."""
+    to split, and is refused only where no parameter can be split. `start`: `choose_layout`'s."""
     groups = mirror_groups(cluster, 1, size)
     choice = choose_layout(graph, size, cluster.device(groups[0][0]), collective_cost(cluster, groups),
-                           progress=progress, split_some=fixed, until=until)
+                           progress=progress, split_some=fixed, until=until, start=start)
     if not choice.layout.splits:
         why = "no parameter of graph '{}' splits into {} equal blocks that the rewrite can follow" if fixed else \
             "splitting no parameter of graph '{}' scores better than any layout found for {} ranks"
         raise ShardingError(f"tensor-parallel {size}: " + why.format(graph.name, size)
                             + f" ({choice.evaluations} layouts tried)")
-    return choice.layout
+    return choice
 
 
 def _options(cls: ParamClass, size: int, batch: dict[str, int]) -> list[int | None]:

@@ -20,7 +20,7 @@ from pesto_ir.passes.placement.pipeline.schedules import PipelineGraph
 from pesto_ir.passes.rewrite.batch_axes import MicrobatchError, batch_spec
 from pesto_ir.passes.rewrite.rebatch import MAX_MICROBATCHES
 from pesto_ir.passes.rewrite.replicas import Strategy
-from pesto_ir.passes.sharding.choose import tensor_layout
+from pesto_ir.passes.sharding.choose import Option, tensor_layout
 from pesto_ir.schedule.plan import Plan
 from pesto_ir.util import work
 from pesto_ir.util.errors import PestoError
@@ -55,7 +55,8 @@ def strategies(graph: Graph, cluster: Cluster, data_parallel: int | None, microb
 them where sharding the state alone gives no plan, `screening.screen`). With `tensor_parallel` t > 1 (None: every t dividing the devices
     up to `MAX_AUTO_TENSOR_PARALLEL`, and 1), each t's layout is chosen first
     (`passes/sharding/choose.py`, the degrees sharing the time up to `until`) and its replicas (d
-    dividing k/t) hold the whole optimizer state."""
+    dividing k/t) hold the whole optimizer state. Each degree's search starts from the layout the
+    degree before it chose."""
     out = [s.fully_sharded() if parameters == "sharded" and s.data_parallel > 1 else s
            for s in _replica_strategies(graph, cluster, data_parallel, microbatches, optimizer_state)]
     k = len(cluster)
@@ -67,15 +68,18 @@ them where sharding the state alone gives no plan, `screening.screen`). With `te
         out = []
     failed: list[str] = []
     degrees = [t for t in ts if t > 1]
+    start: tuple[Option, ...] = ()  # the last degree's layout, the next one's start
     for n, t in enumerate(degrees):  # each degree's layout search has an equal share of what is left
         share = None if until is None else work.now() + (until - work.now()) / (len(degrees) - n)
         try:
-            layout = tensor_layout(graph, cluster, t, progress, fixed=tensor_parallel is not None, until=share)
+            choice = tensor_layout(graph, cluster, t, progress, fixed=tensor_parallel is not None, until=share,
+                                   start=start)
         except PestoError as e:
             if tensor_parallel is not None:
                 raise
             failed.append(str(e).splitlines()[0])
             continue
+        layout, start = choice.layout, choice.picks
         out += [dataclasses.replace(s, tensor=layout)
                 for s in _replica_strategies(graph, cluster, data_parallel, microbatches, "replicated")
                 if (k // s.data_parallel) % t == 0]
