@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pesto_ir.cluster.devices import Device
 from pesto_ir.cluster.model import Cluster
 from pesto_ir.cost.lookup import op_cost
-from pesto_ir.ir.graph import Graph
+from pesto_ir.ir.graph import Graph, Op, Value
 from pesto_ir.passes.rewrite.repeated_layers import find_repeated_layers, shorten
 from pesto_ir.passes.rewrite.replicas import collective_cost, mirror_groups
 from pesto_ir.passes.rewrite.tensor_shard import CollectiveCost, ShardingError, TensorLayout, tensor_shard
@@ -160,9 +160,10 @@ def choose_layout(graph: Graph, size: int, device: Device, cost: CollectiveCost 
     degree the user fixed: a small model whose all-reduces cost more than its blocks save). `until`
     (a `work.now()` reading) caps the search: a layout is not scored past it, and the
     choice says it was cut (`Choice.cut`); the first layout (every parameter whole) is always
-    scored. `start` (another degree's `Choice.picks`) is scored next, where its splits divide into
-    `size` blocks, and searched from where it scores better: the classes a layout splits seldom
-    depend on the degree, and a cut search keeps what the start found."""
+    scored. `start` (another degree's `Choice.picks`; without one, `alternating_start`) is scored
+    next, where its splits divide into `size` blocks, and searched from where it scores better: the
+    classes a layout splits seldom depend on the degree, and a cut search keeps what the start
+    found."""
     classes = parameter_classes(graph)
     probe = LayerProbe.of(graph, classes)
     if probe is not None and progress is not None:
@@ -190,7 +191,9 @@ def choose_layout(graph: Graph, size: int, device: Device, cost: CollectiveCost 
         raise ShardingError(f"graph '{graph.name}' cannot run as {size} tensor-parallel ranks even with every "
                             "parameter whole")
     carried = {i: pick for i, pick in enumerate(start) if i < len(classes) and pick is not None
-               and classes[i].shape[pick[0]] % (pick[1] * size) == 0}
+               and classes[i].shape[pick[0]] % (pick[1] * size) == 0} or \
+        {i: pick for i, pick in alternating_start(graph, classes).items()
+         if pick is not None and classes[i].shape[pick[0]] % (pick[1] * size) == 0}
     if carried:
         found = scored(layout_of({**chosen, **carried}))
         evaluations += 1
@@ -199,8 +202,9 @@ def choose_layout(graph: Graph, size: int, device: Device, cost: CollectiveCost 
             best = found
             chosen.update(carried)
         if progress is not None:
-            progress(f"tensor-parallel {size}: the last degree's layout (it splits {len(carried)} parameter "
-                     f"class(es)): {'the start of the search' if took else 'scores worse than every parameter whole'}")
+            whose = "the last degree's layout" if start else "columns then rows, alternating (Megatron's pairs)"
+            progress(f"tensor-parallel {size}: {whose} (it splits {len(carried)} parameter class(es)): "
+                     f"{'the start of the search' if took else 'scores worse than every parameter whole'}")
     hinted = _hinted(graph, classes, size)
     if hinted:  # the model's own partitioning (flax metadata) as the start, where it can be built
         found = scored(layout_of({**chosen, **hinted}))
@@ -213,9 +217,14 @@ def choose_layout(graph: Graph, size: int, device: Device, cost: CollectiveCost 
                      f"class(es): {'the start of the search' if found is not None else 'not a layout the rewrite builds'}")
     fallback: tuple[Score, dict[int, Option]] | None = None  # the best layout that splits something
     cut = False
+    started = {i for i, pick in chosen.items() if pick is not None}
     for sweep in range(MAX_SWEEPS):
         changed = False
-        for i, cls in enumerate(classes):
+        # the first sweep tries the classes the start left whole first: a cut search then has
+        # decided those rather than tried again what the start decided
+        order = sorted(range(len(classes)), key=lambda i: (sweep == 0 and i in started, i))
+        for i in order:
+            cls = classes[i]
             for axis in _options(cls, size, batch):
                 # contiguous blocks, and runs of blocks (a fused projection cut into its parts along
                 # the split axis: contiguous blocks gather it whole there, runs keep it split)
@@ -300,3 +309,56 @@ def restricted_layout(layout: TensorLayout, graph: Graph) -> TensorLayout:
         return layout
     return TensorLayout(layout.size, tuple(kv for kv in layout.splits if kv[0] in names),
                         tuple(kv for kv in layout.interleave if kv[0] in names))
+
+
+def alternating_start(graph: Graph, classes: list[ParamClass]) -> dict[int, Option]:
+    """Megatron's pairs as a start: the weight matrices of a repeated layer, taken in the order the
+    forward pass multiplies by them, split alternately along their output axis (column-parallel)
+    and their contracted axis (row-parallel), so that each row-parallel matmul reads the blocks the
+    column-parallel one before it made and one all-reduce ends the pair. A column-parallel output
+    split into parts (a fused QKV projection) is split as that many runs. Vectors and the
+    classes outside the layers are left whole: the search tries them."""
+    layers = layer_count(classes)
+    inputs = {v.name: v for v in graph.inputs}
+    index = {id(op): i for i, op in enumerate(graph.ops)}
+    found: list[tuple[int, int, int, int]] = []  # (first matmul's index, class, contracted axis, parts)
+    for i, cls in enumerate(classes):
+        if len(cls.shape) != 2 or len(cls.families) < layers or layers < 2:  # a layer's, maybe tied with more
+            continue
+        for name in cls.names:
+            use = _first_matmul(inputs[name])
+            if use is not None:
+                op, axis = use
+                found.append((index[id(op)], i, axis, _parts(op)))
+                break
+    out: dict[int, Option] = {}
+    for n, (_, i, contracted, parts) in enumerate(sorted(found)):
+        out[i] = (1 - contracted, parts) if n % 2 == 0 else (contracted, 1)
+    return out
+
+
+def _first_matmul(v: Value) -> tuple[Op, int] | None:
+    """The first `dot_general` that reads `v` (through casts) as its right operand, and the axis of
+    `v` it contracts."""
+    for op in v.users():
+        if op.opcode == "convert_element_type":
+            found = _first_matmul(op.result)
+            if found is not None:
+                return found
+        elif op.opcode == "dot_general" and op.operands[1] is v:
+            contracted = list(op.get("dimension_numbers")[0][1])
+            if len(contracted) == 1:
+                return op, contracted[0]
+    return None
+
+
+def _parts(matmul: Op) -> int:
+    """How many parts the matmul's output is split into next (a fused projection), else 1."""
+    for op in matmul.result.users():
+        if op.opcode in ("add", "convert_element_type"):
+            for user in op.result.users():
+                if user.opcode == "split":
+                    return len(user.get("sizes"))
+        if op.opcode == "split":
+            return len(op.get("sizes"))
+    return 1

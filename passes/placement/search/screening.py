@@ -218,15 +218,17 @@ def screen_all(graph: Graph, cluster: Cluster, todo: list[Strategy], options: Pl
                times: ScreeningTimes, log: PlaceOptions, rates: Rates) -> list[Candidate]:
     """Screen the strategies of each data-parallel degree, each degree with an equal share of the
     screening time: pure data parallelism first (one-device replicas: the cheapest to screen),
-    then one batch, then the mixes."""
+    then one batch, then the mixes; the tensor-parallel strategies last, with a share of their own
+    (on a model that fits no device whole they are what fits)."""
     by_d: dict[int, list[Strategy]] = {}
     for s in sorted(todo):
         if s.tensor_parallel == 1:
             by_d.setdefault(s.data_parallel, []).append(s)
     order = sorted(by_d, key=lambda d: (d != len(cluster), d != 1, -d))
+    groups = len(order) + (1 if any(s.tensor_parallel > 1 for s in todo) else 0)
     tried: list[Candidate] = []
     for i, d in enumerate(order):
-        share = (times.screened_by - work.now()) / (len(order) - i)
+        share = (times.screened_by - work.now()) / (groups - i)
         stop = work.now() + max(share, 0.0)
         if len(cluster) == d:
             done = _screen_replicas(graph, cluster, by_d[d], options, heuristic, stop, tried == [], log, rates)
@@ -241,11 +243,13 @@ def screen_all(graph: Graph, cluster: Cluster, todo: list[Strategy], options: Pl
 
 def _screen_ranks(graph: Graph, cluster: Cluster, todo: list[Strategy], options: PlaceOptions, heuristic: Solve,
                   times: ScreeningTimes, log: PlaceOptions, rates: Rates, first: bool) -> list[Candidate]:
-    """Tensor-parallel strategies, after the others (their layouts are chosen already): the
-    heuristics on one batch, the fixed pipeline schedules on micro-batches (over one group, 1F1B is
-    gradient accumulation: each micro-batch's backward pass frees its activations before the next)."""
+    """Tensor-parallel strategies, after the others (their layouts are chosen already), the largest
+    degree first (the one that fits where the others may not, on a model too large for a device):
+    the heuristics on one batch, the fixed pipeline schedules on micro-batches (over one group,
+    1F1B is gradient accumulation: each micro-batch's backward pass frees its activations before
+    the next)."""
     tried: list[Candidate] = []
-    for strategy in todo:
+    for strategy in sorted(todo, key=lambda s: (-s.tensor_parallel, s)):
         if not (first and not tried) and work.now() > times.finish_by:
             tried.append(Candidate(strategy, why_not="not screened: the screening time ran out"))
             continue

@@ -55,8 +55,9 @@ def strategies(graph: Graph, cluster: Cluster, data_parallel: int | None, microb
 them where sharding the state alone gives no plan, `screening.screen`). With `tensor_parallel` t > 1 (None: every t dividing the devices
     up to `MAX_AUTO_TENSOR_PARALLEL`, and 1), each t's layout is chosen first
     (`passes/sharding/choose.py`, the degrees sharing the time up to `until`) and its replicas (d
-    dividing k/t) hold the whole optimizer state. Each degree's search starts from the layout the
-    degree before it chose."""
+    dividing k/t) hold the whole optimizer state. The degrees are searched from the largest, which
+    has half the time (on a model too large for a device it is the one that fits), and each
+    degree's search starts from the layout the degree before it chose."""
     out = [s.fully_sharded() if parameters == "sharded" and s.data_parallel > 1 else s
            for s in _replica_strategies(graph, cluster, data_parallel, microbatches, optimizer_state)]
     k = len(cluster)
@@ -67,10 +68,11 @@ them where sharding the state alone gives no plan, `screening.screen`). With `te
     if tensor_parallel not in (None, 1):
         out = []
     failed: list[str] = []
-    degrees = [t for t in ts if t > 1]
+    degrees = sorted((t for t in ts if t > 1), reverse=True)
     start: tuple[Option, ...] = ()  # the last degree's layout, the next one's start
-    for n, t in enumerate(degrees):  # each degree's layout search has an equal share of what is left
-        share = None if until is None else work.now() + (until - work.now()) / (len(degrees) - n)
+    for n, t in enumerate(degrees):  # the largest degree first, with half the time: then an equal share each
+        part = 2 if n == 0 and len(degrees) > 1 else len(degrees) - n
+        share = None if until is None else work.now() + (until - work.now()) / part
         try:
             choice = tensor_layout(graph, cluster, t, progress, fixed=tensor_parallel is not None, until=share,
                                    start=start)
