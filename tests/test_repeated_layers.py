@@ -80,7 +80,7 @@ def test_models_without_repeats_are_not_cut() -> None:
         shorten(graph, found, 4)
 
 
-@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(layers=st.integers(8, 10), width=st.sampled_from([8, 16]), adam=st.booleans(), t=st.sampled_from([2, 4]),
        data=st.data())
 def test_probe_scores_layouts_as_the_whole_model(layers: int, width: int, adam: bool, t: int, data: Any) -> None:
