@@ -4,6 +4,7 @@ two, extrapolated) scores exactly as on the whole model."""
 
 from __future__ import annotations
 
+import gc
 from typing import Any
 
 import jax
@@ -23,6 +24,15 @@ from pesto_ir.passes.rewrite.tensor_shard import TensorLayout
 from pesto_ir.passes.sharding.choose import LayerProbe, choose_layout, restricted_layout, score_layout
 from pesto_ir.passes.sharding.classes import layer_count, parameter_classes
 from pesto_ir.passmanager import PassContext, PassManager
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _freed_after() -> Any:
+    """The lowered stacks and GPTs, and JAX's traces of them, are garbage once this module ends:
+    collected here, not in the middle of a later test's timed search."""
+    yield
+    jax.clear_caches()
+    gc.collect()
 
 
 def _stack(layers: int, width: int, adam: bool) -> Graph:

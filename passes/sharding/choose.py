@@ -107,11 +107,13 @@ class LayerProbe:
         if layers < MIN_PROBE_LAYERS:
             return None
         found = find_repeated_layers(graph, layers)
+        work.charge("rewrite", len(graph.ops))  # the scan for repeats reads every op, a rewrite's walk
         if found is None:
             return None
         positions = found.positions(graph)
-        return LayerProbe(layers, shorten(graph, found, PROBE_LAYERS), shorten(graph, found, PROBE_LAYERS + 1),
-                          positions, {w: n for n, w in positions.items()})
+        short, longer = shorten(graph, found, PROBE_LAYERS), shorten(graph, found, PROBE_LAYERS + 1)
+        work.charge("rewrite", 2 * len(graph.ops))  # each cut walks the whole graph once
+        return LayerProbe(layers, short, longer, positions, {w: n for n, w in positions.items()})
 
     def score(self, layout: TensorLayout, device: Device, cost: CollectiveCost | None) -> Score | None:
         """The whole model's score: its seconds grow by the layer's share per further layer, and
