@@ -115,24 +115,14 @@ def shorten(graph: Graph, found: RepeatedLayers, keep: int) -> Graph:
             twin = seq[region.start + nearest * region.period + o]
             return new[id(twin.results[v.index])]
 
-    used: set[int] = set()
-    for op in graph.ops:
+    kept_ops = [op for op in graph.ops if index.get(id(op)) not in dropped]
+    _add_inputs(graph, out, new, {id(v) for op in kept_ops for v in op.operands})
+    for op in kept_ops:
         i = index.get(id(op))
-        if i is not None and i in dropped:
-            continue
-        used.update(id(v) for v in op.operands)
-    for op in graph.ops:
-        i = index.get(id(op))
-        if i is not None and i in dropped:
-            continue
-        if not new:
-            _add_inputs(graph, out, new, used)
         operands = [resolve(v, i, s) for s, v in enumerate(op.operands)]
         twin = out.append(Op(op.name, op.opcode, operands, [r.type for r in op.results], op.attrs,
                              [r.name for r in op.results], op.loc))
         new.update((id(r), t) for r, t in zip(op.results, twin.results))
-    if not new:
-        _add_inputs(graph, out, new, used)
     out.set_outputs([new[id(v)] for v in graph.outputs if id(v) in new and
                      (v.owner is None or index.get(id(v.owner)) not in dropped)])
     kept = {v.name for v in out.inputs}
