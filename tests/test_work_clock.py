@@ -12,6 +12,7 @@ import pytest
 from pesto_ir.backends.plan_json import plan_json_text
 from pesto_ir.frontends import load
 from pesto_ir.passes.annotate_costs import AnnotateCostsPass
+from pesto_ir.passes import place
 from pesto_ir.passes.place import WORK_SHARE, place_graph
 from pesto_ir.passes.placement.options import PlaceOptions
 from pesto_ir.passmanager import PassContext, PassManager
@@ -82,7 +83,13 @@ def _placed(algo: str, limit: float, devices: int = 4) -> Plan:
 
 
 @pytest.mark.parametrize("algo", ["auto", "cpsat-lns"])
-def test_the_same_plan_on_a_quiet_and_a_busy_machine(algo: str, request: pytest.FixtureRequest) -> None:
+def test_the_same_plan_on_a_quiet_and_a_busy_machine(
+        algo: str, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The search gets a tenth of its limit as work, not `WORK_SHARE`: the busy run must end by its
+    counted work, not by the cap, on a CI machine that runs the search (with the spinning thread
+    beside it) at under `WORK_SHARE` of the speed the work is counted at (seen: the auto case cut
+    at 6 s). What is checked is that a search ended by counted work repeats under load."""
+    monkeypatch.setattr(place, "WORK_SHARE", 0.1)
     quiet = _placed(algo, 6.0)
     request.getfixturevalue("busy_machine")
     busy = _placed(algo, 6.0)
