@@ -22,8 +22,12 @@ from pesto_ir.backends.replica_runtime import (
 )
 from pesto_ir.backends.schedule import Segment
 from pesto_ir.ir.graph import Graph, Value
+from pesto_ir.ir.opdefs import opcodes
 from pesto_ir.schedule.plan import Parallelism
 from pesto_ir.util.errors import PestoError
+
+
+ACROSS_REPLICAS = opcodes(run="replicas")  # all_reduce, reduce_scatter, all_gather, replica_slice
 
 
 class BackendError(PestoError):
@@ -54,17 +58,22 @@ class ReplicaLayout:
         by_index = {str(k): k for k in range(len(graph.outputs))}
         self.input_axes: dict[int, int] = {}
         self.output_axes: dict[int, int] = {}
-        self.input_kind: dict[int, str] = {}  # "replica" (split over replicas) or "tensor" (over ranks)
+        # "replica" (split over replicas), "tensor" (over ranks), or "both": a rank's block split again
+        # over the replicas (sharded optimizer state of a split parameter), `*_axes` the block's axis
+        # and `*_inner` the replicas' axis of the block
+        self.input_kind: dict[int, str] = {}
         self.output_kind: dict[int, str] = {}
+        self.input_inner: dict[int, int] = {}
+        self.output_inner: dict[int, int] = {}
         for kind, ins, outs in kinds:
-            for attrs, axes, kind_of, what in ((ins, self.input_axes, self.input_kind, "input"),
-                                                (outs, self.output_axes, self.output_kind, "output")):
-                index = by_name if what == "input" else by_index
+            for attrs, axes, kind_of, inner, index in ((ins, self.input_axes, self.input_kind, self.input_inner, by_name),
+                                                       (outs, self.output_axes, self.output_kind, self.output_inner,
+                                                        by_index)):
                 for i, a in (item for attr in attrs for item in _axes(graph, attr, index).items()):
-                    if i in kind_of and kind_of[i] != kind:
-                        raise BackendError(f"{what} {i} is split both across replicas and across tensor-parallel "
-                                           "ranks, which this backend does not lay out")
-                    axes[i], kind_of[i] = a, kind
+                    if kind_of.get(i) == "replica" and kind == "tensor":
+                        inner[i], axes[i], kind_of[i] = axes[i], a, "both"
+                    else:
+                        axes[i], kind_of[i] = a, kind
         # split in several runs of blocks (a fused projection's parts, each split alike)
         self.input_runs = _axes(graph, "tensor_input_runs", by_name) if tensor > 1 else {}
         self.output_runs = _axes(graph, "tensor_output_runs", by_index) if tensor > 1 else {}
@@ -109,10 +118,14 @@ class Replicas(ReplicaLayout):
 
     def stack(self, x: Any, i: int) -> Any:
         """Input i as the mirrors' arrays, stacked: a batch input's rows of replica r (the r-th block
-        along its axis) for each of r's ranks, or a split parameter's block j (of each of its runs)
-        for rank j of each replica."""
+        along its axis) for each of r's ranks, a split parameter's block j (of each of its runs)
+        for rank j of each replica, or (split both ways) block j's r-th part for rank j of replica r."""
         kind, axis = self.input_kind[i], self.input_axes[i]
         try:
+            if kind == "both":
+                blocks = split_rows(x, axis, self.tp, self.input_runs.get(i, 1))
+                rows = [split_rows(blocks[j], self.input_inner[i], self.dp) for j in range(self.tp)]
+                return jnp.reshape(jnp.stack(rows, axis=1), (self.d, *rows[0].shape[1:]))
             if kind == "replica":
                 rows = split_rows(x, axis, self.dp)
                 return rows if self.tp == 1 else jnp.repeat(rows, self.tp, axis=0)
@@ -122,11 +135,15 @@ class Replicas(ReplicaLayout):
             raise BackendError(str(e)) from None
 
     def unstack(self, x: Any, k: int) -> Any:
-        """Output k put together from the mirrors' arrays: the replicas' rows (of rank 0), or the
-        ranks' blocks (of replica 0). A parameter split in contiguous blocks stays where it is: the
+        """Output k put together from the mirrors' arrays: the replicas' rows (of rank 0), the
+        ranks' blocks (of replica 0), or (split both ways) each rank's block from its replicas' parts. A parameter split in contiguous blocks stays where it is: the
         global array is made of the blocks each device holds, sharded over the mesh's tensor axis
         (so the next step reads it without moving a byte: `stack_placed`)."""
         axis = self.output_axes[k]
+        if self.output_kind[k] == "both":
+            by_rank = jnp.reshape(x, (self.dp, self.tp, *x.shape[1:]))
+            blocks = jnp.stack([join_rows(by_rank[:, j], self.output_inner[k]) for j in range(self.tp)])
+            return join_rows(blocks, axis, self.output_runs.get(k, 1))
         if self.output_kind[k] == "replica":
             return join_rows(x if self.tp == 1 else x[::self.tp], axis)
         runs = self.output_runs.get(k, 1)
@@ -158,20 +175,31 @@ def _split_spec(rank: int, axis: int) -> PartitionSpec:
 
 
 def _varying(graph: Graph, inputs: tuple[str, ...]) -> set[int]:
-    """Values that differ per replica: the inputs the graph attributes `inputs` name (the batch
-    inputs and the blocks of sharded optimizer state, or a rank's parameter blocks), a replica's
-    block of a value (`reduce_scatter`, `replica_slice`), and what is computed from them without an
-    all-reduce or all-gather in between."""
-    names: set[str] = set()
+    """Values that differ per mirror: per replica or per tensor-parallel rank. A value differs per
+    replica where it is one of the inputs the graph attributes `inputs` name for replicas (the batch
+    inputs, the blocks of sharded optimizer state), a replica's block of a value (`reduce_scatter`,
+    `replica_slice`), or computed from such a value without an all-reduce or all-gather across the
+    replicas in between; per rank the same way, by `tensor_inputs` and the collectives `across`
+    the ranks. A collective across one axis keeps what differs along the other (the replicas'
+    all-gather of a rank's block of state is still the rank's)."""
+    names: dict[str, set[str]] = {"replica": set(), "tensor": set()}
     for attr in inputs:
         axes = graph.attrs.get(attr)
-        names |= set(axes.value) if axes is not None and isinstance(axes.value, dict) else set()
-    out = {id(v) for v in graph.inputs if v.name in names}
+        if axes is not None and isinstance(axes.value, dict):
+            names["tensor" if attr == "tensor_inputs" else "replica"] |= set(axes.value)
+    differs = {kind: {id(v) for v in graph.inputs if v.name in n} for kind, n in names.items()}
     for op in graph.ops:
-        if op.opcode in ("reduce_scatter", "replica_slice") or (
-                op.opcode not in ("all_reduce", "all_gather") and any(id(v) in out for v in op.operands)):
-            out.update(id(r) for r in op.results)
-    return out
+        along = "tensor" if op.get("across") == "tensor" else "replica"
+        for kind, out in differs.items():
+            if op.opcode not in ACROSS_REPLICAS:
+                if any(id(v) in out for v in op.operands):
+                    out.update(id(r) for r in op.results)
+                continue
+            # a collective (a bucket of several too) maps operand k to result k
+            for v, r in zip(op.operands, op.results):
+                if (op.opcode in ("reduce_scatter", "replica_slice") if kind == along else id(v) in out):
+                    out.add(id(r))
+    return differs["replica"] | differs["tensor"]
 
 
 def _axes(graph: Graph, attr: str, index: Mapping[str, int]) -> dict[int, int]:

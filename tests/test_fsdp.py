@@ -107,3 +107,30 @@ def test_fsdp_options_are_checked() -> None:
     with pytest.raises(PestoError, match="nothing to split them across"):
         pesto_ir.parallelize(step, devices=jax.devices()[:2], param_argnums=(0, 1), data_parallel=1,
                              parameters="sharded")(params, state, x, y)
+
+
+@pytest.mark.parametrize("name, shard", [("mlp", "optimizer_state"), ("mlp", "parameters"),
+                                         pytest.param("gpt", "optimizer_state", marks=pytest.mark.slow),
+                                         pytest.param("gpt", "parameters", marks=pytest.mark.slow)])
+def test_tensor_parallel_ranks_shard_their_blocks_across_replicas(name: str, shard: str) -> None:
+    """t = 2 x d = 2 with the state sharded (Megatron's distributed optimizer: ZeRO-1 inside each
+    rank) or the parameters too (FSDP): each rank's block of a split parameter's state is split
+    again across the replicas, so each device's graph reads 1/(t d) of it. jit's step, twice."""
+    step, params, state, x, y = {"mlp": mlp, "gpt": gpt}[name]()
+    run = pesto_ir.parallelize(step, devices=jax.devices()[:4], param_argnums=(0, 1), data_parallel=2,
+                               tensor_parallel=2, autotune=False, **{shard: "sharded"})
+    got_p, got_s = params, state
+    want_p, want_s = params, state
+    for _ in range(2):
+        got_p, got_s = run(got_p, got_s, x, y)
+        want_p, want_s = jax.jit(step)(want_p, want_s, x, y)
+        for a, b in zip(jax.tree_util.tree_leaves((got_p, got_s)), jax.tree_util.tree_leaves((want_p, want_s))):
+            np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=RTOL, atol=ATOL)
+    par = run.plan.parallelism
+    assert (par.data_parallel, par.tensor_parallel, par.optimizer_state) == (2, 2, "sharded")
+    assert par.parameters == ("sharded" if shard == "parameters" else "replicated")
+    whole = {v.name: v.type.size for v in lower(step, params, state, x, y, param_argnums=(0, 1)).inputs}
+    split = dict(run.graph.attrs["tensor_inputs"].value)
+    both = [v for v in run.graph.inputs if v.name in split and v.name in dict(run.graph.attrs["sharded_inputs"].value)]
+    assert both, "no block of state is split across both ranks and replicas"
+    assert all(v.type.size * 4 == whole[v.name] for v in both)

@@ -139,15 +139,16 @@ def replica_graph(graph: Graph, cluster: Cluster, strategy: Strategy) -> Graph:
         work.charge(work.rewrite_kind(typed), len(graph.ops) * strategy.microbatches)  # about the ops it builds
     groups = replica_groups(cluster, strategy.data_parallel)
     out = rebatch(graph, strategy.microbatches, strategy.data_parallel, all_reduce_cost(cluster, groups))
-    if strategy.optimizer_state == "sharded":
-        shard_state(out, strategy, collective_cost(cluster, groups))
-    if strategy.parameters == "sharded":
-        shard_params(out, strategy, collective_cost(cluster, groups))
     mirrors = groups
     if strategy.tensor.size > 1:
         mirrors = mirror_groups(cluster, strategy.data_parallel, strategy.tensor.size)
         out = tensor_shard(out, strategy.tensor, collective_cost(cluster, mirrors[:strategy.tensor.size]),
                            collective_cost(cluster, mirrors[::strategy.tensor.size]))
+    across = collective_cost(cluster, mirrors[::strategy.tensor.size])
+    if strategy.optimizer_state == "sharded":
+        shard_state(out, strategy, across)
+    if strategy.parameters == "sharded":
+        shard_params(out, strategy, across)
     if out is not graph and any("flops" in op.attrs for op in graph.ops):
         AnnotateCostsPass(model="roofline").run(out, PassContext(cluster=sub_cluster(cluster, mirrors[0]), quiet=True))
     return out

@@ -385,8 +385,9 @@ def tensor_shard(graph: Graph, layout: TensorLayout, cost: CollectiveCost | None
     if "tensor_parallel" in graph.attrs:
         raise ShardingError(f"graph '{graph.name}' is already one tensor-parallel rank's graph")
     if "sharded_inputs" in graph.attrs:
-        raise ShardingError(f"graph '{graph.name}' shards its optimizer state across data-parallel replicas; "
-                            "with tensor parallelism keep it replicated (optimizer-state=replicated)")
+        raise ShardingError(f"graph '{graph.name}' shards its optimizer state across data-parallel replicas "
+                            "already: split the whole step's graph across ranks first, then shard each rank's state "
+                            "(`passes/rewrite/replicas.py`, `replica_graph`)")
     if any(isinstance(v.type, BlobType) for op in graph.ops for v in op.results):
         raise ShardingError(f"graph '{graph.name}' is a cost graph (no tensor shapes): tensor parallelism splits "
                             "tensors along their axes, so it needs a graph with shapes (.pir or a JAX function)")

@@ -55,7 +55,8 @@ def strategies(graph: Graph, cluster: Cluster, data_parallel: int | None, microb
 them where sharding the state alone gives no plan, `screening.screen`). With `tensor_parallel` t > 1 (None: every t dividing the devices
     up to `MAX_AUTO_TENSOR_PARALLEL`, and 1), each t's layout is chosen first
     (`passes/sharding/choose.py`, the degrees sharing the time up to `until`) and its replicas (d
-    dividing k/t) hold the whole optimizer state. The degrees are searched from the largest, which
+    dividing k/t) shard each rank's blocks of the state (and of the parameters) across them as
+    `optimizer_state` and `parameters` say. The degrees are searched from the largest, which
     has half the time (on a model too large for a device it is the one that fits), and each
     degree's search starts from the layout the degree before it chose."""
     out = [s.fully_sharded() if parameters == "sharded" and s.data_parallel > 1 else s
@@ -82,8 +83,9 @@ them where sharding the state alone gives no plan, `screening.screen`). With `te
             failed.append(str(e).splitlines()[0])
             continue
         layout, start = choice.layout, choice.picks
-        out += [dataclasses.replace(s, tensor=layout)
-                for s in _replica_strategies(graph, cluster, data_parallel, microbatches, "replicated")
+        out += [dataclasses.replace(s.fully_sharded() if parameters == "sharded" and s.data_parallel > 1 else s,
+                                    tensor=layout)
+                for s in _replica_strategies(graph, cluster, data_parallel, microbatches, optimizer_state)
                 if (k // s.data_parallel) % t == 0]
     if not out and data_parallel is not None and tensor_parallel is not None:
         raise PestoError(f"data-parallel {data_parallel} x tensor-parallel {tensor_parallel} does not divide the "
