@@ -26,7 +26,6 @@ from pesto_ir.ir.opdefs import opcodes
 from pesto_ir.schedule.plan import Parallelism
 from pesto_ir.util.errors import PestoError
 
-
 ACROSS_REPLICAS = opcodes(run="replicas")  # all_reduce, reduce_scatter, all_gather, replica_slice
 
 
@@ -124,8 +123,8 @@ class Replicas(ReplicaLayout):
         try:
             if kind == "both":
                 blocks = split_rows(x, axis, self.tp, self.input_runs.get(i, 1))
-                rows = [split_rows(blocks[j], self.input_inner[i], self.dp) for j in range(self.tp)]
-                return jnp.reshape(jnp.stack(rows, axis=1), (self.d, *rows[0].shape[1:]))
+                parts = [split_rows(blocks[j], self.input_inner[i], self.dp) for j in range(self.tp)]
+                return jnp.reshape(jnp.stack(parts, axis=1), (self.d, *parts[0].shape[1:]))
             if kind == "replica":
                 rows = split_rows(x, axis, self.dp)
                 return rows if self.tp == 1 else jnp.repeat(rows, self.tp, axis=0)

@@ -12,9 +12,9 @@ master weights and Adam) and costs it with the roofline model of the row's devic
   micro-batch and tensor-parallel rewrites of the step (`passes/rewrite/replicas.py`), PP contiguous
   stages balanced by cost on replica 0's rank-0 devices under the 1F1B schedule (one device:
   its micro-batches one after another; one micro-batch: the one device runs the step), gradient
-  all-reduces bucketed; the optimizer state sharded across replicas (ZeRO-1, as Megatron's
-  distributed optimizer and Alpa's reduce-scatter do) where there are several and no tensor
-  parallelism (the planner does not shard it together with tensor parallelism yet). Where the
+  all-reduces bucketed; the optimizer state sharded across replicas where there are several
+  (ZeRO-1, as Megatron's distributed optimizer and Alpa's reduce-scatter do; with tensor
+  parallelism, each rank's blocks across the replicas holding that rank). Where the
   layout does not fit in the devices' memory it is built again with unbounded memory, and its
   step time is shown with its peak (neither system's activation recomputation nor fused
   attention is modelled: the step keeps every activation, the s x s attention scores included).
@@ -187,7 +187,7 @@ def fixed_plan(graph: Graph, cluster: Cluster, layout: Layout, seconds_for_layou
     tensor = TensorLayout(1)
     if layout.tp > 1:
         tensor = tensor_layout(graph, cluster, layout.tp, None, fixed=True, until=work.now() + seconds_for_layout).layout
-    state = "sharded" if layout.dp > 1 and layout.tp == 1 else "replicated"
+    state = "sharded" if layout.dp > 1 else "replicated"
     strategy = Strategy(layout.dp, layout.microbatches, state, tensor=tensor)
     replica = replica_graph(graph, cluster, strategy)
     sub = sub_cluster(cluster, placed_devices(cluster, strategy))

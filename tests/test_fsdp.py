@@ -110,7 +110,6 @@ def test_fsdp_options_are_checked() -> None:
 
 
 @pytest.mark.parametrize("name, shard", [("mlp", "optimizer_state"), ("mlp", "parameters"),
-                                         pytest.param("gpt", "optimizer_state", marks=pytest.mark.slow),
                                          pytest.param("gpt", "parameters", marks=pytest.mark.slow)])
 def test_tensor_parallel_ranks_shard_their_blocks_across_replicas(name: str, shard: str) -> None:
     """t = 2 x d = 2 with the state sharded (Megatron's distributed optimizer: ZeRO-1 inside each

@@ -11,8 +11,8 @@ import pytest
 
 from pesto_ir.backends.plan_json import plan_json_text
 from pesto_ir.frontends import load
-from pesto_ir.passes.annotate_costs import AnnotateCostsPass
 from pesto_ir.passes import place
+from pesto_ir.passes.annotate_costs import AnnotateCostsPass
 from pesto_ir.passes.place import WORK_SHARE, place_graph
 from pesto_ir.passes.placement.options import PlaceOptions
 from pesto_ir.passmanager import PassContext, PassManager

@@ -11,18 +11,19 @@ One benchmark per hot path, on a workload of realistic size:
   devices (XLA compiles every segment there), its first call, and a steady-state step.
 
 pyproject's pytest options include `--benchmark-disable`, so a plain run calls every workload once
-and checks its result (a smoke test, well under 30 s); `--benchmark-enable` times them::
+and checks its result (a smoke test, well under 30 s); `--benchmark-enable` times them, in this
+process (`-n 0`: pytest-benchmark does not time under pytest-xdist's workers)::
 
     python3 -m pytest bench/micro                                  # smoke test
-    python3 -m pytest bench/micro --benchmark-enable               # the benchmark table
-    python3 -m pytest bench/micro --benchmark-enable -k "parse or print"
+    python3 -m pytest bench/micro -n 0 --benchmark-enable          # the benchmark table
+    python3 -m pytest bench/micro -n 0 --benchmark-enable -k "parse or print"
 
 Regression tracking: save a baseline (under `.benchmarks/`, one folder per machine and Python),
 then compare later runs against it, or two saved runs with each other::
 
-    python3 -m pytest bench/micro --benchmark-enable --benchmark-autosave          # saves 0001_...json
-    python3 -m pytest bench/micro --benchmark-enable --benchmark-compare           # vs the latest saved
-    python3 -m pytest bench/micro --benchmark-enable --benchmark-compare=0001 \\
+    python3 -m pytest bench/micro -n 0 --benchmark-enable --benchmark-autosave     # saves 0001_...json
+    python3 -m pytest bench/micro -n 0 --benchmark-enable --benchmark-compare      # vs the latest saved
+    python3 -m pytest bench/micro -n 0 --benchmark-enable --benchmark-compare=0001 \\
         --benchmark-compare-fail=min:25%                                           # fail on a slowdown
     pytest-benchmark compare 0001 0002 --group-by=group                            # two saved runs
 
