@@ -10,13 +10,9 @@ simulator times the placement and per-device order, and `check_plan` re-checks t
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import heapq
 import math
-import os
-import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +23,7 @@ from pesto_ir.schedule.bounds import memory_shortfall
 from pesto_ir.schedule.memory import footprints, output_bytes, peak_bytes, peak_memory, workspace_bytes
 from pesto_ir.schedule.plan import Plan
 from pesto_ir.schedule.simulate import simulate
+from pesto_ir.util import work
 from pesto_ir.util.errors import PestoError
 
 
@@ -140,6 +137,11 @@ def unit_indices(ops: Sequence[Op]) -> tuple[list[int], list[list[int]]]:
     return unit, unit_ops
 
 
+# Failed `Memory.fits` checks per op and device before a schedule gives up (where memory barely holds
+# the step, pairs are re-checked after every commit: docs/hybrid.md, the work clock), charged in batches
+MAX_FAILED_CHECKS_PER_PAIR, FAILED_CHECKS_CHARGED = 2, 1024
+
+
 class Memory:
     """Bytes each device holds as ops are committed, each device's ops in the order it runs them.
 
@@ -157,8 +159,9 @@ class Memory:
     """
 
     def __init__(self, pg: PlaceGraph, ends: list[float] | None = None,
-                 reserve: Sequence[int] | None = None) -> None:
+                 reserve: Sequence[int] | None = None, algorithm: str = "") -> None:
         self.pg = pg
+        self.algorithm = algorithm  # the placer's name, for its errors
         self.ends = ends
         self.capacity = [c - (reserve[d] if reserve else 0) for d, c in enumerate(pg.capacity)]
         self.resident = [0] * pg.k  # held the whole step: it adds to every moment, past ones too
@@ -170,6 +173,8 @@ class Memory:
         self.copies: list[dict[int, int]] = [{} for _ in range(pg.n)]  # producer -> device -> bytes
         self.readers_left = [len(s) for s in pg.succs]
         self.pending: list[list[tuple[float, int]]] = [[] for _ in range(pg.k)]  # (freed at, bytes)
+        self.failed = 0  # checks that found no room (`fits`)
+        self.max_failed = MAX_FAILED_CHECKS_PER_PAIR * pg.n * pg.k
 
     def need(self, v: int, device: int) -> tuple[int, int]:
         """Bytes committing op v on `device` would add there: held the whole step, and while it
@@ -200,7 +205,16 @@ class Memory:
             return False
         resident, transient = self.need(v, device)
         busiest = max(self.peak[device], self.held(device, at) + transient)
-        return self.resident[device] + resident + busiest <= self.capacity[device]
+        if self.resident[device] + resident + busiest <= self.capacity[device]:
+            return True
+        self.failed += 1
+        if self.failed % FAILED_CHECKS_CHARGED == 0:
+            work.charge("memory-check", FAILED_CHECKS_CHARGED)
+        if self.failed > self.max_failed:
+            raise PlacementError(f"{self.algorithm or 'placement'}: gave up after {self.failed} checks found no room for an op "
+                                 f"({MAX_FAILED_CHECKS_PER_PAIR} per op and device): ops wait for memory to free "
+                                 "again and again, so the step barely fits on these devices, if at all")
+        return False
 
     def place(self, v: int, device: int, free_from: list[float] | None = None, at: float | None = None) -> None:
         """Commit op v on `device` (its end already in `ends`, when given). `free_from[d]`: when
@@ -487,35 +501,6 @@ def topological_orders(pg: PlaceGraph, device_of: Sequence[int]) -> list[list[in
     for i in range(pg.n):
         order[device_of[i]].append(i)
     return order
-
-
-@contextlib.contextmanager
-def native_stdout_silenced() -> Iterator[None]:
-    """File descriptor 1 goes to /dev/null for the duration: what native solvers print there (CBC's
-    simplex even at log level 0, HiGHS's banner) stays out of the command's output."""
-    sys.stdout.flush()
-    try:
-        saved = os.dup(1)
-        null = os.open(os.devnull, os.O_WRONLY)
-    except OSError:  # no usable descriptor 1 (embedded interpreters): nothing to silence
-        yield
-        return
-    os.dup2(null, 1)
-    os.close(null)
-    try:
-        yield
-    finally:
-        flush_c_stdio()
-        os.dup2(saved, 1)
-        os.close(saved)
-
-
-def flush_c_stdio() -> None:
-    """Flush the C library's stdout buffer, so nothing a native solver printed lands after fd 1 is restored."""
-    try:
-        ctypes.CDLL(None).fflush(None)
-    except (OSError, AttributeError):  # no C runtime to reach: nothing was buffered through it
-        pass
 
 
 def longest_paths(preds: dict[Any, list[Any]], length: dict[Any, float]) -> dict[Any, float] | None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-LINE_LIMIT = 2000  # longer message lines are cut: a 5 MB junk token must not become 15 MB of error text, and
+LINE_LIMIT = 1000  # longer message lines are cut: a 5 MB junk token must not become 15 MB of error text, and
 # a message naming three long paths (a link, its target, the missing folder) stays whole
 EXCERPT_WIDTH = 100  # characters of a long source line shown around the caret
 

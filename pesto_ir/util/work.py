@@ -30,6 +30,9 @@ RATES: dict[str, float] = {
     "simulate": 6.5e-6,  # per op of a simulated schedule
     "check": 1.2e-5,  # per op of a plan's validation (precedence, transfers; memory is its own)
     "memory": 8.0e-6,  # per op of a memory estimate from lifetimes
+    # per check by a list scheduler that found no room for an op (each puts a pair back to wait; on
+    # megatron-gpt-7.1B at 8 devices ETF and HEFT took 5-13 us per check, its retries included)
+    "memory-check": 1.0e-5,
     "bound": 6.0e-5,  # per op of the lower bound
     "rewrite": 2.0e-5,  # per op built by a rewrite of a cost-only graph (replicas, micro-batches, coarse groups)
     # ... of a graph of arrays (a lowered JAX step): each op's shapes and batch axes are worked out

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from pesto_ir.passes.placement.common import flush_c_stdio
+from pesto_ir.util.native_stdout import flush_c_stdio
 
 HEARTBEAT = 10.0  # seconds between progress lines when nothing changes
 

@@ -31,7 +31,6 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from pesto_ir.passes.placement.common import native_stdout_silenced
 from pesto_ir.passes.placement.exact.cbc_log import CbcLog, status_name
 from pesto_ir.passes.placement.exact.common import REL_GAP, timed_both_ways
 from pesto_ir.passes.placement.exact.ilp_instance import EPS, IlpError, Instance, Xfer, relabel_for_symmetry
@@ -39,6 +38,7 @@ from pesto_ir.passes.placement.options import PlaceOptions
 from pesto_ir.schedule.plan import Plan
 from pesto_ir.schedule.simulate import order_from_priority, transfer_bytes
 from pesto_ir.util import work
+from pesto_ir.util.native_stdout import native_stdout_silenced
 
 ALGORITHM = "ilp"
 SOLVERS = ("cbc", "highs")

@@ -30,13 +30,13 @@ from pesto_ir.passes.placement.common import (
     PairQueue,
     PlaceGraph,
     PlacementError,
-    native_stdout_silenced,
     schedule_within_memory,
     timed_plan,
     topological_orders,
 )
 from pesto_ir.passes.placement.options import PlaceOptions
 from pesto_ir.schedule.plan import Plan
+from pesto_ir.util.native_stdout import native_stdout_silenced
 
 # Keys within this relative distance count as equal when a lazily re-timed candidate is checked.
 _EPS = 1e-12
@@ -51,7 +51,7 @@ def m_topo(graph: Graph, cluster: Cluster, options: PlaceOptions) -> Plan:
 
 
 def _m_topo(pg: PlaceGraph, reserve: list[int]) -> Plan:
-    mem = Memory(pg, reserve=reserve)
+    mem = Memory(pg, reserve=reserve, algorithm="m-topo")
     weight, share = _topo_shares(pg)
     load = [0.0] * pg.k
     device_of = [-1] * pg.n
@@ -100,7 +100,7 @@ class _ListScheduler:
         self.favorite = favorite
         k, n = pg.k, pg.n
         self.end = [0.0] * n
-        self.mem = Memory(pg, ends=self.end, reserve=reserve)
+        self.mem = Memory(pg, ends=self.end, reserve=reserve, algorithm=algorithm)
         self.fastest = [min(c) for c in pg.cost]
         self.extra = [[c - f for c in costs] for costs, f in zip(pg.cost, self.fastest)]
         self.device_free = [0.0] * k

@@ -41,7 +41,7 @@ class _Appender:
         self.algorithm = algorithm
         self.end = [0.0] * pg.n
         self.device_of = [-1] * pg.n
-        self.mem = Memory(pg, ends=self.end, reserve=reserve)
+        self.mem = Memory(pg, ends=self.end, reserve=reserve, algorithm=algorithm)
         self.links = LinkQueues(pg, self.device_of, self.end)
         self.device_free = [0.0] * pg.k
         self.order: list[list[int]] = [[] for _ in range(pg.k)]

@@ -37,7 +37,12 @@ def place_single(graph: Graph, cluster: Cluster, options: PlaceOptions) -> Plan:
     """All ops on the device that runs them all fastest among those that hold their peak."""
     pg = PlaceGraph.build(graph, cluster)
     short: list[str] = []
+    tried: set[tuple[float, tuple[float, ...]]] = set()
     for d in sorted(range(pg.k), key=lambda d: (sum(c[d] for c in pg.cost), d)):
+        alike = (pg.capacity[d], tuple(c[d] for c in pg.cost))
+        if alike in tried:  # a device like one tried: the same times and peak (8 alike GPUs: one try)
+            continue
+        tried.add(alike)
         device_of = [d] * pg.n
         plan = simulated_plan(pg, device_of, topological_orders(pg, device_of), "single")
         peak = peak_memory(graph, plan)[cluster.names[d]]
@@ -54,7 +59,7 @@ def place_expert(graph: Graph, cluster: Cluster, options: PlaceOptions) -> Plan:
 
 
 def _expert(pg: PlaceGraph, reserve: list[int]) -> Plan:
-    mem = Memory(pg, reserve=reserve)
+    mem = Memory(pg, reserve=reserve, algorithm="expert")
     mean = [sum(c) / pg.k for c in pg.cost]
     speed = _speeds(pg, mean)
     remaining = sum(mean)  # work of the ops not yet walked past, in average-device seconds
@@ -96,7 +101,7 @@ def place_random(graph: Graph, cluster: Cluster, options: PlaceOptions) -> Plan:
 
 
 def _random(pg: PlaceGraph, reserve: list[int], rng: random.Random) -> Plan:
-    mem = Memory(pg, reserve=reserve)
+    mem = Memory(pg, reserve=reserve, algorithm="random")
     device_of = [-1] * pg.n
     for i in range(pg.n):
         target = mem.unit_device[pg.unit[i]]
