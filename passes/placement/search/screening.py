@@ -225,16 +225,8 @@ def screen_all(graph: Graph, cluster: Cluster, todo: list[Strategy], options: Pl
         if s.tensor_parallel == 1:
             by_d.setdefault(s.data_parallel, []).append(s)
     order = sorted(by_d, key=lambda d: (d != len(cluster), d != 1, -d))
-    ranks = [s for s in todo if s.tensor_parallel > 1]
-    groups = len(order) + (1 if ranks else 0)
+    groups = len(order) + (1 if any(s.tensor_parallel > 1 for s in todo) else 0)
     tried: list[Candidate] = []
-    if ranks and _outgrows_replicas(graph, cluster):
-        # nothing but splitting ops is predicted to fit: the tensor-parallel strategies first, with
-        # half of the screening time (on alpa-gpt-6.7B over 16 V100s the others took all of it)
-        half = work.now() + max(times.screened_by - work.now(), 0.0) / 2
-        tried.extend(_screen_ranks(graph, cluster, ranks, options, heuristic, times, log, rates, first=True,
-                                   stop=half))
-        ranks, groups = [], len(order)
     for i, d in enumerate(order):
         share = (times.screened_by - work.now()) / (groups - i)
         stop = work.now() + max(share, 0.0)
@@ -244,31 +236,21 @@ def screen_all(graph: Graph, cluster: Cluster, todo: list[Strategy], options: Pl
             done = _screen_pipelines(graph, cluster, by_d[d], options, heuristic, times, stop,
                                      i == len(order) - 1, tried, log, rates)
         tried.extend(done)
-    tried.extend(_screen_ranks(graph, cluster, ranks, options, heuristic, times, log, rates, first=not tried))
+    tried.extend(_screen_ranks(graph, cluster, [s for s in todo if s.tensor_parallel > 1], options, heuristic,
+                               times, log, rates, first=not tried))
     return tried
 
 
-def _outgrows_replicas(graph: Graph, cluster: Cluster) -> bool:
-    """Whether even one-device replicas on every device, parameters and optimizer state sharded
-    across them (FSDP), are predicted to need more than a device holds (`ReplicaMemory`)."""
-    memory = ReplicaMemory.of(graph)
-    capacity = min(d.memory for d in cluster.devices)
-    return memory is not None and memory.predicted_peak(Strategy(len(cluster), 1).fully_sharded()) > capacity
-
-
 def _screen_ranks(graph: Graph, cluster: Cluster, todo: list[Strategy], options: PlaceOptions, heuristic: Solve,
-                  times: ScreeningTimes, log: PlaceOptions, rates: Rates, first: bool,
-                  stop: float | None = None) -> list[Candidate]:
-    """Tensor-parallel strategies (their layouts are chosen already), the largest degree first (the
-    one that fits where the others may not, on a model too large for a device), then the most
-    replicas (whose state can be sharded across them): the heuristics on one batch, the fixed
-    pipeline schedules on micro-batches (over one group, 1F1B is gradient accumulation: each
-    micro-batch's backward pass frees its activations before the next). Until `stop`, or
-    `times.finish_by`."""
+                  times: ScreeningTimes, log: PlaceOptions, rates: Rates, first: bool) -> list[Candidate]:
+    """Tensor-parallel strategies, after the others (their layouts are chosen already), the largest
+    degree first (the one that fits where the others may not, on a model too large for a device):
+    the heuristics on one batch, the fixed pipeline schedules on micro-batches (over one group,
+    1F1B is gradient accumulation: each micro-batch's backward pass frees its activations before
+    the next)."""
     tried: list[Candidate] = []
-    end = times.finish_by if stop is None else min(stop, times.finish_by)
-    for strategy in sorted(todo, key=lambda s: (-s.tensor_parallel, -s.data_parallel, s)):
-        if not (first and not tried) and work.now() > end:
+    for strategy in sorted(todo, key=lambda s: (-s.tensor_parallel, s)):
+        if not (first and not tried) and work.now() > times.finish_by:
             tried.append(Candidate(strategy, why_not="not screened: the screening time ran out"))
             continue
         engines = ("1f1b", "gpipe") if strategy.microbatches > 1 else ("heuristics",)
