@@ -59,12 +59,9 @@ def gpt() -> tuple[Any, Any, Any, Any, Any]:
     return step, params, opt.init(params), tokens, jnp.roll(tokens, 1, axis=1)
 
 
-@pytest.mark.parametrize("name, d", [("mlp", 4), ("mlp", 8), pytest.param("gpt", 4, marks=pytest.mark.slow),
-                                     pytest.param("gpt", 8, marks=pytest.mark.slow)])
-def test_fully_sharded_steps_give_jit_s_step(name: str, d: int) -> None:
-    step, params, state, x, y = {"mlp": mlp, "gpt": gpt}[name]()
-    run = pesto_ir.parallelize(step, devices=jax.devices()[:d], param_argnums=(0, 1), data_parallel=d,
-                               parameters="sharded", autotune=False)
+def _two_steps_like_jit(run: Any, step: Any, params: Any, state: Any, x: jax.Array, y: jax.Array) -> Any:
+    """Two steps of `run`, each from the same state as jax.jit's and giving its new parameters and
+    state; the last new parameters."""
     got_p, got_s = params, state
     want_p, want_s = params, state
     for _ in range(2):
@@ -72,6 +69,16 @@ def test_fully_sharded_steps_give_jit_s_step(name: str, d: int) -> None:
         want_p, want_s = jax.jit(step)(want_p, want_s, x, y)
         for a, b in zip(jax.tree_util.tree_leaves((got_p, got_s)), jax.tree_util.tree_leaves((want_p, want_s))):
             np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=RTOL, atol=ATOL)
+    return got_p
+
+
+@pytest.mark.parametrize("name, d", [("mlp", 4), ("mlp", 8), pytest.param("gpt", 4, marks=pytest.mark.slow),
+                                     pytest.param("gpt", 8, marks=pytest.mark.slow)])
+def test_fully_sharded_steps_give_jit_s_step(name: str, d: int) -> None:
+    step, params, state, x, y = {"mlp": mlp, "gpt": gpt}[name]()
+    run = pesto_ir.parallelize(step, devices=jax.devices()[:d], param_argnums=(0, 1), data_parallel=d,
+                               parameters="sharded", autotune=False)
+    got_p = _two_steps_like_jit(run, step, params, state, x, y)
     par = run.plan.parallelism
     assert par.parameters == "sharded" and par.optimizer_state == "sharded"
     assert run.plan.to_json()["parallelism"]["parameters"] == "sharded"
@@ -118,13 +125,7 @@ def test_tensor_parallel_ranks_shard_their_blocks_across_replicas(name: str, sha
     step, params, state, x, y = {"mlp": mlp, "gpt": gpt}[name]()
     run = pesto_ir.parallelize(step, devices=jax.devices()[:4], param_argnums=(0, 1), data_parallel=2,
                                tensor_parallel=2, autotune=False, **{shard: "sharded"})
-    got_p, got_s = params, state
-    want_p, want_s = params, state
-    for _ in range(2):
-        got_p, got_s = run(got_p, got_s, x, y)
-        want_p, want_s = jax.jit(step)(want_p, want_s, x, y)
-        for a, b in zip(jax.tree_util.tree_leaves((got_p, got_s)), jax.tree_util.tree_leaves((want_p, want_s))):
-            np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=RTOL, atol=ATOL)
+    _two_steps_like_jit(run, step, params, state, x, y)
     par = run.plan.parallelism
     assert (par.data_parallel, par.tensor_parallel, par.optimizer_state) == (2, 2, "sharded")
     assert par.parameters == ("sharded" if shard == "parameters" else "replicated")
