@@ -22,11 +22,9 @@ from pesto_ir.backends.replica_runtime import (
 )
 from pesto_ir.backends.schedule import Segment
 from pesto_ir.ir.graph import Graph, Value
-from pesto_ir.ir.opdefs import opcodes
+from pesto_ir.jaxrt.interpreter import ACROSS_REPLICAS
 from pesto_ir.schedule.plan import Parallelism
 from pesto_ir.util.errors import PestoError
-
-ACROSS_REPLICAS = opcodes(run="replicas")  # all_reduce, reduce_scatter, all_gather, replica_slice
 
 
 class BackendError(PestoError):

@@ -138,8 +138,9 @@ def unit_indices(ops: Sequence[Op]) -> tuple[list[int], list[list[int]]]:
 
 
 # Failed `Memory.fits` checks per op and device before a schedule gives up (where memory barely holds
-# the step, pairs are re-checked after every commit: docs/hybrid.md, the work clock), charged in batches
-MAX_FAILED_CHECKS_PER_PAIR, FAILED_CHECKS_CHARGED = 2, 1024
+# the step, pairs are re-checked after every commit: docs/hybrid.md, the work clock), never fewer than
+# `MIN_FAILED_CHECKS` (about a second: a small graph's retries cost nothing), charged in batches
+MAX_FAILED_CHECKS_PER_PAIR, MIN_FAILED_CHECKS, FAILED_CHECKS_CHARGED = 2, 100_000, 1024
 
 
 class Memory:
@@ -159,7 +160,7 @@ class Memory:
     """
 
     def __init__(self, pg: PlaceGraph, ends: list[float] | None = None,
-                 reserve: Sequence[int] | None = None, algorithm: str = "") -> None:
+                 reserve: Sequence[int] | None = None, *, algorithm: str) -> None:
         self.pg = pg
         self.algorithm = algorithm  # the placer's name, for its errors
         self.ends = ends
@@ -174,7 +175,7 @@ class Memory:
         self.readers_left = [len(s) for s in pg.succs]
         self.pending: list[list[tuple[float, int]]] = [[] for _ in range(pg.k)]  # (freed at, bytes)
         self.failed = 0  # checks that found no room (`fits`)
-        self.max_failed = MAX_FAILED_CHECKS_PER_PAIR * pg.n * pg.k
+        self.max_failed = max(MAX_FAILED_CHECKS_PER_PAIR * pg.n * pg.k, MIN_FAILED_CHECKS)
 
     def need(self, v: int, device: int) -> tuple[int, int]:
         """Bytes committing op v on `device` would add there: held the whole step, and while it
@@ -211,9 +212,11 @@ class Memory:
         if self.failed % FAILED_CHECKS_CHARGED == 0:
             work.charge("memory-check", FAILED_CHECKS_CHARGED)
         if self.failed > self.max_failed:
-            raise PlacementError(f"{self.algorithm or 'placement'}: gave up after {self.failed} checks found no room for an op "
-                                 f"({MAX_FAILED_CHECKS_PER_PAIR} per op and device): ops wait for memory to free "
-                                 "again and again, so the step barely fits on these devices, if at all")
+            raise PlacementError(f"{self.algorithm}: gave up after {self.failed} checks found no room for an op "
+                                 f"(the last: op '{self.pg.names[v]}' needs {resident + transient} bytes on "
+                                 f"{self.pg.cluster.devices[device].name} with {self.free_bytes(device)} free): ops "
+                                 "wait for memory to free again and again, so the step barely fits on these devices, "
+                                 "if at all")
         return False
 
     def place(self, v: int, device: int, free_from: list[float] | None = None, at: float | None = None) -> None:

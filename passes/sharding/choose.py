@@ -192,10 +192,11 @@ def choose_layout(graph: Graph, size: int, device: Device, cost: CollectiveCost 
         tensor_shard(graph, layout_of(chosen), cost)  # its own reason (a cost graph has no shapes to split)
         raise ShardingError(f"graph '{graph.name}' cannot run as {size} tensor-parallel ranks even with every "
                             "parameter whole")
-    carried = {i: pick for i, pick in enumerate(start) if i < len(classes) and pick is not None
-               and classes[i].shape[pick[0]] % (pick[1] * size) == 0} or \
-        {i: pick for i, pick in alternating_start(graph, classes).items()
-         if pick is not None and classes[i].shape[pick[0]] % (pick[1] * size) == 0}
+    def dividing(picks: dict[int, Option]) -> dict[int, Option]:
+        return {i: pick for i, pick in picks.items() if i < len(classes) and pick is not None
+                and classes[i].shape[pick[0]] % (pick[1] * size) == 0}
+
+    carried = dividing(dict(enumerate(start))) or dividing(alternating_start(graph, classes))
     if carried:
         found = scored(layout_of({**chosen, **carried}))
         evaluations += 1

@@ -59,8 +59,8 @@ them where sharding the state alone gives no plan, `screening.screen`). With `te
     `optimizer_state` and `parameters` say. The degrees are searched from the largest, which
     has half the time (on a model too large for a device it is the one that fits), and each
     degree's search starts from the layout the degree before it chose."""
-    out = [s.fully_sharded() if parameters == "sharded" and s.data_parallel > 1 else s
-           for s in _replica_strategies(graph, cluster, data_parallel, microbatches, optimizer_state)]
+    replicas = _replica_strategies(graph, cluster, data_parallel, microbatches, optimizer_state, parameters)
+    out = list(replicas)
     k = len(cluster)
     ts = [tensor_parallel] if tensor_parallel is not None else \
         [1, *(t for t in range(2, min(k, MAX_AUTO_TENSOR_PARALLEL) + 1) if k % t == 0)]
@@ -83,10 +83,7 @@ them where sharding the state alone gives no plan, `screening.screen`). With `te
             failed.append(str(e).splitlines()[0])
             continue
         layout, start = choice.layout, choice.picks
-        out += [dataclasses.replace(s.fully_sharded() if parameters == "sharded" and s.data_parallel > 1 else s,
-                                    tensor=layout)
-                for s in _replica_strategies(graph, cluster, data_parallel, microbatches, optimizer_state)
-                if (k // s.data_parallel) % t == 0]
+        out += [dataclasses.replace(s, tensor=layout) for s in replicas if (k // s.data_parallel) % t == 0]
     if not out and data_parallel is not None and tensor_parallel is not None:
         raise PestoError(f"data-parallel {data_parallel} x tensor-parallel {tensor_parallel} does not divide the "
                          f"{k} devices")
@@ -94,7 +91,9 @@ them where sharding the state alone gives no plan, `screening.screen`). With `te
 
 
 def _replica_strategies(graph: Graph, cluster: Cluster, data_parallel: int | None, microbatches: int | None,
-                        optimizer_state: str) -> list[Strategy]:
+                        optimizer_state: str, parameters: str) -> list[Strategy]:
+    """Every d x m the options and the batch allow, the state (and with `parameters` "sharded" the
+    parameters too) sharded across replicas where there are several and the options say so."""
     k = len(cluster)
     ds = [data_parallel] if data_parallel is not None else [d for d in range(1, k + 1) if k % d == 0]
     if data_parallel is None and _cost_only(graph) and not any(op.get("param_bytes") for op in graph.ops):
@@ -106,7 +105,8 @@ def _replica_strategies(graph: Graph, cluster: Cluster, data_parallel: int | Non
         for m in ms:
             if batch is not None and batch % (d * m) and (data_parallel is None or microbatches is None):
                 continue
-            out.append(Strategy(d, m, "sharded" if optimizer_state == "sharded" and d > 1 else "replicated"))
+            strategy = Strategy(d, m, "sharded" if optimizer_state == "sharded" and d > 1 else "replicated")
+            out.append(strategy.fully_sharded() if parameters == "sharded" and d > 1 else strategy)
     return out
 
 
