@@ -194,7 +194,8 @@ def _varying(graph: Graph, inputs: tuple[str, ...]) -> set[int]:
                 continue
             # a collective (a bucket of several too) maps operand k to result k
             for v, r in zip(op.operands, op.results):
-                if (op.opcode in ("reduce_scatter", "replica_slice") if kind == along else id(v) in out):
+                if (op.opcode in ("reduce_scatter", "replica_slice", "block_indices") if kind == along
+                        else id(v) in out):
                     out.add(id(r))
     return differs["replica"] | differs["tensor"]
 

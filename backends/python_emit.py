@@ -543,7 +543,7 @@ def _emit_all_reduce(e: _Emitter, op: Op, names: Namespace) -> str:
 
 
 def _emit_sharded(e: _Emitter, op: Op, names: Namespace) -> str:
-    """`reduce_scatter`, `all_gather` and `replica_slice` over one replica: the identity; over the
+    """`reduce_scatter`, `all_gather`, `replica_slice` and `block_indices` over one replica: the identity; over the
     plan's replicas, what `ReplicaInterpreter.run_op` runs."""
     args = [names.name(id(v), v.name) for v in op.operands]
     if one_replica(op):
@@ -558,6 +558,10 @@ def _emit_sharded(e: _Emitter, op: Op, names: Namespace) -> str:
         block = _tensor(op.result).shape[axis]
         return (f"{names.name(id(op.result), op.result.name)} = lax.dynamic_slice_in_dim({args[0]}, "
                 f"lax.axis_index(REPLICA_AXIS) * {block}, {block}, {axis})")
+    if op.opcode == "block_indices":
+        block = int(op.get("size")) // d
+        return (f"{names.name(id(op.result), op.result.name)} = {args[0]} - "
+                f"(lax.axis_index(REPLICA_AXIS) * {block}).astype({args[0]}.dtype)")
     axes = [int(a) for a in op.get("axes")]
     if op.opcode == "all_gather":
         calls = [f"lax.all_gather({a}, REPLICA_AXIS, axis={axis}, tiled=True)" for a, axis in zip(args, axes)]
@@ -572,7 +576,7 @@ def _emit_sharded(e: _Emitter, op: Op, names: Namespace) -> str:
 EMIT_RULES: dict[str, EmitRule] = {
     "constant": _emit_constant,
     "all_reduce": _emit_all_reduce,
-    **{opcode: _emit_sharded for opcode in ("reduce_scatter", "all_gather", "replica_slice")},
+    **{opcode: _emit_sharded for opcode in ("reduce_scatter", "all_gather", "replica_slice", "block_indices")},
 }
 
 

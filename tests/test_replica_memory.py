@@ -8,7 +8,7 @@ from __future__ import annotations
 import functools
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from bench.zoo_jax import lower_model
@@ -16,9 +16,12 @@ from pesto_ir.cluster.model import Cluster
 from pesto_ir.frontends.text import parse
 from pesto_ir.ir.graph import Graph
 from pesto_ir.passes.placement.search.replica_memory import SKIP_MARGIN, ReplicaMemory, variant_to_screen
+from pesto_ir.passes.placement.search.strategies import batch_size
 from pesto_ir.passes.rewrite.batch_axes import per_sample_values
 from pesto_ir.passes.rewrite.rebatch import rebatch
-from pesto_ir.passes.rewrite.replicas import ONE_BATCH, Strategy
+from pesto_ir.passes.rewrite.replicas import ONE_BATCH, Strategy, replica_graph
+from pesto_ir.passes.rewrite.tensor_shard import tensor_shard
+from pesto_ir.passes.sharding.choose import choose_layout
 from pesto_ir.passmanager import PassContext, PassManager
 from pesto_ir.schedule.plan import read_plan_attrs
 
@@ -105,3 +108,38 @@ def test_the_screening_starts_from_the_least_sharded_variant_predicted_to_fit() 
 def test_a_graph_without_a_batch_has_no_prediction() -> None:
     graph = parse("graph @g(param %a: f32[4]) {\n  %b = neg(%a) : f32[4]\n  return %b\n}\n")
     assert ReplicaMemory.of(graph) is None
+
+
+@settings(max_examples=10, deadline=None)
+@given(st.sampled_from(("mlp", "gpt", "resnet")), st.sampled_from((1, 2)), st.sampled_from((1, 2)),
+       st.sampled_from(("replicated", "sharded")), st.sampled_from(("m-topo", "m-etf")))
+def test_the_floor_is_under_the_peak_of_every_plan(name: str, d: int, m: int, state: str, algo: str) -> None:
+    """`floor` is a bound, not a guess: the strategy's replica graph placed over its devices by a
+    list scheduler never peaks under it."""
+    graph = _costed(name)
+    memory = ReplicaMemory.of(graph)
+    assert memory is not None
+    strategy = Strategy(d, m, state if d > 1 else "replicated")
+    devices = 4 // d
+    assume(batch_size(graph) % (d * m) == 0)  # type: ignore[operator]
+    replica = replica_graph(graph, Cluster.homogeneous(4, "h100"), strategy)
+    plan = read_plan_attrs(PassManager(f"place{{algo={algo}}}").run(
+        replica, PassContext(cluster=Cluster.homogeneous(devices, "h100"), quiet=True)))
+    assert plan is not None and plan.peak_memory
+    assert memory.floor(strategy, devices) <= max(plan.peak_memory.values())
+    assert memory.floor(strategy, 1) >= memory.floor(strategy, devices)
+
+
+def test_a_rank_graph_s_walk_is_its_one_device_list_schedule_peak() -> None:
+    """The walk of one tensor-parallel rank's graph (`ReplicaMemory.of(rank, source)`), its
+    per-sample values found by the one-batch graph's names, is the rank graph's one-device peak,
+    and its micro-batches and replicas scale it down as the one-batch walk's do."""
+    graph = _costed("gpt")
+    rank = tensor_shard(graph, choose_layout(graph, 2, Cluster.homogeneous(2, "h100").devices[0], None).layout)
+    memory = ReplicaMemory.of(rank, graph)
+    assert memory is not None and ReplicaMemory.of(rank) is None  # the rank's collectives have no batch rule
+    plan = read_plan_attrs(PassManager("place{algo=m-topo}").run(
+        rank.clone(), PassContext(cluster=Cluster.homogeneous(1, "h100"), quiet=True)))
+    assert plan is not None and plan.peak_memory
+    assert memory.predicted_peak(ONE_BATCH) == pytest.approx(max(plan.peak_memory.values()), rel=1e-9)
+    assert memory.predicted_peak(Strategy(1, 2)) < memory.predicted_peak(ONE_BATCH)

@@ -36,7 +36,7 @@ from pesto_ir.passes.rewrite.replicas import (
     sub_cluster,
 )
 from pesto_ir.passes.rewrite.tensor_shard import ShardingError, TensorLayout, tensor_shard
-from pesto_ir.passes.sharding.choose import choose_layout
+from pesto_ir.passes.sharding.choose import alternating_start, choose_layout
 from pesto_ir.passes.sharding.classes import parameter_classes
 from pesto_ir.passmanager import PassContext, PassManager
 from pesto_ir.schedule.plan import collective_bytes, read_plan_attrs, write_plan_attrs
@@ -139,6 +139,7 @@ def test_gpt_attention_is_split_by_heads() -> None:
         assert axes[f"params.blocks.{block}.qkv.w"] == 1 and layout.runs(f"params.blocks.{block}.qkv.w") == 3
         assert axes[f"params.blocks.{block}.proj.w"] == 0
         assert axes[f"params.blocks.{block}.fc.w"] == 1 and axes[f"params.blocks.{block}.out.w"] == 0
+    assert axes["params.wte"] == 0  # Megatron's vocabulary-parallel embedding and logits
 
 
 def test_heads_split_in_runs_run_like_jit() -> None:
@@ -191,6 +192,52 @@ def test_sequence_parallel_regions_run_like_jit() -> None:
     kinds = [op.opcode for op in rank.ops]
     assert kinds.count("all_gather") >= 2 and kinds.count("reduce_scatter") >= 2
     _runs_like_jit(rank, cluster, strategy, step, (params, x, y))
+
+
+@pytest.mark.parametrize("with_layers", [False, True])
+def test_a_table_split_by_vocabulary_is_looked_up_in_each_rank_s_rows(with_layers: bool) -> None:
+    """Megatron's vocabulary-parallel embedding and loss: the tied table split along the
+    vocabulary, each rank looks its rows up (the other ranks' token ids fall outside its block:
+    zeros, summed across the ranks), computes its block of the logits, the log-softmax's max and
+    sum all-reduced, the target's log-probability looked up in its block, and the gradients added
+    into its rows only. Nothing is gathered whole, and the step is jit's; alone, and with the
+    layers split as Megatron's pairs."""
+    step, params, x, y = gpt()
+    graph = lower(step, params, x, y, param_argnums=(0,))
+    cluster = Cluster.homogeneous(2, "cpu")
+    PassManager("annotate-costs{model=roofline}").run(graph, PassContext(cluster=cluster, quiet=True))
+    split = {"params.wte": 0}
+    runs: dict[str, int] = {}
+    if with_layers:
+        parts = {"qkv.w": 1, "qkv.b": 0, "proj.w": 0, "fc.w": 1, "fc.b": 0, "out.w": 0}
+        split.update({v.name: a for v in graph.inputs for p, a in parts.items() if v.name.endswith(p)})
+        runs = {n: 3 for n in split if ".qkv." in n}
+    strategy = Strategy(1, 1, tensor=TensorLayout(2, tuple(split.items()), tuple(runs.items())))
+    rank = replica_graph(graph, cluster, strategy)
+    kinds = [op.opcode for op in rank.ops]
+    assert "all_gather" not in kinds and "replica_slice" not in kinds
+    lookups = [op for op in rank.ops if op.opcode == "gather"]
+    assert len(lookups) == 2  # the tokens' embeddings, the targets' log-probabilities
+    for op in lookups:
+        assert op.operands[1].owner is not None and op.operands[1].owner.opcode == "block_indices"
+        assert op.get("mode") == "FILL_OR_DROP" and op.get("fill_value") == 0
+        assert op.result.uses and all(u.opcode == "all_reduce" for u in op.result.users())
+    whole = {op.name: op.result.type.nbytes for op in graph.ops if op.opcode == "scatter-add"}
+    scatters = {op.name: op.result.type.nbytes for op in rank.ops if op.opcode == "scatter-add"}
+    assert scatters.keys() == whole.keys() and len(scatters) == 2  # the gradients, into the rank's rows only
+    assert all(2 * n == whole[name] for name, n in scatters.items())
+    _runs_like_jit(rank, cluster, strategy, step, (params, x, y))
+
+
+def test_the_layout_search_starts_from_a_vocabulary_split() -> None:
+    """A table looked up along its longest axis starts split along it (the position table, looked
+    up along its shorter axis, starts whole)."""
+    step, params, x, y = gpt()
+    graph = lower(step, params, x, y, param_argnums=(0,))
+    classes = parameter_classes(graph)
+    start = {name: pick for i, pick in alternating_start(graph, classes).items() for name in classes[i].names}
+    assert start["params.wte"] == (0, 1)
+    assert "params.wpe" not in start
 
 
 def _runs_like_jit(rank: Any, cluster: Cluster, strategy: Strategy, step: Any, args: tuple[Any, ...]) -> None:

@@ -133,6 +133,35 @@ def _tensor_conv(op: Op, axes: list[Batch | None]) -> Batched | Cut:
     return BATCH_RULES["conv_general_dilated"](op, axes)
 
 
+@dataclass
+class Lookup(Cut):
+    """A gather from an operand split along the axis its indices pick from, the indices whole
+    (Megatron's vocabulary-parallel embedding and loss): each rank looks up in its block, the
+    indices of other blocks giving zeros (`block_indices`, the gather filling what falls outside),
+    and the partial results are summed across the group. `size` is the whole axis's length."""
+
+    axis: int = 0
+    size: int = 0
+
+
+def _block_lookup(op: Op, axes: list[Batch | None]) -> Lookup | None:
+    """`Lookup` where `op`, a gather, reads its operand split in t contiguous blocks along the one
+    axis its indices pick a single row of, from whole indices; else None."""
+    b, dn = axes[0], op.get("dimension_numbers")
+    if b is None or axes[1] is not None or list(dn["start_index_map"]) != [b[0]]:
+        return None
+    axis = b[0]
+    if axis not in list(dn["collapsed_slice_dims"]) or list(op.get("slice_sizes"))[axis] != 1:
+        return None
+    return Lookup("sum", axis=axis, size=_shape_of(op.operands[0])[axis])
+
+
+def _tensor_gather(op: Op, axes: list[Batch | None]) -> Batched | Cut:
+    """The batch rule, or a lookup in the rank's block (`Lookup`)."""
+    lookup = _block_lookup(op, axes)
+    return BATCH_RULES["gather"](op, axes) if lookup is None else lookup
+
+
 def _runs(op: Op, t: int, b: Batch, size: int, lengths: list[int]) -> list[int]:
     """The rows of each piece of a split axis cut into `lengths`: each must be whole runs."""
     runs = b[1] // t
@@ -195,7 +224,7 @@ def tensor_rules(t: int) -> dict[str, Any]:
         return Batched([axes[0][0]])  # type: ignore[index]
 
     return {**BATCH_RULES, **{name: across_replicas for name in ACROSS_REPLICAS},
-            "dot_general": _tensor_dot_general,
+            "dot_general": _tensor_dot_general, "gather": _tensor_gather,
             **{name: _tensor_conv for name, rule in BATCH_RULES.items()
                if rule is BATCH_RULES.get("conv_general_dilated")},
             "split": split, "slice": slice_, "concatenate": concatenate}
@@ -220,8 +249,14 @@ class TensorRewriter(Rewriter):
         self.reduced: dict[int, int] = {}  # id(an all-reduce's result) -> id(the source value it is)
         self.rules = tensor_rules(size)
         self.runs = 1  # the runs of the op being rewritten's split operands (`op`)
+        self.lookups: dict[int, tuple[int, int]] = {}  # id(a `Lookup`'s indices) -> (axis, size) it picks from
 
     def op(self, op: Op) -> None:
+        lookup = self.lookups.get(id(op.operands[1])) if len(op.operands) == 3 else None
+        if lookup is not None and _scatters_rows_into_zeros(op, lookup[0]) and \
+                not any(id(v) in self.per for v in op.operands):
+            self.block_scatter(op, *lookup)
+            return
         try:
             self.attempt(op, self.split_op)
         except MicrobatchError:
@@ -285,7 +320,12 @@ class TensorRewriter(Rewriter):
         into blocks along an axis where everything reads them in blocks (`scatter`)."""
         if how.combine == "chain" and not _is_zeros(op.operands[0]):
             raise refuse(op, "it adds into a tensor that is not zeros, which an all-reduce would count once per rank")
-        part = self.emit(op, op.opcode, self.operands_for(op, axes, 0, how.split), [r.type for r in op.results],
+        operands = self.operands_for(op, axes, 0, how.split)
+        if isinstance(how, Lookup):
+            operands[1] = self.block_indices(op, op.operands[1], how.size)
+            self.lookups[id(op.operands[1])] = (how.axis, how.size)
+            attrs = {**attrs, **_outside_blocks_ignored(op)}
+        part = self.emit(op, op.opcode, operands, [r.type for r in op.results],
                          self.copy_attrs(op, attrs, 0), op.name, [r.name for r in op.results])
         reduction = "sum" if how.combine == "chain" else how.combine
         for r, acc in zip(op.results, part.results):
@@ -302,6 +342,25 @@ class TensorRewriter(Rewriter):
             made = self.emit(op, "reduce_scatter", [acc], [self.small(acc.type, axis)], attrs,
                              self.out.fresh_name(f"{r.name}.scatter"))
             self.per[id(r)] = _PerSample([made.result], (axis, self.d))
+
+    def block_scatter(self, op: Op, axis: int, size: int) -> None:
+        """`op`, the gradient of a `Lookup` (updates added into zeros at the rows its indices pick),
+        on the rank's block of the zeros, the other blocks' rows dropped: its result split."""
+        self.runs = 1
+        zeros = self.split(op.operands[0], axis)[0]
+        indices = self.block_indices(op, op.operands[1], size)
+        attrs = {**{k: a for k, a in op.attrs.items() if k not in PLAN_KEYS}, **_outside_blocks_ignored(op)}
+        made = self.emit(op, op.opcode, [zeros, indices, self.value(op.operands[2])], [self.small(op.result.type, axis)],
+                         self.copy_attrs(op, attrs, 0), op.name, [op.result.name])
+        self.per[id(op.result)] = _PerSample([made.result], (axis, self.d))
+
+    def block_indices(self, op: Op, v: Value, size: int) -> Value:
+        """Whole indices `v` into an axis of `size`, as indices into the rank's block of it (made
+        once per value and size, before `op`)."""
+        key = (id(v), -size)
+        if key not in self.sliced:
+            self.sliced[key] = [_emit_block_indices(self.out, self.value(v), size, self.d, op.loc)]
+        return self.sliced[key][0]
 
     def gather(self, op: Op, v: Value, split: _PerSample) -> Value:
         """`v` whole again: an all-gather of its blocks, made before `op`."""
@@ -443,14 +502,21 @@ def _hoist_slices(graph: Graph, t: int) -> None:
         sliced = work.pop()
         src = sliced.operands[0].owner
         if sliced.graph is None or src is None or len(src.results) != 1 or len(src.result.users()) != 1 \
-                or id(src.result) in outputs or src.subgraphs():
+                or id(src.result) in outputs:
             continue
         axis, shape = int(sliced.get("axis")), _shape_of(src.result)
+        if src.subgraphs() and not _scatters_rows_into_zeros(src, axis):  # (a scatter's update function)
+            continue
         if src.opcode in ELEMENTWISE and all(_shape_of(x) in (shape, ()) for x in src.operands):
             made = [_block_slice(graph, sliced, x, axis) if _shape_of(x) else x for x in src.operands]
             attrs = dict(src.attrs)
         elif src.opcode == "broadcast_in_dim" and list(src.get("broadcast_dimensions")).count(axis) == 0:
             made, attrs = list(src.operands), {**src.attrs, "shape": to_attr(_shape_of(sliced.result))}
+        elif _scatters_rows_into_zeros(src, axis):  # the lookup's gradient, on the rank's block
+            zeros, indices, updates = src.operands
+            local = _emit_block_indices(graph, indices, shape[axis], t, sliced.loc, before=sliced)
+            made = [_block_slice(graph, sliced, zeros, axis), local, updates]
+            attrs = {**src.attrs, **_outside_blocks_ignored(src)}
         else:
             continue
         attrs = scaled_costs({k: a for k, a in attrs.items() if k not in PLAN_KEYS}, t)
@@ -461,6 +527,38 @@ def _hoist_slices(graph: Graph, t: int) -> None:
         graph.erase(sliced)
         graph.erase(src)
         work.extend(x.owner for x in made if x.owner is not None and _is_block_slice(x.owner))
+
+
+def _scatters_rows_into_zeros(op: Op, axis: int) -> bool:
+    """`op` adds updates into zeros at single rows along `axis`, picked by its indices alone: the
+    gradient of a `Lookup`, whose block along `axis` the rank can make from its own rows."""
+    if op.opcode not in ("scatter-add", "scatter_add") or not _is_zeros(op.operands[0]):
+        return False
+    dn = op.get("dimension_numbers")
+    return list(dn["scatter_dims_to_operand_dims"]) == [axis] and axis in list(dn["inserted_window_dims"]) \
+        and axis not in list(dn.get("operand_batching_dims", ()))
+
+
+def _outside_blocks_ignored(op: Op) -> dict[str, Attr]:
+    """The attributes that make a gather fill, or a scatter drop, the indices outside the block it
+    reads or writes: zeros, which the sum across the group adds nothing with."""
+    out: dict[str, Attr] = {"mode": StringAttr("FILL_OR_DROP")}
+    if op.opcode == "gather":
+        dtype = op.results[0].type.dtype if isinstance(op.results[0].type, TensorType) else "f32"
+        out["fill_value"] = to_attr(0 if dtype.startswith(("i", "u")) else 0.0)
+    return out
+
+
+def _emit_block_indices(graph: Graph, indices: Value, size: int, t: int, loc: Any, before: Op | None = None) -> Value:
+    """A `block_indices` op over the group's t ranks, appended to `graph` (or put before `before`)."""
+    attrs: dict[str, Attr] = {"replicas": IntAttr(t), "size": IntAttr(size), "across": StringAttr("tensor")}
+    name = graph.fresh_name(f"{indices.name}.local")
+    made = Op(name, "block_indices", [indices], [indices.type], attrs, [name], loc)
+    if before is None:
+        graph.append(made)
+    else:
+        graph.insert(graph.ops.index(before), made)
+    return made.result
 
 
 def _is_block_slice(op: Op) -> bool:

@@ -319,8 +319,9 @@ def alternating_start(graph: Graph, classes: list[ParamClass]) -> dict[int, Opti
     forward pass multiplies by them, split alternately along their output axis (column-parallel)
     and their contracted axis (row-parallel), so that each row-parallel matmul reads the blocks the
     column-parallel one before it made and one all-reduce ends the pair. A column-parallel output
-    split into parts (a fused QKV projection) is split as that many runs. Vectors and the
-    classes outside the layers are left whole: the search tries them."""
+    split into parts (a fused QKV projection) is split as that many runs. Embedding tables are
+    split by vocabulary (`vocabulary_start`); vectors and the other classes outside the layers are
+    left whole: the search tries them."""
     layers = layer_count(classes)
     inputs = {v.name: v for v in graph.inputs}
     index = {id(op): i for i, op in enumerate(graph.ops)}
@@ -337,7 +338,41 @@ def alternating_start(graph: Graph, classes: list[ParamClass]) -> dict[int, Opti
     out: dict[int, Option] = {}
     for n, (_, i, contracted, parts) in enumerate(sorted(found)):
         out[i] = (1 - contracted, parts) if n % 2 == 0 else (contracted, 1)
+    out.update(vocabulary_start(graph, classes))
     return out
+
+
+def vocabulary_start(graph: Graph, classes: list[ParamClass]) -> dict[int, Option]:
+    """Megatron's vocabulary-parallel embedding as a start: a table the step looks rows up in
+    (a `gather` picking one row along an axis, through casts) split along that axis where it is the
+    table's longest (the vocabulary, not the hidden size: a position table is left whole). Each rank
+    looks up in its rows, and a head tied to the table computes its block of the logits."""
+    inputs = {v.name: v for v in graph.inputs}
+    out: dict[int, Option] = {}
+    for i, cls in enumerate(classes):
+        if len(cls.shape) != 2:
+            continue
+        axes = {axis for name in cls.names if (axis := _looked_up_axis(inputs[name])) is not None}
+        if len(axes) == 1:
+            picked = next(iter(axes))
+            if cls.shape[picked] >= max(cls.shape):
+                out[i] = (picked, 1)
+    return out
+
+
+def _looked_up_axis(v: Value) -> int | None:
+    """The axis of `v` a `gather` picks single rows along (through casts), or None."""
+    for op in v.users():
+        if op.opcode == "convert_element_type":
+            found = _looked_up_axis(op.result)
+            if found is not None:
+                return found
+        elif op.opcode == "gather" and op.operands[0] is v:
+            dn = op.get("dimension_numbers")
+            picked = list(dn["start_index_map"])
+            if len(picked) == 1 and picked[0] in list(dn["collapsed_slice_dims"]):
+                return int(picked[0])
+    return None
 
 
 def _first_matmul(v: Value) -> tuple[Op, int] | None:

@@ -252,8 +252,13 @@ define("while", nested="trip_count")
 define("cond", nested="one_of")
 
 # Across data-parallel replicas (Pesto IR's own ops): the collectives communicate, timed by the
-# link model (their `cost` is their ring time); `replica_slice` takes the replica's own block.
+# link model (their `cost` is their ring time); `replica_slice` takes the replica's own block, and
+# `block_indices` turns indices into a whole axis of `size` into indices into the replica's block of
+# it (those of other blocks fall outside it: a gather fills them, a scatter drops them).
 define("all_reduce", shape="all_reduce", collective=True, run="replicas")
 define("reduce_scatter", shape="reduce_scatter", collective=True, run="replicas")
 define("all_gather", shape="all_gather", collective=True, run="replicas")
 define("replica_slice", shape="replica_slice", work="indexed_read", family="movement", run="replicas")
+define("block_indices", shape="block_indices", work="elementwise", family="elementwise", fusion="loop", elementwise=True,
+       batch="elementwise",
+       run="replicas")

@@ -353,6 +353,18 @@ def _replica_slice(op: Op, ts: Sequence[TensorType]) -> list[Type]:
     return [_blocks(ts[0], axis, _replicas(op), gather=False)]
 
 
+def _block_indices(op: Op, ts: Sequence[TensorType]) -> list[Type]:
+    """`block_indices {replicas, size}`: integer indices into an axis of `size`, made indices into
+    the replica's block of it (`size / replicas` long): the same type."""
+    _arity(ts, 1)
+    if not ts[0].dtype.startswith(("i", "u")):
+        raise ShapeError(f"indexes with {ts[0]}, not integers")
+    size, replicas = _need(op, "size"), _replicas(op)
+    if isinstance(size, bool) or not isinstance(size, int) or size < 1 or size % replicas:
+        raise ShapeError(f"size must be a whole number >= 1 that {replicas} replicas divide, not {op.attrs['size']}")
+    return [ts[0]]
+
+
 # The rules by name, as op definitions (`pesto_ir.ir.opdefs`) name them in their `shape` field.
 SHAPE_KINDS: dict[str, ShapeRule] = {
     "unary": _unary,
@@ -381,6 +393,7 @@ SHAPE_KINDS: dict[str, ShapeRule] = {
     "reduce_scatter": lambda op, ts: _sharded_bucket(op, ts, gather=False),
     "all_gather": lambda op, ts: _sharded_bucket(op, ts, gather=True),
     "replica_slice": _replica_slice,
+    "block_indices": _block_indices,
 }
 # Rules over any value types (not just tensors): they get the op alone.
 TYPE_KINDS: dict[str, Callable[[Op], list[Type]]] = {

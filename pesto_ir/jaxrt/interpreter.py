@@ -192,7 +192,8 @@ class ReplicaInterpreter(Interpreter):
     """One replica's graph inside `jax.shard_map` over a mesh axis of the replicas: an `all_reduce`
     over them is the collective of that axis (`psum`, `pmax`, `pmin`), a `reduce_scatter` its
     `psum_scatter` (each operand along its axis), an `all_gather` its `all_gather`, a `replica_slice`
-    the block of the replica's index; the rest as usual."""
+    the block of the replica's index, `block_indices` the indices less that block's start; the rest
+    as usual."""
 
     REDUCE = {"sum": jax.lax.psum, "max": jax.lax.pmax, "min": jax.lax.pmin}
 
@@ -220,6 +221,9 @@ class ReplicaInterpreter(Interpreter):
             block = shape[dim] // (runs * size)
             x = jax.lax.dynamic_slice_in_dim(x, jax.lax.axis_index(axis) * block, block, dim + 1)
             return [x.reshape(*shape[:dim], shape[dim] // size, *shape[dim + 1:])]
+        if op.opcode == "block_indices":  # indices into the replica's block: those of the others fall outside
+            block = int(op.get("size")) // size
+            return [args[0] - (jax.lax.axis_index(axis) * block).astype(args[0].dtype)]
         dims = [int(a) for a in op.get("axes")]
         if op.opcode == "all_gather":
             return [jax.lax.all_gather(x, axis, axis=a, tiled=True) for x, a in zip(args, dims)]

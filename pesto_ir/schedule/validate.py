@@ -240,7 +240,7 @@ def _check_sharded_state(graph: Graph, par: Parallelism, problems: list[str]) ->
         problems.append(f"the plan's parameters are {par.parameters} but the graph holds them "
                         f"{'in blocks (sharded_parameters)' if fully else 'whole (no sharded_parameters)'}")
     for op in graph.ops:
-        if op.opcode == "replica_slice" and op.get("replicas") != _size(par, op):
+        if op.opcode in ("replica_slice", "block_indices") and op.get("replicas") != _size(par, op):
             problems.append(f"op '{op.name}' slices for {op.get('replicas')} replicas but the plan has "
                             f"{_mirrors(par)}")
 

@@ -121,7 +121,11 @@ def search(graph: Graph, cluster: Cluster, options: PlaceOptions, data_parallel:
     if others:
         best = min(others, key=lambda c: c.plan.makespan if c.plan is not None else math.inf)
     else:  # no quick plan: the full engine on the one-batch step (it can search from scratch)
-        best = next((c for c in tried if c.strategy == ONE_BATCH), tried[0])
+        if all(c.unfit for c in tried):
+            raise PestoError("no strategy gave a plan: none can fit in memory; "
+                             + "; ".join(f"{c.strategy}: {c.why_not}" for c in tried))
+        may_fit = [c for c in tried if not c.unfit]
+        best = next((c for c in may_fit if c.strategy == ONE_BATCH), may_fit[0])
     if one_batch is not None and (best is one_batch or not _worth_refining(best, one_batch)):
         best = one_batch  # its own search below is the refinement
     plan = best.plan

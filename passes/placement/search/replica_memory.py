@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from pesto_ir.ir.graph import Graph, infer_state_map
+from pesto_ir.ir.opdefs import opcodes
 from pesto_ir.passes.rewrite.batch_axes import MicrobatchError, per_sample_values
 from pesto_ir.passes.rewrite.replicas import Strategy
 from pesto_ir.passes.rewrite.shard_state import optimizer_state_inputs
@@ -31,6 +32,7 @@ from pesto_ir.schedule.memory import lifetimes
 from pesto_ir.schedule.plan import OpSlot, Plan
 from pesto_ir.util.units import human_bytes
 
+ACROSS_REPLICAS = opcodes(run="replicas")  # collectives, block slices and indices (the rank's additions)
 WHOLE, SAMPLE, PARAM, STATE = range(4)  # the kinds of bytes, the columns of `ReplicaMemory.held`
 WALK = "walk"  # the one device of the walk's plan
 
@@ -38,15 +40,22 @@ WALK = "walk"  # the one device of the walk's plan
 @dataclass(frozen=True)
 class ReplicaMemory:
     """The bytes of each kind held at each op of the one-batch graph's walk (rows: ops in graph
-    order; columns: `WHOLE`, `SAMPLE`, `PARAM`, `STATE`)."""
+    order; columns: `WHOLE`, `SAMPLE`, `PARAM`, `STATE`); for `floor`, the most per-sample bytes
+    one op reads and writes, and the parameters' and the optimizer state's bytes."""
 
     held: np.ndarray
+    op_sample_bytes: float = 0.0
+    param_bytes: float = 0.0
+    state_bytes: float = 0.0
 
     @classmethod
-    def of(cls, graph: Graph) -> ReplicaMemory | None:
-        """The walk of `graph`, or None where the graph has no batch to split (no prediction)."""
+    def of(cls, graph: Graph, source: Graph | None = None) -> ReplicaMemory | None:
+        """The walk of `graph`, or None where the graph has no batch to split (no prediction).
+        `graph` may be one tensor-parallel rank's graph of the one-batch step `source`: its
+        per-sample values are then those named as `source`'s are, and what the rank's collectives,
+        block slices and indices make of them."""
         try:
-            sample = per_sample_values(graph)
+            sample = per_sample_values(graph) if source is None else _rank_sample_values(graph, source)
         except MicrobatchError:
             return None
         if not graph.ops:
@@ -59,7 +68,9 @@ class ReplicaMemory:
             change[int(held.start), k] += held.nbytes
             if held.end < len(graph.ops):
                 change[int(held.end), k] -= held.nbytes
-        return cls(np.cumsum(change, axis=0)[:-1])
+        inputs = {k: sum(v.type.nbytes for v in graph.inputs if kind.get(f"input %{v.name}") == k)
+                  for k in (PARAM, STATE)}
+        return cls(np.cumsum(change, axis=0)[:-1], _largest_op_sample(graph, sample), inputs[PARAM], inputs[STATE])
 
     def predicted_peak(self, strategy: Strategy) -> float:
         """The peak bytes of one device of `strategy`'s one-device replicas (see the module)."""
@@ -68,6 +79,45 @@ class ReplicaMemory:
                           1.0 / d if strategy.parameters == "sharded" else 1.0,
                           1.0 / d if strategy.optimizer_state == "sharded" else 1.0])
         return float((self.held @ scale).max())
+
+
+    def floor(self, strategy: Strategy, devices: int) -> float:
+        """Bytes that one device of `strategy`'s replicas (of `devices` devices each) holds at once
+        under any plan: a lower bound, where `predicted_peak` is a guess. The op that reads and
+        writes the most per-sample bytes holds them on its device while it runs, 1/(d m t) of them
+        (a micro-batch's, a rank's block at best); and a replica's devices hold its share of the
+        parameters and optimizer state all step (1/d of what the strategy shards across replicas):
+        one device holds both, several at least their average of the state."""
+        d, m, t = strategy.data_parallel, strategy.microbatches, strategy.tensor_parallel
+        op = self.op_sample_bytes / (d * m * t)
+        state = self.param_bytes / (d if strategy.parameters == "sharded" else 1) + \
+            self.state_bytes / (d if strategy.optimizer_state == "sharded" else 1)
+        return op + state if devices == 1 else max(op, state / devices)
+
+
+def _rank_sample_values(rank: Graph, source: Graph) -> set[int]:
+    """The ids of a rank graph's per-sample values, by `source`'s (`tensor_shard` keeps the
+    names of the values it splits or copies; what it adds reads them: an all-reduce of partial
+    sums, a block slice, shifted indices)."""
+    by_id = per_sample_values(source)
+    names = {v.name for v in source.inputs if id(v) in by_id} | \
+        {r.name for op in source.ops for r in op.results if id(r) in by_id}
+    out = {id(v) for v in rank.inputs if v.name in names}
+    for op in rank.ops:
+        added = op.opcode in ACROSS_REPLICAS
+        for k, r in enumerate(op.results):
+            if r.name in names or added and k < len(op.operands) and id(op.operands[k]) in out:
+                out.add(id(r))
+    return out
+
+
+def _largest_op_sample(graph: Graph, sample: set[int]) -> float:
+    """The most bytes of per-sample values one op reads and writes (each value once)."""
+    most = 0
+    for op in graph.ops:
+        values = {id(v): v for v in (*op.operands, *op.results) if id(v) in sample}
+        most = max(most, sum(v.type.nbytes for v in values.values()))
+    return float(most)
 
 
 def _kinds(graph: Graph, sample: set[int]) -> dict[str, int]:

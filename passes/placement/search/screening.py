@@ -40,10 +40,11 @@ from pesto_ir.passes.rewrite.replicas import (
     replica_groups,
     sub_cluster,
 )
+from pesto_ir.passes.rewrite.tensor_shard import TensorLayout, tensor_shard
 from pesto_ir.schedule.plan import Plan
 from pesto_ir.util import work
 from pesto_ir.util.errors import PestoError
-from pesto_ir.util.units import human_time
+from pesto_ir.util.units import human_bytes, human_time
 
 MAX_SCREEN_OPS = 150_000  # a rewritten graph larger than this is not built (memory)
 MAX_HEURISTIC_OPS = 5_000  # the heuristics screen a pipelined replica graph up to this size (m-ETF: 60 s at 19,000)
@@ -74,6 +75,8 @@ class Rates:
     fsdp: bool = False  # and then the parameters too (`parameters=auto`)
     prebuilt: dict[Strategy, Graph] = field(default_factory=dict)  # replica graphs built before: the start plan's
     halved: bool = False  # a start plan uses at most half of each replica's devices (`_on_fewer_devices` need not)
+    memory: ReplicaMemory | None = None  # the one-batch graph's walk (`replica_memory.py`), made once per search
+    rank_memory: dict[TensorLayout, ReplicaMemory | None] = field(default_factory=dict)  # its ranks' walks
 
     def screened(self, c: Candidate) -> None:
         if c.plan is not None and c.graph is not None and (self.fastest is None
@@ -115,6 +118,22 @@ class ScreeningTimes:
         """Where a degree's first schedules may go on to: the end of screening for the last degree
         screened, else the end of its share (`stop`)."""
         return self.finish_by if last else stop
+
+
+def cannot_fit(strategy: Strategy, cluster: Cluster, rates: Rates) -> str:
+    """Why `strategy` fits no plan, sharded as far as the search may shard it, by the memory floor
+    (`ReplicaMemory.floor`: a bound, not a guess), or "" where it may fit."""
+    if rates.memory is None:
+        return ""
+    widest = strategy
+    if strategy.data_parallel > 1 and strategy.parameters != "sharded":
+        widest = strategy.fully_sharded() if rates.fsdp else strategy.sharded() if rates.shard else strategy
+    floor = rates.memory.floor(widest, len(cluster) // strategy.data_parallel)
+    capacity = max(d.memory for d in cluster.devices)
+    if floor <= capacity:
+        return ""
+    return (f"not screened: it cannot fit: under any plan{' of ' + str(widest) if widest != strategy else ''} "
+            f"a device holds at least {human_bytes(floor)} at once, over the {human_bytes(capacity)} it has")
 
 
 def first_reason(e: Exception) -> str:
@@ -214,49 +233,139 @@ def _screened(graph: Graph, cluster: Cluster, found: Candidate, options: PlaceOp
     return found
 
 
+RANKS = 0  # `screen_all`'s key of the tensor-parallel strategies' group (a degree d is >= 1)
+
+
 def screen_all(graph: Graph, cluster: Cluster, todo: list[Strategy], options: PlaceOptions, heuristic: Solve,
                times: ScreeningTimes, log: PlaceOptions, rates: Rates) -> list[Candidate]:
-    """Screen the strategies of each data-parallel degree, each degree with an equal share of the
-    screening time: pure data parallelism first (one-device replicas: the cheapest to screen),
-    then one batch, then the mixes; the tensor-parallel strategies last, with a share of their own
-    (on a model that fits no device whole they are what fits)."""
-    by_d: dict[int, list[Strategy]] = {}
+    """Screen the strategies in groups, each with an equal share of the screening time: pure data
+    parallelism first (one-device replicas: the cheapest to screen), then one batch, then the
+    mixes of each data-parallel degree, then the tensor-parallel strategies (`_group_order`).
+    Strategies that cannot fit, by the memory floor, are not screened (`cannot_fit`)."""
+    if rates.memory is None:
+        rates.memory = ReplicaMemory.of(graph)
+    unfit: list[Candidate] = []  # strategies that cannot fit, by the memory floor: not screened
+    groups: dict[int, list[Strategy]] = {}
     for s in sorted(todo):
-        if s.tensor_parallel == 1:
-            by_d.setdefault(s.data_parallel, []).append(s)
-    order = sorted(by_d, key=lambda d: (d != len(cluster), d != 1, -d))
-    groups = len(order) + (1 if any(s.tensor_parallel > 1 for s in todo) else 0)
+        if not _unfit(s, cluster, rates, unfit, log):
+            groups.setdefault(RANKS if s.tensor_parallel > 1 else s.data_parallel, []).append(s)
+    order = _group_order(groups, cluster, ONE_BATCH in todo and ONE_BATCH not in {c.strategy for c in unfit})
     tried: list[Candidate] = []
-    for i, d in enumerate(order):
-        share = (times.screened_by - work.now()) / (groups - i)
+    for i, key in enumerate(order):
+        share = (times.screened_by - work.now()) / (len(order) - i)
         stop = work.now() + max(share, 0.0)
-        if len(cluster) == d:
-            done = _screen_replicas(graph, cluster, by_d[d], options, heuristic, stop, tried == [], log, rates)
+        last = i == len(order) - 1
+        if key == RANKS:
+            done = _screen_ranks(graph, cluster, groups[key], options, heuristic, times, stop, last, log, rates,
+                                 first=not tried)
+        elif key == len(cluster):
+            done = _screen_replicas(graph, cluster, groups[key], options, heuristic, stop, tried == [], log, rates)
         else:
-            done = _screen_pipelines(graph, cluster, by_d[d], options, heuristic, times, stop,
-                                     i == len(order) - 1, tried, log, rates)
+            done = _screen_pipelines(graph, cluster, groups[key], options, heuristic, times, stop, last, tried,
+                                     log, rates)
         tried.extend(done)
-    tried.extend(_screen_ranks(graph, cluster, [s for s in todo if s.tensor_parallel > 1], options, heuristic,
-                               times, log, rates, first=not tried))
-    return tried
+    return tried + unfit
+
+
+def _group_order(groups: dict[int, list[Strategy]], cluster: Cluster, one_batch_fits: bool) -> list[int]:
+    """The order to screen `groups` in: one-device replicas (d = k), one batch's degree (d = 1),
+    the other degrees from the largest, the tensor-parallel strategies (`RANKS`) last; but where
+    one batch cannot fit (the memory floor), right after the one-device replicas: a model whose
+    largest op or state outgrows what one batch spreads over the devices is one that tensor
+    parallelism is made for, and screening the other degrees first (list scheduling every
+    replica graph near its memory, building pipelines of many micro-batches) can take all the
+    screening time."""
+    k = len(cluster)
+    ranks_early = not one_batch_fits
+    return sorted(groups, key=lambda d: (d != k, not (d == RANKS and ranks_early), d != 1, d == RANKS, -d))
+
+
+def _unfit(strategy: Strategy, cluster: Cluster, rates: Rates, tried: list[Candidate], log: PlaceOptions) -> bool:
+    """Whether `strategy` cannot fit (`cannot_fit`): then it is tried as that, and logged."""
+    why = cannot_fit(strategy, cluster, rates)
+    if why:
+        tried.append(_logged(Candidate(strategy, why_not=why, unfit=True), log, rates))
+    return bool(why)
 
 
 def _screen_ranks(graph: Graph, cluster: Cluster, todo: list[Strategy], options: PlaceOptions, heuristic: Solve,
-                  times: ScreeningTimes, log: PlaceOptions, rates: Rates, first: bool) -> list[Candidate]:
-    """Tensor-parallel strategies, after the others (their layouts are chosen already), the largest
-    degree first (the one that fits where the others may not, on a model too large for a device):
-    the heuristics on one batch, the fixed pipeline schedules on micro-batches (over one group,
-    1F1B is gradient accumulation: each micro-batch's backward pass frees its activations before
-    the next)."""
+                  times: ScreeningTimes, stop: float, last: bool, log: PlaceOptions, rates: Rates,
+                  first: bool) -> list[Candidate]:
+    """Tensor-parallel strategies (their layouts are chosen already): the largest degree first (the
+    one that fits where the others may not, on a model too large for a device), then one device
+    per rank before pipelines of several, fewer micro-batches first. One batch per rank runs the
+    heuristics, micro-batches the fixed pipeline schedules (over one device a rank, 1F1B is
+    gradient accumulation: each micro-batch's backward pass frees its activations before the
+    next). On one device per rank, more micro-batches than the first that fits cannot be faster
+    (`_screen_replicas`), so they are not screened. The first is always screened; the others
+    while the group's share lasts (`stop`), or the screening when it is the `last` group."""
+    k = len(cluster)
     tried: list[Candidate] = []
-    for strategy in sorted(todo, key=lambda s: (-s.tensor_parallel, s)):
-        if not (first and not tried) and work.now() > times.finish_by:
+    fitted: set[tuple[int, int]] = set()  # (t, d) of one device per rank that gave a plan
+    end = times.degree_end(stop, last)
+    capacity = min(d.memory for d in cluster.devices)
+    for strategy in sorted(todo, key=lambda s: (-s.tensor_parallel, k // (s.data_parallel * s.tensor_parallel),
+                                                s.microbatches, s)):
+        t, d = strategy.tensor_parallel, strategy.data_parallel
+        fits_from = _first_predicted_to_fit(graph, cluster, [s for s in todo if (s.tensor_parallel, s.data_parallel)
+                                                             == (t, d)], capacity, rates) if k == d * t else None
+        if fits_from is not None and strategy.microbatches < fits_from.microbatches:
+            tried.append(_logged(Candidate(strategy, why_not=(
+                f"not screened: predicted over the {human_bytes(capacity)} a device has however sharded, where "
+                f"{fits_from} is predicted to fit")), log, rates))
+            continue
+        if (t, d) in fitted:
+            tried.append(Candidate(strategy, why_not=f"not screened: one device per rank is no faster with more "
+                                                     f"micro-batches than d={d} t={t} with fewer, which fits"))
+            continue
+        if not (first and not tried) and work.now() > end:
             tried.append(Candidate(strategy, why_not="not screened: the screening time ran out"))
             continue
+        variant: Strategy | None = strategy
+        why = ""
+        memory = _rank_memory(graph, strategy, rates)
+        if memory is not None and k == d * t:  # one device per rank: the walk predicts its peak
+            variant, why = variant_to_screen(memory, strategy, capacity, rates.shard, rates.fsdp)
+        if variant is None:
+            tried.append(_logged(Candidate(strategy, why_not=why), log, rates))
+            continue
         engines = ("1f1b", "gpipe") if strategy.microbatches > 1 else ("heuristics",)
-        tried.append(_logged(screen(graph, cluster, Candidate(strategy), options, heuristic, engines, rates,
-                                    times.finish_by), log, rates))
+        c = screen(graph, cluster, Candidate(variant), options, heuristic, engines, rates, times.finish_by)
+        if c.plan is not None and why and not c.why_not:
+            c.why_not = why
+        tried.append(_logged(c, log, rates))
+        if c.plan is not None and k == d * t:
+            fitted.add((t, d))
     return tried
+
+
+def _first_predicted_to_fit(graph: Graph, cluster: Cluster, alike: list[Strategy], capacity: float, rates: Rates
+                            ) -> Strategy | None:
+    """Of strategies `alike` but for their micro-batches (one device per rank), the variant with
+    the fewest micro-batches that the rank's walk predicts to fit in `capacity` (the least sharded
+    that does), or None: fewer micro-batches predicted over it need not be screened, as more
+    micro-batches only hold less."""
+    for s in sorted(alike, key=lambda s: s.microbatches):
+        memory = _rank_memory(graph, s, rates)
+        if memory is None:
+            return None
+        variant, _ = variant_to_screen(memory, s, capacity, rates.shard, rates.fsdp)
+        if variant is not None and memory.predicted_peak(variant) <= capacity:
+            return variant
+    return None
+
+
+def _rank_memory(graph: Graph, strategy: Strategy, rates: Rates) -> ReplicaMemory | None:
+    """The walk of one rank's graph of the one-batch step, split by `strategy`'s layout (made once
+    per layout; None where it has no batch to predict by): its replicas' peaks follow from it as
+    one-device replicas' follow from the one-batch graph's (`ReplicaMemory.predicted_peak`)."""
+    layout = strategy.tensor
+    if layout not in rates.rank_memory:
+        try:
+            rates.rank_memory[layout] = ReplicaMemory.of(tensor_shard(graph, layout), graph)
+        except PestoError:
+            rates.rank_memory[layout] = None
+    return rates.rank_memory[layout]
 
 
 def _screen_replicas(graph: Graph, cluster: Cluster, todo: list[Strategy], options: PlaceOptions,
@@ -267,7 +376,7 @@ def _screen_replicas(graph: Graph, cluster: Cluster, todo: list[Strategy], optio
     times), so more micro-batches than memory needs cannot be faster. Where the search may shard
     the optimizer state, the first that fits is screened sharded too, and kept if faster."""
     tried: list[Candidate] = []
-    memory = ReplicaMemory.of(graph)
+    memory = rates.memory
     capacity = min(d.memory for d in cluster.devices)
     for strategy in todo:
         if not (first and not tried) and work.now() > stop:

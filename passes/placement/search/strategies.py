@@ -41,6 +41,7 @@ class Candidate:
     why_not: str = ""
     engine: str = ""
     pipeline: PipelineGraph | None = None  # `source` over replica 0's devices, for its pipeline schedules
+    unfit: bool = False  # no plan of it fits in memory, by the memory floor (`screening.cannot_fit`)
 
 
 def strategies(graph: Graph, cluster: Cluster, data_parallel: int | None, microbatches: int | None,
