@@ -229,6 +229,35 @@ def test_a_table_split_by_vocabulary_is_looked_up_in_each_rank_s_rows(with_layer
     _runs_like_jit(rank, cluster, strategy, step, (params, x, y))
 
 
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from((2, 4)), st.integers(1, 3), st.integers(1, 3), st.integers(0, 2**31 - 1))
+def test_lookups_in_split_tables_are_jit_s(t: int, blocks: int, width: int, seed: int) -> None:
+    """Random tables split along their rows across t ranks, looked up by random indices (the
+    first and last row of every block among them), as an embedding and as a target's
+    log-probability: every rank's lookups and gradients on its rows give jit's step."""
+    vocab, h, batch = t * 4 * blocks, 4 * width, 8
+    rng = np.random.default_rng(seed)
+    edges = np.arange(0, vocab, 4 * blocks)
+    ids = np.concatenate([edges, edges + 4 * blocks - 1, rng.integers(0, vocab, 2 * batch)])[:2 * batch]
+    tokens = jnp.asarray(rng.permutation(ids).reshape(batch, 2), jnp.int32)
+    targets = jnp.asarray(rng.integers(0, vocab, (batch, 2)), jnp.int32)
+
+    def loss(p: Any, x: jax.Array, y: jax.Array) -> jax.Array:
+        logits = jnp.tanh(p["table"][x]) @ p["head"]
+        logp = jax.nn.log_softmax(logits)
+        return -jnp.mean(jnp.take_along_axis(logp, y[..., None], axis=-1))
+
+    params = {"table": jnp.asarray(rng.normal(size=(vocab, h)), jnp.float32),
+              "head": jnp.asarray(rng.normal(size=(h, vocab)), jnp.float32)}
+    step = _sgd(loss)
+    graph = lower(step, params, tokens, targets, param_argnums=(0,))
+    cluster = Cluster.homogeneous(t, "cpu")
+    strategy = Strategy(1, 1, tensor=TensorLayout(t, (("params.table", 0), ("params.head", 1))))
+    rank = replica_graph(graph, cluster, strategy)
+    assert "all_gather" not in [op.opcode for op in rank.ops]
+    _runs_like_jit(rank, cluster, strategy, step, (params, tokens, targets))
+
+
 def test_the_layout_search_starts_from_a_vocabulary_split() -> None:
     """A table looked up along its longest axis starts split along it (the position table, looked
     up along its shorter axis, starts whole)."""

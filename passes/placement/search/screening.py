@@ -238,9 +238,11 @@ RANKS = 0  # `screen_all`'s key of the tensor-parallel strategies' group (a degr
 
 def screen_all(graph: Graph, cluster: Cluster, todo: list[Strategy], options: PlaceOptions, heuristic: Solve,
                times: ScreeningTimes, log: PlaceOptions, rates: Rates) -> list[Candidate]:
-    """Screen the strategies in groups, each with an equal share of the screening time: pure data
-    parallelism first (one-device replicas: the cheapest to screen), then one batch, then the
-    mixes of each data-parallel degree, then the tensor-parallel strategies (`_group_order`).
+    """Screen the strategies in groups, each degree with an equal share of the screening time (the
+    tensor-parallel group a share per degree t, the one-device replicas one per variant of the
+    state): pure data parallelism first (one-device replicas:
+    the cheapest to screen), then one batch, then the mixes of each data-parallel degree, then the
+    tensor-parallel strategies (`_group_order`).
     Strategies that cannot fit, by the memory floor, are not screened (`cannot_fit`)."""
     if rates.memory is None:
         rates.memory = ReplicaMemory.of(graph)
@@ -249,10 +251,16 @@ def screen_all(graph: Graph, cluster: Cluster, todo: list[Strategy], options: Pl
     for s in sorted(todo):
         if not _unfit(s, cluster, rates, unfit, log):
             groups.setdefault(RANKS if s.tensor_parallel > 1 else s.data_parallel, []).append(s)
-    order = _group_order(groups, cluster, ONE_BATCH in todo and ONE_BATCH not in {c.strategy for c in unfit})
+    one_batch_fits = ONE_BATCH in todo and ONE_BATCH not in {c.strategy for c in unfit}
+    order = _group_order(groups, cluster, one_batch_fits and not _ranks_predicted_to_fit(graph, cluster,
+                                                                                        groups.get(RANKS, []), rates))
+    # each degree has a share: the tensor-parallel group one per degree t, the one-device replicas
+    # one per variant of the state they screen (whole, and sharded where the search may shard it)
+    weight = {key: len({s.tensor_parallel for s in groups[key]}) if key == RANKS
+              else 2 if key == len(cluster) and rates.shard else 1 for key in order}
     tried: list[Candidate] = []
     for i, key in enumerate(order):
-        share = (times.screened_by - work.now()) / (len(order) - i)
+        share = (times.screened_by - work.now()) * weight[key] / sum(weight[k] for k in order[i:])
         stop = work.now() + max(share, 0.0)
         last = i == len(order) - 1
         if key == RANKS:
@@ -267,16 +275,31 @@ def screen_all(graph: Graph, cluster: Cluster, todo: list[Strategy], options: Pl
     return tried + unfit
 
 
-def _group_order(groups: dict[int, list[Strategy]], cluster: Cluster, one_batch_fits: bool) -> list[int]:
-    """The order to screen `groups` in: one-device replicas (d = k), one batch's degree (d = 1),
-    the other degrees from the largest, the tensor-parallel strategies (`RANKS`) last; but where
-    one batch cannot fit (the memory floor), right after the one-device replicas: a model whose
-    largest op or state outgrows what one batch spreads over the devices is one that tensor
-    parallelism is made for, and screening the other degrees first (list scheduling every
-    replica graph near its memory, building pipelines of many micro-batches) can take all the
-    screening time."""
+def _ranks_predicted_to_fit(graph: Graph, cluster: Cluster, ranks: list[Strategy], rates: Rates) -> bool:
+    """Whether a strategy of the largest tensor-parallel degree, one device per rank, is predicted
+    to fit by its rank graph's walk (`_first_predicted_to_fit`)."""
     k = len(cluster)
-    ranks_early = not one_batch_fits
+    alike = [s for s in ranks if s.data_parallel * s.tensor_parallel == k]
+    if not alike:
+        return False
+    t = max(s.tensor_parallel for s in alike)
+    capacity = min(d.memory for d in cluster.devices)
+    return _first_predicted_to_fit(graph, cluster, [s for s in alike if s.tensor_parallel == t], capacity,
+                                   rates) is not None
+
+
+def _group_order(groups: dict[int, list[Strategy]], cluster: Cluster, others_first: bool) -> list[int]:
+    """The order to screen `groups` in: one-device replicas (d = k), one batch's degree (d = 1),
+    the other degrees from the largest, the tensor-parallel strategies (`RANKS`) last, unless
+    not `others_first`: then right after the one-device replicas. That is where one batch cannot
+    fit (the memory floor) or the largest degree of one device per rank is predicted to fit: a
+    model that outgrows one batch spread over the devices, or one whose ranks fit, is what
+    tensor parallelism is made for, and screening the other degrees first (list scheduling every
+    replica graph near its memory, building pipelines of many micro-batches) can take all the
+    screening time (on alpa-gpt-6.7B it did, and on megatron-gpt-16B it left the tensor-parallel
+    strategies one screening: t = 8, not Megatron's faster t = 4 x d = 2)."""
+    k = len(cluster)
+    ranks_early = not others_first
     return sorted(groups, key=lambda d: (d != k, not (d == RANKS and ranks_early), d != 1, d == RANKS, -d))
 
 
@@ -451,7 +474,10 @@ def _screen_pipelines(graph: Graph, cluster: Cluster, todo: list[Strategy], opti
                    else _no_time(expected, "to screen", now + expected <= hard))
             tried.append(Candidate(strategy, why_not=why))
         else:
-            given = options if strategy != ONE_BATCH else dataclasses.replace(options, time_limit=max(until - now, 1e-3))
+            # one batch's heuristics may take the rest of the screening, unless a plan is in hand
+            # already (the tensor-parallel strategies, screened first on a large model): its share
+            end = stop if any(c.plan is not None for c in before) else until
+            given = options if strategy != ONE_BATCH else dataclasses.replace(options, time_limit=max(end - now, 1e-3))
             tried.append(_logged(screen(graph, cluster, Candidate(strategy), given, heuristic, rates=rates), log, rates))
     pipelined = [s for s in todo if s.microbatches > 1]
     if not pipelined:

@@ -1,0 +1,68 @@
+"""The hybrid search's screening order on models that outgrow their devices
+(`passes/placement/search/screening.py`): strategies the memory floor rules out are not
+screened, and say why; the tensor-parallel strategies come before the other degrees where one
+batch cannot fit or their ranks are predicted to fit."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+
+from bench.zoo_jax import lower_config
+from bench.zoo_jax_models import GptConfig
+from pesto_ir.cluster.model import Cluster
+from pesto_ir.ir.graph import Graph
+from pesto_ir.passes.placement.search.replica_memory import ReplicaMemory
+from pesto_ir.passes.placement.search.screening import RANKS, Rates, _group_order, cannot_fit
+from pesto_ir.passes.rewrite.replicas import ONE_BATCH, Strategy
+from pesto_ir.passmanager import PassContext, PassManager
+from pesto_ir.schedule.plan import read_plan_attrs
+from pesto_ir.util.errors import PestoError
+
+
+@functools.cache
+def _costed() -> Graph:
+    """Two GPT blocks whose activations outweigh their state (a long batch, a wide vocabulary)."""
+    graph = lower_config("gpt", GptConfig(layers=2, d_model=64, heads=4, seq=64, batch=32, vocab=512))
+    return PassManager("annotate-costs{model=roofline}").run(
+        graph, PassContext(cluster=Cluster.homogeneous(1, "h100"), quiet=True))
+
+
+def test_a_strategy_over_its_memory_floor_is_not_screened() -> None:
+    """On devices smaller than one batch's floor, one batch is refused with the floor it needs;
+    the search says so whether or not another strategy gives a plan."""
+    graph = _costed()
+    memory = ReplicaMemory.of(graph)
+    assert memory is not None
+    capacity = memory.floor(ONE_BATCH, 4) * 0.9
+    cluster = Cluster.homogeneous(4, "h100", memory=capacity)
+    rates = Rates(memory=memory)
+    assert "cannot fit" in cannot_fit(ONE_BATCH, cluster, rates)
+    replicas = Strategy(4, 4)
+    assert memory.floor(replicas, 1) < memory.floor(ONE_BATCH, 4)
+    try:
+        out = PassManager("place{algo=auto time-limit=5 seed=0}").run(
+            graph.clone(), PassContext(cluster=cluster, quiet=True, seed=0))
+        plan = read_plan_attrs(out)
+        assert plan is not None
+        said = " ".join(plan.notes)
+    except PestoError as e:
+        said = str(e)
+    assert "d=1 m=1 none (not screened: it cannot fit" in said or "d=1 m=1: not screened: it cannot fit" in said
+
+
+def test_the_floor_grows_with_what_one_device_must_hold() -> None:
+    memory = ReplicaMemory.of(_costed())
+    assert memory is not None
+    s = Strategy(2, 2)
+    assert memory.floor(s.fully_sharded(), 1) <= memory.floor(s.sharded(), 1) <= memory.floor(s, 1)
+    assert memory.floor(Strategy(2, 4), 1) <= memory.floor(s, 1)
+    assert memory.floor(s, 2) <= memory.floor(s, 1)
+
+
+@pytest.mark.parametrize("others_first", [True, False])
+def test_ranks_come_first_only_where_others_cannot_fit_or_they_can(others_first: bool) -> None:
+    groups = {8: [], 1: [], 4: [], 2: [], RANKS: []}
+    order = _group_order(groups, Cluster.homogeneous(8, "h100"), others_first)  # type: ignore[arg-type]
+    assert order == ([8, 1, 4, 2, RANKS] if others_first else [8, RANKS, 1, 4, 2])
