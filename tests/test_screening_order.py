@@ -1,7 +1,7 @@
 """The hybrid search's screening order on models that outgrow their devices
 (`passes/placement/search/screening.py`): strategies the memory floor rules out are not
-screened, and say why; the tensor-parallel strategies come before the other degrees where one
-batch cannot fit or their ranks are predicted to fit."""
+screened, and say why; the tensor-parallel strategies come before the other degrees, and one
+batch after them, where one batch cannot fit or the ranks are predicted to fit."""
 
 from __future__ import annotations
 
@@ -62,7 +62,7 @@ def test_the_floor_grows_with_what_one_device_must_hold() -> None:
 
 
 @pytest.mark.parametrize("others_first", [True, False])
-def test_ranks_come_first_only_where_others_cannot_fit_or_they_can(others_first: bool) -> None:
+def test_ranks_come_first_and_one_batch_last_on_models_for_them(others_first: bool) -> None:
     groups = {8: [], 1: [], 4: [], 2: [], RANKS: []}
     order = _group_order(groups, Cluster.homogeneous(8, "h100"), others_first)  # type: ignore[arg-type]
-    assert order == ([8, 1, 4, 2, RANKS] if others_first else [8, RANKS, 1, 4, 2])
+    assert order == ([8, 1, 4, 2, RANKS] if others_first else [8, RANKS, 4, 2, 1])

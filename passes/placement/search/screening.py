@@ -264,8 +264,7 @@ def screen_all(graph: Graph, cluster: Cluster, todo: list[Strategy], options: Pl
         stop = work.now() + max(share, 0.0)
         last = i == len(order) - 1
         if key == RANKS:
-            done = _screen_ranks(graph, cluster, groups[key], options, heuristic, times, stop, last, log, rates,
-                                 first=not tried)
+            done = _screen_ranks(graph, cluster, groups[key], options, heuristic, times, stop, last, log, rates)
         elif key == len(cluster):
             done = _screen_replicas(graph, cluster, groups[key], options, heuristic, stop, tried == [], log, rates)
         else:
@@ -290,17 +289,20 @@ def _ranks_predicted_to_fit(graph: Graph, cluster: Cluster, ranks: list[Strategy
 
 def _group_order(groups: dict[int, list[Strategy]], cluster: Cluster, others_first: bool) -> list[int]:
     """The order to screen `groups` in: one-device replicas (d = k), one batch's degree (d = 1),
-    the other degrees from the largest, the tensor-parallel strategies (`RANKS`) last, unless
-    not `others_first`: then right after the one-device replicas. That is where one batch cannot
-    fit (the memory floor) or the largest degree of one device per rank is predicted to fit: a
-    model that outgrows one batch spread over the devices, or one whose ranks fit, is what
-    tensor parallelism is made for, and screening the other degrees first (list scheduling every
-    replica graph near its memory, building pipelines of many micro-batches) can take all the
-    screening time (on alpa-gpt-6.7B it did, and on megatron-gpt-16B it left the tensor-parallel
-    strategies one screening: t = 8, not Megatron's faster t = 4 x d = 2)."""
+    the other degrees from the largest, the tensor-parallel strategies (`RANKS`) last. Unless
+    `others_first`: then the tensor-parallel strategies right after the one-device replicas, and
+    one batch last. That is where one batch cannot fit (the memory floor) or the largest degree of
+    one device per rank is predicted to fit: a model that outgrows one batch spread over the
+    devices, or one whose ranks fit, is what tensor parallelism is made for, and one batch over
+    many devices is its slowest plan (on megatron-gpt-7.1B, 16B: 1977 ms, against 425.8 and 355.8);
+    screening the other degrees first (list scheduling every replica graph near its memory,
+    building pipelines of many micro-batches) can take all the screening time (on alpa-gpt-6.7B it
+    did: no plan; on megatron-gpt-16B the tensor-parallel strategies got one screening, t = 8 at
+    377.6 ms, not Megatron's t = 4 x d = 2 at 355.8 ms)."""
     k = len(cluster)
-    ranks_early = not others_first
-    return sorted(groups, key=lambda d: (d != k, not (d == RANKS and ranks_early), d != 1, d == RANKS, -d))
+    if not others_first:
+        return sorted(groups, key=lambda d: (d != k, d != RANKS, d == 1, -d))
+    return sorted(groups, key=lambda d: (d != k, d != 1, d == RANKS, -d))
 
 
 def _unfit(strategy: Strategy, cluster: Cluster, rates: Rates, tried: list[Candidate], log: PlaceOptions) -> bool:
@@ -312,19 +314,23 @@ def _unfit(strategy: Strategy, cluster: Cluster, rates: Rates, tried: list[Candi
 
 
 def _screen_ranks(graph: Graph, cluster: Cluster, todo: list[Strategy], options: PlaceOptions, heuristic: Solve,
-                  times: ScreeningTimes, stop: float, last: bool, log: PlaceOptions, rates: Rates,
-                  first: bool) -> list[Candidate]:
+                  times: ScreeningTimes, stop: float, last: bool, log: PlaceOptions, rates: Rates
+                  ) -> list[Candidate]:
     """Tensor-parallel strategies (their layouts are chosen already): the largest degree first (the
     one that fits where the others may not, on a model too large for a device), then one device
     per rank before pipelines of several, fewer micro-batches first. One batch per rank runs the
     heuristics, micro-batches the fixed pipeline schedules (over one device a rank, 1F1B is
     gradient accumulation: each micro-batch's backward pass frees its activations before the
     next). On one device per rank, more micro-batches than the first that fits cannot be faster
-    (`_screen_replicas`), so they are not screened. The first is always screened; the others
-    while the group's share lasts (`stop`), or the screening when it is the `last` group."""
+    (`_screen_replicas`), so they are not screened. Each degree's first strategy may be screened
+    until the screening ends (`times.finish_by`), past the group's share: each degree has its own
+    layout, and on a model too large for a device these are what fits (megatron-gpt-16B's t = 4 x
+    d = 2 is 355.8 ms where t = 8 is 377.6); the others while the group's share lasts (`stop`), or
+    the screening when it is the `last` group."""
     k = len(cluster)
     tried: list[Candidate] = []
     fitted: set[tuple[int, int]] = set()  # (t, d) of one device per rank that gave a plan
+    degrees_screened: set[int] = set()  # each degree's first strategy is screened, however late
     end = times.degree_end(stop, last)
     capacity = min(d.memory for d in cluster.devices)
     for strategy in sorted(todo, key=lambda s: (-s.tensor_parallel, k // (s.data_parallel * s.tensor_parallel),
@@ -341,18 +347,19 @@ def _screen_ranks(graph: Graph, cluster: Cluster, todo: list[Strategy], options:
             tried.append(Candidate(strategy, why_not=f"not screened: one device per rank is no faster with more "
                                                      f"micro-batches than d={d} t={t} with fewer, which fits"))
             continue
-        if not (first and not tried) and work.now() > end:
+        if work.now() > (end if t in degrees_screened else times.finish_by):
             tried.append(Candidate(strategy, why_not="not screened: the screening time ran out"))
             continue
         variant: Strategy | None = strategy
         why = ""
-        memory = _rank_memory(graph, strategy, rates)
+        memory = _rank_memory(graph, cluster, strategy, rates)
         if memory is not None and k == d * t:  # one device per rank: the walk predicts its peak
             variant, why = variant_to_screen(memory, strategy, capacity, rates.shard, rates.fsdp)
         if variant is None:
             tried.append(_logged(Candidate(strategy, why_not=why), log, rates))
             continue
         engines = ("1f1b", "gpipe") if strategy.microbatches > 1 else ("heuristics",)
+        degrees_screened.add(t)
         c = screen(graph, cluster, Candidate(variant), options, heuristic, engines, rates, times.finish_by)
         if c.plan is not None and why and not c.why_not:
             c.why_not = why
@@ -369,7 +376,7 @@ def _first_predicted_to_fit(graph: Graph, cluster: Cluster, alike: list[Strategy
     that does), or None: fewer micro-batches predicted over it need not be screened, as more
     micro-batches only hold less."""
     for s in sorted(alike, key=lambda s: s.microbatches):
-        memory = _rank_memory(graph, s, rates)
+        memory = _rank_memory(graph, cluster, s, rates)
         if memory is None:
             return None
         variant, _ = variant_to_screen(memory, s, capacity, rates.shard, rates.fsdp)
@@ -378,14 +385,21 @@ def _first_predicted_to_fit(graph: Graph, cluster: Cluster, alike: list[Strategy
     return None
 
 
-def _rank_memory(graph: Graph, strategy: Strategy, rates: Rates) -> ReplicaMemory | None:
+def _rank_memory(graph: Graph, cluster: Cluster, strategy: Strategy, rates: Rates) -> ReplicaMemory | None:
     """The walk of one rank's graph of the one-batch step, split by `strategy`'s layout (made once
     per layout; None where it has no batch to predict by): its replicas' peaks follow from it as
-    one-device replicas' follow from the one-batch graph's (`ReplicaMemory.predicted_peak`)."""
+    one-device replicas' follow from the one-batch graph's (`ReplicaMemory.predicted_peak`). Where
+    the group spans every device, that rank graph is the strategy d = 1 m = 1's replica graph,
+    the first the screening tries: it is built as that (with its costs) and kept for it."""
     layout = strategy.tensor
     if layout not in rates.rank_memory:
+        one_batch = Strategy(1, 1, tensor=layout)
         try:
-            rates.rank_memory[layout] = ReplicaMemory.of(tensor_shard(graph, layout), graph)
+            if layout.size == len(cluster):
+                rank = rates.prebuilt[one_batch] = replica_graph(graph, cluster, one_batch)
+            else:
+                rank = tensor_shard(graph, layout)
+            rates.rank_memory[layout] = ReplicaMemory.of(rank, graph)
         except PestoError:
             rates.rank_memory[layout] = None
     return rates.rank_memory[layout]
@@ -474,9 +488,10 @@ def _screen_pipelines(graph: Graph, cluster: Cluster, todo: list[Strategy], opti
                    else _no_time(expected, "to screen", now + expected <= hard))
             tried.append(Candidate(strategy, why_not=why))
         else:
-            # one batch's heuristics may take the rest of the screening, unless a plan is in hand
-            # already (the tensor-parallel strategies, screened first on a large model): its share
-            end = stop if any(c.plan is not None for c in before) else until
+            # one batch's heuristics take their degree's share, as long as some plan is in hand
+            # or other groups are still to screen (they stop after a plan once past it); else the
+            # rest of the screening
+            end = stop if not last or any(c.plan is not None for c in before) else until
             given = options if strategy != ONE_BATCH else dataclasses.replace(options, time_limit=max(end - now, 1e-3))
             tried.append(_logged(screen(graph, cluster, Candidate(strategy), given, heuristic, rates=rates), log, rates))
     pipelined = [s for s in todo if s.microbatches > 1]
