@@ -543,8 +543,7 @@ def _emit_all_reduce(e: _Emitter, op: Op, names: Namespace) -> str:
 
 
 def _emit_sharded(e: _Emitter, op: Op, names: Namespace) -> str:
-    """`reduce_scatter`, `all_gather`, `replica_slice` and `block_indices` over one replica: the identity; over the
-    plan's replicas, what `ReplicaInterpreter.run_op` runs."""
+    """The ops across replicas but `all_reduce`: over one replica the identity, else `ReplicaInterpreter.run_op`'s."""
     args = [names.name(id(v), v.name) for v in op.operands]
     if one_replica(op):
         return f"{_results(op, names, True)} = {_tuple_source_raw(args)}"
@@ -558,10 +557,8 @@ def _emit_sharded(e: _Emitter, op: Op, names: Namespace) -> str:
         block = _tensor(op.result).shape[axis]
         return (f"{names.name(id(op.result), op.result.name)} = lax.dynamic_slice_in_dim({args[0]}, "
                 f"lax.axis_index(REPLICA_AXIS) * {block}, {block}, {axis})")
-    if op.opcode == "block_indices":
-        block = int(op.get("size")) // d
-        return (f"{names.name(id(op.result), op.result.name)} = {args[0]} - "
-                f"(lax.axis_index(REPLICA_AXIS) * {block}).astype({args[0]}.dtype)")
+    if op.opcode == "block_indices":  # the indices less the start of the replica's block
+        return f"{_results(op, names, False)} = {args[0]} - lax.axis_index(REPLICA_AXIS) * {int(op.get('size')) // d}"
     axes = [int(a) for a in op.get("axes")]
     if op.opcode == "all_gather":
         calls = [f"lax.all_gather({a}, REPLICA_AXIS, axis={axis}, tiled=True)" for a, axis in zip(args, axes)]

@@ -14,7 +14,8 @@ from bench.zoo_jax_models import GptConfig
 from pesto_ir.cluster.model import Cluster
 from pesto_ir.ir.graph import Graph
 from pesto_ir.passes.placement.search.replica_memory import ReplicaMemory
-from pesto_ir.passes.placement.search.screening import RANKS, Rates, _group_order, cannot_fit
+from pesto_ir.passes.placement.search.screening import RANKS, _group_order
+from pesto_ir.passes.placement.search.screening_rates import Rates, cannot_fit
 from pesto_ir.passes.rewrite.replicas import ONE_BATCH, Strategy
 from pesto_ir.passmanager import PassContext, PassManager
 from pesto_ir.schedule.plan import read_plan_attrs

@@ -26,14 +26,8 @@ from pesto_ir.passes.placement.budget import Budget
 from pesto_ir.passes.placement.expansion import expand_plan
 from pesto_ir.passes.placement.heuristics.portfolio import HEURISTICS
 from pesto_ir.passes.placement.options import Incumbent, PlaceOptions, inner, kept_on_interrupt
-from pesto_ir.passes.placement.search.screening import (
-    MIN_REFINE_SECONDS,
-    REPLICA_REFINE_MAX_OPS,
-    Rates,
-    ScreeningTimes,
-    first_reason,
-    screen_all,
-)
+from pesto_ir.passes.placement.search.screening import MIN_REFINE_SECONDS, REPLICA_REFINE_MAX_OPS, screen_all
+from pesto_ir.passes.placement.search.screening_rates import Rates, ScreeningTimes, first_reason
 from pesto_ir.passes.placement.search.start_plan import START, StartPlan
 from pesto_ir.passes.placement.search.strategies import Candidate, batch_size, strategies
 from pesto_ir.passes.rewrite.replicas import (

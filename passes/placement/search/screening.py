@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
 from pesto_ir.cluster.model import Cluster
 from pesto_ir.ir.graph import Graph
@@ -26,9 +25,15 @@ from pesto_ir.passes.placement.pipeline.schedules import (
     SCHEDULES,
     PipelineGraph,
     pipeline_plan,
-    schedule_worth,
 )
 from pesto_ir.passes.placement.search.replica_memory import ReplicaMemory, variant_to_screen
+from pesto_ir.passes.placement.search.screening_rates import (
+    BuildCost,
+    Rates,
+    ScreeningTimes,
+    cannot_fit,
+    first_reason,
+)
 from pesto_ir.passes.placement.search.strategies import Candidate
 from pesto_ir.passes.rewrite.replicas import (
     ONE_BATCH,
@@ -40,15 +45,13 @@ from pesto_ir.passes.rewrite.replicas import (
     replica_groups,
     sub_cluster,
 )
-from pesto_ir.passes.rewrite.tensor_shard import TensorLayout, tensor_shard
-from pesto_ir.schedule.plan import Plan
+from pesto_ir.passes.rewrite.tensor_shard import tensor_shard
 from pesto_ir.util import work
 from pesto_ir.util.errors import PestoError
 from pesto_ir.util.units import human_bytes, human_time
 
 MAX_SCREEN_OPS = 150_000  # a rewritten graph larger than this is not built (memory)
 MAX_HEURISTIC_OPS = 5_000  # the heuristics screen a pipelined replica graph up to this size (m-ETF: 60 s at 19,000)
-REWRITE_SECONDS_PER_OP = 2.5e-4  # a rewrite's guessed time per op it builds, until one is timed (2e-4 here)
 MIN_REFINE_SECONDS = 0.25  # below this much time left, the best screening plan is not refined (`hybrid.py`)
 REPLICA_REFINE_MAX_OPS = 5_000  # a replica graph larger than this is not refined (the engines' set-up alone takes seconds)
 REFINE_RESERVE = MIN_REFINE_SECONDS + 0.15  # kept for refining a leading one-batch plan: the floor, and a margin for estimates
@@ -58,91 +61,6 @@ PATIENCE = 2  # pipelines built in a row no faster than the best end a degree (w
 MODEL_SLACK = 0.05  # pipelines predicted within this of the best one built are built too (the model errs)
 OTHERS_SLACK = 0.25  # nor one predicted this much slower than a plan of another strategy (batch statistics
 # make micro-batches wait for each other, which the model leaves out)
-
-
-@dataclass
-class Rates:
-    """What the search has measured so far, to tell whether the next step fits in the time left:
-    seconds per op of a rewrite (with its cost annotation), and seconds per op and device of the
-    heuristics on one batch (list scheduling tries every device for every op); and the fastest
-    plan screened so far with its graph, which Ctrl-C keeps."""
-
-    rewrite_seconds: float = 0.0
-    rewrite_ops: int = 0
-    heuristic: float | None = None
-    fastest: tuple[Graph, Plan] | None = None
-    shard: bool = False  # the search may shard optimizer state (`optimizer-state=auto`, a step with state)
-    fsdp: bool = False  # and then the parameters too (`parameters=auto`)
-    prebuilt: dict[Strategy, Graph] = field(default_factory=dict)  # replica graphs built before: the start plan's
-    halved: bool = False  # a start plan uses at most half of each replica's devices (`_on_fewer_devices` need not)
-    memory: ReplicaMemory | None = None  # the one-batch graph's walk (`replica_memory.py`), made once per search
-    rank_memory: dict[TensorLayout, ReplicaMemory | None] = field(default_factory=dict)  # its ranks' walks
-
-    def screened(self, c: Candidate) -> None:
-        if c.plan is not None and c.graph is not None and (self.fastest is None
-                                                           or c.plan.makespan < self.fastest[1].makespan):
-            self.fastest = (c.graph, c.plan)
-
-    def rewrote(self, seconds: float, ops: int) -> None:
-        self.rewrite_seconds += seconds
-        self.rewrite_ops += ops
-
-    def rewrite(self, ops: float) -> float | None:
-        """Seconds to rewrite into a graph of `ops` ops, or None before any rewrite was timed."""
-        return self.rewrite_seconds / self.rewrite_ops * ops if self.rewrite_ops else None
-
-    def rewrite_or_guess(self, ops: float) -> float:
-        """`rewrite`, or before any rewrite was timed, `REWRITE_SECONDS_PER_OP`'s guess."""
-        measured = self.rewrite(ops)
-        return REWRITE_SECONDS_PER_OP * ops if measured is None else measured
-
-    def screening(self, ops: float, devices: int) -> float | None:
-        """Seconds to rewrite into `ops` ops and run the heuristics on them over `devices` devices,
-        or None before the heuristics were timed."""
-        if self.heuristic is None:
-            return None
-        return self.rewrite_or_guess(ops) + self.heuristic * ops * devices
-
-
-@dataclass(frozen=True)
-class ScreeningTimes:
-    """The clock readings (`work.now()`) the screening of strategies works to, taken from
-    the search's `Budget`: `screened_by` ends the screening's share of the time limit (the one-batch
-    heuristics' time, and the degrees' equal shares of it); `finish_by` is the last a screening step
-    may end, so that bucketing, checking and refining the best plan keep the rest of the limit."""
-
-    screened_by: float
-    finish_by: float
-
-    def degree_end(self, stop: float, last: bool) -> float:
-        """Where a degree's first schedules may go on to: the end of screening for the last degree
-        screened, else the end of its share (`stop`)."""
-        return self.finish_by if last else stop
-
-
-def cannot_fit(strategy: Strategy, cluster: Cluster, rates: Rates) -> str:
-    """Why `strategy` fits no plan, sharded as far as the search may shard it, by the memory floor
-    (`ReplicaMemory.floor`: a bound, not a guess), or "" where it may fit."""
-    if rates.memory is None:
-        return ""
-    widest = strategy
-    if strategy.data_parallel > 1 and strategy.parameters != "sharded":
-        widest = strategy.fully_sharded() if rates.fsdp else strategy.sharded() if rates.shard else strategy
-    floor = rates.memory.floor(widest, len(cluster) // strategy.data_parallel)
-    capacity = max(d.memory for d in cluster.devices)
-    if floor <= capacity:
-        return ""
-    return (f"not screened: it cannot fit: under any plan{' of ' + str(widest) if widest != strategy else ''} "
-            f"a device holds at least {human_bytes(floor)} at once, over the {human_bytes(capacity)} it has")
-
-
-def first_reason(e: Exception) -> str:
-    """An error's first line, with the line after it where the first only introduces it (a
-    validator's "the 1f1b plan for 'g' is invalid:" and its first problem)."""
-    lines = [line.strip() for line in str(e).splitlines() if line.strip()]
-    if not lines:
-        return type(e).__name__
-    return f"{lines[0]} {lines[1]}" if lines[0].endswith(":") and len(lines) > 1 else lines[0]
 
 
 def screen(graph: Graph, cluster: Cluster, found: Candidate, options: PlaceOptions, heuristic: Solve,
@@ -599,42 +517,6 @@ def _eager_schedules_that_fit(c: Candidate, cost: BuildCost, end: float, left: S
         if all(e in left for e in engines) and work.now() + cost.estimate(c, engines) <= end:
             return engines
     return ()
-
-
-@dataclass
-class BuildCost:
-    """Seconds per op of the rewrite and of a schedule's simulation and check, as measured so far
-    (a schedule's first guessed at twice the rewrite's, the heuristics at three schedules'), and
-    the size of a rewrite: ops per micro-batch and ops that run once."""
-
-    rewrite: float
-    ops_per_microbatch: float = 0.0
-    once_ops: float = 0.0
-    schedule: float | None = None
-
-    def estimate(self, c: Candidate, engines: Sequence[str]) -> float:
-        """Seconds to build `c`'s graph (unless built) and run `engines` on it (the heuristics as
-        three schedules; the eager schedules cut short by a deadline, as `schedule_worth` counts
-        them)."""
-        built = c.source or c.graph
-        ops = len(built.ops) if built is not None else self.once_ops + self.ops_per_microbatch * c.strategy.microbatches
-        rate = self.schedule if self.schedule is not None else 2 * self.rewrite
-        build = 0.0 if built is not None else self.rewrite * ops
-        return build + rate * ops * _schedules_worth(engines)
-
-    def learn(self, c: Candidate, seconds: float, built: bool, engines: Sequence[str]) -> None:
-        """`engines` on `c` took `seconds` (with the rewrite, unless `built` before)."""
-        if c.source is None:
-            return
-        ops = len(c.source.ops)
-        worth = _schedules_worth(engines)
-        self.schedule = max(seconds - (0.0 if built else self.rewrite * ops), 0.0) / max(ops * worth, 1)
-
-
-def _schedules_worth(engines: Sequence[str]) -> float:
-    """What `engines` cost in simulations of a fixed schedule: the heuristics three, a pipeline
-    schedule its `schedule_worth`."""
-    return sum(3.0 if engine == "heuristics" else schedule_worth(engine) for engine in engines)
 
 
 def _ranked_pipelines(graph: Graph, cluster: Cluster, todo: list[Strategy], log: PlaceOptions, rates: Rates
