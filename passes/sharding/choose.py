@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from pesto_ir.cluster.devices import Device
 from pesto_ir.cluster.model import Cluster
@@ -29,6 +30,7 @@ from pesto_ir.schedule.memory import live_bytes
 from pesto_ir.schedule.plan import OpSlot, Plan
 from pesto_ir.util import work
 
+_T = TypeVar("_T")
 MAX_SWEEPS = 3
 Option = tuple[int, int] | None  # a class split along an axis in some runs of blocks, or whole
 MAX_EVALUATIONS = 400  # rewrites one choice may build: about 60 on a GPT block stack
@@ -360,34 +362,37 @@ def vocabulary_start(graph: Graph, classes: list[ParamClass]) -> dict[int, Optio
     return out
 
 
+def _through_casts(v: Value, match: Callable[[Op, Value], _T | None]) -> _T | None:
+    """What `match` finds at the first use of `v`, or of a cast of it, where it finds something."""
+    for op in v.users():
+        found = _through_casts(op.result, match) if op.opcode == "convert_element_type" else match(op, v)
+        if found is not None:
+            return found
+    return None
+
+
 def _looked_up_axis(v: Value) -> int | None:
     """The axis of `v` a `gather` picks single rows along (through casts), or None."""
-    for op in v.users():
-        if op.opcode == "convert_element_type":
-            found = _looked_up_axis(op.result)
-            if found is not None:
-                return found
-        elif op.opcode == "gather" and op.operands[0] is v:
-            dn = op.get("dimension_numbers")
-            picked = list(dn["start_index_map"])
-            if len(picked) == 1 and picked[0] in list(dn["collapsed_slice_dims"]):
-                return int(picked[0])
-    return None
+    def picked(op: Op, table: Value) -> int | None:
+        if op.opcode != "gather" or op.operands[0] is not table:
+            return None
+        dn = op.get("dimension_numbers")
+        axes = list(dn["start_index_map"])
+        return int(axes[0]) if len(axes) == 1 and axes[0] in list(dn["collapsed_slice_dims"]) else None
+
+    return _through_casts(v, picked)
 
 
 def _first_matmul(v: Value) -> tuple[Op, int] | None:
     """The first `dot_general` that reads `v` (through casts) as its right operand, and the axis of
     `v` it contracts."""
-    for op in v.users():
-        if op.opcode == "convert_element_type":
-            found = _first_matmul(op.result)
-            if found is not None:
-                return found
-        elif op.opcode == "dot_general" and op.operands[1] is v:
-            contracted = list(op.get("dimension_numbers")[0][1])
-            if len(contracted) == 1:
-                return op, contracted[0]
-    return None
+    def contracted(op: Op, weight: Value) -> tuple[Op, int] | None:
+        if op.opcode != "dot_general" or op.operands[1] is not weight:
+            return None
+        axes = list(op.get("dimension_numbers")[0][1])
+        return (op, axes[0]) if len(axes) == 1 else None
+
+    return _through_casts(v, contracted)
 
 
 def _parts(matmul: Op) -> int:
