@@ -24,15 +24,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from pesto_ir.ir.graph import Graph, infer_state_map
-from pesto_ir.ir.opdefs import opcodes
 from pesto_ir.passes.rewrite.batch_axes import MicrobatchError, per_sample_values
 from pesto_ir.passes.rewrite.replicas import Strategy
 from pesto_ir.passes.rewrite.shard_state import optimizer_state_inputs
+from pesto_ir.passes.rewrite.tensor_shard import ACROSS_REPLICAS
 from pesto_ir.schedule.memory import lifetimes
 from pesto_ir.schedule.plan import OpSlot, Plan
 from pesto_ir.util.units import human_bytes
 
-ACROSS_REPLICAS = opcodes(run="replicas")  # collectives, block slices and indices (the rank's additions)
 WHOLE, SAMPLE, PARAM, STATE = range(4)  # the kinds of bytes, the columns of `ReplicaMemory.held`
 WALK = "walk"  # the one device of the walk's plan
 
