@@ -4,6 +4,7 @@ two, extrapolated) scores exactly as on the whole model."""
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 from typing import Any
 
@@ -18,9 +19,10 @@ from pesto_ir.cluster.model import Cluster
 from pesto_ir.frontends.jax import lower
 from pesto_ir.ir.graph import Graph
 from pesto_ir.ir.verifier import verify
+from pesto_ir.passes.placement.search.replica_memory import ReplicaMemory
 from pesto_ir.passes.rewrite.repeated_layers import find_repeated_layers, shorten
-from pesto_ir.passes.rewrite.replicas import collective_cost, mirror_groups
-from pesto_ir.passes.rewrite.tensor_shard import TensorLayout
+from pesto_ir.passes.rewrite.replicas import Strategy, collective_cost, mirror_groups
+from pesto_ir.passes.rewrite.tensor_shard import TensorLayout, tensor_shard
 from pesto_ir.passes.sharding.choose import LayerProbe, choose_layout, restricted_layout, score_layout
 from pesto_ir.passes.sharding.classes import layer_count, parameter_classes
 from pesto_ir.passmanager import PassContext, PassManager
@@ -136,3 +138,23 @@ def test_gpt_layouts_are_searched_on_two_layers() -> None:
     assert choice.layout.splits and len(choice.picks) == len(parameter_classes(graph))
     carried = choose_layout(graph, 2, device, ring, max_evaluations=1, start=choice.picks)
     assert carried.layout == choice.layout and carried.picks == choice.picks and carried.evaluations == 1
+
+
+def test_layouts_overflow_where_micro_batches_cannot_help() -> None:
+    """A layout's overflow is its rank's peak at the most micro-batches (one sample each: the
+    walk `ReplicaMemory` predicts replicas by, at m = batch), over the device's memory; its peak
+    the one-batch peak. So a device between the two has no overflow, and the search then
+    ranks layouts by seconds."""
+    graph = lower_gpt(GptConfig(2, 32, 2, 16, 4, 64))
+    device, ring = _costed(graph, 2)
+    layout = choose_layout(graph, 2, device, ring).layout
+    rank = tensor_shard(graph, layout, ring)
+    memory = ReplicaMemory.of(rank, graph)
+    assert memory is not None
+    one_batch, least = memory.predicted_peak(Strategy(1, 1)), memory.predicted_peak(Strategy(1, 4))
+    assert least < one_batch
+    for capacity, overflow in ((least / 2, least - least / 2), ((least + one_batch) / 2, 0.0)):
+        score = score_layout(graph, layout, dataclasses.replace(device, memory=capacity), ring)
+        assert score is not None
+        assert score.overflow == pytest.approx(overflow, rel=1e-9)
+        assert score.peak == pytest.approx(one_batch, rel=1e-9)

@@ -505,3 +505,12 @@ def per_sample_values(graph: Graph) -> set[int]:
             for k, (r, a) in enumerate(zip(op.results, how.out_axes)):
                 batch[id(r)] = (a, rows if how.rows is None else how.rows[k])
     return set(batch)
+
+
+
+def sample_names(graph: Graph) -> frozenset[str]:
+    """The names of `graph`'s per-sample values (`per_sample_values`): what a rewrite that keeps
+    names (`tensor_shard`) lets a rewritten graph's values be matched by."""
+    by_id = per_sample_values(graph)
+    return frozenset({v.name for v in graph.inputs if id(v) in by_id}
+                     | {r.name for op in graph.ops for r in op.results if id(r) in by_id})

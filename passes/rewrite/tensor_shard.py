@@ -593,3 +593,17 @@ def partition_specs(graph: Graph) -> tuple[tuple[str, tuple[str | None, ...]], .
     ranks = {v.name: v.type.rank for v in graph.inputs if isinstance(v.type, TensorType)}
     return tuple((name, tuple("tensor" if i == axis else None for i in range(ranks[name])))
                  for name, axis in sorted(split_axes(graph, "tensor_inputs").items()))
+
+
+
+def rank_sample_values(rank: Graph, names: frozenset[str]) -> set[int]:
+    """The ids of a rank graph's per-sample values, given the `names` of its source's
+    (`batch_axes.sample_names`): `tensor_shard` keeps the names of the values it splits or copies,
+    and what it adds reads them (an all-reduce of partial sums, a block slice, shifted indices)."""
+    out = {id(v) for v in rank.inputs if v.name in names}
+    for op in rank.ops:
+        added = op.opcode in ACROSS_REPLICAS
+        for k, r in enumerate(op.results):
+            if r.name in names or added and k < len(op.operands) and id(op.operands[k]) in out:
+                out.add(id(r))
+    return out

@@ -24,10 +24,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from pesto_ir.ir.graph import Graph, infer_state_map
-from pesto_ir.passes.rewrite.batch_axes import MicrobatchError, per_sample_values
+from pesto_ir.passes.rewrite.batch_axes import MicrobatchError, per_sample_values, sample_names
 from pesto_ir.passes.rewrite.replicas import Strategy
 from pesto_ir.passes.rewrite.shard_state import optimizer_state_inputs
-from pesto_ir.passes.rewrite.tensor_shard import ACROSS_REPLICAS
+from pesto_ir.passes.rewrite.tensor_shard import rank_sample_values
 from pesto_ir.schedule.memory import lifetimes
 from pesto_ir.schedule.plan import OpSlot, Plan
 from pesto_ir.util.units import human_bytes
@@ -54,7 +54,7 @@ class ReplicaMemory:
         per-sample values are then those named as `source`'s are, and what the rank's collectives,
         block slices and indices make of them."""
         try:
-            sample = per_sample_values(graph) if source is None else _rank_sample_values(graph, source)
+            sample = per_sample_values(graph) if source is None else rank_sample_values(graph, sample_names(source))
         except MicrobatchError:
             return None
         if not graph.ops:
@@ -71,14 +71,18 @@ class ReplicaMemory:
                   for k in (PARAM, STATE)}
         return cls(np.cumsum(change, axis=0)[:-1], _largest_op_sample(graph, sample), inputs[PARAM], inputs[STATE])
 
-    def predicted_peak(self, strategy: Strategy) -> float:
-        """The peak bytes of one device of `strategy`'s one-device replicas (see the module)."""
+    def predicted_peak(self, strategy: Strategy, stages: int = 1) -> float:
+        """The peak bytes of one device of `strategy`'s replicas (see the module), of `stages`
+        devices each where they run a pipeline: each stage holds about 1/stages of every kind, and
+        the first stage of a 1F1B pipeline the activations of min(stages, m) micro-batches in
+        flight (the 13B GPT of `bench/tensor_layouts.py`: the simulator's 1F1B peaks were 259 and
+        147 GiB at m = 2 and 4 over 2 stages at t = 4, and 208 and 207 GiB over 8 stages at t = 1:
+        the activations held scale as min(stages, m) / m)."""
         d, m = strategy.data_parallel, strategy.microbatches
-        scale = np.array([1.0, 1.0 / (d * m),
+        scale = np.array([1.0, min(stages, m) / (d * m),
                           1.0 / d if strategy.parameters == "sharded" else 1.0,
-                          1.0 / d if strategy.optimizer_state == "sharded" else 1.0])
+                          1.0 / d if strategy.optimizer_state == "sharded" else 1.0]) / stages
         return float((self.held @ scale).max())
-
 
     def floor(self, strategy: Strategy, devices: int) -> float:
         """Bytes that one device of `strategy`'s replicas (of `devices` devices each) holds at once
@@ -92,22 +96,6 @@ class ReplicaMemory:
         state = self.param_bytes / (d if strategy.parameters == "sharded" else 1) + \
             self.state_bytes / (d if strategy.optimizer_state == "sharded" else 1)
         return op + state if devices == 1 else max(op, state / devices)
-
-
-def _rank_sample_values(rank: Graph, source: Graph) -> set[int]:
-    """The ids of a rank graph's per-sample values, by `source`'s (`tensor_shard` keeps the
-    names of the values it splits or copies; what it adds reads them: an all-reduce of partial
-    sums, a block slice, shifted indices)."""
-    by_id = per_sample_values(source)
-    names = {v.name for v in source.inputs if id(v) in by_id} | \
-        {r.name for op in source.ops for r in op.results if id(r) in by_id}
-    out = {id(v) for v in rank.inputs if v.name in names}
-    for op in rank.ops:
-        added = op.opcode in ACROSS_REPLICAS
-        for k, r in enumerate(op.results):
-            if r.name in names or added and k < len(op.operands) and id(op.operands[k]) in out:
-                out.add(id(r))
-    return out
 
 
 def _largest_op_sample(graph: Graph, sample: set[int]) -> float:
@@ -139,10 +127,10 @@ def _kinds(graph: Graph, sample: set[int]) -> dict[str, int]:
 SKIP_MARGIN = 1.2  # a strategy predicted over this many times its device's memory, however sharded, is not screened
 
 
-def variant_to_screen(memory: ReplicaMemory, strategy: Strategy, capacity: float, shard: bool, fsdp: bool
-                      ) -> tuple[Strategy | None, str]:
-    """Which variant of a one-device replica `strategy` to screen first, by `memory`'s prediction,
-    and why not a less sharded one: the least sharded predicted to fit in `capacity` bytes (whole
+def variant_to_screen(memory: ReplicaMemory, strategy: Strategy, capacity: float, shard: bool, fsdp: bool,
+                      stages: int = 1) -> tuple[Strategy | None, str]:
+    """Which variant of `strategy` (its replicas pipelines of `stages` devices) to screen first,
+    by `memory`'s prediction, and why not a less sharded one: the least sharded predicted to fit in `capacity` bytes (whole
     state; the state sharded where `shard`; the parameters too where `fsdp`), else the most
     sharded; None, with why, where even that is predicted over `SKIP_MARGIN` times the capacity
     (screening it would only say so, after seconds of rewriting and list scheduling)."""
@@ -151,7 +139,7 @@ def variant_to_screen(memory: ReplicaMemory, strategy: Strategy, capacity: float
         variants.append(strategy.sharded())
         if fsdp:
             variants.append(strategy.fully_sharded())
-    peaks = [memory.predicted_peak(v) for v in variants]
+    peaks = [memory.predicted_peak(v, stages) for v in variants]
     fits = next((k for k, peak in enumerate(peaks) if peak <= capacity), None)
     if fits is None and peaks[-1] > SKIP_MARGIN * capacity:
         return None, (f"not screened: {variants[-1]} is predicted to peak at {human_bytes(peaks[-1])} per device, "

@@ -50,7 +50,9 @@ from pesto_ir.util import work
 from pesto_ir.util.errors import PestoError
 from pesto_ir.util.units import human_bytes, human_time
 
-MAX_SCREEN_OPS = 150_000  # a rewritten graph larger than this is not built (memory)
+# a rewritten graph larger than this is not built (memory: the 13B GPT's rank graph at t = 4 with 16
+# micro-batches, 230,000 ops, was built and list-scheduled in 2 GB resident)
+MAX_SCREEN_OPS = 300_000
 MAX_HEURISTIC_OPS = 5_000  # the heuristics screen a pipelined replica graph up to this size (m-ETF: 60 s at 19,000)
 MIN_REFINE_SECONDS = 0.25  # below this much time left, the best screening plan is not refined (`hybrid.py`)
 REPLICA_REFINE_MAX_OPS = 5_000  # a replica graph larger than this is not refined (the engines' set-up alone takes seconds)
@@ -254,8 +256,9 @@ def _screen_ranks(graph: Graph, cluster: Cluster, todo: list[Strategy], options:
     for strategy in sorted(todo, key=lambda s: (-s.tensor_parallel, k // (s.data_parallel * s.tensor_parallel),
                                                 s.microbatches, s)):
         t, d = strategy.tensor_parallel, strategy.data_parallel
+        stages = k // (d * t)
         fits_from = _first_predicted_to_fit(graph, cluster, [s for s in todo if (s.tensor_parallel, s.data_parallel)
-                                                             == (t, d)], capacity, rates) if k == d * t else None
+                                                             == (t, d)], capacity, rates)
         if fits_from is not None and strategy.microbatches < fits_from.microbatches:
             tried.append(_logged(Candidate(strategy, why_not=(
                 f"not screened: predicted over the {human_bytes(capacity)} a device has however sharded, where "
@@ -271,8 +274,8 @@ def _screen_ranks(graph: Graph, cluster: Cluster, todo: list[Strategy], options:
         variant: Strategy | None = strategy
         why = ""
         memory = _rank_memory(graph, cluster, strategy, rates)
-        if memory is not None and k == d * t:  # one device per rank: the walk predicts its peak
-            variant, why = variant_to_screen(memory, strategy, capacity, rates.shard, rates.fsdp)
+        if memory is not None:  # the walk predicts a rank's peak, over its stages where it has several
+            variant, why = variant_to_screen(memory, strategy, capacity, rates.shard, rates.fsdp, stages)
         if variant is None:
             tried.append(_logged(Candidate(strategy, why_not=why), log, rates))
             continue
@@ -289,16 +292,17 @@ def _screen_ranks(graph: Graph, cluster: Cluster, todo: list[Strategy], options:
 
 def _first_predicted_to_fit(graph: Graph, cluster: Cluster, alike: list[Strategy], capacity: float, rates: Rates
                             ) -> Strategy | None:
-    """Of strategies `alike` but for their micro-batches (one device per rank), the variant with
-    the fewest micro-batches that the rank's walk predicts to fit in `capacity` (the least sharded
-    that does), or None: fewer micro-batches predicted over it need not be screened, as more
-    micro-batches only hold less."""
+    """Of strategies `alike` but for their micro-batches, the variant with the fewest
+    micro-batches that the rank's walk predicts to fit in `capacity` (the least sharded that does;
+    over the stages of a pipeline where a rank has several devices), or None: fewer micro-batches
+    predicted over it need not be screened, as more micro-batches only hold less."""
     for s in sorted(alike, key=lambda s: s.microbatches):
         memory = _rank_memory(graph, cluster, s, rates)
         if memory is None:
             return None
-        variant, _ = variant_to_screen(memory, s, capacity, rates.shard, rates.fsdp)
-        if variant is not None and memory.predicted_peak(variant) <= capacity:
+        stages = len(cluster) // (s.data_parallel * s.tensor_parallel)
+        variant, _ = variant_to_screen(memory, s, capacity, rates.shard, rates.fsdp, stages)
+        if variant is not None and memory.predicted_peak(variant, stages) <= capacity:
             return variant
     return None
 
@@ -412,7 +416,7 @@ def _screen_pipelines(graph: Graph, cluster: Cluster, todo: list[Strategy], opti
             end = stop if not last or any(c.plan is not None for c in before) else until
             given = options if strategy != ONE_BATCH else dataclasses.replace(options, time_limit=max(end - now, 1e-3))
             tried.append(_logged(screen(graph, cluster, Candidate(strategy), given, heuristic, rates=rates), log, rates))
-    pipelined = [s for s in todo if s.microbatches > 1]
+    pipelined = _predicted_to_fit([s for s in todo if s.microbatches > 1], cluster, rates, tried, log)
     if not pipelined:
         return tried
     rewrite = rates.rewrite_or_guess(MODEL_MICROBATCHES * len(graph.ops))
@@ -474,6 +478,26 @@ def _screen_pipelines(graph: Graph, cluster: Cluster, todo: list[Strategy], opti
     for c in candidates.values():
         c.pipeline = None  # the schedules are done: their graphs' preparations need not stay in memory
     return tried
+
+
+def _predicted_to_fit(todo: list[Strategy], cluster: Cluster, rates: Rates, tried: list[Candidate],
+                      log: PlaceOptions) -> list[Strategy]:
+    """Of pipelined strategies `todo`, those the one-batch walk does not predict far over their
+    devices' memory however sharded (`variant_to_screen`); the others join `tried`, saying so.
+    Building a pipeline of many micro-batches of a large model takes longer than the screening
+    has (the 13B GPT's 16 micro-batches over 8 stages: about 67 s of a 42 s budget)."""
+    if rates.memory is None:
+        return todo
+    capacity = min(d.memory for d in cluster.devices)
+    kept = []
+    for s in todo:
+        variant, why = variant_to_screen(rates.memory, s, capacity, rates.shard, rates.fsdp,
+                                         len(cluster) // s.data_parallel)
+        if variant is None:
+            tried.append(_logged(Candidate(s, why_not=why), log, rates))
+        else:
+            kept.append(s)
+    return kept
 
 
 def _on_fewer_devices(cluster: Cluster, c: Candidate, options: PlaceOptions, cost: BuildCost, end: float,
