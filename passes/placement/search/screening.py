@@ -50,9 +50,7 @@ from pesto_ir.util import work
 from pesto_ir.util.errors import PestoError
 from pesto_ir.util.units import human_bytes, human_time
 
-# a rewritten graph larger than this is not built (memory: the 13B GPT's rank graph at t = 4 with 16
-# micro-batches, 230,000 ops, was built and list-scheduled in 2 GB resident)
-MAX_SCREEN_OPS = 300_000
+MAX_SCREEN_OPS = 150_000  # a rewritten graph larger than this is not built (memory)
 MAX_HEURISTIC_OPS = 5_000  # the heuristics screen a pipelined replica graph up to this size (m-ETF: 60 s at 19,000)
 MIN_REFINE_SECONDS = 0.25  # below this much time left, the best screening plan is not refined (`hybrid.py`)
 REPLICA_REFINE_MAX_OPS = 5_000  # a replica graph larger than this is not refined (the engines' set-up alone takes seconds)
