@@ -39,6 +39,7 @@ from pesto_ir.passes.rewrite.replicas import sub_cluster
 from pesto_ir.schedule.bounds import lower_bound
 from pesto_ir.schedule.plan import Plan, faster
 from pesto_ir.schedule.validate import check_plan, validate_plan
+from pesto_ir.util import work
 from pesto_ir.util.errors import PestoError
 
 ALGORITHM = "auto"
@@ -126,6 +127,12 @@ class _Portfolio:
             raise PestoError(f"no heuristic plan fits in memory, and the {self.budget.spent():.1f}s the heuristics "
                              f"took leave {max(left, 0.0):.1f}s of the {self.budget.seconds:g}s limit, too little for "
                              "CP-SAT to search from scratch; add devices or memory, or raise --time-limit")
+        model = work.RATES["cpsat-model"] * len(graph.ops) * len(cluster)
+        if heuristic is None and model > left:  # CP-SAT would spend the time building its model
+            raise PestoError(f"no heuristic plan fits in memory, and CP-SAT's model of {len(graph.ops)} ops on "
+                             f"{len(cluster)} devices takes about {model:.3g}s of work to build, more than the "
+                             f"{max(left, 0.0):.3g}s left to search from scratch; add devices or memory, use fewer "
+                             "ops (coarsen), or raise --time-limit")
         if heuristic is None:  # memory too tight for every greedy packing: CP-SAT searches from scratch
             plan = place_cpsat(graph, cluster, dataclasses.replace(options, time_limit=left * (1 - MARGIN),
                                                                    warm_start=None))
