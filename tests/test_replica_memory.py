@@ -24,7 +24,7 @@ from pesto_ir.passes.rewrite.rebatch import rebatch
 from pesto_ir.passes.rewrite.replicas import ONE_BATCH, Strategy, replica_graph
 from pesto_ir.passes.rewrite.tensor_shard import tensor_shard
 from pesto_ir.passes.sharding.choose import choose_layout
-from pesto_ir.passmanager import PassContext, PassManager
+from pesto_ir.passmanager import PassContext, PassError, PassManager
 from pesto_ir.schedule.memory import peak_bytes
 from pesto_ir.schedule.plan import read_plan_attrs
 
@@ -167,3 +167,30 @@ def test_a_pipeline_s_prediction_errs_under_its_1f1b_peak(name: str, stages: int
     predicted = memory.predicted_peak(Strategy(1, 2), stages)
     assert 0.3 * peak < predicted <= peak
     assert predicted < memory.predicted_peak(Strategy(1, 2))  # a stage holds less than the whole replica
+
+
+def test_where_nothing_can_fit_or_is_predicted_to_the_search_says_so_without_building() -> None:
+    """Memory between what the floor allows and what the prediction refuses: one batch (d < k,
+    m = 1, screened by the heuristics) cannot fit by the floor, and every other strategy cannot
+    either or is predicted over 1.2 x memory however sharded. The search then refuses, naming
+    each one's reason, instead of building one from scratch for the full engine."""
+    graph = _costed("resnet")
+    memory = ReplicaMemory.of(graph)
+    assert memory is not None
+
+    def refused(s: Strategy, capacity: float) -> bool:  # as the screening refuses `s` over 2 devices
+        widest = s.fully_sharded() if s.data_parallel > 1 else s
+        devices = 2 // s.data_parallel
+        by_floor = memory.floor(widest, devices) > capacity
+        return by_floor or s.microbatches > 1 and memory.predicted_peak(widest, devices) > SKIP_MARGIN * capacity
+
+    candidates = [Strategy(d, m) for d in (1, 2) for m in (1, 2)]
+    windows = sorted({memory.floor(s, 2 // s.data_parallel) for s in candidates})
+    capacity = next(c * 0.999 for c in windows if all(refused(s, c * 0.999) for s in candidates)
+                    and not all(memory.floor(s, 2 // s.data_parallel) > c * 0.999 for s in candidates))
+    ctx = PassContext(cluster=Cluster.homogeneous(2, "h100", memory=capacity), quiet=True)
+    with pytest.raises(PassError) as e:
+        PassManager("place{algo=auto time-limit=5}").run(graph.clone(), ctx)
+    message = str(e.value.cause)
+    assert message.startswith("no strategy gave a plan: none can fit in memory by the memory floor, or is predicted")
+    assert "d=1 m=1: not screened: it cannot fit" in message and "is predicted to peak at" in message

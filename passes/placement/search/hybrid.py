@@ -119,6 +119,10 @@ def search(graph: Graph, cluster: Cluster, options: PlaceOptions, data_parallel:
             raise PestoError("no strategy gave a plan: none can fit in memory; "
                              + "; ".join(f"{c.strategy}: {c.why_not}" for c in tried))
         may_fit = [c for c in tried if not c.unfit]
+        if all(c.over for c in may_fit):  # refining one from scratch would build what is predicted not to fit
+            raise PestoError("no strategy gave a plan: none can fit in memory by the memory floor, or is predicted "
+                             "to (add devices or memory, or recompute activations); "
+                             + "; ".join(f"{c.strategy}: {c.why_not}" for c in tried))
         best = next((c for c in may_fit if c.strategy == ONE_BATCH), may_fit[0])
     if one_batch is not None and (best is one_batch or not _worth_refining(best, one_batch)):
         best = one_batch  # its own search below is the refinement

@@ -275,7 +275,7 @@ def _screen_ranks(graph: Graph, cluster: Cluster, todo: list[Strategy], options:
         if memory is not None:  # the walk predicts a rank's peak, over its stages where it has several
             variant, why = variant_to_screen(memory, strategy, capacity, rates.shard, rates.fsdp, stages)
         if variant is None:
-            tried.append(_logged(Candidate(strategy, why_not=why), log, rates))
+            tried.append(_logged(Candidate(strategy, why_not=why, over=True), log, rates))
             continue
         engines = ("1f1b", "gpipe") if strategy.microbatches > 1 else ("heuristics",)
         degrees_screened.add(t)
@@ -342,7 +342,7 @@ def _screen_replicas(graph: Graph, cluster: Cluster, todo: list[Strategy], optio
         variant, why = (strategy, "") if memory is None else \
             variant_to_screen(memory, strategy, capacity, rates.shard, rates.fsdp)
         if variant is None:
-            tried.append(_logged(Candidate(strategy, why_not=why), log, rates))
+            tried.append(_logged(Candidate(strategy, why_not=why, over=True), log, rates))
             continue
         c = screen(graph, cluster, Candidate(variant), options, heuristic, _one_device_engines(strategy), rates=rates)
         if c.plan is not None and why and not c.why_not:
@@ -492,7 +492,7 @@ def _predicted_to_fit(todo: list[Strategy], cluster: Cluster, rates: Rates, trie
         variant, why = variant_to_screen(rates.memory, s, capacity, rates.shard, rates.fsdp,
                                          len(cluster) // s.data_parallel)
         if variant is None:
-            tried.append(_logged(Candidate(s, why_not=why), log, rates))
+            tried.append(_logged(Candidate(s, why_not=why, over=True), log, rates))
         else:
             kept.append(s)
     return kept

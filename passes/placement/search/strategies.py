@@ -42,6 +42,7 @@ class Candidate:
     engine: str = ""
     pipeline: PipelineGraph | None = None  # `source` over replica 0's devices, for its pipeline schedules
     unfit: bool = False  # no plan of it fits in memory, by the memory floor (`screening.cannot_fit`)
+    over: bool = False  # predicted over 1.2 x its devices' memory however sharded (`variant_to_screen`): not built
 
 
 def strategies(graph: Graph, cluster: Cluster, data_parallel: int | None, microbatches: int | None,
