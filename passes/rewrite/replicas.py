@@ -23,7 +23,8 @@ from pesto_ir.passes.rewrite.collective_buckets import bucket_all_reduces
 from pesto_ir.passes.rewrite.rebatch import rebatch
 from pesto_ir.passes.rewrite.shard_params import shard_parameters
 from pesto_ir.passes.rewrite.shard_state import shard_optimizer_state
-from pesto_ir.passes.rewrite.tensor_shard import TensorLayout, interleaved, partition_specs, tensor_shard
+from pesto_ir.passes.rewrite.tensor_rank import interleaved, partition_specs
+from pesto_ir.passes.rewrite.tensor_shard import TensorLayout, tensor_shard
 from pesto_ir.passmanager import PassContext
 from pesto_ir.schedule.plan import RING_PHASES, Parallelism, Plan, write_plan_attrs
 from pesto_ir.schedule.validate import check_plan, collectives_for

@@ -27,11 +27,11 @@ from pesto_ir.ir.graph import Graph, Op, Value
 from pesto_ir.passes.rewrite.batch_axes import MicrobatchError, batch_spec, sample_names
 from pesto_ir.passes.rewrite.repeated_layers import find_repeated_layers, shorten
 from pesto_ir.passes.rewrite.replicas import collective_cost, mirror_groups
+from pesto_ir.passes.rewrite.tensor_rank import rank_sample_values
 from pesto_ir.passes.rewrite.tensor_shard import (
     CollectiveCost,
     ShardingError,
     TensorLayout,
-    rank_sample_values,
     tensor_shard,
 )
 from pesto_ir.passes.sharding.classes import ParamClass, layer_count, parameter_classes

@@ -27,7 +27,7 @@ from pesto_ir.ir.graph import Graph, Value, infer_state_map
 from pesto_ir.passes.rewrite.batch_axes import MicrobatchError, per_sample_values, sample_names
 from pesto_ir.passes.rewrite.replicas import Strategy
 from pesto_ir.passes.rewrite.shard_state import optimizer_state_inputs
-from pesto_ir.passes.rewrite.tensor_shard import rank_sample_values
+from pesto_ir.passes.rewrite.tensor_rank import rank_sample_values
 from pesto_ir.schedule.memory import lifetimes
 from pesto_ir.schedule.plan import OpSlot, Plan
 from pesto_ir.util.units import human_bytes

@@ -32,7 +32,10 @@ from pesto_ir.passes.placement.search.screening_rates import (
     Rates,
     ScreeningTimes,
     cannot_fit,
+    first_predicted_to_fit,
     first_reason,
+    rank_memory_of,
+    ranks_predicted_to_fit,
 )
 from pesto_ir.passes.placement.search.strategies import Candidate
 from pesto_ir.passes.rewrite.replicas import (
@@ -45,7 +48,6 @@ from pesto_ir.passes.rewrite.replicas import (
     replica_groups,
     sub_cluster,
 )
-from pesto_ir.passes.rewrite.tensor_shard import tensor_shard
 from pesto_ir.util import work
 from pesto_ir.util.errors import PestoError
 from pesto_ir.util.units import human_bytes, human_time
@@ -170,7 +172,7 @@ def screen_all(graph: Graph, cluster: Cluster, todo: list[Strategy], options: Pl
         if not _unfit(s, cluster, rates, unfit, log):
             groups.setdefault(RANKS if s.tensor_parallel > 1 else s.data_parallel, []).append(s)
     one_batch_fits = ONE_BATCH in todo and ONE_BATCH not in {c.strategy for c in unfit}
-    order = _group_order(groups, cluster, one_batch_fits and not _ranks_predicted_to_fit(graph, cluster,
+    order = _group_order(groups, cluster, one_batch_fits and not ranks_predicted_to_fit(graph, cluster,
                                                                                         groups.get(RANKS, []), rates))
     # each degree has a share: the tensor-parallel group one per degree t, the one-device replicas
     # one per variant of the state they screen (whole, and sharded where the search may shard it)
@@ -190,19 +192,6 @@ def screen_all(graph: Graph, cluster: Cluster, todo: list[Strategy], options: Pl
                                      log, rates)
         tried.extend(done)
     return tried + unfit
-
-
-def _ranks_predicted_to_fit(graph: Graph, cluster: Cluster, ranks: list[Strategy], rates: Rates) -> bool:
-    """Whether a strategy of the largest tensor-parallel degree, one device per rank, is predicted
-    to fit by its rank graph's walk (`_first_predicted_to_fit`)."""
-    k = len(cluster)
-    alike = [s for s in ranks if s.data_parallel * s.tensor_parallel == k]
-    if not alike:
-        return False
-    t = max(s.tensor_parallel for s in alike)
-    capacity = min(d.memory for d in cluster.devices)
-    return _first_predicted_to_fit(graph, cluster, [s for s in alike if s.tensor_parallel == t], capacity,
-                                   rates) is not None
 
 
 def _group_order(groups: dict[int, list[Strategy]], cluster: Cluster, others_first: bool) -> list[int]:
@@ -255,7 +244,7 @@ def _screen_ranks(graph: Graph, cluster: Cluster, todo: list[Strategy], options:
                                                 s.microbatches, s)):
         t, d = strategy.tensor_parallel, strategy.data_parallel
         stages = k // (d * t)
-        fits_from = _first_predicted_to_fit(graph, cluster, [s for s in todo if (s.tensor_parallel, s.data_parallel)
+        fits_from = first_predicted_to_fit(graph, cluster, [s for s in todo if (s.tensor_parallel, s.data_parallel)
                                                              == (t, d)], capacity, rates)
         if fits_from is not None and strategy.microbatches < fits_from.microbatches:
             tried.append(_logged(Candidate(strategy, why_not=(
@@ -271,7 +260,7 @@ def _screen_ranks(graph: Graph, cluster: Cluster, todo: list[Strategy], options:
             continue
         variant: Strategy | None = strategy
         why = ""
-        memory = _rank_memory(graph, cluster, strategy, rates)
+        memory = rank_memory_of(graph, cluster, strategy, rates)
         if memory is not None:  # the walk predicts a rank's peak, over its stages where it has several
             variant, why = variant_to_screen(memory, strategy, capacity, rates.shard, rates.fsdp, stages)
         if variant is None:
@@ -286,43 +275,6 @@ def _screen_ranks(graph: Graph, cluster: Cluster, todo: list[Strategy], options:
         if c.plan is not None and k == d * t:
             fitted.add((t, d))
     return tried
-
-
-def _first_predicted_to_fit(graph: Graph, cluster: Cluster, alike: list[Strategy], capacity: float, rates: Rates
-                            ) -> Strategy | None:
-    """Of strategies `alike` but for their micro-batches, the variant with the fewest
-    micro-batches that the rank's walk predicts to fit in `capacity` (the least sharded that does;
-    over the stages of a pipeline where a rank has several devices), or None: fewer micro-batches
-    predicted over it need not be screened, as more micro-batches only hold less."""
-    for s in sorted(alike, key=lambda s: s.microbatches):
-        memory = _rank_memory(graph, cluster, s, rates)
-        if memory is None:
-            return None
-        stages = len(cluster) // (s.data_parallel * s.tensor_parallel)
-        variant, _ = variant_to_screen(memory, s, capacity, rates.shard, rates.fsdp, stages)
-        if variant is not None and memory.predicted_peak(variant, stages) <= capacity:
-            return variant
-    return None
-
-
-def _rank_memory(graph: Graph, cluster: Cluster, strategy: Strategy, rates: Rates) -> ReplicaMemory | None:
-    """The walk of one rank's graph of the one-batch step, split by `strategy`'s layout (made once
-    per layout; None where it has no batch to predict by): its replicas' peaks follow from it as
-    one-device replicas' follow from the one-batch graph's (`ReplicaMemory.predicted_peak`). Where
-    the group spans every device, that rank graph is the strategy d = 1 m = 1's replica graph,
-    the first the screening tries: it is built as that (with its costs) and kept for it."""
-    layout = strategy.tensor
-    if layout not in rates.rank_memory:
-        one_batch = Strategy(1, 1, tensor=layout)
-        try:
-            if layout.size == len(cluster):
-                rank = rates.prebuilt[one_batch] = replica_graph(graph, cluster, one_batch)
-            else:
-                rank = tensor_shard(graph, layout)
-            rates.rank_memory[layout] = ReplicaMemory.of(rank, graph)
-        except PestoError:
-            rates.rank_memory[layout] = None
-    return rates.rank_memory[layout]
 
 
 def _screen_replicas(graph: Graph, cluster: Cluster, todo: list[Strategy], options: PlaceOptions,

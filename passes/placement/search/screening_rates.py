@@ -1,7 +1,7 @@
 """What the hybrid search's screening measures and works to (`screening.py`): the rates of its
 rewrites and heuristics so far (`Rates`), its clock readings (`ScreeningTimes`), what building a
 pipelined replica graph and its schedules costs (`BuildCost`), and which strategies the memory
-floor rules out (`cannot_fit`)."""
+floor rules out (`cannot_fit`) or a rank graph's walk predicts over memory (`first_predicted_to_fit`)."""
 
 from __future__ import annotations
 
@@ -11,11 +11,12 @@ from dataclasses import dataclass, field
 from pesto_ir.cluster.model import Cluster
 from pesto_ir.ir.graph import Graph
 from pesto_ir.passes.placement.pipeline.schedules import schedule_worth
-from pesto_ir.passes.placement.search.replica_memory import ReplicaMemory
+from pesto_ir.passes.placement.search.replica_memory import ReplicaMemory, variant_to_screen
 from pesto_ir.passes.placement.search.strategies import Candidate
-from pesto_ir.passes.rewrite.replicas import Strategy
-from pesto_ir.passes.rewrite.tensor_shard import TensorLayout
+from pesto_ir.passes.rewrite.replicas import Strategy, replica_graph
+from pesto_ir.passes.rewrite.tensor_shard import TensorLayout, tensor_shard
 from pesto_ir.schedule.plan import Plan
+from pesto_ir.util.errors import PestoError
 from pesto_ir.util.units import human_bytes
 
 REWRITE_SECONDS_PER_OP = 2.5e-4  # a rewrite's guessed time per op it builds, until one is timed (2e-4 here)
@@ -138,3 +139,53 @@ def schedules_worth(engines: Sequence[str]) -> float:
     """What `engines` cost in simulations of a fixed schedule: the heuristics three, a pipeline
     schedule its `schedule_worth`."""
     return sum(3.0 if engine == "heuristics" else schedule_worth(engine) for engine in engines)
+
+
+def ranks_predicted_to_fit(graph: Graph, cluster: Cluster, ranks: list[Strategy], rates: Rates) -> bool:
+    """Whether a strategy of the largest tensor-parallel degree, one device per rank, is predicted
+    to fit by its rank graph's walk (`first_predicted_to_fit`)."""
+    k = len(cluster)
+    alike = [s for s in ranks if s.data_parallel * s.tensor_parallel == k]
+    if not alike:
+        return False
+    t = max(s.tensor_parallel for s in alike)
+    capacity = min(d.memory for d in cluster.devices)
+    return first_predicted_to_fit(graph, cluster, [s for s in alike if s.tensor_parallel == t], capacity,
+                                   rates) is not None
+
+
+def first_predicted_to_fit(graph: Graph, cluster: Cluster, alike: list[Strategy], capacity: float, rates: Rates
+                            ) -> Strategy | None:
+    """Of strategies `alike` but for their micro-batches, the variant with the fewest
+    micro-batches that the rank's walk predicts to fit in `capacity` (the least sharded that does;
+    over the stages of a pipeline where a rank has several devices), or None: fewer micro-batches
+    predicted over it need not be screened, as more micro-batches only hold less."""
+    for s in sorted(alike, key=lambda s: s.microbatches):
+        memory = rank_memory_of(graph, cluster, s, rates)
+        if memory is None:
+            return None
+        stages = len(cluster) // (s.data_parallel * s.tensor_parallel)
+        variant, _ = variant_to_screen(memory, s, capacity, rates.shard, rates.fsdp, stages)
+        if variant is not None and memory.predicted_peak(variant, stages) <= capacity:
+            return variant
+    return None
+
+
+def rank_memory_of(graph: Graph, cluster: Cluster, strategy: Strategy, rates: Rates) -> ReplicaMemory | None:
+    """The walk of one rank's graph of the one-batch step, split by `strategy`'s layout (made once
+    per layout; None where it has no batch to predict by): its replicas' peaks follow from it as
+    one-device replicas' follow from the one-batch graph's (`ReplicaMemory.predicted_peak`). Where
+    the group spans every device, that rank graph is the strategy d = 1 m = 1's replica graph,
+    the first the screening tries: it is built as that (with its costs) and kept for it."""
+    layout = strategy.tensor
+    if layout not in rates.rank_memory:
+        one_batch = Strategy(1, 1, tensor=layout)
+        try:
+            if layout.size == len(cluster):
+                rank = rates.prebuilt[one_batch] = replica_graph(graph, cluster, one_batch)
+            else:
+                rank = tensor_shard(graph, layout)
+            rates.rank_memory[layout] = ReplicaMemory.of(rank, graph)
+        except PestoError:
+            rates.rank_memory[layout] = None
+    return rates.rank_memory[layout]

@@ -41,7 +41,8 @@ from pesto_ir.passes.rewrite.replicas import (
     replica_groups,
     sub_cluster,
 )
-from pesto_ir.passes.rewrite.tensor_shard import TensorLayout, interleaved, partition_specs
+from pesto_ir.passes.rewrite.tensor_rank import interleaved, partition_specs
+from pesto_ir.passes.rewrite.tensor_shard import TensorLayout
 from pesto_ir.schedule.bounds import lower_bound
 from pesto_ir.schedule.plan import RING_PHASES, Parallelism, Plan, faster
 from pesto_ir.schedule.validate import check_plan, collectives_for
