@@ -9,7 +9,10 @@ master weights and Adam) and costs it with the roofline model of the row's devic
   change the options): the search over data-parallel replicas x tensor-parallel ranks x
   micro-batches x placement, on the row's cluster, its plan fitting in the devices' memory;
 - **published**: the published (DP, TP, PP) with the simulated micro-batches as a fixed plan: the
-  micro-batch and tensor-parallel rewrites of the step (`passes/rewrite/replicas.py`), PP contiguous
+  micro-batch and tensor-parallel rewrites of the step (`passes/rewrite/replicas.py`; TP's ranks
+  split as Megatron splits them, column- then row-parallel pairs and a vocabulary-parallel
+  embedding, or as the layout search at that degree splits them, whichever plan is faster, named
+  in the table), PP contiguous
   stages balanced by cost on replica 0's rank-0 devices under the 1F1B schedule (one device:
   its micro-batches one after another; one micro-batch: the one device runs the step), gradient
   all-reduces bucketed; the optimizer state sharded across replicas where there are several
@@ -59,6 +62,7 @@ from pesto_ir.cluster.devices import kind_named
 from pesto_ir.cluster.model import Cluster
 from pesto_ir.ir.graph import Graph
 from pesto_ir.passes.placement.options import PlaceOptions, time_limit_problem
+from pesto_ir.passes.rewrite.tensor_shard import TensorLayout
 from pesto_ir.passmanager import PassContext, PassManager
 from pesto_ir.schedule.bounds import fastest_costs
 from pesto_ir.schedule.plan import Plan, read_plan_attrs
@@ -171,22 +175,30 @@ def pesto_plan(graph: Graph, cluster: Cluster, place: str, time_limit: float) ->
     return plan, time.perf_counter() - started
 
 
-def fixed_plan(graph: Graph, cluster: Cluster, layout: Layout, seconds_for_layout: float) -> Plan:
-    """The fixed plan of `layout` (see the module's docstring), its tensor-parallel layout searched
-    for `seconds_for_layout` of counted work (`pesto_ir.util.work`); the validator's PlanError
-    where it does not fit in memory, a PestoError where the planner cannot build it."""
+def tensor_layouts(graph: Graph, cluster: Cluster, tp: int, seconds_for_search: float) -> dict[str, TensorLayout]:
+    """The layouts a published TP degree is built with, by name: Megatron's pairs as they are
+    (`pairs_layout`: column- then row-parallel, vocabulary-parallel embedding) and the layout search
+    at that degree for `seconds_for_search` of counted work (`pesto_ir.util.work`); the faster
+    plan is the published one (`_fixed`)."""
+    from pesto_ir.passes.sharding.choose import pairs_layout, tensor_layout
+    from pesto_ir.util import work
+
+    if tp == 1:
+        return {"": TensorLayout(1)}
+    searched = tensor_layout(graph, cluster, tp, None, fixed=True, until=work.now() + seconds_for_search).layout
+    return {"Megatron's pairs": pairs_layout(graph, tp), "searched": searched}
+
+
+def fixed_plan(graph: Graph, cluster: Cluster, layout: Layout, tensor: TensorLayout) -> Plan:
+    """The fixed plan of `layout` (see the module's docstring), its ranks split by `tensor`
+    (`tensor_layouts`); the validator's PlanError where it does not fit in memory, a PestoError
+    where the planner cannot build it."""
     from pesto_ir.passes.place import place_graph
     from pesto_ir.passes.placement.pipeline.schedules import pipeline_plan
     from pesto_ir.passes.rewrite.replicas import Strategy, bucketed, placed_devices, replica_graph, sub_cluster
-    from pesto_ir.passes.rewrite.tensor_shard import TensorLayout
-    from pesto_ir.passes.sharding.choose import tensor_layout
-    from pesto_ir.util import work
 
     if layout.devices != len(cluster):
         raise PestoError(f"{layout} needs {layout.devices} devices, the cluster has {len(cluster)}")
-    tensor = TensorLayout(1)
-    if layout.tp > 1:
-        tensor = tensor_layout(graph, cluster, layout.tp, None, fixed=True, until=work.now() + seconds_for_layout).layout
     state = "sharded" if layout.dp > 1 else "replicated"
     strategy = Strategy(layout.dp, layout.microbatches, state, tensor=tensor)
     replica = replica_graph(graph, cluster, strategy)
@@ -200,18 +212,37 @@ def fixed_plan(graph: Graph, cluster: Cluster, layout: Layout, seconds_for_layou
 
 
 def _fixed(graph: Graph, row: LlmRow, cluster: Cluster, flops: float, peak: float, layout_seconds: float) -> Result:
-    """The published layout's plan; with unbounded memory where it does not fit (its peak shows by how much)."""
+    """The published layout's plan, the fastest of its tensor-parallel layouts (`tensor_layouts`)
+    that fit, else of those that do not (named in `Result.strategy`)."""
+    started = time.perf_counter()
+    try:
+        layouts = tensor_layouts(graph, cluster, row.simulated.tp, layout_seconds)
+    except PestoError as e:
+        return Result(seconds=time.perf_counter() - started, error=reason(e))
+    built = []
+    for name, tensor in layouts.items():
+        result = _fixed_with(graph, row, cluster, flops, peak, tensor)
+        result.strategy = name
+        built.append(result)
+    best = min(built, key=lambda r: (r.step is None, bool(r.error), r.step or 0.0))
+    best.seconds = time.perf_counter() - started
+    return best
+
+
+def _fixed_with(graph: Graph, row: LlmRow, cluster: Cluster, flops: float, peak: float, tensor: TensorLayout) -> Result:
+    """The published layout's plan with its ranks split by `tensor`; with unbounded memory where
+    it does not fit (its peak shows by how much)."""
     from pesto_ir.schedule.simulate import PlanError
 
     started = time.perf_counter()
     try:
-        plan = fixed_plan(graph, cluster, row.simulated, layout_seconds)
+        plan = fixed_plan(graph, cluster, row.simulated, tensor)
     except PlanError as e:
         if "memory" not in str(e):
             return Result(seconds=time.perf_counter() - started, error=reason(e))
         unbounded = row.machine.cluster(row.devices, memory=math.inf)
         try:
-            plan = fixed_plan(graph, unbounded, row.simulated, layout_seconds)
+            plan = fixed_plan(graph, unbounded, row.simulated, tensor)
         except PestoError as e2:
             return Result(seconds=time.perf_counter() - started, error=reason(e2))
         out = _measured(plan, cluster, flops, time.perf_counter() - started, peak)
@@ -290,7 +321,8 @@ def gib(n: int | None) -> str:
 def cells(r: RowResult) -> list[str]:
     p, f = r.pesto, r.fixed
     pesto_step = ms(p.step) if p.step is not None else f"no plan: {p.error}"
-    fixed_step = ms(f.step) if f.step is not None and not f.error else \
+    layout = f" ({f.strategy})" if f.strategy else ""
+    fixed_step = ms(f.step) + layout if f.step is not None and not f.error else \
         f"{ms(f.step)} ({f.error})" if f.step is not None else f"not built: {f.error}"
     fits = "—" if p.fits is None else "yes" if p.fits else "no"
     return [r.name, str(r.devices), r.published, r.batch.split(" (")[0].replace("simulated global batch ", "").replace("global batch ", ""),

@@ -269,6 +269,24 @@ def test_the_layout_search_starts_from_a_vocabulary_split() -> None:
     assert "params.wpe" not in start
 
 
+def test_megatron_s_pairs_as_a_fixed_layout_run_like_jit() -> None:
+    """`pairs_layout`, Megatron's layout built as it is (a published layout in `bench/llm_zoo.py`):
+    the alternating start's splits, the vocabulary-parallel table among them, and a step on it is
+    jit's."""
+    from pesto_ir.passes.sharding.choose import pairs_layout
+
+    step, params, x, y = gpt()
+    graph = lower(step, params, x, y, param_argnums=(0,))
+    classes = parameter_classes(graph)
+    layout = pairs_layout(graph, 2)
+    start = {name: pick for i, pick in alternating_start(graph, classes).items() for name in classes[i].names}
+    assert layout.axes == {name: pick[0] for name, pick in start.items()} and layout.axes["params.wte"] == 0
+    assert dict(layout.interleave) == {name: pick[1] for name, pick in start.items() if pick[1] > 1}
+    cluster = Cluster.homogeneous(2, "cpu")
+    strategy = Strategy(1, 1, tensor=layout)
+    _runs_like_jit(replica_graph(graph, cluster, strategy), cluster, strategy, step, (params, x, y))
+
+
 def _runs_like_jit(rank: Any, cluster: Cluster, strategy: Strategy, step: Any, args: tuple[Any, ...]) -> None:
     """`rank` (the strategy's rank graph) placed on one device per group and run on the cluster's
     devices gives jit's outputs of `step` on `args`."""

@@ -404,6 +404,17 @@ def alternating_start(graph: Graph, classes: list[ParamClass]) -> dict[int, Opti
     return out
 
 
+def pairs_layout(graph: Graph, size: int) -> TensorLayout:
+    """Megatron's layout of `size` ranks as it is, nothing searched: `alternating_start`'s splits
+    that divide into `size` blocks (a published layout built as a fixed plan, `bench/llm_zoo.py`)."""
+    classes = parameter_classes(graph)
+    picks = {i: pick for i, pick in alternating_start(graph, classes).items()
+             if pick is not None and classes[i].shape[pick[0]] % (pick[1] * size) == 0}
+    split = [(name, pick) for i, pick in sorted(picks.items()) for name in classes[i].names]
+    return TensorLayout(size, tuple((name, pick[0]) for name, pick in split),
+                        tuple((name, pick[1]) for name, pick in split if pick[1] > 1))
+
+
 def vocabulary_start(graph: Graph, classes: list[ParamClass]) -> dict[int, Option]:
     """Megatron's vocabulary-parallel embedding as a start: a table the step looks rows up in
     (a `gather` picking one row along an axis, through casts) split along that axis where it is the
