@@ -486,39 +486,3 @@ def test_flax_partitioning_metadata_is_the_layout_search_s_start() -> None:
     want = jax.jit(step)(params, x, jnp.sin(x))
     for a, b in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want)):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=RTOL, atol=ATOL)
-
-
-@pytest.mark.parametrize("t4_seconds, screened", [(1.0, [2]), (0.6, [2, 4]), (0.2, [4])])
-def test_degrees_are_screened_fastest_predicted_first_and_slower_ones_skipped(t4_seconds: float,
-                                                                               screened: list[int]) -> None:
-    """Over 4 devices, t = 2 (d = 2) and t = 4 (d = 1): each degree's predicted step is its layout's
-    rank seconds x t. The faster predicted is screened first; the other only within `RANKS_SLACK`
-    of it (t = 2 at 2.0 against t = 4 at 4.0, 2.4 and 0.8)."""
-    import dataclasses
-
-    from pesto_ir.passes.placement.registry import ALGORITHMS
-    from pesto_ir.passes.placement.search.screening import RANKS_SLACK, _screen_ranks
-    from pesto_ir.passes.placement.search.screening_rates import Rates, ScreeningTimes
-    from pesto_ir.schedule.validate import check_plan
-    from pesto_ir.util import work
-
-    assert 2.4 <= 2.0 * (1 + RANKS_SLACK) < 4.0 and 2.0 > 0.8 * (1 + RANKS_SLACK)
-    step, params, x, y = mlp(512)
-    graph = lower(step, params, x, y, param_argnums=(0,))
-    cluster = Cluster.homogeneous(4, "h100")
-    PassManager("annotate-costs{model=roofline}").run(graph, PassContext(cluster=cluster, quiet=True))
-    layouts = {t: dataclasses.replace(choose_layout(graph, t, cluster.devices[0],
-                                                    collective_cost(cluster, mirror_groups(cluster, 1, t))).layout,
-                                      step_seconds=seconds) for t, seconds in ((2, 1.0), (4, t4_seconds))}
-    assert layouts[2] == dataclasses.replace(layouts[2], step_seconds=0.0)  # not part of the layout
-    todo = [Strategy(2, 1, tensor=layouts[2]), Strategy(1, 1, tensor=layouts[4])]
-    options = PlaceOptions(quiet=True)
-
-    def m_etf(g: Any, c: Cluster, o: PlaceOptions) -> Any:
-        return check_plan(g, c, ALGORITHMS["m-etf"].run(g, c, o))
-
-    end = work.now() + 600
-    tried = _screen_ranks(graph, cluster, todo, options, m_etf, ScreeningTimes(end, end), end, True, options, Rates())
-    assert [c.strategy.tensor_parallel for c in tried if c.plan is not None] == screened
-    skipped = [c for c in tried if c.plan is None]
-    assert all("its layout's step is predicted" in (c.why_not or "") for c in skipped), [c.why_not for c in skipped]

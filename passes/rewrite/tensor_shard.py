@@ -30,7 +30,7 @@ together by them (`backends/jax_replicas.py`).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from pesto_ir.ir.attributes import Attr, DictAttr, DurationAttr, IntAttr, ListAttr, StringAttr, to_attr
@@ -57,14 +57,11 @@ class TensorLayout:
     """t ranks, and the inputs split across them: (input name, axis), sorted by name. An input in
     `interleave` (name, runs) is split as `runs` runs of t blocks: its axis is `runs` equal parts
     (a fused projection's q, k and v) and rank j holds block j of each, so that each part is split
-    alike (Megatron keeps fused QKV weights so, by heads). `step_seconds`: a rank's one-batch step
-    as the layout search scored it (`passes/sharding/choose.py`; 0 where not scored), which orders
-    the degrees the search screens; not part of the layout (equal layouts compare equal)."""
+    alike (Megatron keeps fused QKV weights so, by heads)."""
 
     size: int
     splits: tuple[tuple[str, int], ...] = ()
     interleave: tuple[tuple[str, int], ...] = ()
-    step_seconds: float = field(default=0.0, compare=False)
 
     def __post_init__(self) -> None:
         if isinstance(self.size, bool) or not isinstance(self.size, int) or not 1 <= self.size <= MAX_MICROBATCHES:

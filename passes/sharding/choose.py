@@ -14,7 +14,6 @@ limit only caps it (saying so).
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
@@ -317,8 +316,7 @@ def choose_layout(graph: Graph, size: int, device: Device, cost: CollectiveCost 
     if split_some and all(pick is None for pick in chosen.values()) and fallback is not None:
         chosen = fallback[1]
         best = fallback[0]
-    layout = dataclasses.replace(layout_of(chosen), step_seconds=best.seconds)
-    return Choice(layout, best, evaluations, cut, tuple(chosen[i] for i in range(len(classes))))
+    return Choice(layout_of(chosen), best, evaluations, cut, tuple(chosen[i] for i in range(len(classes))))
 
 
 def tensor_layout(graph: Graph, cluster: Cluster, size: int, progress: Callable[[str], None] | None = None,

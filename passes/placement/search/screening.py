@@ -60,7 +60,6 @@ REFINE_RESERVE = MIN_REFINE_SECONDS + 0.15  # kept for refining a leading one-ba
 PROMISING = 0.05  # a pipeline predicted this much faster than every plan so far may use that reserve (refining gains less)
 MIN_HALVED_DEVICES = 4  # replicas of this many devices or more also try the best pipeline over half of them
 PATIENCE = 2  # pipelines built in a row no faster than the best end a degree (without the model)
-RANKS_SLACK = 0.25  # a tensor-parallel degree whose layout is predicted this much slower than one that gave a plan is not screened
 MODEL_SLACK = 0.05  # pipelines predicted within this of the best one built are built too (the model errs)
 OTHERS_SLACK = 0.25  # nor one predicted this much slower than a plan of another strategy (batch statistics
 # make micro-batches wait for each other, which the model leaves out)
@@ -224,13 +223,9 @@ def _unfit(strategy: Strategy, cluster: Cluster, rates: Rates, tried: list[Candi
 def _screen_ranks(graph: Graph, cluster: Cluster, todo: list[Strategy], options: PlaceOptions, heuristic: Solve,
                   times: ScreeningTimes, stop: float, last: bool, log: PlaceOptions, rates: Rates
                   ) -> list[Candidate]:
-    """Tensor-parallel strategies (their layouts are chosen already): the degrees in the order their
-    layouts' scores predict their steps (`_predicted_step`), the largest first among equals, then
-    one device per rank before pipelines of several, fewer micro-batches first. A degree predicted
-    `RANKS_SLACK` slower than one that gave a plan is not screened: on megatron-gpt-7.1B screening
-    t = 8 and 4 after t = 2 left no time for d = 4 with sharded parameters (425.8 ms, where t = 2
-    is 496.6 and t = 4 565.5); a degree whose ranks do not fit is refused by its walk's prediction
-    before it is built, so the largest still comes to be screened on a model too large for a device. One batch per rank runs the
+    """Tensor-parallel strategies (their layouts are chosen already): the largest degree first (the
+    one that fits where the others may not, on a model too large for a device), then one device
+    per rank before pipelines of several, fewer micro-batches first. One batch per rank runs the
     heuristics, micro-batches the fixed pipeline schedules (over one device a rank, 1F1B is
     gradient accumulation: each micro-batch's backward pass frees its activations before the
     next). On one device per rank, more micro-batches than the first that fits cannot be faster
@@ -245,17 +240,10 @@ def _screen_ranks(graph: Graph, cluster: Cluster, todo: list[Strategy], options:
     degrees_screened: set[int] = set()  # each degree's first strategy is screened, however late
     end = times.degree_end(stop, last)
     capacity = min(d.memory for d in cluster.devices)
-    planned: dict[int, float] = {}  # degree -> its predicted step, where it gave a plan
-    for strategy in sorted(todo, key=lambda s: (_predicted_step(s), -s.tensor_parallel,
-                                                k // (s.data_parallel * s.tensor_parallel), s.microbatches, s)):
+    for strategy in sorted(todo, key=lambda s: (-s.tensor_parallel, k // (s.data_parallel * s.tensor_parallel),
+                                                s.microbatches, s)):
         t, d = strategy.tensor_parallel, strategy.data_parallel
         stages = k // (d * t)
-        faster = min(planned.items(), key=lambda kv: kv[1], default=None)
-        if faster is not None and t not in planned and _predicted_step(strategy) > faster[1] * (1 + RANKS_SLACK):
-            tried.append(Candidate(strategy, why_not=(
-                f"not screened: its layout's step is predicted {_predicted_step(strategy) / faster[1]:.2f} x that "
-                f"of t={faster[0]}, which gave a plan")))
-            continue
         fits_from = first_predicted_to_fit(graph, cluster, [s for s in todo if (s.tensor_parallel, s.data_parallel)
                                                              == (t, d)], capacity, rates)
         if fits_from is not None and strategy.microbatches < fits_from.microbatches:
@@ -286,16 +274,7 @@ def _screen_ranks(graph: Graph, cluster: Cluster, todo: list[Strategy], options:
         tried.append(_logged(c, log, rates))
         if c.plan is not None and k == d * t:
             fitted.add((t, d))
-        if c.plan is not None and _predicted_step(strategy):
-            planned.setdefault(t, _predicted_step(strategy))
     return tried
-
-
-def _predicted_step(strategy: Strategy) -> float:
-    """A tensor-parallel strategy's step as its layout's score predicts it, up to a factor the same
-    for every degree: one rank's one-batch step (`TensorLayout.step_seconds`) over the k / t ranks
-    that share the batch; 0 where the layout was not scored."""
-    return strategy.tensor.step_seconds * strategy.tensor_parallel
 
 
 def _screen_replicas(graph: Graph, cluster: Cluster, todo: list[Strategy], options: PlaceOptions,
