@@ -243,20 +243,15 @@ def choose_layout(graph: Graph, size: int, device: Device, cost: CollectiveCost 
     batch = {k: int(a) for k, a in raw.value.items()} if raw is not None and isinstance(raw.value, dict) else {}
 
     def layout_of(picks: dict[int, Option]) -> TensorLayout:
-        split = [(name, pick, i) for i, pick in picks.items() if pick is not None for name in classes[i].names]
-        return TensorLayout(size, tuple((name, pick[0]) for name, pick, _ in split),
-                            tuple((name, pick[1]) for name, pick, _ in split if pick[1] > 1))
+        return picked_layout(size, classes, picks)
 
     best = scored(layout_of(chosen))
     if best is None:
         tensor_shard(graph, layout_of(chosen), cost)  # its own reason (a cost graph has no shapes to split)
         raise ShardingError(f"graph '{graph.name}' cannot run as {size} tensor-parallel ranks even with every "
                             "parameter whole")
-    def dividing(picks: dict[int, Option]) -> dict[int, Option]:
-        return {i: pick for i, pick in picks.items() if i < len(classes) and pick is not None
-                and classes[i].shape[pick[0]] % (pick[1] * size) == 0}
-
-    carried = dividing(dict(enumerate(start))) or dividing(alternating_start(graph, classes))
+    carried = dividing(dict(enumerate(start)), classes, size) or \
+        dividing(alternating_start(graph, classes), classes, size)
     if carried:
         found = scored(layout_of({**chosen, **carried}))
         evaluations += 1
@@ -406,11 +401,20 @@ def pairs_layout(graph: Graph, size: int) -> TensorLayout:
     """Megatron's layout of `size` ranks as it is, nothing searched: `alternating_start`'s splits
     that divide into `size` blocks (a published layout built as a fixed plan, `bench/llm_zoo.py`)."""
     classes = parameter_classes(graph)
-    picks = {i: pick for i, pick in alternating_start(graph, classes).items()
-             if pick is not None and classes[i].shape[pick[0]] % (pick[1] * size) == 0}
-    split = [(name, pick) for i, pick in sorted(picks.items()) for name in classes[i].names]
+    return picked_layout(size, classes, dividing(alternating_start(graph, classes), classes, size))
+
+
+def picked_layout(size: int, classes: list[ParamClass], picks: dict[int, Option]) -> TensorLayout:
+    """The layout of `size` ranks splitting each class in `picks` by its option (axis, runs)."""
+    split = [(name, pick) for i, pick in picks.items() if pick is not None for name in classes[i].names]
     return TensorLayout(size, tuple((name, pick[0]) for name, pick in split),
                         tuple((name, pick[1]) for name, pick in split if pick[1] > 1))
+
+
+def dividing(picks: dict[int, Option], classes: list[ParamClass], size: int) -> dict[int, Option]:
+    """The `picks` (class index -> option) whose split axis divides into `size` blocks of its runs."""
+    return {i: pick for i, pick in picks.items() if i < len(classes) and pick is not None
+            and classes[i].shape[pick[0]] % (pick[1] * size) == 0}
 
 
 def vocabulary_start(graph: Graph, classes: list[ParamClass]) -> dict[int, Option]:
