@@ -21,7 +21,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import pesto_ir  # noqa: E402
-from bench.suite import _binding_term, geomean  # noqa: E402
+from bench.suite import _binding_term  # noqa: E402
+from bench.suite_report import geomean  # noqa: E402
 from bench.zoo import zoo  # noqa: E402
 from pesto_ir.schedule.bounds import lower_bound  # noqa: E402
 

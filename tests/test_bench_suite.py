@@ -12,7 +12,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench import suite  # noqa: E402
+from bench import suite, suite_report  # noqa: E402
 
 README = """# A project
 
@@ -45,7 +45,7 @@ def test_quick_run_covers_every_quick_model_and_algorithm(quick_run: tuple[Path,
     assert {"bert24_training_layer", "gnmt_training_layer"} <= models
     assert {r["k"] for r in doc["rows"]} == {2, 4}
     for row in doc["rows"]:
-        assert set(row["results"]) == set(suite.ALGOS)
+        assert set(row["results"]) == set(suite_report.ALGOS)
 
 
 @pytest.mark.slow
@@ -54,14 +54,14 @@ def test_no_plan_beats_the_lower_bound_and_auto_beats_every_baseline(quick_run: 
     are never slower than any one-batch baseline; no valid one-batch plan is faster than the lower
     bound (a hybrid plan splits the batch, and with it the critical path); a hybrid plan says which."""
     _, doc = quick_run
-    one_batch = (*suite.BASELINES, "ilp", suite.ONE_BATCH)
+    one_batch = (*suite_report.BASELINES, "ilp", suite_report.ONE_BATCH)
     for row in doc["rows"]:
         lb = row["lower_bound"]
         done = {a: r["makespan"] for a, r in row["results"].items() if r["makespan"] is not None}
-        assert done.keys() >= {"m-etf", "m-sct", "m-topo", "ilp", "auto", suite.ONE_BATCH}, row["model"]
+        assert done.keys() >= {"m-etf", "m-sct", "m-topo", "ilp", "auto", suite_report.ONE_BATCH}, row["model"]
         assert all(done[a] >= lb * (1 - 1e-9) for a in one_batch if a in done), row["model"]
-        fastest_baseline = min(done[a] for a in suite.BASELINES if a in done)
-        for exact in suite.EXACT:
+        fastest_baseline = min(done[a] for a in suite_report.BASELINES if a in done)
+        for exact in suite_report.EXACT:
             assert done[exact] <= fastest_baseline * (1 + 1e-9), (exact, row["model"], row["k"])
         assert row["coarse_lower_bound"] >= lb * (1 - 1e-9)
         for algo in ("dp", "gpipe", "1f1b"):
@@ -80,7 +80,7 @@ def test_more_devices_never_give_a_slower_plan(quick_run: tuple[Path, dict]) -> 
     for row in doc["rows"]:
         by_model.setdefault(row["model"], {})[row["k"]] = row["results"]
     for model, at in by_model.items():
-        for algo in suite.STARTED:
+        for algo in suite_report.STARTED:
             two, four = at[2][algo]["makespan"], at[4][algo]["makespan"]
             if two is not None:
                 assert four is not None and four <= two * (1 + 1e-12), (model, algo, two, four)
@@ -94,8 +94,8 @@ def test_rows_above_the_goal_say_why(quick_run: tuple[Path, dict]) -> None:
         fastest = min(r["makespan"] for r in row["results"].values() if r["makespan"] is not None)
         one_batch = not row["results"]["auto"]["strategy"]
         took, limit = row["results"]["auto"]["place_seconds"], row["results"]["auto"]["time_limit"]
-        flagged = (one_batch and auto / row["lower_bound"] - 1 > suite.GAP_GOAL or auto > fastest * (1 + suite.TIE)
-                   or took > limit * (1 + suite.OVERTIME))
+        flagged = (one_batch and auto / row["lower_bound"] - 1 > suite_report.GAP_GOAL or auto > fastest * (1 + suite_report.TIE)
+                   or took > limit * (1 + suite_report.OVERTIME))
         assert bool(row["findings"]) == flagged, (row["model"], row["k"], row["findings"])
 
 
@@ -127,7 +127,7 @@ def test_a_readme_without_markers_is_left_alone(tmp_path: Path) -> None:
     readme = tmp_path / "README.md"
     readme.write_text("# nothing to replace\n")
     with pytest.raises(SystemExit, match="markers"):
-        suite.update_readme(readme, "| table |", None, "python -m bench")
+        suite_report.update_readme(readme, "| table |", None, "python -m bench")
     assert readme.read_text() == "# nothing to replace\n"
 
 
@@ -140,15 +140,15 @@ def test_a_gantt_row_outside_the_run_is_refused(tmp_path: Path, capsys: pytest.C
 
 def _part(tmp_path: Path, name: str, models: list[str], **header: object) -> Path:
     """A run's `.json` with rows of `models` at k = 2 and 4 (each algorithm its own step time)."""
-    rows = [suite.Row(model=m, source="msr", description="", ops=10, k=k, cluster="", lower_bound=1e-3,
+    rows = [suite_report.Row(model=m, source="msr", description="", ops=10, k=k, cluster="", lower_bound=1e-3,
                       bound="total work", coarse_lower_bound=1e-3, groups=10, free_comm=None, free_comm_bound=1e-3,
-                      results={a: suite.Outcome((1 + i / 10) * 1e-3, 0.1, place_seconds=0.1, time_limit=1.0)
-                               for i, a in enumerate(suite.ALGOS)})
+                      results={a: suite_report.Outcome((1 + i / 10) * 1e-3, 0.1, place_seconds=0.1, time_limit=1.0)
+                               for i, a in enumerate(suite_report.ALGOS)})
             for m in models for k in (2, 4)]
     head = {"command": f"run {name}", "created": "2026-12-03T00:00:00Z", "quick": False, "time_limit": 8.0,
             "search_time_limit": None, "target": 200, "seed": 0, "k": [2, 4], "seconds": 10.0, **header}
     path = tmp_path / f"{name}.json"
-    path.write_text(suite.to_json(rows, head))
+    path.write_text(suite_report.to_json(rows, head))
     return path
 
 
