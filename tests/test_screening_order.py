@@ -67,3 +67,43 @@ def test_ranks_come_first_and_one_batch_last_on_models_for_them(others_first: bo
     groups = {8: [], 1: [], 4: [], 2: [], RANKS: []}
     order = _group_order(groups, Cluster.homogeneous(8, "h100"), others_first)  # type: ignore[arg-type]
     assert order == ([8, 1, 4, 2, RANKS] if others_first else [8, RANKS, 4, 2, 1])
+
+
+def test_one_batch_is_not_screened_where_its_bound_is_over_a_plan_in_hand() -> None:
+    """Two wider GPT blocks on four devices: one batch's lower bound (its chain of layers) is
+    over the four one-device replicas' plan, screened first; so one batch is neither screened nor
+    searched, the summary says why, and the plan still beats every one-batch plan."""
+    from pesto_ir.schedule.bounds import lower_bound
+
+    graph = lower_config("gpt", GptConfig(layers=2, d_model=512, heads=8, seq=256, batch=32, vocab=1024))
+    graph = PassManager("annotate-costs{model=roofline}").run(
+        graph, PassContext(cluster=Cluster.homogeneous(1, "h100"), quiet=True))
+    cluster = Cluster.homogeneous(4, "h100")
+    bound = lower_bound(graph, cluster)
+    out = PassManager("place{algo=auto time-limit=5 seed=0}").run(
+        graph.clone(), PassContext(cluster=cluster, quiet=True, seed=0))
+    plan = read_plan_attrs(out)
+    assert plan is not None and plan.parallelism is not None
+    assert plan.makespan < bound
+    assert "d=1 m=1 none (not screened: one batch's lower bound" in " ".join(plan.notes)
+
+
+def test_one_batch_is_screened_while_no_plan_beats_its_bound() -> None:
+    """Without a plan in hand, or with one slower than one batch's bound, nothing rules one batch
+    out; a plan as fast as the bound does."""
+    from pesto_ir.passes.placement.search.screening_rates import one_batch_ruled_out
+    from pesto_ir.schedule.bounds import lower_bound
+
+    graph = _costed()
+    cluster = Cluster.homogeneous(4, "h100")
+    rates = Rates()
+    assert one_batch_ruled_out(graph, cluster, rates) == ""
+    out = PassManager("place{algo=m-etf}").run(graph.clone(), PassContext(cluster=cluster, quiet=True, seed=0))
+    plan = read_plan_attrs(out)
+    assert plan is not None
+    rates.fastest = (graph, plan)
+    assert rates.one_batch_bound is None
+    assert one_batch_ruled_out(graph, cluster, rates) == ""  # a one-batch plan is never under its bound
+    assert rates.one_batch_bound == lower_bound(graph, cluster)
+    rates.one_batch_bound = plan.makespan
+    assert "no one-batch plan can beat it" in one_batch_ruled_out(graph, cluster, rates)

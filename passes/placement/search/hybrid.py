@@ -100,7 +100,9 @@ def search(graph: Graph, cluster: Cluster, options: PlaceOptions, data_parallel:
         used = {slot.device for slot in start.given.ops.values()}
         rates.halved = 2 * len(used) <= len(cluster) // start.strategy.data_parallel
     try:
-        times = ScreeningTimes(budget.at(SCREEN_SHARE), deadline - budget.share(FINISH_SHARE))
+        # one batch's own search, where it does not run, leaves the screening its share of that work
+        spare = options.time_limit * SCREEN_SHARE if one_batch_searched else 0.0
+        times = ScreeningTimes(budget.at(SCREEN_SHARE), deadline - budget.share(FINISH_SHARE), spare)
         tried = screen_all(graph, cluster, todo, quiet, heuristic, times, options, rates) \
             if len(todo) > 1 else [Candidate(todo[0])]
     except KeyboardInterrupt:
