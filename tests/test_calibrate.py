@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from bench.calibrate import (
+from bench.calibrate import parse_args
+from bench.calibrate_kernels import (
     MAX_EFFICIENCY,
     Sample,
     fit_efficiency,
     fit_family,
     fit_family_without_setup,
     fit_launch_overhead,
-    parse_args,
     relative_error,
 )
 from pesto_ir.cli import main as pesto_compile
@@ -110,7 +110,7 @@ def test_a_familys_setup_is_fitted_beside_its_efficiency_and_the_total_is_kept()
 
 
 def test_a_steps_setups_count_in_its_prediction_and_are_held_in_the_step_fit() -> None:
-    from bench.calibrate import Step, fit_step_launch
+    from bench.calibrate_steps import Step, fit_step_launch
 
     steps = [Step(f"s{i}", 10 + n, {"conv": 1e-3 * (i + 1), "elementwise": 2e-4}, 0.0, {"conv": n, "elementwise": 10})
              for i, n in enumerate((4, 9, 20))]
@@ -124,7 +124,8 @@ def test_a_steps_setups_count_in_its_prediction_and_are_held_in_the_step_fit() -
 
 
 def test_setups_are_kept_only_where_they_predict_whole_steps_better() -> None:
-    from bench.calibrate import KernelFigures, Step, choose_setup
+    from bench.calibrate_kernels import KernelFigures
+    from bench.calibrate_steps import Step, choose_setup
 
     figures = KernelFigures(efficiency={"conv": 0.5}, setup={"conv": 5e-5}, plain={"conv": 0.3}, why={})
     shapes = [(1e-3, 4), (4e-3, 9), (2e-3, 20), (8e-3, 30), (5e-4, 12), (3e-3, 6)]
@@ -142,7 +143,7 @@ def test_setups_are_kept_only_where_they_predict_whole_steps_better() -> None:
 
 
 def test_fits_whole_steps_to_their_launch_and_family_efficiencies() -> None:
-    from bench.calibrate import Step, fit_to_steps
+    from bench.calibrate_steps import Step, fit_to_steps
 
     launch, speed = 3e-6, {"matmul": 0.6, "elementwise": 0.25, "reduction": 0.2}
     mixes = [(8e-3, 1e-3, 2e-4, 50), (2e-3, 4e-3, 1e-3, 300), (5e-3, 5e-4, 3e-3, 120), (1e-2, 2e-3, 5e-4, 80),
@@ -169,7 +170,7 @@ def test_a_gradient_family_is_fitted_with_its_forward_family_by_one_factor() -> 
     """Every training step has a weight gradient per forward matmul, so the steps cannot tell the
     two families apart: the fit scales both from their kernels timed alone by one factor, keeping
     the ratio the kernels measured."""
-    from bench.calibrate import Step, fit_to_steps
+    from bench.calibrate_steps import Step, fit_to_steps
 
     truth = {"matmul": 0.8, "matmul_weight_grad": 0.4, "elementwise": 0.3}
     mixes = [(8e-3, 1e-3, 50), (2e-3, 4e-3, 300), (5e-3, 5e-4, 120), (1e-2, 2e-3, 80), (1e-3, 1e-3, 400),
@@ -188,7 +189,7 @@ def test_a_gradient_family_is_fitted_with_its_forward_family_by_one_factor() -> 
 
 
 def test_the_step_fit_is_written_only_where_it_predicts_steps_it_was_not_fitted_to() -> None:
-    from bench.calibrate import Step, choose_figures
+    from bench.calibrate_steps import Step, choose_figures
 
     mixes = [(8e-3, 1e-3, 2e-4, 50), (2e-3, 4e-3, 1e-3, 300), (5e-3, 5e-4, 3e-3, 120), (1e-2, 2e-3, 5e-4, 80),
              (1e-3, 1e-3, 1e-3, 400), (6e-3, 3e-3, 2e-3, 200), (3e-3, 2e-3, 4e-3, 150)]
@@ -223,7 +224,7 @@ def test_the_step_fit_keeps_each_family_near_its_kernels_timed_alone() -> None:
     """Steps that say convolutions cost nothing (as noise and families that move together can): the
     fit holds conv at `FIT_RANGE` times its kernels' efficiency, names it as held at a bound, and
     keeps the launch at most the launch of a kernel timed alone."""
-    from bench.calibrate import FIT_RANGE, Step, fit_to_steps
+    from bench.calibrate_steps import FIT_RANGE, Step, fit_to_steps
 
     mixes = [(8e-3, 1e-3, 50), (2e-3, 4e-3, 300), (5e-3, 5e-4, 120), (1e-2, 2e-3, 80), (1e-3, 1e-3, 400)]
     steps = [Step(f"s{i}", kernels, {"matmul": m, "conv": c}, m / 0.5 + kernels * 4e-6)
