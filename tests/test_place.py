@@ -281,7 +281,7 @@ def test_infinite_memory_means_no_limit_for_every_engine(algo: str) -> None:
 
 
 def test_screening_keeps_the_reason_after_an_introducing_line() -> None:
-    from pesto_ir.passes.placement.search.screening_rates import first_reason
+    from pesto_ir.util.errors import first_reason
 
     e = PestoError("the 1f1b plan for 'g' is invalid:\n  out of memory: gpu0 peaks at 9 GiB\n  more")
     assert first_reason(e) == "the 1f1b plan for 'g' is invalid: out of memory: gpu0 peaks at 9 GiB"

@@ -47,7 +47,7 @@ from pesto_ir.cluster.devices import Device
 from pesto_ir.cluster.model import Cluster
 from pesto_ir.cost.roofline import graph_time
 from pesto_ir.ir.graph import Graph
-from pesto_ir.util.errors import PestoError
+from pesto_ir.util.errors import PestoError, first_reason
 from pesto_ir.util.units import human_time
 
 DEFAULT_STEPS = 5
@@ -112,7 +112,7 @@ def choose(candidates: list[Candidate], leaves: Sequence[Any], steps: int) -> Ca
             jax.block_until_ready(c.run(*leaves))
             live.append(c)
         except PestoError as e:
-            c.why, c.run = f"failed to run: {str(e).splitlines()[0]}", None
+            c.why, c.run = f"failed to run: {first_reason(e)}", None
     samples: dict[str, list[float]] = {c.name: [] for c in live}
     for _ in range(steps):
         for c in live:

@@ -84,7 +84,7 @@ from pesto_ir.parallel.options import (
 )
 from pesto_ir.passmanager import PassContext, PassManager
 from pesto_ir.schedule.plan import Plan, read_plan_attrs
-from pesto_ir.util.errors import PestoError
+from pesto_ir.util.errors import PestoError, first_reason
 from pesto_ir.util.units import human_time
 
 
@@ -313,7 +313,7 @@ class Parallelized:
             candidates.append(autotune.Candidate("jit", f"jax.jit on {device_list[0]}", run,
                                                  built["jit"].plan.makespan))
         except PestoError as e:
-            candidates.append(autotune.Candidate("jit", "jax.jit on one device", None, why=str(e).splitlines()[0]))
+            candidates.append(autotune.Candidate("jit", "jax.jit on one device", None, why=first_reason(e)))
         if len(device_list) > 1:
             dp = dataclasses.replace(o, algo="single", data_parallel=len(device_list), microbatches=1, autotune=False)
             try:
@@ -326,7 +326,7 @@ class Parallelized:
             except PestoError as e:
                 why = getattr(e, "cause", e)
                 candidates.append(autotune.Candidate("data-parallel", f"{len(device_list)} replicas", None,
-                                                     why=str(why).splitlines()[0]))
+                                                     why=first_reason(why)))
         chosen = autotune.choose(candidates, leaves, o.autotune_steps)
         winner = built[chosen.name]
         verdict = autotune.verdict(candidates, chosen)

@@ -19,6 +19,15 @@ def clipped(text: str, limit: int = LINE_LIMIT) -> str:
                      for line in text.split("\n"))
 
 
+def first_reason(e: Exception) -> str:
+    """An error's first line, with the line after it where the first only introduces it (a
+    validator's "the 1f1b plan for 'g' is invalid:" and its first problem)."""
+    lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+    if not lines:
+        return type(e).__name__
+    return f"{lines[0]} {lines[1]}" if lines[0].endswith(":") and len(lines) > 1 else lines[0]
+
+
 class PestoError(Exception):
     """Base of every error that is the input's fault, not Pesto's."""
 

@@ -19,7 +19,7 @@ from pesto_ir.passes.placement.options import Algorithm, PlaceOptions, kept_on_i
 from pesto_ir.schedule.plan import Plan
 from pesto_ir.schedule.validate import check_plan
 from pesto_ir.util import work
-from pesto_ir.util.errors import PestoError
+from pesto_ir.util.errors import PestoError, first_reason
 from pesto_ir.util.gc_pause import gc_paused
 from pesto_ir.util.units import human_time
 
@@ -81,7 +81,7 @@ def best_heuristic_plan(graph: Graph, cluster: Cluster, options: PlaceOptions, u
         try:
             found[name] = check_plan(graph, cluster, HEURISTICS[name](graph, cluster, options))
         except PestoError as e:  # out of memory: no plan, and its time says little of the others'
-            options.progress(f"place: {name} gives no plan to start from: {str(e).splitlines()[0]}")
+            options.progress(f"place: {name} gives no plan to start from: {first_reason(e)}")
             continue
         except KeyboardInterrupt:
             raise kept_on_interrupt(options, graph, _fastest(found)) from None

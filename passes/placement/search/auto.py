@@ -40,7 +40,7 @@ from pesto_ir.schedule.bounds import lower_bound
 from pesto_ir.schedule.plan import Plan, faster
 from pesto_ir.schedule.validate import check_plan, validate_plan
 from pesto_ir.util import work
-from pesto_ir.util.errors import PestoError
+from pesto_ir.util.errors import PestoError, first_reason
 
 ALGORITHM = "auto"
 EXACT_UNITS = 60  # up to this many placement units the whole CP-SAT model is tried first ...
@@ -186,7 +186,7 @@ class _Portfolio:
             seed = on_half.run()
         except PestoError as e:  # no heuristic plan fits on half the devices
             self.notes.append(f"auto: no plan on {len(half)} of the {len(cluster)} devices to start from "
-                              f"({str(e).splitlines()[0]})")
+                              f"({first_reason(e)})")
             return
         except KeyboardInterrupt:
             best = on_half.interrupted()  # a plan on the half: offered here as a plan on all

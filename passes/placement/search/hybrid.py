@@ -27,7 +27,7 @@ from pesto_ir.passes.placement.expansion import expand_plan
 from pesto_ir.passes.placement.heuristics.portfolio import HEURISTICS
 from pesto_ir.passes.placement.options import Incumbent, PlaceOptions, inner, kept_on_interrupt
 from pesto_ir.passes.placement.search.screening import MIN_REFINE_SECONDS, REPLICA_REFINE_MAX_OPS, screen_all
-from pesto_ir.passes.placement.search.screening_rates import Rates, ScreeningTimes, first_reason
+from pesto_ir.passes.placement.search.screening_rates import Rates, ScreeningTimes
 from pesto_ir.passes.placement.search.start_plan import START, StartPlan
 from pesto_ir.passes.placement.search.strategies import Candidate, batch_size, strategies
 from pesto_ir.passes.rewrite.replicas import (
@@ -46,7 +46,7 @@ from pesto_ir.schedule.bounds import lower_bound, work_bound
 from pesto_ir.schedule.plan import Plan, write_plan_attrs
 from pesto_ir.schedule.validate import check_plan
 from pesto_ir.util import work
-from pesto_ir.util.errors import PestoError
+from pesto_ir.util.errors import PestoError, first_reason
 from pesto_ir.util.units import human_time
 
 SCREEN_SHARE = 0.6  # of the time limit, for screening the strategies (the rest refines the best)
@@ -139,7 +139,7 @@ def search(graph: Graph, cluster: Cluster, options: PlaceOptions, data_parallel:
             if plan is not None or len(tried) > 1 or not rates.shard or best.strategy.data_parallel < 2 \
                     or best.strategy.optimizer_state == "sharded":
                 raise
-            first = str(e).splitlines()[0]
+            first = first_reason(e)
             sharded = Candidate(best.strategy.sharded(), why_not=f"the whole optimizer state gives no plan ({first})")
             try:
                 plan = _refine_best(graph, cluster, sharded, refining, deadline, refine)
@@ -151,7 +151,7 @@ def search(graph: Graph, cluster: Cluster, options: PlaceOptions, data_parallel:
             if len(tried) == 1:
                 raise
             reasons = "; ".join(f"{c.strategy}: {c.why_not}" for c in tried if c.why_not)
-            raise PestoError(f"no strategy gave a plan: {best.strategy}: {str(e).splitlines()[0]}; {reasons}") from e
+            raise PestoError(f"no strategy gave a plan: {best.strategy}: {first_reason(e)}; {reasons}") from e
     except KeyboardInterrupt:
         found = _refined_so_far(refining.incumbent, cluster, best, plan)
         if found is not None and best.graph is not None:

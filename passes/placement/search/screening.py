@@ -33,7 +33,6 @@ from pesto_ir.passes.placement.search.screening_rates import (
     ScreeningTimes,
     cannot_fit,
     first_predicted_to_fit,
-    first_reason,
     one_batch_ruled_out,
     rank_memory_of,
     ranks_predicted_to_fit,
@@ -50,7 +49,7 @@ from pesto_ir.passes.rewrite.replicas import (
     sub_cluster,
 )
 from pesto_ir.util import work
-from pesto_ir.util.errors import PestoError
+from pesto_ir.util.errors import PestoError, first_reason
 from pesto_ir.util.units import human_bytes, human_time
 
 MAX_SCREEN_OPS = 150_000  # a rewritten graph larger than this is not built (memory)
@@ -528,7 +527,7 @@ def _ranked_pipelines(graph: Graph, cluster: Cluster, todo: list[Strategy], log:
     try:
         two.graph = replica_graph(graph, cluster, two.strategy)
     except PestoError as e:
-        two.why_not = str(e).splitlines()[0]
+        two.why_not = first_reason(e)
         fallback: list[tuple[float | None, Strategy, str]] = [
             (None, s, schedule) for s in sorted(todo, key=lambda s: -s.microbatches) for schedule in SCHEDULES]
         return fallback, candidates, BuildCost(rewrite=1e-4)
@@ -543,7 +542,7 @@ def _ranked_pipelines(graph: Graph, cluster: Cluster, todo: list[Strategy], log:
         ranked = sorted(((model.predict(schedule, s.microbatches), s, schedule) for s in todo for schedule in SCHEDULES),
                         key=lambda x: (x[0], -x[1].microbatches, x[2]))
     except (PestoError, ValueError) as e:
-        log.progress(f"place: no pipeline model for d={d} ({str(e).splitlines()[0]}); trying the largest m first")
+        log.progress(f"place: no pipeline model for d={d} ({first_reason(e)}); trying the largest m first")
         return [(None, s, schedule) for s in sorted(todo, key=lambda s: -s.microbatches)
                 for schedule in SCHEDULES], candidates, cost
     best = ", ".join(f"m={s.microbatches} {schedule} {human_time(t, 4)}" for t, s, schedule in ranked[:4])

@@ -120,14 +120,6 @@ def one_batch_ruled_out(graph: Graph, cluster: Cluster, rates: Rates) -> str:
             f"{human_time(fastest, 4)} plan screened, so no one-batch plan can beat it")
 
 
-def first_reason(e: Exception) -> str:
-    """An error's first line, with the line after it where the first only introduces it (a
-    validator's "the 1f1b plan for 'g' is invalid:" and its first problem)."""
-    lines = [line.strip() for line in str(e).splitlines() if line.strip()]
-    if not lines:
-        return type(e).__name__
-    return f"{lines[0]} {lines[1]}" if lines[0].endswith(":") and len(lines) > 1 else lines[0]
-
 @dataclass
 class BuildCost:
     """Seconds per op of the rewrite and of a schedule's simulation and check, as measured so far

@@ -47,7 +47,7 @@ from pesto_ir.schedule.bounds import lower_bound
 from pesto_ir.schedule.plan import RING_PHASES, Parallelism, Plan, faster
 from pesto_ir.schedule.validate import check_plan, collectives_for
 from pesto_ir.util import work
-from pesto_ir.util.errors import PestoError
+from pesto_ir.util.errors import PestoError, first_reason
 from pesto_ir.util.loader import decode_json, read_source_text
 
 START = "start plan"  # the engine and winner a start plan is labelled with
@@ -115,7 +115,7 @@ def apply_start(graph: Graph, cluster: Cluster, plan: Plan, source: str) -> Star
         target = graph if strategy == ONE_BATCH else replica_graph(graph, cluster, strategy)
     except PestoError as e:
         raise PlaceError(f"{source}: the start plan's strategy ({strategy}) gives no replica graph here: "
-                         f"{str(e).splitlines()[0]}") from None
+                         f"{first_reason(e)}") from None
     rewrite_seconds = work.now() - started
     rewritten = None if strategy == ONE_BATCH else target
     if plan.buckets:
@@ -137,7 +137,7 @@ def _timed_here(start: StartPlan) -> Plan:
             if strategy != ONE_BATCH:
                 timed = as_hybrid(target, cluster, timed, strategy)
         except PestoError as e:
-            raise PlaceError(f"{start.source}: the start plan is not valid here: {str(e).splitlines()[0]}") from None
+            raise PlaceError(f"{start.source}: the start plan is not valid here: {first_reason(e)}") from None
     # a replica graph's bound is not computed: on a 64,000-op pipeline it takes seconds
     bound = lower_bound(target, cluster) if strategy == ONE_BATCH else None
     return dataclasses.replace(timed, algorithm=start.given.algorithm, lower_bound=bound,

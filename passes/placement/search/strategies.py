@@ -23,7 +23,7 @@ from pesto_ir.passes.rewrite.replicas import Strategy
 from pesto_ir.passes.sharding.choose import Option, tensor_layout
 from pesto_ir.schedule.plan import Plan
 from pesto_ir.util import work
-from pesto_ir.util.errors import PestoError
+from pesto_ir.util.errors import PestoError, first_reason
 
 AUTO_MICROBATCHES = (1, 2, 4, 8, 16, 32)  # what `microbatches=auto` tries
 MAX_AUTO_TENSOR_PARALLEL = 8  # `tensor-parallel=auto` tries groups up to one host of 8 devices
@@ -82,7 +82,7 @@ them where sharding the state alone gives no plan, `screening.screen`). With `te
         except PestoError as e:
             if tensor_parallel is not None:
                 raise
-            failed.append(str(e).splitlines()[0])
+            failed.append(first_reason(e))
             continue
         layout, start = choice.layout, choice.picks
         out += [dataclasses.replace(s, tensor=layout) for s in replicas if (k // s.data_parallel) % t == 0]
