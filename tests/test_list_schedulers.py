@@ -142,9 +142,10 @@ def test_the_portfolio_with_time_to_spare_is_the_portfolio_without_a_deadline(be
     assert set(BUDGET_ORDER) == set(WARM_START_ALGOS) == set(RELATIVE_TIME)
 
 
-def test_a_heuristic_that_finds_no_plan_does_not_stop_the_next(bert24: Graph, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Under a deadline already past, the heuristics still run until one gives a plan: the first
-    one failing (memory) leaves the next its chance."""
+def test_a_heuristic_that_finds_no_plan_does_not_stop_the_next_in_time(bert24: Graph,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before the deadline, the first heuristic failing (memory) leaves the next its chance; past
+    it, none starts after the first: where none fits, each would run until it finds out."""
     from pesto_ir.passes.placement.heuristics import portfolio as heuristic_portfolio
     from pesto_ir.util.errors import PestoError
 
@@ -152,5 +153,8 @@ def test_a_heuristic_that_finds_no_plan_does_not_stop_the_next(bert24: Graph, mo
         raise PestoError("no device holds it")
 
     monkeypatch.setitem(heuristic_portfolio.HEURISTICS, BUDGET_ORDER[0], out_of_memory)
-    plan = best_heuristic_plan(bert24, v100s(4), QUIET, until=work.now() - 1.0)
+    plan = best_heuristic_plan(bert24, v100s(4), QUIET, until=work.now() + 3600)
     assert plan is not None and plan.algorithm == BUDGET_ORDER[1]
+    log = io.StringIO()
+    assert best_heuristic_plan(bert24, v100s(4), PlaceOptions(quiet=False, log=log), until=work.now() - 1.0) is None
+    assert f"{', '.join(BUDGET_ORDER[1:])} not run: the time they were given had passed" in log.getvalue()
