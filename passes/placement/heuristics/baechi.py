@@ -31,11 +31,13 @@ from pesto_ir.passes.placement.common import (
     PlaceGraph,
     PlacementError,
     schedule_within_memory,
+    stop_at_cap,
     timed_plan,
     topological_orders,
 )
 from pesto_ir.passes.placement.options import PlaceOptions
 from pesto_ir.schedule.plan import Plan
+from pesto_ir.util import work
 from pesto_ir.util.native_stdout import native_stdout_silenced
 
 # Keys within this relative distance count as equal when a lazily re-timed candidate is checked.
@@ -69,6 +71,7 @@ def _m_topo(pg: PlaceGraph, reserve: list[int]) -> Plan:
             raise mem.no_room(i, "m-topo")
         mem.place(i, target)
         device_of[i] = target
+        stop_at_cap("m-topo", i + 1)
     return timed_plan(pg, device_of, topological_orders(pg, device_of), "m-topo")
 
 
@@ -164,6 +167,7 @@ class _ListScheduler:
                     continue
             self.commit(v, d)
             done += 1
+            stop_at_cap(self.algorithm, done)
         if done != pg.n:
             raise PlacementError(f"{self.algorithm}: scheduled {done} of {pg.n} ops (a bug: ops left waiting)")
         return timed_plan(pg, self.device_of, self.order, self.algorithm)
@@ -358,7 +362,7 @@ def _favorite_lp(pg: PlaceGraph, edges: list[tuple[int, int, int]],
         model.add_constr((sp - sq if sp is not None else -sq) <= -length)
     model.objective = mip.minimize(w)
     with native_stdout_silenced():
-        status = model.optimize(relax=True)  # a pure LP: straight to the simplex, no MIP preprocessing
+        status = model.optimize(relax=True, max_seconds=min(work.wall_left(), mip.INF))  # a pure LP: straight to the simplex, no MIP preprocessing
     if status not in (mip.OptimizationStatus.OPTIMAL, mip.OptimizationStatus.FEASIBLE):
         return None, status.name.lower()
     return [1.0 if v is None else float(v.x or 0.0) for v in x], status.name.lower()

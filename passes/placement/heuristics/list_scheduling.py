@@ -27,6 +27,7 @@ from pesto_ir.passes.placement.common import (
     PlaceGraph,
     PlacementError,
     schedule_within_memory,
+    stop_at_cap,
     timed_plan,
 )
 from pesto_ir.passes.placement.options import PlaceOptions
@@ -45,6 +46,7 @@ class _Appender:
         self.links = LinkQueues(pg, self.device_of, self.end)
         self.device_free = [0.0] * pg.k
         self.order: list[list[int]] = [[] for _ in range(pg.k)]
+        self.placed = 0
 
     def start(self, v: int, d: int) -> float:
         return max(self.device_free[d], self.links.data_ready(v, d))
@@ -61,6 +63,8 @@ class _Appender:
         self.device_free[d] = self.end[v]
         self.mem.place(v, d, free_from=self.device_free, at=at)
         self.order[d].append(v)
+        self.placed += 1
+        stop_at_cap(self.algorithm, self.placed)
 
     def plan(self) -> Plan:
         if min(self.device_of, default=0) < 0:
