@@ -107,3 +107,20 @@ def test_one_batch_is_screened_while_no_plan_beats_its_bound() -> None:
     assert rates.one_batch_bound == lower_bound(graph, cluster)
     rates.one_batch_bound = plan.makespan
     assert "no one-batch plan can beat it" in one_batch_ruled_out(graph, cluster, rates)
+
+
+def test_nothing_is_screened_once_the_time_limit_s_wall_clock_has_passed() -> None:
+    """A 1 ms limit passes before the screening starts: no strategy is screened (each says why),
+    the place pass still returns a checked plan, and its notes say the limit cut the search."""
+    graph = lower_config("gpt", GptConfig(layers=2, d_model=512, heads=8, seq=256, batch=32, vocab=1024))
+    graph = PassManager("annotate-costs{model=roofline}").run(
+        graph, PassContext(cluster=Cluster.homogeneous(1, "h100"), quiet=True))
+    out = PassManager("place{algo=auto time-limit=0.001 seed=0}").run(
+        graph.clone(), PassContext(cluster=Cluster.homogeneous(4, "h100"), quiet=True, seed=0))
+    plan = read_plan_attrs(out)
+    assert plan is not None
+    summary = next(note for note in plan.notes if note.startswith("hybrid search:"))
+    tried = summary.split("; tried ", 1)[1].split("; ")
+    assert len(tried) > 1 and all(t.endswith("none (not screened: the time limit's wall clock had passed)")
+                                  for t in tried)
+    assert any("time limit cut the search short" in note for note in plan.notes)

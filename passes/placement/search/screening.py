@@ -153,6 +153,7 @@ def _screened(graph: Graph, cluster: Cluster, found: Candidate, options: PlaceOp
     return found
 
 
+CUT = "not screened: the time limit's wall clock had passed"
 RANKS = 0  # `screen_all`'s key of the tensor-parallel strategies' group (a degree d is >= 1)
 
 
@@ -180,6 +181,9 @@ def screen_all(graph: Graph, cluster: Cluster, todo: list[Strategy], options: Pl
               else 2 if key == len(cluster) and rates.shard else 1 for key in order}
     tried: list[Candidate] = []
     for i, key in enumerate(order):
+        if work.was_cut():  # the wall clock passed the time limit: nothing more starts
+            tried.extend(Candidate(s, why_not=CUT) for s in groups[key])
+            continue
         share = (times.screened_by - work.now()) * weight[key] / sum(weight[k] for k in order[i:])
         stop = work.now() + max(share, 0.0)
         last = i == len(order) - 1
@@ -287,7 +291,7 @@ def _first_end(graph: Graph, cluster: Cluster, times: ScreeningTimes, rates: Rat
     """Until when a tensor-parallel degree's first strategy may start: the end of the screening,
     and past it by `times.spare` where one batch, still to come, is ruled out by its bound."""
     if times.finish_by < work.now() <= times.finish_by + times.spare and one_batch_next \
-            and one_batch_ruled_out(graph, cluster, rates):
+            and not work.was_cut() and one_batch_ruled_out(graph, cluster, rates):
         return times.finish_by + times.spare
     return times.finish_by
 
@@ -388,6 +392,8 @@ def _screen_pipelines(graph: Graph, cluster: Cluster, todo: list[Strategy], opti
     pipelined = _predicted_to_fit([s for s in todo if s.microbatches > 1], cluster, rates, tried, log)
     if not pipelined:
         return tried
+    if work.was_cut():
+        return tried + [Candidate(s, why_not=CUT) for s in pipelined]
     rewrite = rates.rewrite_or_guess(MODEL_MICROBATCHES * len(graph.ops))
     now = work.now()
     if any(c.plan is not None for c in [*before, *tried]) and now + rewrite > hard - _one_batch_reserve([*before, *tried]):
