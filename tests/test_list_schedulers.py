@@ -163,7 +163,7 @@ def test_a_heuristic_that_finds_no_plan_does_not_stop_the_next_in_time(bert24: G
 @pytest.mark.parametrize("name", ["m-etf", "m-sct", "m-topo", "etf", "heft", "expert"])
 def test_a_heuristic_stops_once_the_time_limit_s_wall_clock_has_passed(name: str) -> None:
     """A heuristic reads no clock of its own: inside a capped block whose wall-clock cap has
-    passed it stops within `CAP_CHECK_EVERY` ops, saying so, instead of running to its end."""
+    passed it stops within `CAP_CHECK_EVERY` steps, saying so, instead of running to its end."""
     import pesto_ir
     from pesto_ir.passes.placement.common import CAP_CHECK_EVERY
     from pesto_ir.passes.placement.heuristics.portfolio import HEURISTICS
@@ -172,6 +172,7 @@ def test_a_heuristic_stops_once_the_time_limit_s_wall_clock_has_passed(name: str
     graph = pesto_ir.load(str(Path(__file__).resolve().parents[1] / "graphs" / "msr" / "bert_l-3_training_op.json"))
     assert len(graph.ops) > CAP_CHECK_EVERY
     with work.capped(3600.0, 0.0):
-        with pytest.raises(PestoError, match=f"{name}: stopped by the time limit after placing {CAP_CHECK_EVERY} ops"):
+        with pytest.raises(PestoError, match=f"{name}: stopped by the time limit after placing ") as stopped:
             HEURISTICS[name](graph, v100s(4), QUIET)
+    assert int(str(stopped.value).rsplit(" ", 2)[-2]) <= CAP_CHECK_EVERY
     assert len(HEURISTICS[name](graph, v100s(4), QUIET).ops) == len(graph.ops)  # outside the block it runs to its end

@@ -136,8 +136,10 @@ class _ListScheduler:
         for v in range(pg.n):
             if self.missing[v] == 0:
                 self.make_ready(v)
-        done = 0
+        done = steps = 0
         while self.queue or self.blocked:
+            steps += 1  # a pair popped and pushed back, deferred or blocked is a step too: read the cap by them
+            stop_at_cap(self.algorithm, done, steps)
             popped = self.queue.pop()
             if popped is None:
                 self.blocked = [(v, d, t) for v, d, t in self.blocked
@@ -167,7 +169,6 @@ class _ListScheduler:
                     continue
             self.commit(v, d)
             done += 1
-            stop_at_cap(self.algorithm, done)
         if done != pg.n:
             raise PlacementError(f"{self.algorithm}: scheduled {done} of {pg.n} ops (a bug: ops left waiting)")
         return timed_plan(pg, self.device_of, self.order, self.algorithm)
