@@ -124,3 +124,27 @@ def test_nothing_is_screened_once_the_time_limit_s_wall_clock_has_passed() -> No
     assert len(tried) > 1 and all(t.endswith("none (not screened: the time limit's wall clock had passed)")
                                   for t in tried)
     assert any("time limit cut the search short" in note for note in plan.notes)
+
+
+def test_a_degree_s_first_strategy_gets_one_batch_s_spare_work_only_where_one_batch_is_ruled_out() -> None:
+    """Past the end of the screening, a tensor-parallel degree's first strategy may still start
+    within `spare` where one batch is still to come and a plan in hand beats its lower bound (it
+    will be neither screened nor searched); not where it ran already, nor where it may still win."""
+    from pesto_ir.passes.placement.search.screening import _first_end
+    from pesto_ir.passes.placement.search.screening_rates import ScreeningTimes
+    from pesto_ir.util import work
+
+    graph = _costed()
+    cluster = Cluster.homogeneous(4, "h100")
+    times = ScreeningTimes(screened_by=work.now() - 2.0, finish_by=work.now() - 1.0, spare=3600.0)
+    rates = Rates()
+    assert _first_end(graph, cluster, times, rates, False) == times.finish_by  # one batch screened before
+    assert _first_end(graph, cluster, times, rates, True) == times.finish_by  # no plan in hand to beat it
+    out = PassManager("place{algo=m-etf}").run(graph.clone(), PassContext(cluster=cluster, quiet=True, seed=0))
+    plan = read_plan_attrs(out)
+    assert plan is not None
+    rates.fastest = (graph, plan)
+    assert _first_end(graph, cluster, times, rates, True) == times.finish_by  # one batch's own plan: not beaten
+    rates.one_batch_bound = plan.makespan
+    assert _first_end(graph, cluster, times, rates, True) == times.finish_by + times.spare
+    assert _first_end(graph, cluster, times, rates, False) == times.finish_by
