@@ -363,7 +363,8 @@ def _favorite_lp(pg: PlaceGraph, edges: list[tuple[int, int, int]],
         model.add_constr((sp - sq if sp is not None else -sq) <= -length)
     model.objective = mip.minimize(w)
     with native_stdout_silenced():
-        status = model.optimize(relax=True, max_seconds=min(work.wall_left(), mip.INF))  # a pure LP: straight to the simplex, no MIP preprocessing
+        # a pure LP: straight to the simplex, no MIP preprocessing; stopped where the time limit's wall clock is
+        status = model.optimize(relax=True, max_seconds=work.wall_left())
     if status not in (mip.OptimizationStatus.OPTIMAL, mip.OptimizationStatus.FEASIBLE):
         return None, status.name.lower()
     return [1.0 if v is None else float(v.x or 0.0) for v in x], status.name.lower()

@@ -1,7 +1,8 @@
 """What the hybrid search's screening measures and works to (`screening.py`): the rates of its
 rewrites and heuristics so far (`Rates`), its clock readings (`ScreeningTimes`), what building a
-pipelined replica graph and its schedules costs (`BuildCost`), and which strategies the memory
-floor rules out (`cannot_fit`) or a rank graph's walk predicts over memory (`first_predicted_to_fit`)."""
+pipelined replica graph and its schedules costs (`BuildCost`), which strategies the memory
+floor rules out (`cannot_fit`) or a rank graph's walk predicts over memory (`first_predicted_to_fit`),
+and whether one batch's lower bound rules it out (`one_batch_ruled_out`)."""
 
 from __future__ import annotations
 
