@@ -38,7 +38,10 @@ RUNS = (  # (name, file, devices)
     ("transformer_block", "examples/transformer_block.pir", 4),
     ("jax_gpt24", "zoo:jax_gpt24", 8),  # a lowered JAX step: rewrites of arrays (`rewrite-typed`)
 )
-AFTER = {"cpsat"}  # charged when their work ends: the span before the charge is theirs
+# charged when their work ends: the span before the charge is theirs (and the work charged at its
+# start, a CP-SAT model's or a list schedule's tables); CP-SAT's runs in another process: wall clock
+AFTER = {"cpsat", "data-ready"}
+OTHER_PROCESS = {"cpsat"}
 
 
 @dataclass
@@ -74,9 +77,9 @@ def spans(run: Run, use_wall: bool) -> list[tuple[dict[str, float], float]]:
     """(units by kind, seconds) of each span between two charges."""
     out = []
     for (kind, units, wall, cpu), (nxt, n_units, n_wall, n_cpu) in zip(run.charges, run.charges[1:]):
-        if nxt in AFTER:  # the solve, and the model built for it where this charge is the model's
-            units_by_kind = {nxt: n_units, **({kind: units} if kind == "cpsat-model" else {})}
-            out.append((units_by_kind, n_wall - wall))
+        if nxt in AFTER:  # the work charged at its end, and the work charged at its start
+            units_by_kind = {nxt: n_units, **({} if kind in AFTER else {kind: units})}
+            out.append((units_by_kind, (n_wall - wall) if use_wall or nxt in OTHER_PROCESS else (n_cpu - cpu)))
             continue
         if kind in AFTER:
             continue  # its span was the one before it

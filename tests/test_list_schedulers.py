@@ -163,16 +163,67 @@ def test_a_heuristic_that_finds_no_plan_does_not_stop_the_next_in_time(bert24: G
 @pytest.mark.parametrize("name", ["m-etf", "m-sct", "m-topo", "etf", "heft", "expert"])
 def test_a_heuristic_stops_once_the_time_limit_s_wall_clock_has_passed(name: str) -> None:
     """A heuristic reads no clock of its own: inside a capped block whose wall-clock cap has
-    passed it stops within `CAP_CHECK_EVERY` steps, saying so, instead of running to its end."""
+    passed it stops within `CHECK_EVERY` steps, saying so, instead of running to its end."""
     import pesto_ir
-    from pesto_ir.passes.placement.common import CAP_CHECK_EVERY
+    from pesto_ir.passes.placement.common import CHECK_EVERY
     from pesto_ir.passes.placement.heuristics.portfolio import HEURISTICS
     from pesto_ir.util.errors import PestoError
 
     graph = pesto_ir.load(str(Path(__file__).resolve().parents[1] / "graphs" / "msr" / "bert_l-3_training_op.json"))
-    assert len(graph.ops) > CAP_CHECK_EVERY
+    assert len(graph.ops) > CHECK_EVERY
     with work.capped(3600.0, 0.0):
         with pytest.raises(PestoError, match=f"{name}: stopped by the time limit after placing ") as stopped:
             HEURISTICS[name](graph, v100s(4), QUIET)
-    assert int(str(stopped.value).rsplit(" ", 2)[-2]) <= CAP_CHECK_EVERY
+    assert int(str(stopped.value).rsplit(" ", 2)[-2]) <= CHECK_EVERY
     assert len(HEURISTICS[name](graph, v100s(4), QUIET).ops) == len(graph.ops)  # outside the block it runs to its end
+
+
+def _bert3() -> Graph:
+    import pesto_ir
+
+    return pesto_ir.load(str(Path(__file__).resolve().parents[1] / "graphs" / "msr" / "bert_l-3_training_op.json"))
+
+
+@pytest.mark.parametrize("name", ["m-etf", "m-sct", "etf", "heft"])
+def test_a_list_scheduler_stops_at_the_same_step_once_its_counted_work_passes_its_deadline(name: str) -> None:
+    """The work a list scheduler does is counted as it goes (the inputs it looks up), so a
+    deadline on the work clock stops it at the same op on every run, however busy the machine;
+    outside the deadline it runs to its end."""
+    from pesto_ir.passes.placement.heuristics.portfolio import HEURISTICS
+    from pesto_ir.util.errors import PestoError
+
+    graph = _bert3()
+    whole = work.now()
+    HEURISTICS[name](graph, v100s(4), QUIET)
+    whole = work.now() - whole
+    stops = []
+    for _ in range(2):
+        with work.stopping_at(work.now() + whole / 2):
+            with pytest.raises(PestoError, match=f"{name}: stopped at the end of the work it was given") as stopped:
+                HEURISTICS[name](graph, v100s(4), QUIET)
+        stops.append(int(str(stopped.value).rsplit(" ", 2)[-2]))
+    assert stops[0] == stops[1] and 0 < stops[0] < len(graph.ops)
+
+
+def test_a_list_scheduler_is_charged_every_input_it_looks_up() -> None:
+    """A list scheduler's time follows the inputs it looks up, not ops x devices (m-SCT looks up
+    8 per op and device on jax_gpt24 over 8 devices, 19 on alpa-gpt-39B over 64, and 2-5 here):
+    the clock is charged each one (`data-ready`), once, and the tables once per op."""
+    from pesto_ir.passes.placement.common import LinkQueues
+    from pesto_ir.passes.placement.heuristics.portfolio import HEURISTICS
+
+    graph = _bert3()
+    looked: list[int] = []
+    real = LinkQueues.charge
+
+    def counting(self: LinkQueues) -> None:
+        looked[-1] = self.looked_up
+        real(self)
+
+    for k in (2, 8):
+        looked.append(0)
+        with pytest.MonkeyPatch.context() as patch, work.recording() as charges:
+            patch.setattr(LinkQueues, "charge", counting)
+            HEURISTICS["m-sct"](graph, v100s(k), QUIET)
+        assert sum(units for kind, units, _, _ in charges if kind == "data-ready") == looked[-1] > 0
+        assert [units for kind, units, _, _ in charges if kind == "list-schedule-op"] == [len(graph.ops)]

@@ -32,16 +32,23 @@ class PlacementError(PestoError):
     """An algorithm could not produce a placement (memory it cannot fit, a bad option)."""
 
 
-CAP_CHECK_EVERY = 256  # steps of a heuristic between readings of the time limit's wall-clock cap
+CHECK_EVERY = 256  # steps of a heuristic between readings of the work it did and of the clocks
 
 
-def stop_at_cap(algorithm: str, placed: int, step: int | None = None) -> None:
-    """Stop a heuristic once the time limit's wall-clock cap has passed (`work.was_cut`), read every
-    `CAP_CHECK_EVERY` steps (ops placed, unless its loop counts its `step`s otherwise): the list
-    schedules read no clock, and over a large graph and many devices one runs for minutes (m-SCT
-    on alpa-gpt-39B's one batch over 64 devices: 167 s)."""
-    if (placed if step is None else step) % CAP_CHECK_EVERY == 0 and work.was_cut():
+def checkpoint(algorithm: str, placed: int, step: int | None = None, links: LinkQueues | None = None) -> None:
+    """Every `CHECK_EVERY` steps of a heuristic (ops placed, unless its loop counts its `step`s
+    otherwise): charge the inputs its `links` looked up since the last checkpoint, and stop it once
+    the work clock passes its caller's deadline (`work.stopping_at`) or the time limit's wall-clock
+    cap has passed (`work.was_cut`). The list schedules read no clock, and over a large graph and
+    many devices one runs for minutes (m-SCT on alpa-gpt-39B's one batch over 64 devices: 139 s)."""
+    if (placed if step is None else step) % CHECK_EVERY:
+        return
+    if links is not None:
+        links.charge()
+    if work.was_cut():
         raise PlacementError(f"{algorithm}: stopped by the time limit after placing {placed} ops")
+    if work.past_stop():
+        raise PlacementError(f"{algorithm}: stopped at the end of the work it was given, after placing {placed} ops")
 
 
 @dataclass
@@ -310,11 +317,19 @@ class LinkQueues:
         self.end = end
         self.link_free = [[0.0] * pg.k for _ in range(pg.k)]
         self.arrival: dict[tuple[int, int], float] = {}  # (producer, device) -> when its data is there
+        self.looked_up = 0  # inputs looked up: a call, plus the producers it reads (`data-ready` work)
+        self.charged = 0  # ... of them charged to the work clock
+
+    def charge(self) -> None:
+        """Charge the work clock the inputs looked up since the last charge."""
+        work.charge("data-ready", self.looked_up - self.charged)
+        self.charged = self.looked_up
 
     def data_ready(self, v: int, d: int, commit: bool = False) -> float:
         """When every input of op v can be on device d (transfers queued on their links); `commit`
         books the transfers this needs."""
         preds = self.pg.preds[v]
+        self.looked_up += 1 + len(preds)
         if not preds:
             return 0.0
         pg = self.pg

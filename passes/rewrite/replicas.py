@@ -137,7 +137,9 @@ def replica_graph(graph: Graph, cluster: Cluster, strategy: Strategy) -> Graph:
     was costed that way, else their costs scale with the batch."""
     if strategy != ONE_BATCH:
         typed = any(not isinstance(r.type, BlobType) for op in graph.ops for r in op.results)
-        work.charge(work.rewrite_kind(typed), len(graph.ops) * strategy.microbatches)  # about the ops it builds
+        # about the ops it builds, and on a graph of arrays the source's ops too, whose shapes and
+        # costs it reads again (on the 7.1B and 39B GPTs: 240-280 us per op at m = 1, 180 at m = 2)
+        work.charge(work.rewrite_kind(typed), len(graph.ops) * (strategy.microbatches + typed))
     groups = replica_groups(cluster, strategy.data_parallel)
     out = rebatch(graph, strategy.microbatches, strategy.data_parallel, all_reduce_cost(cluster, groups))
     mirrors = groups

@@ -27,20 +27,28 @@ from dataclasses import dataclass
 # Seconds per unit of work, by kind (measured on the 2-core development machine, quiet, by
 # `python3 bench/work_clock.py`, which prints them beside the figures it measures).
 RATES: dict[str, float] = {
-    "simulate": 6.5e-6,  # per op of a simulated schedule
-    "check": 1.2e-5,  # per op of a plan's validation (precedence, transfers; memory is its own)
-    "memory": 8.0e-6,  # per op of a memory estimate from lifetimes
+    "simulate": 1.5e-5,  # per op of a simulated schedule
+    "check": 1.5e-5,  # per op of a plan's validation (precedence, transfers; memory is its own)
+    "memory": 3.0e-5,  # per op of a memory estimate from lifetimes
     # per check by a list scheduler that found no room for an op (each puts a pair back to wait; on
-    # megatron-gpt-7.1B at 8 devices ETF and HEFT took 5-13 us per check, its retries included)
-    "memory-check": 1.0e-5,
+    # megatron-gpt-7.1B at 8 devices ETF and HEFT took 5-13 us per check, its retries included; on
+    # alpa-gpt-39B's replicas over 16 devices m-ETF took 19)
+    "memory-check": 2.0e-5,
     "bound": 6.0e-5,  # per op of the lower bound
-    "rewrite": 2.0e-5,  # per op built by a rewrite of a cost-only graph (replicas, micro-batches, coarse groups)
+    "rewrite": 4.0e-5,  # per op built by a rewrite of a cost-only graph (replicas, micro-batches, coarse groups)
     # ... of a graph of arrays (a lowered JAX step): each op's shapes and batch axes are worked out
     # and its costs computed again, several times the work (measured on jax_gpt24 at k = 8)
-    "rewrite-typed": 1.5e-4,
-    "list-schedule": 9.0e-6,  # per op and device of m-ETF (the others by their `RELATIVE_TIME`)
-    "stages": 2.4e-5,  # per op of a pipeline's units and stages
-    "cpsat-model": 1.0e-3,  # per op and device a CP-SAT model allows, built, sent and presolved
+    "rewrite-typed": 1.3e-4,
+    # per op of a heuristic: its tables, its plan's timing and peak (the list schedulers over pairs,
+    # m-ETF, m-SCT, ETF and HEFT, count their search as it goes, by `data-ready`)
+    "list-schedule-op": 9.0e-5,
+    # per input looked up when a list scheduler times a pair (each lookup, plus the producers it
+    # reads): the count grows with devices as the schedulers' time does (m-SCT over 64 devices
+    # looks up 19 per op and device, over 8 devices 8; per op and device, the rate would be 3x off)
+    "data-ready": 5.4e-6,
+    "lp-edge": 1.5e-4,  # per edge of m-SCT's favourite-children LP, built and solved by CBC
+    "stages": 4.0e-5,  # per op of a pipeline's units and stages
+    "cpsat-model": 1.8e-3,  # per op and device a CP-SAT model allows, built, sent and presolved
     "cpsat": 2.8,  # per CP-SAT deterministic second
     # per wall-clock second of an engine only the wall clock stops (CBC's MILP): counted as it
     # passes, so a search that runs one ends however little else it charges; such a search's
@@ -55,6 +63,7 @@ class _Clock:
     wall_end: float = math.inf  # the cap: the `time.perf_counter()` reading past which searches stop
     work_end: float = math.inf  # ... and where the clock jumps to when the cap passes
     cut: bool = False  # the cap passed during the current `capped` block
+    stop_at: float = math.inf  # the work reading where the current `stopping_at` block's steps stop
 
 
 _CLOCK = _Clock()
@@ -91,6 +100,25 @@ def wall_left() -> float:
     """Wall-clock seconds until the cap (infinite outside a capped block): the limit a solver in
     another process must keep, since its work is not counted here until it answers."""
     return max(_CLOCK.wall_end - time.perf_counter(), 0.0)
+
+
+@contextmanager
+def stopping_at(deadline: float) -> Iterator[None]:
+    """A block whose step-by-step searches (the list schedulers) stop once the work clock passes
+    `deadline` (`past_stop`): the share of the work their caller gives them, read as counted work,
+    so that they stop at the same step on a quiet or a busy machine. Blocks nest (the earlier
+    deadline holds)."""
+    saved = _CLOCK.stop_at
+    _CLOCK.stop_at = min(saved, deadline)
+    try:
+        yield
+    finally:
+        _CLOCK.stop_at = saved
+
+
+def past_stop() -> bool:
+    """Whether the work clock has passed the current `stopping_at` block's deadline."""
+    return now() > _CLOCK.stop_at
 
 
 def mark_cut() -> None:
@@ -135,7 +163,7 @@ class Capped:
 def capped(work_seconds: float, wall_seconds: float) -> Iterator[Capped]:
     """A block whose searches get `work_seconds` of work and stop when `wall_seconds` of wall
     clock have passed, whichever comes first; blocks nest (the inner cap is the earlier)."""
-    saved = _Clock(_CLOCK.charged, _CLOCK.wall_end, _CLOCK.work_end, _CLOCK.cut)
+    saved = _Clock(_CLOCK.charged, _CLOCK.wall_end, _CLOCK.work_end, _CLOCK.cut, _CLOCK.stop_at)
     block = Capped(work_seconds, wall_seconds, now())
     _CLOCK.wall_end = min(saved.wall_end, time.perf_counter() + wall_seconds)
     _CLOCK.work_end = block.started + work_seconds if _CLOCK.wall_end < saved.wall_end else saved.work_end

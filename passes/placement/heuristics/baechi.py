@@ -30,8 +30,8 @@ from pesto_ir.passes.placement.common import (
     PairQueue,
     PlaceGraph,
     PlacementError,
+    checkpoint,
     schedule_within_memory,
-    stop_at_cap,
     timed_plan,
     topological_orders,
 )
@@ -71,7 +71,7 @@ def _m_topo(pg: PlaceGraph, reserve: list[int]) -> Plan:
             raise mem.no_room(i, "m-topo")
         mem.place(i, target)
         device_of[i] = target
-        stop_at_cap("m-topo", i + 1)
+        checkpoint("m-topo", i + 1)
     return timed_plan(pg, device_of, topological_orders(pg, device_of), "m-topo")
 
 
@@ -132,6 +132,12 @@ class _ListScheduler:
 
     # -- the main loop
     def run(self) -> Plan:
+        try:
+            return self._run()
+        finally:
+            self.links.charge()  # the inputs looked up since the last checkpoint
+
+    def _run(self) -> Plan:
         pg = self.pg
         for v in range(pg.n):
             if self.missing[v] == 0:
@@ -139,7 +145,7 @@ class _ListScheduler:
         done = steps = 0
         while self.queue or self.blocked:
             steps += 1  # a pair popped and pushed back, deferred or blocked is a step too: read the cap by them
-            stop_at_cap(self.algorithm, done, steps)
+            checkpoint(self.algorithm, done, steps, self.links)
             popped = self.queue.pop()
             if popped is None:
                 self.blocked = [(v, d, t) for v, d, t in self.blocked
@@ -286,6 +292,7 @@ def favorite_children(pg: PlaceGraph, options: PlaceOptions) -> tuple[list[int],
     edges = [(p, v, nbytes) for v in range(pg.n) for p, nbytes in pg.preds[v]]
     if not edges or pg.k < 2:
         return [-1] * pg.n, "no edges to keep local" if not edges else "one device"
+    work.charge("lp-edge", len(edges))  # CBC's time, which no clock here counts as it solves
     weights, status = _favorite_lp(pg, edges, options)
     how = "LP relaxation"
     if weights is None:

@@ -26,8 +26,8 @@ from pesto_ir.passes.placement.common import (
     PairQueue,
     PlaceGraph,
     PlacementError,
+    checkpoint,
     schedule_within_memory,
-    stop_at_cap,
     timed_plan,
 )
 from pesto_ir.passes.placement.options import PlaceOptions
@@ -64,9 +64,10 @@ class _Appender:
         self.mem.place(v, d, free_from=self.device_free, at=at)
         self.order[d].append(v)
         self.placed += 1
-        stop_at_cap(self.algorithm, self.placed)
+        checkpoint(self.algorithm, self.placed, links=self.links)
 
     def plan(self) -> Plan:
+        self.links.charge()  # the inputs looked up since the last checkpoint
         if min(self.device_of, default=0) < 0:
             raise PlacementError(f"{self.algorithm}: some ops were left unscheduled (a bug)")
         return timed_plan(self.pg, self.device_of, self.order, self.algorithm)

@@ -10,6 +10,8 @@ m-ETF's), or is left out of the portfolio on purpose, as `random` is.
 
 from __future__ import annotations
 
+import math
+
 from pesto_ir.cluster.model import Cluster
 from pesto_ir.ir.graph import Graph
 from pesto_ir.passes.placement.heuristics.baechi import m_etf, m_sct, m_topo
@@ -37,10 +39,11 @@ RELATIVE_TIME = {"m-sct": 1.6, "m-etf": 1.0, "etf": 1.0, "heft": 0.5, "m-topo": 
 
 
 def _counted(name: str, run: Algorithm) -> Algorithm:
-    """`run`, charging the work clock (`util/work.py`) its guessed work: ops x devices, scaled by
-    its time relative to m-ETF's (as m-ETF's where the portfolio leaves it out)."""
+    """`run`, charging the work clock (`util/work.py`) its work per op (its tables, its plan's
+    timing and peak); the list schedulers over pairs also charge their search as it goes, by the
+    inputs they look up (`LinkQueues`)."""
     def placed(graph: Graph, cluster: Cluster, options: PlaceOptions) -> Plan:
-        work.charge("list-schedule", len(graph.ops) * len(cluster) * RELATIVE_TIME.get(name, 1.0))
+        work.charge("list-schedule-op", len(graph.ops))
         with gc_paused():  # one schedule's tables, alive until it ends: the collector would walk them again and again
             return run(graph, cluster, options)
 
@@ -68,9 +71,9 @@ def best_heuristic_plan(graph: Graph, cluster: Cluster, options: PlaceOptions, u
     With `until` (a `work.now()` deadline), the heuristics run until one gives a plan, and
     each next one only if its time, guessed from those that gave one, ends before the deadline: on
     8,000-op graphs at 8 devices the seven take 30 s together, more than a whole default time limit.
-    The first always runs; after it none starts once the deadline has passed, plan or not: where
-    none fits in memory, each runs until it finds out (on alpa-gpt-39B's 22,598 ops over 64
-    devices the seven took 233 s, of a 120 s limit).
+    The first always starts; each stops once the work clock passes the deadline (`work.stopping_at`),
+    and after it none starts, plan or not: where none fits in memory, each ran until it found out
+    (on alpa-gpt-39B's 22,598 ops over 64 devices the seven took 233 s, of a 120 s limit).
     The first plan of at most `good_enough` seconds ends the search: none after it can gain enough
     to be worth its time (a 1 -> 50,000 star takes seconds per heuristic)."""
     found: dict[str, Plan] = {}
@@ -84,7 +87,8 @@ def best_heuristic_plan(graph: Graph, cluster: Cluster, options: PlaceOptions, u
             continue
         started, ran = work.now(), True
         try:
-            found[name] = check_plan(graph, cluster, HEURISTICS[name](graph, cluster, options))
+            with work.stopping_at(until if until is not None else math.inf):
+                found[name] = check_plan(graph, cluster, HEURISTICS[name](graph, cluster, options))
         except PestoError as e:  # out of memory: no plan, and its time says little of the others'
             options.progress(f"place: {name} gives no plan to start from: {first_reason(e)}")
             continue

@@ -23,9 +23,9 @@ from pesto_ir.passes.placement.common import (
     Memory,
     PlaceGraph,
     PlacementError,
+    checkpoint,
     schedule_within_memory,
     simulated_plan,
-    stop_at_cap,
     timed_plan,
     topological_orders,
 )
@@ -80,7 +80,7 @@ def _expert(pg: PlaceGraph, reserve: list[int]) -> Plan:
             raise mem.no_room(i, "expert")
         mem.place(i, target)
         device_of[i] = target
-        stop_at_cap("expert", i + 1)
+        checkpoint("expert", i + 1)
         if device_of[i] == stage:
             work += mean[i]
         remaining -= mean[i]
