@@ -227,3 +227,16 @@ def test_a_list_scheduler_is_charged_every_input_it_looks_up() -> None:
             HEURISTICS["m-sct"](graph, v100s(k), QUIET)
         assert sum(units for kind, units, _, _ in charges if kind == "data-ready") == looked[-1] > 0
         assert [units for kind, units, _, _ in charges if kind == "list-schedule-op"] == [len(graph.ops)]
+
+
+def test_the_portfolio_s_first_heuristic_stops_at_the_deadline_too() -> None:
+    """Under a deadline the first heuristic starts however late it is, but stops where the work
+    clock passes the deadline, like every list schedule, and none starts after it: where the
+    deadline has passed, no plan, and the log says why."""
+    graph = _bert3()
+    log = io.StringIO()
+    assert best_heuristic_plan(graph, v100s(4), PlaceOptions(quiet=False, log=log), until=work.now()) is None
+    assert f"place: {BUDGET_ORDER[0]} gives no plan to start from: {BUDGET_ORDER[0]}: stopped at the end of the " \
+           "work it was given" in log.getvalue()
+    assert f"{', '.join(BUDGET_ORDER[1:])} not run" in log.getvalue()
+    assert best_heuristic_plan(graph, v100s(4), QUIET, until=work.now() + 3600) is not None

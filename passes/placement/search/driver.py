@@ -174,9 +174,11 @@ def place_hybrid(graph: Graph, cluster: Cluster, algo: AlgorithmEntry, options: 
     def heuristic(g: Graph, c: Cluster, o: PlaceOptions) -> Plan:
         if g is graph:  # the one-batch step: the heuristics (the plan auto must never be slower than),
             # as many as fit in the time the search gives them
-            found = best_heuristic_plan(g, c, o, until=Budget.start(o.time_limit).deadline)
-            if found is None:
-                raise PlaceError("no heuristic plan of the one-batch step fits in memory")
+            deadline = Budget.start(o.time_limit).deadline
+            found = best_heuristic_plan(g, c, o, until=deadline)
+            if found is None:  # each stops at the deadline, and none starts after it
+                raise PlaceError("no heuristic plan of the one-batch step " + (
+                    "within the work it was given" if work.now() > deadline else "fits in memory"))
             return found
         # m-ETF and m-SCT (m-ETF alone on large graphs: m-SCT takes 2-3 times as long); on a
         # replica of one device any order of the ops takes their total
