@@ -148,3 +148,36 @@ def test_a_degree_s_first_strategy_gets_one_batch_s_spare_work_only_where_one_ba
     rates.one_batch_bound = plan.makespan
     assert _first_end(graph, cluster, times, rates, True) == times.finish_by + times.spare
     assert _first_end(graph, cluster, times, rates, False) == times.finish_by
+
+
+def test_no_list_schedule_runs_past_the_end_of_the_screening(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A strategy started in time does not run its heuristics to their end once the screening's
+    last moment (`finish_by`, plus the spare work a tensor-parallel degree may get) has passed:
+    the list schedule stops there, on the work clock, and says so."""
+    from pathlib import Path
+
+    import pesto_ir
+    from pesto_ir.passes.placement.heuristics.portfolio import HEURISTICS
+    from pesto_ir.passes.placement.options import PlaceOptions
+    from pesto_ir.passes.placement.search import screening
+    from pesto_ir.passes.placement.search.screening_rates import ScreeningTimes
+    from pesto_ir.passes.placement.search.strategies import Candidate
+    from pesto_ir.util import work
+
+    bert = pesto_ir.load(str(Path(__file__).resolve().parents[1] / "graphs" / "msr" / "bert_l-3_training_op.json"))
+    stopped: list[str] = []
+
+    def replicas(g: Graph, c: Cluster, todo: list[Strategy], *_: object) -> list[Candidate]:
+        with pytest.raises(PestoError) as e:
+            HEURISTICS["m-etf"](bert, Cluster.homogeneous(4, "v100"), PlaceOptions(quiet=True))
+        stopped.append(str(e.value))
+        return [Candidate(s, why_not="stopped") for s in todo]
+
+    monkeypatch.setattr(screening, "cannot_fit", lambda *_: "")
+    monkeypatch.setattr(screening, "_screen_replicas", replicas)
+    now = work.now()
+    quiet = PlaceOptions(quiet=True)
+    screening.screen_all(_costed(), Cluster.homogeneous(8, "h100"), [Strategy(8, 1)], quiet, lambda *_: None,
+                         ScreeningTimes(now, now, spare=0.0), quiet, Rates())  # type: ignore[arg-type]
+    assert len(stopped) == 1 and "m-etf: stopped at the end of the work it was given" in stopped[0]
+    HEURISTICS["m-etf"](bert, Cluster.homogeneous(4, "v100"), PlaceOptions(quiet=True))  # outside it, no stop
