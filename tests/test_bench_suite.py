@@ -30,7 +30,7 @@ More text.
 def quick_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     out = tmp_path_factory.mktemp("bench")
     (out / "README.md").write_text(README)
-    argv = ["--quick", "--time-limit", "1", "--out", str(out), "--readme", str(out / "README.md"),
+    argv = ["--quick", "--time-limit", "5", "--out", str(out), "--readme", str(out / "README.md"),
             "--gantt", str(out / "plan.png"), "--gantt-row", "jax_mlp_quick:2", "-q"]
     assert suite.main(argv) == 0
     return out, json.loads((out / "quick.json").read_text())

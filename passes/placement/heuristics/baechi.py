@@ -25,16 +25,15 @@ from collections import defaultdict
 from pesto_ir.cluster.model import Cluster
 from pesto_ir.ir.graph import Graph
 from pesto_ir.passes.placement.common import (
-    LinkQueues,
     Memory,
     PairQueue,
     PlaceGraph,
     PlacementError,
-    checkpoint,
     schedule_within_memory,
     timed_plan,
     topological_orders,
 )
+from pesto_ir.passes.placement.links import LinkQueues, checkpoint
 from pesto_ir.passes.placement.options import PlaceOptions
 from pesto_ir.schedule.plan import Plan
 from pesto_ir.util import work

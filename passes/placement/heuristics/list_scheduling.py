@@ -21,15 +21,14 @@ import heapq
 from pesto_ir.cluster.model import Cluster
 from pesto_ir.ir.graph import Graph
 from pesto_ir.passes.placement.common import (
-    LinkQueues,
     Memory,
     PairQueue,
     PlaceGraph,
     PlacementError,
-    checkpoint,
     schedule_within_memory,
     timed_plan,
 )
+from pesto_ir.passes.placement.links import LinkQueues, checkpoint
 from pesto_ir.passes.placement.options import PlaceOptions
 from pesto_ir.schedule.plan import Plan
 

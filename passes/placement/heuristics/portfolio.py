@@ -71,9 +71,10 @@ def best_heuristic_plan(graph: Graph, cluster: Cluster, options: PlaceOptions, u
     With `until` (a `work.now()` deadline), the heuristics run until one gives a plan, and
     each next one only if its time, guessed from those that gave one, ends before the deadline: on
     8,000-op graphs at 8 devices the seven take 30 s together, more than a whole default time limit.
-    The first always starts; each stops once the work clock passes the deadline (`work.stopping_at`),
-    and after it none starts, plan or not: where none fits in memory, each ran until it found out
-    (on alpa-gpt-39B's 22,598 ops over 64 devices the seven took 233 s, of a 120 s limit).
+    The first always runs, to its end unless its caller stops it (`work.stopping_at`); each after it
+    stops once the work clock passes the deadline, and none starts after it, plan or not: where
+    none fits in memory, each ran until it found out (on alpa-gpt-39B's 22,598 ops over 64 devices
+    the seven took 233 s, of a 120 s limit).
     The first plan of at most `good_enough` seconds ends the search: none after it can gain enough
     to be worth its time (a 1 -> 50,000 star takes seconds per heuristic)."""
     found: dict[str, Plan] = {}
@@ -85,9 +86,12 @@ def best_heuristic_plan(graph: Graph, cluster: Cluster, options: PlaceOptions, u
                                   else ran and work.now() >= until):
             skipped.append(name)
             continue
+        # the first runs to its end (the plan every exact engine and auto's one-batch search must
+        # never be slower than), each after it to the deadline; a caller's own deadline holds for all
+        deadline = until if until is not None and ran else math.inf
         started, ran = work.now(), True
         try:
-            with work.stopping_at(until if until is not None else math.inf):
+            with work.stopping_at(deadline):
                 found[name] = check_plan(graph, cluster, HEURISTICS[name](graph, cluster, options))
         except PestoError as e:  # out of memory: no plan, and its time says little of the others'
             options.progress(f"place: {name} gives no plan to start from: {first_reason(e)}")

@@ -23,12 +23,12 @@ from pesto_ir.passes.placement.common import (
     Memory,
     PlaceGraph,
     PlacementError,
-    checkpoint,
     schedule_within_memory,
     simulated_plan,
     timed_plan,
     topological_orders,
 )
+from pesto_ir.passes.placement.links import checkpoint
 from pesto_ir.passes.placement.options import PlaceOptions
 from pesto_ir.schedule.memory import peak_memory
 from pesto_ir.schedule.plan import Plan

@@ -12,6 +12,7 @@ refining a one-batch plan that leads (`hybrid.py` refines the best strategy afte
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Sequence
 
 from pesto_ir.cluster.model import Cluster
@@ -400,7 +401,9 @@ def _screen_pipelines(graph: Graph, cluster: Cluster, todo: list[Strategy], opti
             # rest of the screening
             end = stop if not last or any(c.plan is not None for c in before) else until
             given = options if strategy != ONE_BATCH else dataclasses.replace(options, time_limit=max(end - now, 1e-3))
-            tried.append(_logged(screen(graph, cluster, Candidate(strategy), given, heuristic, rates=rates), log, rates))
+            with work.stopping_at(end if strategy == ONE_BATCH else math.inf):  # all its heuristics, the first too
+                tried.append(_logged(screen(graph, cluster, Candidate(strategy), given, heuristic, rates=rates), log,
+                                     rates))
     pipelined = _predicted_to_fit([s for s in todo if s.microbatches > 1], cluster, rates, tried, log)
     if not pipelined:
         return tried
