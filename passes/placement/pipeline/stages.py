@@ -13,12 +13,18 @@ Each op is
 - and, whatever the above, constant when it is computed from literals alone (a mask, a zero
   buffer, the loss' cotangent seed; tensor graphs only).
 
-A unit of constants is a constant unit; else a unit is a forward unit if it holds a forward op,
-else a backward unit if it holds a backward op (a weight gradient's copies and their sums), else
-an other unit. Every unit takes the stage of an owning forward unit (`unit_owners`): a backward
-unit the latest forward unit it reads directly, else the earliest owner among its producers; an
-other unit the latest owner among its producers; a constant unit, or one with no owned producer,
-the earliest owner among its consumers (else the first forward unit). The forward units are cut
+A unit of constants is a constant unit; a unit of forward ops that read no activation (only
+parameters, literals and such ops: a weight in a cost graph; a JAX step's casts of its f32 master
+weights to bf16, which it makes for every layer before the first, and their broadcasts), read by
+other units, is a source unit; else a unit is a
+forward unit if it holds a forward op, else a backward unit if it holds a backward op (a weight
+gradient's copies and their sums), else an other unit. Every unit takes the stage of an owning
+forward unit (`unit_owners`): a backward unit the latest forward unit it reads directly, else the
+earliest owner among its producers; an other unit the latest owner among its producers; a
+constant or source unit, or one with no owned producer, the earliest owner among its consumers
+(else the first forward unit). Cut as forward units in graph order, every cast of a 16-stage GPT
+went to the first stage, which then held every layer's f32 weights (alpa-gpt-39B's published
+layout: 56.5 GiB on the first device, at most 15.4 on the others). The forward units are cut
 into S non-empty contiguous runs minimising the largest stage's cost, a forward unit weighing the
 cost of every unit it owns on the stage's device: bisection on the bottleneck with a greedy fill,
 which is exact for contiguous cuts. So the stage costs are the real per-device totals.
@@ -36,7 +42,7 @@ from pesto_ir.passes.placement.common import colocation_units
 from pesto_ir.util import work
 from pesto_ir.util.errors import PestoError
 
-FORWARD, BACKWARD, OTHER, CONSTANT = "forward", "backward", "other", "constant"
+FORWARD, BACKWARD, OTHER, CONSTANT, SOURCE = "forward", "backward", "other", "constant", "source"
 BISECTIONS = 60
 
 
@@ -147,6 +153,8 @@ def pipeline_units(graph: Graph, cluster: Cluster) -> Units:
     units = placement_units(graph, op_kind)
     const = constant_ops(graph)
     kinds = [CONSTANT if all(op.name in const for op in ops) else _unit_kind(ops, op_kind) for ops in units]
+    weight_only = weight_only_ops(graph, const)
+    kinds = [SOURCE if k == FORWARD and _is_source(ops, weight_only) else k for ops, k in zip(units, kinds)]
     forward = [u for u, k in enumerate(kinds) if k == FORWARD]
     if len(forward) < len(cluster):
         raise PestoError(f"graph '{graph.name}' has {len(forward)} forward placement unit(s), fewer than the "
@@ -180,6 +188,26 @@ def backward_flows_back(graph: Graph, units: list[list[Op]], kinds: list[str], s
     return stage
 
 
+def weight_only_ops(graph: Graph, const: set[str]) -> set[str]:
+    """Ops that read parameters (graph inputs marked `param`) and no activation: besides them,
+    only literals and other such ops. A cost graph has none: it has no graph inputs, so nothing
+    tells its weights from its data (`placement_units` orders them by their readers)."""
+    out: set[str] = set()
+    for op in graph.ops:
+        if op.operands and any(v.owner is None or v.owner.name in out for v in op.operands) and \
+                all(v.param if v.owner is None else v.owner.name in out or v.owner.name in const for v in op.operands):
+            out.add(op.name)
+    return out
+
+
+def _is_source(ops: list[Op], weight_only: set[str]) -> bool:
+    """Whether the unit `ops` reads no activation (`weight_only_ops`) and ops of other units read
+    it: where it computes is where its readers are, not its place in graph order."""
+    inside = {op.name for op in ops}
+    return all(op.name in weight_only for op in ops) and \
+        any(c.name not in inside for op in ops for c in op.consumers())
+
+
 def _unit_kind(ops: list[Op], op_kind: dict[str, str]) -> str:
     found = {op_kind[op.name] for op in ops}
     return FORWARD if FORWARD in found else BACKWARD if BACKWARD in found else OTHER
@@ -193,9 +221,9 @@ def unit_owners(units: list[list[Op]], kinds: list[str]) -> list[int]:
       op it differentiates), else the earliest owner among its producers (the layer whose gradient
       it continues);
     - an other unit: the latest owner among its producers (the update runs where its gradient is);
-    - with neither, and constant units: the earliest owner among its consumers (a constant joins
-      its first reader; an update term that reads optimizer state only, its update), else the
-      first forward unit.
+    - with neither, and constant and source units: the earliest owner among its consumers (a
+      constant or a weight's cast joins its first reader; an update term that reads optimizer
+      state only, its update), else the first forward unit.
     """
     unit_of = {op.name: u for u, ops in enumerate(units) for op in ops}
     producers = [{unit_of[p.name] for op in ops for p in op.producers()} - {u} for u, ops in enumerate(units)]
@@ -210,7 +238,7 @@ def unit_owners(units: list[list[Op]], kinds: list[str]) -> list[int]:
     for _ in range(len(units)):  # a unit may read units that first appear after it: settle to a fixed point
         changed = False
         for u, k in enumerate(kinds):
-            if k in (FORWARD, CONSTANT):
+            if k in (FORWARD, CONSTANT, SOURCE):
                 continue
             direct = [v for v in producers[u] | siblings[u] if kinds[v] == FORWARD] if k == BACKWARD else []
             known = [owner[v] for v in producers[u] if owner[v] >= 0]
