@@ -406,3 +406,12 @@ def test_mixed_precision_weights_are_read_on_their_layers_stage_only() -> None:
     assert len(twice) <= len(cluster) - 1 and all(name.endswith((".b", ".bias")) for name in twice), twice
     assert set().union(*(s for name, s in read_on.items() if "blocks." in name)) == set(range(4)), \
         "every stage holds layers"
+
+
+def test_cost_graphs_have_no_source_units(bert24: Graph) -> None:
+    """A cost graph has no graph inputs, so nothing tells its weights from its data: none of its
+    ops reads parameters only, and its stages are cut as before (by their readers' order)."""
+    from pesto_ir.passes.placement.pipeline.stages import SOURCE, constant_ops, pipeline_units, weight_only_ops
+
+    assert weight_only_ops(bert24, constant_ops(bert24)) == set()
+    assert SOURCE not in pipeline_units(bert24, v100s(4)).kinds
