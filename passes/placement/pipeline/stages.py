@@ -13,16 +13,16 @@ Each op is
 - and, whatever the above, constant when it is computed from literals alone (a mask, a zero
   buffer, the loss' cotangent seed; tensor graphs only).
 
-A unit of constants is a constant unit; a unit of forward ops that read no activation (only
-parameters, literals and such ops: a weight in a cost graph; a JAX step's casts of its f32 master
-weights to bf16, which it makes for every layer before the first, and their broadcasts), read by
-other units, is a source unit; else a unit is a
-forward unit if it holds a forward op, else a backward unit if it holds a backward op (a weight
-gradient's copies and their sums), else an other unit. Every unit takes the stage of an owning
-forward unit (`unit_owners`): a backward unit the latest forward unit it reads directly, else the
-earliest owner among its producers; an other unit the latest owner among its producers; a
-constant or source unit, or one with no owned producer, the earliest owner among its consumers
-(else the first forward unit). Cut as forward units in graph order, every cast of a 16-stage GPT
+A unit of constants is a constant unit; a unit of forward ops that read parameters and no
+activation (`weight_only_ops`: a JAX step's casts of its f32 master weights to bf16, which it makes
+for every layer before the first, their broadcasts, weight transposes), read by other units, is a
+source unit; else a unit is a forward unit if it holds a forward op, else a backward unit if it
+holds a backward op (a weight gradient's copies and their sums), else an other unit. A cost graph
+has no source units: it has no graph inputs to tell its weights from its data. Every unit
+takes the stage of an owning forward unit (`unit_owners`): a backward unit the latest forward
+unit it reads directly, else the earliest owner among its producers; an other unit the latest
+owner among its producers; a constant or source unit, or one with no owned producer, the
+earliest owner among its consumers (else the first forward unit). Cut as forward units in graph order, every cast of a 16-stage GPT
 went to the first stage, which then held every layer's f32 weights (alpa-gpt-39B's published
 layout: 56.5 GiB on the first device, at most 15.4 on the others). The forward units are cut
 into S non-empty contiguous runs minimising the largest stage's cost, a forward unit weighing the
