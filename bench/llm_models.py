@@ -125,9 +125,10 @@ def lower_gpt(c: GptConfig, precision: str = "bf16", name: str = "gpt_llm", tied
               remat: str = "none") -> Graph:
     """The verified graph of one training step at `c`: inputs are the f32 parameters and Adam's
     moments (`param`), then tokens and targets (the batch); outputs the new parameters, the new
-    moments and the loss."""
+    moments and the loss. The parameters and moments are donated, as a training loop donates its
+    state to the step that replaces it (`jax.jit(..., donate_argnums=...)`)."""
     step, args = gpt_step(c, precision, name, tied, remat)
-    return lower(step, *args, param_argnums=(0, 1))
+    return lower(step, *args, param_argnums=(0, 1), donate_argnums=(0, 1))
 
 
 def parameter_count(c: GptConfig, tied: bool = True) -> int:

@@ -58,7 +58,7 @@ from pesto_ir.frontends.jax_primitives import (
     LoweringError,
 )
 from pesto_ir.ir.attributes import Attr, DictAttr, FloatAttr, GraphAttr, IntAttr, ListAttr, StringAttr, to_attr
-from pesto_ir.ir.graph import Graph, Location, Op, Value
+from pesto_ir.ir.graph import Graph, Location, Op, Value, donate_inputs
 from pesto_ir.ir.types import TensorType, dtype_short_name
 from pesto_ir.ir.verifier import verify as verify_graph
 from pesto_ir.jaxrt.interpreter import evaluate
@@ -122,17 +122,21 @@ class LoweredFunction:
 
 
 def lower(fn: Callable[..., Any], *example_args: Any, param_argnums: int | Sequence[int] = (),
-          batch_argnums: int | Sequence[int] | None = None, verify: bool = True,
-          **example_kwargs: Any) -> Graph:
+          batch_argnums: int | Sequence[int] | None = None, donate_argnums: int | Sequence[int] = (),
+          verify: bool = True, **example_kwargs: Any) -> Graph:
     """Trace `fn` on example arguments and lower its jaxpr into a verified Graph."""
     return lower_function(fn, *example_args, param_argnums=param_argnums, batch_argnums=batch_argnums,
-                          verify=verify, **example_kwargs).graph
+                          donate_argnums=donate_argnums, verify=verify, **example_kwargs).graph
 
 
 def lower_function(fn: Callable[..., Any], *example_args: Any, param_argnums: int | Sequence[int] = (),
-                   batch_argnums: int | Sequence[int] | None = None, verify: bool = True,
-                   **example_kwargs: Any) -> LoweredFunction:
+                   batch_argnums: int | Sequence[int] | None = None, donate_argnums: int | Sequence[int] = (),
+                   verify: bool = True, **example_kwargs: Any) -> LoweredFunction:
     """Like `lower`, keeping the pytree structures and constants needed to run the graph.
+
+    `donate_argnums`: the positional arguments whose buffers the caller gives up, as `jax.jit`'s;
+    their leaves are recorded as the graph's `donated` inputs, which the memory model frees after
+    their last read (an executable built from the plan must then be given them to donate).
 
     `batch_argnums`: the positional arguments whose leaves of rank >= 1 carry the batch along axis 0
     (None: every positional argument not in `param_argnums`); recorded as the graph attribute
@@ -151,7 +155,9 @@ def lower_function(fn: Callable[..., Any], *example_args: Any, param_argnums: in
         raise LoweringError(f"tracing {function_name(fn)}: {e} ({COLLECTIVE_ADVICE})") from None
     in_tree = jax.tree_util.tree_structure((example_args, example_kwargs))
     flags = _param_flags(example_args, example_kwargs, param_argnums)
+    donated = _argnum_flags(example_args, example_kwargs, donate_argnums, "donate_argnums")
     graph, consts = lower_jaxpr(closed, name=function_name(fn), param_flags=flags)
+    donate_inputs(graph, [v.name for v, d in zip(graph.inputs, donated) if d])
     batch = _batch_inputs(graph, example_args, batch_set, explicit=batch_argnums is not None)
     if batch or batch_argnums is not None:  # `batch_argnums=()` says: no batch (written as {})
         graph.attrs["batch_inputs"] = DictAttr(tuple((name, IntAttr(0)) for name in batch))
@@ -252,10 +258,20 @@ def _read_vars(jaxpr: Any) -> set[Any]:
 
 
 def _param_flags(args: tuple[Any, ...], kwargs: dict[str, Any], argnums: int | Sequence[int]) -> list[bool]:
+    return _argnum_flags(args, kwargs, argnums, "param_argnums")
+
+
+def _argnum_flags(args: tuple[Any, ...], kwargs: dict[str, Any], argnums: int | Sequence[int],
+                  what: str) -> list[bool]:
+    """Per flattened input (positional leaves, then keyword leaves): whether its argument is in `argnums`."""
+    if isinstance(argnums, bool) or not isinstance(argnums, (int, Sequence)) or isinstance(argnums, (str, bytes)) \
+            or (not isinstance(argnums, int) and any(isinstance(i, bool) or not isinstance(i, int) for i in argnums)):
+        raise PestoError(f"{what} must be a position or a list of positions of the function's arguments "
+                         f"(whole numbers from 0), got {argnums!r}")
     wanted = {argnums} if isinstance(argnums, int) else set(argnums)
     bad = [i for i in wanted if not 0 <= i < len(args)]
     if bad:
-        raise PestoError(f"param_argnums {sorted(bad)} out of range for {len(args)} positional argument(s)")
+        raise PestoError(f"{what} {sorted(bad)} out of range for {len(args)} positional argument(s)")
     flags: list[bool] = []
     for i, a in enumerate(args):
         flags += [i in wanted] * len(jax.tree_util.tree_leaves(a))

@@ -41,6 +41,7 @@ from pesto_ir.backends.python_emit import emit_python
 from pesto_ir.backends.schedule import ScheduleError, dispatch_order, schedule
 from pesto_ir.cluster.model import Cluster
 from pesto_ir.frontends.jax import LoweredFunction, lower_function
+from pesto_ir.ir.graph import donated_inputs
 from pesto_ir.passmanager import PassContext, PassManager
 from pesto_ir.schedule.plan import read_plan_attrs
 from pesto_ir.util.errors import PestoError
@@ -314,6 +315,7 @@ def test_donated_inputs_and_resident_constants() -> None:
     got = step(w_home, x)
     _allclose(got, want)
     assert w_home.is_deleted()  # the caller gave it up: its buffer became the new w
+    assert donated_inputs(step.graph) == {step.graph.inputs[0].name}  # and the plan's memory frees it
     assert len(step.last.lowered.consts) == 1  # the table: placed once when built, never moved per step
     assert all(m.value.owner is not None or m.value.name != step.graph.inputs[-1].name for m in step.executable.transfers)
     _allclose(step(got[0], x), jax.jit(update)(*want[:1], x))

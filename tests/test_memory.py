@@ -18,7 +18,7 @@ from pesto_ir import parse
 from pesto_ir.cluster.model import Cluster
 from pesto_ir.frontends.json_graph import graph_from_json, graph_to_json, parse_json_graph
 from pesto_ir.ir.attributes import BytesAttr
-from pesto_ir.ir.graph import Graph
+from pesto_ir.ir.graph import DONATED, Graph, donate_inputs, donated_inputs
 from pesto_ir.ir.types import BlobType
 from pesto_ir.schedule.memory import GraphBytes, fits_memory, live_bytes, peak_memory
 from pesto_ir.schedule.plan import Plan
@@ -138,6 +138,30 @@ def test_a_graph_input_is_resident_on_every_device_that_reads_it() -> None:
     assert steps_ms(live_bytes(g, plan)["gpu0"]) == [(0, 408), (1, 400)]
 
 
+def test_a_donated_input_is_freed_on_each_device_after_its_last_reader_there() -> None:
+    g = parse("""graph @don(param %w: f32[100], param %m: f32[50], %x: f32[10]) attributes {donated = ["w", "m"]} {
+  %a = opaque(%w, %x) {cost = 1ms} : blob[8]
+  %b = opaque(%w) {cost = 1ms} : blob[4]
+  %c = opaque(%w) {cost = 1ms} : blob[2]
+  %n = opaque(%m, %b) {cost = 1ms} : f32[50]
+  return %n, %m
+}""")
+    # gpu0 runs a [0,1), b [1,2), n [2,3); gpu1 runs c [0,1). %w (400 B) is read on both devices:
+    # freed on gpu0 when b ends (2 ms), on gpu1 when c ends (1 ms). %m (200 B) is donated but also
+    # returned as it is, so it stays. %x (40 B) is not donated: held all step.
+    # gpu0: t=0: 400 + 200 + 40 + %a 8 = 648; t=1: 400 + 200 + 40 + %b 4 = 644 (%a freed: nobody
+    # reads it); t=2: 200 + 40 + %n 200 = 440 (%b freed when n ends at 3, so + 4 = 444).
+    place = {"a": "gpu0", "b": "gpu0", "n": "gpu0", "c": "gpu1"}
+    plan = simulate(g, linked(2), place, {"gpu0": ["a", "b", "n"], "gpu1": ["c"]})
+    live = live_bytes(g, plan)
+    assert steps_ms(live["gpu0"]) == [(0, 648), (1, 644), (2, 444), (3, 440)]
+    assert steps_ms(live["gpu1"]) == [(0, 402), (1, 0)]
+    kept = g.clone()
+    del kept.attrs[DONATED]
+    assert steps_ms(live_bytes(kept, plan)["gpu0"]) == [(0, 648), (1, 644), (2, 844), (3, 840)]
+    assert steps_ms(live_bytes(kept, plan)["gpu1"]) == [(0, 402), (1, 400)]
+
+
 def test_workspace_is_held_only_while_its_op_runs() -> None:
     g = parse("""graph @ws() {
   %a = opaque() {cost = 1ms, workspace = 500B} : blob[100]
@@ -208,9 +232,13 @@ def spans_by_the_rules(graph: Graph, plan: Plan) -> list[Span]:
     transfers = {(t.src, t.to): t for t in plan.transfers}
     slot = plan.ops
     out: list[Span] = []
+    donated = donated_inputs(graph)
     for v in graph.inputs:
         for d in sorted({slot[n].device for n in readers[id(v)]}):
-            out.append((d, 0.0, INF, v.type.nbytes, f"input %{v.name}"))
+            # a donated input is freed where it is read once its last reader there ends, unless returned
+            end = max(slot[n].end for n in readers[id(v)] if slot[n].device == d) \
+                if v.name in donated and id(v) not in outputs else INF
+            out.append((d, 0.0, end, v.type.nbytes, f"input %{v.name}"))
     for op in graph.ops:
         s = slot[op.name]
         d = s.device
@@ -243,8 +271,8 @@ def held_at(spans: list[Span], device: str, t: float) -> list[Span]:
 
 @st.composite
 def memory_problems(draw: st.DrawFn) -> tuple[Graph, Cluster, Plan]:
-    """A random DAG with every kind of memory (resident, activation, workspace, graph inputs and
-    outputs), placed at random (colocation groups kept together) and simulated."""
+    """A random DAG with every kind of memory (resident, activation, workspace, graph inputs,
+    donated or not, and outputs), placed at random (colocation groups kept together) and simulated."""
     doc = draw(graph_docs(max_ops=8, memory=False))
     for node in doc["nodes"]:
         mode = draw(st.sampled_from(("edges", "memory", "split", "activation only")))
@@ -263,8 +291,9 @@ def memory_problems(draw: st.DrawFn) -> tuple[Graph, Cluster, Plan]:
         x = graph.add_input(f"x{i}", BlobType(draw(st.sampled_from((0, 8, 400, 10**5)))))
         for op in draw(st.lists(st.sampled_from(graph.ops), max_size=3, unique_by=lambda o: o.name)):
             op.set_operands([*op.operands, x])
-    results = [r for op in graph.ops for r in op.results]
+    results = [r for op in graph.ops for r in op.results] + graph.inputs
     graph.set_outputs(draw(st.lists(st.sampled_from(results), max_size=3, unique_by=id)))
+    donate_inputs(graph, [v.name for v in graph.inputs if draw(st.booleans())])
 
     cluster = draw(clusters(max_devices=3))
     group_device: dict[str, str] = {}
@@ -311,6 +340,10 @@ def test_peaks_and_live_bytes_match_a_brute_force(problem: tuple[Graph, Cluster,
             assert before and before[-1] == sum(sp[3] for sp in held_at(spans, d, t))
     check_plan(graph, cluster, plan)
     assert plan.peak_memory == {d: p.nbytes for d, p in peaks.items()}
+    # donating frees bytes earlier, never later: no device peaks higher than when nothing is donated
+    kept = graph.clone()
+    kept.attrs.pop(DONATED, None)
+    assert all(peak_memory(kept, plan)[d].nbytes >= peaks[d].nbytes for d in cluster.names)
     # the searches' check, prepared once per graph, says the same at every capacity around the peaks
     prepared = GraphBytes(graph)
     for d in cluster.names:

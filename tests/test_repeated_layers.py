@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from bench.llm_models import GptConfig, lower_gpt
 from pesto_ir.cluster.model import Cluster
 from pesto_ir.frontends.jax import lower
-from pesto_ir.ir.graph import Graph
+from pesto_ir.ir.graph import Graph, donate_inputs, donated_inputs
 from pesto_ir.ir.verifier import verify
 from pesto_ir.passes.placement.search.replica_memory import ReplicaMemory
 from pesto_ir.passes.rewrite.repeated_layers import find_repeated_layers, shorten
@@ -67,6 +67,7 @@ def _costed(graph: Graph, t: int, fusion: str = "xla") -> tuple[Any, Any]:
 
 def test_layers_are_found_and_the_model_is_cut_to_its_first() -> None:
     graph = _stack(5, 8, adam=True)
+    donate_inputs(graph, [v.name for v in graph.params])
     assert layer_count(parameter_classes(graph)) == 5
     found = find_repeated_layers(graph, 5)
     assert found is not None and found.layers == 5
@@ -77,6 +78,7 @@ def test_layers_are_found_and_the_model_is_cut_to_its_first() -> None:
         layers = {v.name.split(".")[2] for v in short.inputs if ".blocks." in v.name}
         assert layers == kept
         assert len(short.outputs) == len(short.inputs) - 1  # new parameters and state; the batch is read only
+        assert donated_inputs(short) == {v.name for v in short.params}  # those of the layers cut are gone
     # every op of a layer is in a region: the model grows by one layer's ops per layer
     assert len(graph.ops) == len(one.ops) + 4 * (len(two.ops) - len(one.ops))
     assert found.ops_per_layer == len(two.ops) - len(one.ops)

@@ -24,8 +24,8 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass
 
 from pesto_ir.ir.annotations import primitive_params
-from pesto_ir.ir.attributes import DictAttr
-from pesto_ir.ir.graph import Graph, Op, Value
+from pesto_ir.ir.attributes import DictAttr, ListAttr
+from pesto_ir.ir.graph import DONATED, Graph, Op, Value
 from pesto_ir.passes.dce import dead_code_elimination
 
 MIN_PERIOD = 4  # ops in one copy: shorter runs (three adds in a row) are not layers
@@ -130,6 +130,8 @@ def shorten(graph: Graph, found: RepeatedLayers, keep: int) -> Graph:
     for key, attr in graph.attrs.items():
         if isinstance(attr, DictAttr):
             attr = DictAttr(tuple((k, a) for k, a in attr.entries if k not in gone))
+        elif key == DONATED and isinstance(attr, ListAttr):
+            attr = ListAttr(tuple(a for a in attr.items if a.value not in gone))
         out.attrs[key] = attr
     dead_code_elimination(out)
     return out

@@ -399,6 +399,31 @@ class Graph:
         return f"<Graph {self.name}: {len(self.inputs)} inputs, {len(self.ops)} ops>"
 
 
+DONATED = "donated"  # graph attribute: names of the inputs whose buffers the caller gives up
+
+
+def donated_inputs(graph: Graph) -> frozenset[str]:
+    """Names of the inputs the caller donates (the `donated` graph attribute, as `jax.jit`'s
+    `donate_argnums`): a device may free its copy of one once its last reader there has run, and
+    an update writes the next value in its place. The verifier checks the names."""
+    a = graph.attrs.get(DONATED)
+    if a is None or not isinstance(a.value, tuple):
+        return frozenset()
+    return frozenset(x for x in a.value if isinstance(x, str))
+
+
+def donate_inputs(graph: Graph, names: Iterable[str]) -> None:
+    """Record `names` (inputs of `graph`) as donated, beside any already recorded."""
+    known = {v.name for v in graph.inputs}
+    wanted = set(names)
+    unknown = sorted(wanted - known)
+    if unknown:
+        raise ValueError(f"graph '{graph.name}' has no input(s) {', '.join('%' + n for n in unknown)} to donate")
+    ordered = [v.name for v in graph.inputs if v.name in wanted | donated_inputs(graph)]
+    if ordered:
+        graph.attrs[DONATED] = to_attr(ordered)
+
+
 def infer_state_map(graph: Graph) -> dict[int, int]:
     """Output index -> input index for new `param` values: each param, in order, takes the next
     output of its type (a training step returns new params and state in the order it takes them)."""

@@ -7,7 +7,7 @@ and raises one `VerifyError` carrying them all.
 from __future__ import annotations
 
 from pesto_ir.ir.attributes import Attr, DictAttr, GraphAttr, ListAttr, StringAttr
-from pesto_ir.ir.graph import LEAF_ATTRS, Graph, Location, Op, Value
+from pesto_ir.ir.graph import DONATED, LEAF_ATTRS, Graph, Location, Op, Value
 from pesto_ir.ir.shape_rules import ShapeError, infer_result_types
 from pesto_ir.util.errors import Diagnostic, SourceSpan, VerifyError
 from pesto_ir.util.loader import brief
@@ -23,6 +23,7 @@ def verify(graph: Graph, context: str = "") -> None:
 def verify_diagnostics(graph: Graph) -> list[Diagnostic]:
     diags: list[Diagnostic] = []
     _check_names(graph, diags)
+    _check_donated(graph, diags)
     _check_order(graph, diags)
     for op in graph.ops:
         plain = _plain_attrs(op)  # then they are well formed and hold no graph: most ops
@@ -76,6 +77,27 @@ def _check_names(graph: Graph, diags: list[Diagnostic]) -> None:
             if r.name in seen_values:
                 diags.append(Diagnostic(op.where(), op.name, f"redefines value %{r.name}"))
             seen_values[r.name] = r
+
+
+def _check_donated(graph: Graph, diags: list[Diagnostic]) -> None:
+    """The `donated` attribute, where present, lists inputs of the graph by name, each once."""
+    a = graph.attrs.get(DONATED)
+    if a is None:
+        return
+    where = str(graph.pos) if graph.pos is not None else f"graph @{graph.name}"
+    names = a.value if isinstance(a, ListAttr) else None
+    if names is None or not all(isinstance(n, str) for n in names):
+        diags.append(Diagnostic(where, None, f"attribute '{DONATED}' must be a list of input names, "
+                                             f"got {brief(str(a))}"))
+        return
+    inputs = {v.name for v in graph.inputs}
+    seen: set[str] = set()
+    for n in names:
+        if n not in inputs:
+            diags.append(Diagnostic(where, None, f"attribute '{DONATED}' names %{n}, which is not an input"))
+        elif n in seen:
+            diags.append(Diagnostic(where, None, f"attribute '{DONATED}' names %{n} twice"))
+        seen.add(n)
 
 
 def _check_order(graph: Graph, diags: list[Diagnostic]) -> None:

@@ -233,8 +233,10 @@ class Parallelized:
         devices, _ = devices_and_cluster(o)
         across = is_multiprocess(devices.values() if isinstance(devices, Mapping) else devices)
         tune = o.tunes(across)
+        # the plan frees donated inputs after their last read only where its executable donates them:
+        # autotuning times every candidate on the caller's arrays, none donating (`_autotuned`)
         lowered = lower_function(self.fn, *args, param_argnums=o.param_argnums, batch_argnums=o.batch_argnums,
-                                 **kwargs)
+                                 donate_argnums=() if tune else o.donate_argnums, **kwargs)
         pristine = lowered.graph.clone() if tune else None
         lowered_seconds = time.perf_counter() - t0
         donate = flat_indices(args, o.donate_argnums)

@@ -8,7 +8,11 @@ On the device that runs it, an op of a placed, timed plan holds
   reads lives while its op runs). The output is the op's result tensors, or the `activation`
   attribute where one is given (cost graphs, whose `blob` results only size the edges);
 - `workspace`, scratch bytes (the internal tensors of a coarse group), while it runs.
-A graph input is an argument of the step: resident for the whole step on every device that reads it.
+A graph input is an argument of the step: held from the step's start on every device that reads
+it, for the whole step, unless the caller donates it (`ir.graph.donated_inputs`, as `jax.jit`'s
+`donate_argnums`): a donated input is freed on a device when its last reader there has ended, so
+a training step that donates its parameters and optimizer state holds each old value and its
+update's new one at once only while that update runs, not from the update to the step's end.
 A copy received from another device lives there from its transfer's start until its last reader
 there has ended.
 
@@ -30,7 +34,7 @@ from dataclasses import dataclass
 
 from pesto_ir.cost.lookup import op_memory
 from pesto_ir.ir.attributes import Attr
-from pesto_ir.ir.graph import Graph, Op, Value
+from pesto_ir.ir.graph import Graph, Op, Value, donated_inputs
 from pesto_ir.schedule.plan import OpSlot, Plan
 from pesto_ir.util import work
 from pesto_ir.util.units import human_bytes, human_time
@@ -111,8 +115,11 @@ class GraphBytes:
 
     def __init__(self, graph: Graph) -> None:
         self.graph = graph
-        self.inputs = [(v.name, v.type.nbytes, reader_names(v)) for v in graph.inputs]
+        donated = donated_inputs(graph)
         outputs = {id(v) for v in graph.outputs}
+        # a donated input the step returns as it is stays held: it is the output's buffer
+        self.inputs = [(v.name, v.type.nbytes, reader_names(v), v.name in donated and id(v) not in outputs)
+                       for v in graph.inputs]
         self.ops: list[_OpBytes] = []
         for op in graph.ops:
             attrs = op.attrs
@@ -153,9 +160,14 @@ def _intervals(graph: GraphBytes, plan: Plan, named: bool) -> list[Interval]:
     slots = plan.ops
     out: list[Interval] = []
     add = out.append
-    for name, nbytes, readers in graph.inputs:
-        for d in sorted({slots[u].device for u in readers if u in slots}):
-            add((d, 0.0, STEP_END, nbytes, f"input %{name}" if named else ""))
+    for name, nbytes, readers, donated in graph.inputs:
+        last_read: dict[str, float] = {}  # device -> when its last reader ends
+        for u in readers:
+            s = slots.get(u)
+            if s is not None and s.end > last_read.get(s.device, -1.0):
+                last_read[s.device] = s.end
+        for d in sorted(last_read):
+            add((d, 0.0, last_read[d] if donated else STEP_END, nbytes, f"input %{name}" if named else ""))
     sent: dict[str, dict[str, tuple[float, float, int]]] = defaultdict(dict)  # op -> device -> transfer
     for t in plan.transfers:
         sent[t.src][t.to] = (t.start, t.end, t.nbytes)
