@@ -263,8 +263,12 @@ def _screen_ranks(graph: Graph, cluster: Cluster, todo: list[Strategy], options:
     degrees_screened: set[int] = set()  # each degree's first strategy is screened, however late
     end = times.degree_end(stop, last)
     capacity = min(d.memory for d in cluster.devices)
-    for strategy in sorted(todo, key=lambda s: (-s.tensor_parallel, k // (s.data_parallel * s.tensor_parallel),
-                                                s.microbatches, s)):
+    def order(s: Strategy) -> tuple[bool, int, int, bool, int, Strategy]:
+        stages = k // (s.data_parallel * s.tensor_parallel)
+        return (not _rank_predicted_to_fit(graph, cluster, s, capacity, rates), -s.tensor_parallel, stages,
+                s.microbatches < stages, s.microbatches, s)
+
+    for strategy in sorted(todo, key=order):
         t, d = strategy.tensor_parallel, strategy.data_parallel
         stages = k // (d * t)
         if work.now() > (end if t in degrees_screened else _first_end(graph, cluster, times, rates, one_batch_next)):
@@ -298,6 +302,17 @@ def _screen_ranks(graph: Graph, cluster: Cluster, todo: list[Strategy], options:
         if c.plan is not None and k == d * t:
             fitted.add((t, d))
     return tried
+
+
+def _rank_predicted_to_fit(graph: Graph, cluster: Cluster, strategy: Strategy, capacity: float, rates: Rates) -> bool:
+    """Whether the rank graph's walk predicts `strategy` (its least sharded variant that does) to
+    fit in `capacity` over its stages."""
+    memory = rank_memory_of(graph, cluster, strategy, rates)
+    if memory is None:
+        return True  # no prediction: nothing to rank it below
+    stages = len(cluster) // (strategy.data_parallel * strategy.tensor_parallel)
+    variant, _ = variant_to_screen(memory, strategy, capacity, rates.shard, rates.fsdp, stages)
+    return variant is not None and memory.predicted_peak(variant, stages) <= capacity
 
 
 def _first_end(graph: Graph, cluster: Cluster, times: ScreeningTimes, rates: Rates, one_batch_next: bool) -> float:

@@ -159,15 +159,22 @@ def schedules_worth(engines: Sequence[str]) -> float:
 
 def ranks_predicted_to_fit(graph: Graph, cluster: Cluster, ranks: list[Strategy], rates: Rates) -> bool:
     """Whether a strategy of the largest tensor-parallel degree, one device per rank, is predicted
-    to fit by its rank graph's walk (`first_predicted_to_fit`)."""
+    to fit by its rank graph's walk (`first_predicted_to_fit`), or else a pipeline of ranks is (a
+    model whose ranks outgrow one device each, alpa-gpt-39B on 64 V100s: 16 stages of 4 ranks is
+    how Alpa runs it)."""
     k = len(cluster)
-    alike = [s for s in ranks if s.data_parallel * s.tensor_parallel == k]
-    if not alike:
-        return False
-    t = max(s.tensor_parallel for s in alike)
     capacity = min(d.memory for d in cluster.devices)
-    return first_predicted_to_fit(graph, cluster, [s for s in alike if s.tensor_parallel == t], capacity,
-                                   rates) is not None
+    alike = [s for s in ranks if s.data_parallel * s.tensor_parallel == k]
+    if alike:
+        t = max(s.tensor_parallel for s in alike)
+        if first_predicted_to_fit(graph, cluster, [s for s in alike if s.tensor_parallel == t], capacity,
+                                  rates) is not None:
+            return True
+    for d, t in sorted({(s.data_parallel, s.tensor_parallel) for s in ranks if s.data_parallel * s.tensor_parallel < k}):
+        if first_predicted_to_fit(graph, cluster, [s for s in ranks if (s.data_parallel, s.tensor_parallel) == (d, t)],
+                                  capacity, rates) is not None:
+            return True
+    return False
 
 
 def first_predicted_to_fit(graph: Graph, cluster: Cluster, alike: list[Strategy], capacity: float, rates: Rates
