@@ -11,8 +11,8 @@ master weights and Adam) and costs it with the roofline model of the row's devic
 - **published**: the published (DP, TP, PP) with the simulated micro-batches as a fixed plan: the
   micro-batch and tensor-parallel rewrites of the step (`passes/rewrite/replicas.py`; TP's ranks
   split as Megatron splits them, column- then row-parallel pairs and a vocabulary-parallel
-  embedding, or as the layout search at that degree splits them, whichever plan is faster, named
-  in the table), PP contiguous
+  embedding; on Alpa's rows, whose shardings Alpa's intra-op search chooses, also as the layout
+  search at that degree splits them, whichever plan is faster, named in the table), PP contiguous
   stages balanced by cost on replica 0's rank-0 devices under the 1F1B schedule (one device:
   its micro-batches one after another; one micro-batch: the one device runs the step), gradient
   all-reduces bucketed; the optimizer state sharded across replicas where there are several
@@ -22,7 +22,13 @@ master weights and Adam) and costs it with the roofline model of the row's devic
   step time is shown with its peak (neither system's activation recomputation nor fused
   attention is modelled: the step keeps every activation, the s x s attention scores included).
 
-Columns: Pesto's step time and MFU, the published layout's step time and MFU, the lower bound (the
+- **searched layout** (Megatron's rows with TP > 1): the published DP x TP x PP with the layout
+  search's split at that TP instead of Megatron's pairs (`time_limit / 4` of counted work for
+  the one degree): not a published plan, but what Pesto's own search at the published degrees
+  finds, against which `auto`'s shorter search of every degree is measured.
+
+Columns: Pesto's step time and MFU, the published layout's step time and MFU, the searched layout's
+step time, the lower bound (the
 step's total work, every op at its roofline cost over the whole simulated batch, spread over the
 k devices: no strategy computing the same ops is faster; collectives and micro-batches only add),
 plan time (wall seconds of coarsen, place and expand), the largest peak memory of any device in
@@ -51,6 +57,7 @@ import platform
 import sys
 import time
 import traceback
+import dataclasses
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -128,6 +135,7 @@ class RowResult:
     lower_seconds: float = 0.0
     pesto: Result = field(default_factory=Result)
     fixed: Result = field(default_factory=Result)
+    searched: Result | None = None  # the published degrees with the searched layout, where not published itself
 
 
 def reason(e: BaseException) -> str:
@@ -211,22 +219,29 @@ def fixed_plan(graph: Graph, cluster: Cluster, layout: Layout, tensor: TensorLay
     return bucketed(replica, cluster, plan, strategy)[1]
 
 
-def _fixed(graph: Graph, row: LlmRow, cluster: Cluster, flops: float, peak: float, layout_seconds: float) -> Result:
-    """The published layout's plan, the fastest of its tensor-parallel layouts (`tensor_layouts`)
-    that fit, else of those that do not (named in `Result.strategy`)."""
+PUBLISHED_LAYOUTS = {"alpa": ("Megatron's pairs", "searched"), "megatron": ("Megatron's pairs",)}
+# which of `tensor_layouts` stand for the published split: Megatron's is its pairs; Alpa's is its
+# intra-op search's, stood for by the layout search at that degree or the pairs, whichever is faster
+
+
+def _fixed(graph: Graph, row: LlmRow, cluster: Cluster, flops: float, peak: float, layout_seconds: float
+           ) -> tuple[Result, Result | None]:
+    """The published layout's plan, the fastest of its tensor-parallel layouts (`tensor_layouts`,
+    those `PUBLISHED_LAYOUTS` names for the row's suite) that fit, else of those that do not (named
+    in `Result.strategy`); and the searched layout's where it is not one of those (else None)."""
     started = time.perf_counter()
     try:
         layouts = tensor_layouts(graph, cluster, row.simulated.tp, layout_seconds)
     except PestoError as e:
-        return Result(seconds=time.perf_counter() - started, error=reason(e))
-    built = []
+        return Result(seconds=time.perf_counter() - started, error=reason(e)), None
+    built, others = [], []
     for name, tensor in layouts.items():
         result = _fixed_with(graph, row, cluster, flops, peak, tensor)
         result.strategy = name
-        built.append(result)
+        (built if not name or name in PUBLISHED_LAYOUTS[row.suite] else others).append(result)
     best = min(built, key=lambda r: (r.step is None, bool(r.error), r.step or 0.0))
     best.seconds = time.perf_counter() - started
-    return best
+    return best, (others[0] if others else None)
 
 
 def _fixed_with(graph: Graph, row: LlmRow, cluster: Cluster, flops: float, peak: float, tensor: TensorLayout) -> Result:
@@ -293,17 +308,17 @@ def run_row(row: LlmRow, place: str = DEFAULT_PLACE, time_limit: float = DEFAULT
                            error=f"internal error: {type(e).__name__}: {reason(e)}")
     say(f"Pesto: {ms(out.pesto.step)} ms ({out.pesto.strategy or out.pesto.error}) in {out.pesto.seconds:.1f} s; "
         f"building the published layout {row.simulated}")
-    out.fixed = _fixed(graph, row, cluster, flops, kind.peak_flops, time_limit / 4)
+    out.fixed, out.searched = _fixed(graph, row, cluster, flops, kind.peak_flops, time_limit / 4)
     say(f"published: {ms(out.fixed.step)} ms{' (' + out.fixed.error + ')' if out.fixed.error else ''} "
-        f"in {out.fixed.seconds:.1f} s")
+        f"in {out.fixed.seconds:.1f} s" + (f"; searched layout: {_step_cell(out.searched)}" if out.searched else ""))
     return out
 
 
 # ---------------------------------------------------------------- reports
 
 COLUMNS = ("model", "devices", "published layout", "simulated batch", "Pesto step ms", "Pesto MFU",
-           "Pesto strategy", "published step ms", "published MFU (sim.)", "published MFU (paper)", "LB ms",
-           "plan s", "peak GiB", "fits")
+           "Pesto strategy", "published step ms", "published MFU (sim.)", "published MFU (paper)",
+           "searched layout ms", "LB ms", "plan s", "peak GiB", "fits")
 
 
 def ms(seconds: float | None) -> str:
@@ -318,23 +333,29 @@ def gib(n: int | None) -> str:
     return "—" if n is None else f"{n / 2**30:.3g}"
 
 
+def _step_cell(f: Result) -> str:
+    """A fixed plan's step time, with its layout's name, or why it does not fit or was not built."""
+    layout = f" ({f.strategy})" if f.strategy else ""
+    return ms(f.step) + layout if f.step is not None and not f.error else \
+        f"{ms(f.step)} ({f.error})" if f.step is not None else f"not built: {f.error}"
+
+
 def cells(r: RowResult) -> list[str]:
     p, f = r.pesto, r.fixed
     pesto_step = ms(p.step) if p.step is not None else f"no plan: {p.error}"
-    layout = f" ({f.strategy})" if f.strategy else ""
-    fixed_step = ms(f.step) + layout if f.step is not None and not f.error else \
-        f"{ms(f.step)} ({f.error})" if f.step is not None else f"not built: {f.error}"
+    searched = "—" if r.searched is None else _step_cell(dataclasses.replace(r.searched, strategy=""))
     fits = "—" if p.fits is None else "yes" if p.fits else "no"
     return [r.name, str(r.devices), r.published, r.batch.split(" (")[0].replace("simulated global batch ", "").replace("global batch ", ""),
-            pesto_step, percent(p.mfu), p.strategy or "—", fixed_step, percent(f.mfu), r.published_mfu or "—",
-            ms(r.lower_bound), f"{p.seconds:.1f}", gib(p.peak_memory), fits]
+            pesto_step, percent(p.mfu), p.strategy or "—", _step_cell(f), percent(f.mfu), r.published_mfu or "—",
+            searched, ms(r.lower_bound), f"{p.seconds:.1f}", gib(p.peak_memory), fits]
 
 
 def markdown(results: list[RowResult], header: dict[str, Any]) -> str:
     lines = [f"Simulated step times (roofline costs of the row's devices) of one mixed-precision training step "
              f"(bf16 compute, f32 master weights and Adam). Pesto: `coarsen,place{{{header['place']} "
              f"time-limit={header['time_limit']:g}}},expand`; published: the published DP x TP x PP as a fixed "
-             "plan (1F1B over contiguous stages) with the simulated micro-batches. MFU = tokens x (6 N + 12 L d s) "
+             "plan (1F1B over contiguous stages) with the simulated micro-batches; searched layout (Megatron's "
+             "rows): the same degrees with the layout search's split at that TP in place of Megatron's pairs. MFU = tokens x (6 N + 12 L d s) "
              "/ (step x devices x peak bf16 FLOP/s). LB: the step's total work over the devices. plan s: "
              "Pesto's coarsen, place and expand; peak GiB: the largest device peak of Pesto's plan.", "",
              "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]

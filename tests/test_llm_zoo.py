@@ -205,8 +205,12 @@ def test_quick_mode_runs_a_few_rows(tmp_path: Path) -> None:
     for row in doc["rows"]:
         assert row["pesto"]["step"] is not None and row["pesto"]["fits"] is True
         assert row["fixed"]["step"] is not None and not row["fixed"]["error"]
-    # the TP x PP row's published plan is the faster of Megatron's pairs and the searched layout
-    assert doc["rows"][1]["fixed"]["strategy"] in ("Megatron's pairs", "searched")
+    # Alpa's published split is its intra-op search's: the faster of Megatron's pairs and the
+    # searched layout; Megatron's is its pairs, and the searched layout is shown beside it
+    assert doc["rows"][1]["fixed"]["strategy"] == "Megatron's pairs"
+    searched = doc["rows"][1]["searched"]
+    assert searched["strategy"] == "searched" and (searched["step"] is not None or searched["error"])
+    assert doc["rows"][0]["searched"] is None  # no TP: one layout
 
 
 @pytest.mark.slow

@@ -181,3 +181,39 @@ def test_no_list_schedule_runs_past_the_end_of_the_screening(monkeypatch: pytest
                          ScreeningTimes(now, now, spare=0.0), quiet, Rates())  # type: ignore[arg-type]
     assert len(stopped) == 1 and "m-etf: stopped at the end of the work it was given" in stopped[0]
     HEURISTICS["m-etf"](bert, Cluster.homogeneous(4, "v100"), PlaceOptions(quiet=True))  # outside it, no stop
+
+
+def test_pipelines_of_ranks_predicted_to_fit_are_screened_first() -> None:
+    """On devices that one device per rank is predicted to overflow (the whole state on each, no
+    sharding) but pipelines of ranks are not: the ranks count as predicted to fit, so they are
+    screened before one batch; the pipelines go first, the fewest replicas first, each from m = its
+    stage count."""
+    from pesto_ir.passes.placement.search.screening import rank_screening_order
+    from pesto_ir.passes.placement.search.screening_rates import rank_memory_of, ranks_predicted_to_fit
+    from pesto_ir.passes.sharding.choose import pairs_layout
+
+    graph = lower_config("gpt", GptConfig(layers=2, d_model=256, heads=4, seq=16, batch=8, vocab=512))
+    graph = PassManager("annotate-costs{model=roofline}").run(  # its state outweighs its activations
+        graph, PassContext(cluster=Cluster.homogeneous(1, "h100"), quiet=True))
+    layout = pairs_layout(graph, 2)
+    ranks = [Strategy(d, m, tensor=layout) for d in (4, 2, 1) for m in (1, 2, 4, 8)]  # 1, 2 and 4 stages on 8 devices
+    rates = Rates(memory=ReplicaMemory.of(graph))  # the state whole: no variant shards it
+    memory = rank_memory_of(graph, Cluster.homogeneous(8, "h100"), ranks[0], rates)
+    assert memory is not None
+    one_per_rank = min(memory.predicted_peak(s, 1) for s in ranks[:4])
+    piped = max([memory.predicted_peak(s, 2) for s in ranks[4:8]] + [memory.predicted_peak(s, 4) for s in ranks[8:]])
+    assert piped < one_per_rank
+    capacity = (piped + one_per_rank) / 2
+    cluster = Cluster.homogeneous(8, "h100", memory=capacity)
+    assert ranks_predicted_to_fit(graph, cluster, ranks, rates)
+    assert not ranks_predicted_to_fit(graph, cluster, ranks[:4], rates)  # one device per rank alone: no
+    order = rank_screening_order(graph, cluster, ranks, capacity, rates)
+    # pipelines of the fewest replicas first (no gradient all-reduce between them), each from m = its stages
+    assert [(s.data_parallel, s.microbatches) for s in order] == [(1, 4), (1, 8), (1, 1), (1, 2),
+                                                                  (2, 2), (2, 4), (2, 8), (2, 1),
+                                                                  (4, 1), (4, 2), (4, 4), (4, 8)]
+    # where one device per rank is predicted to fit, it goes first
+    roomy = Cluster.homogeneous(8, "h100", memory=2 * one_per_rank)
+    assert [(s.data_parallel, s.microbatches) for s in rank_screening_order(graph, roomy, ranks, 2 * one_per_rank,
+                                                                            rates)][:5] == \
+        [(4, 1), (4, 2), (4, 4), (4, 8), (1, 4)]

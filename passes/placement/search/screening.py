@@ -242,9 +242,9 @@ def _unfit(strategy: Strategy, cluster: Cluster, rates: Rates, tried: list[Candi
 def _screen_ranks(graph: Graph, cluster: Cluster, todo: list[Strategy], options: PlaceOptions, heuristic: Solve,
                   times: ScreeningTimes, stop: float, last: bool, log: PlaceOptions, rates: Rates,
                   one_batch_next: bool = False) -> list[Candidate]:
-    """Tensor-parallel strategies (their layouts are chosen already): the largest degree first (the
-    one that fits where the others may not, on a model too large for a device), then one device
-    per rank before pipelines of several, fewer micro-batches first. One batch per rank runs the
+    """Tensor-parallel strategies (their layouts are chosen already), in `rank_screening_order`:
+    those predicted to fit, the largest degree first (the one that fits where the others may not,
+    on a model too large for a device), one device per rank before pipelines. One batch per rank runs the
     heuristics, micro-batches the fixed pipeline schedules (over one device a rank, 1F1B is
     gradient accumulation: each micro-batch's backward pass frees its activations before the
     next). On one device per rank, more micro-batches than the first that fits cannot be faster
@@ -263,12 +263,7 @@ def _screen_ranks(graph: Graph, cluster: Cluster, todo: list[Strategy], options:
     degrees_screened: set[int] = set()  # each degree's first strategy is screened, however late
     end = times.degree_end(stop, last)
     capacity = min(d.memory for d in cluster.devices)
-    def order(s: Strategy) -> tuple[bool, int, int, bool, int, Strategy]:
-        stages = k // (s.data_parallel * s.tensor_parallel)
-        return (not _rank_predicted_to_fit(graph, cluster, s, capacity, rates), -s.tensor_parallel, stages,
-                s.microbatches < stages, s.microbatches, s)
-
-    for strategy in sorted(todo, key=order):
+    for strategy in rank_screening_order(graph, cluster, todo, capacity, rates):
         t, d = strategy.tensor_parallel, strategy.data_parallel
         stages = k // (d * t)
         if work.now() > (end if t in degrees_screened else _first_end(graph, cluster, times, rates, one_batch_next)):
@@ -302,6 +297,25 @@ def _screen_ranks(graph: Graph, cluster: Cluster, todo: list[Strategy], options:
         if c.plan is not None and k == d * t:
             fitted.add((t, d))
     return tried
+
+
+def rank_screening_order(graph: Graph, cluster: Cluster, todo: list[Strategy], capacity: float, rates: Rates
+                         ) -> list[Strategy]:
+    """Tensor-parallel strategies in the order `_screen_ranks` takes them: those the rank graph's
+    walk predicts to fit first, then the largest degree; one device per rank before pipelines, and
+    pipelines of fewer replicas (more stages) first: replicas all-reduce every gradient, pipeline
+    stages send only activations, and across hosts the gradients cost more (alpa-gpt-39B on 64
+    V100s, 25 Gb/s between hosts: d = 1 t = 8 over 8 stages gives 2.673 s, d = 2 t = 8 over 4
+    stages 4.711 s); a pipeline's micro-batches from its stage count up (fewer leave stages idle,
+    and one batch over several stages is list-scheduled near memory), then fewer first."""
+    k = len(cluster)
+
+    def key(s: Strategy) -> tuple[bool, int, bool, int, bool, int, Strategy]:
+        stages = k // (s.data_parallel * s.tensor_parallel)
+        return (not _rank_predicted_to_fit(graph, cluster, s, capacity, rates), -s.tensor_parallel, stages > 1,
+                s.data_parallel, s.microbatches < stages, s.microbatches, s)
+
+    return sorted(todo, key=key)
 
 
 def _rank_predicted_to_fit(graph: Graph, cluster: Cluster, strategy: Strategy, capacity: float, rates: Rates) -> bool:
