@@ -50,6 +50,7 @@ Results go to `bench/results/llm.{md,json}` (`llm-quick` for `--quick`; `--out` 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -57,7 +58,6 @@ import platform
 import sys
 import time
 import traceback
-import dataclasses
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
