@@ -217,3 +217,23 @@ def test_pipelines_of_ranks_predicted_to_fit_are_screened_first() -> None:
     assert [(s.data_parallel, s.microbatches) for s in rank_screening_order(graph, roomy, ranks, 2 * one_per_rank,
                                                                             rates)][:5] == \
         [(4, 1), (4, 2), (4, 4), (4, 8), (1, 4)]
+
+
+def test_a_step_that_cannot_be_split_by_samples_skips_to_one_batch_per_rank() -> None:
+    """transformer_block's attention multiplies across samples, so no replica or micro-batch of
+    it can be built: after the first such rewrite fails, the other strategies of the same layout
+    that split the batch are not built (each would fail the same way), and one batch over the
+    ranks' stages is screened within a 2 s limit."""
+    from pathlib import Path
+
+    import pesto_ir
+
+    graph = pesto_ir.load(str(Path(__file__).resolve().parents[1] / "examples" / "transformer_block.pir"))
+    out = PassManager("annotate-costs,place{algo=auto tensor-parallel=2 time-limit=2 seed=0}").run(
+        graph, PassContext(cluster=Cluster.homogeneous(4, "h100"), quiet=True, seed=0))
+    plan = read_plan_attrs(out)
+    assert plan is not None and plan.parallelism is not None and plan.parallelism.tensor_parallel == 2
+    summary = next(note for note in plan.notes if note.startswith("hybrid search:"))
+    built = [t for t in summary.split("; ") if "none (cannot micro-batch op 'scores'" in t]
+    skipped = [t for t in summary.split("; ") if "none (not screened: cannot micro-batch op 'scores'" in t]
+    assert len(built) == 1 and len(skipped) >= 5, summary

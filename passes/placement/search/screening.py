@@ -39,6 +39,7 @@ from pesto_ir.passes.placement.search.screening_rates import (
     ranks_predicted_to_fit,
 )
 from pesto_ir.passes.placement.search.strategies import Candidate
+from pesto_ir.passes.rewrite.batch_axes import MicrobatchError
 from pesto_ir.passes.rewrite.replicas import (
     ONE_BATCH,
     Solve,
@@ -123,6 +124,8 @@ def _screened(graph: Graph, cluster: Cluster, found: Candidate, options: PlaceOp
             found.graph = replica_graph(graph, cluster, strategy)
         except PestoError as e:
             found.why_not = first_reason(e)
+            if isinstance(e, MicrobatchError) and rates is not None and strategy.tensor_parallel > 1:
+                rates.unsplittable.setdefault(strategy.tensor, found.why_not)
             return found
         if rates is not None and found.graph is not graph:
             rates.rewrote(work.now() - started, len(found.graph.ops))
@@ -279,6 +282,9 @@ def _screen_ranks(graph: Graph, cluster: Cluster, todo: list[Strategy], options:
         if (t, d) in fitted:
             tried.append(Candidate(strategy, why_not=f"not screened: one device per rank is no faster with more "
                                                      f"micro-batches than d={d} t={t} with fewer, which fits"))
+            continue
+        if d * strategy.microbatches > 1 and strategy.tensor in rates.unsplittable:
+            tried.append(Candidate(strategy, why_not=f"not screened: {rates.unsplittable[strategy.tensor]}"))
             continue
         variant: Strategy | None = strategy
         why = ""

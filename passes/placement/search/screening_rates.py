@@ -42,6 +42,9 @@ class Rates:
     halved: bool = False  # a start plan uses at most half of each replica's devices (`_on_fewer_devices` need not)
     memory: ReplicaMemory | None = None  # the one-batch graph's walk (`replica_memory.py`), made once per search
     rank_memory: dict[TensorLayout, ReplicaMemory | None] = field(default_factory=dict)  # its ranks' walks
+    # per tensor-parallel layout, why its step cannot be split by samples (a rewrite's MicrobatchError):
+    # no strategy of that layout with several replicas or micro-batches can be built
+    unsplittable: dict[TensorLayout, str] = field(default_factory=dict)
 
     def screened(self, c: Candidate) -> None:
         if c.plan is not None and c.graph is not None and (self.fastest is None
