@@ -130,24 +130,23 @@ def test_a_degree_s_first_strategy_gets_one_batch_s_spare_work_only_where_one_ba
     """Past the end of the screening, a tensor-parallel degree's first strategy may still start
     within `spare` where one batch is still to come and a plan in hand beats its lower bound (it
     will be neither screened nor searched); not where it ran already, nor where it may still win."""
-    from pesto_ir.passes.placement.search.screening import _first_end
-    from pesto_ir.passes.placement.search.screening_rates import ScreeningTimes
+    from pesto_ir.passes.placement.search.screening_rates import ScreeningTimes, first_end
     from pesto_ir.util import work
 
     graph = _costed()
     cluster = Cluster.homogeneous(4, "h100")
     times = ScreeningTimes(screened_by=work.now() - 2.0, finish_by=work.now() - 1.0, spare=3600.0)
     rates = Rates()
-    assert _first_end(graph, cluster, times, rates, False) == times.finish_by  # one batch screened before
-    assert _first_end(graph, cluster, times, rates, True) == times.finish_by  # no plan in hand to beat it
+    assert first_end(graph, cluster, times, rates, False) == times.finish_by  # one batch screened before
+    assert first_end(graph, cluster, times, rates, True) == times.finish_by  # no plan in hand to beat it
     out = PassManager("place{algo=m-etf}").run(graph.clone(), PassContext(cluster=cluster, quiet=True, seed=0))
     plan = read_plan_attrs(out)
     assert plan is not None
     rates.fastest = (graph, plan)
-    assert _first_end(graph, cluster, times, rates, True) == times.finish_by  # one batch's own plan: not beaten
+    assert first_end(graph, cluster, times, rates, True) == times.finish_by  # one batch's own plan: not beaten
     rates.one_batch_bound = plan.makespan
-    assert _first_end(graph, cluster, times, rates, True) == times.finish_by + times.spare
-    assert _first_end(graph, cluster, times, rates, False) == times.finish_by
+    assert first_end(graph, cluster, times, rates, True) == times.finish_by + times.spare
+    assert first_end(graph, cluster, times, rates, False) == times.finish_by
 
 
 def test_no_list_schedule_runs_past_the_end_of_the_screening(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -188,8 +187,11 @@ def test_pipelines_of_ranks_predicted_to_fit_are_screened_first() -> None:
     sharding) but pipelines of ranks are not: the ranks count as predicted to fit, so they are
     screened before one batch; the pipelines go first, the fewest replicas first, each from m = its
     stage count."""
-    from pesto_ir.passes.placement.search.screening import rank_screening_order
-    from pesto_ir.passes.placement.search.screening_rates import rank_memory_of, ranks_predicted_to_fit
+    from pesto_ir.passes.placement.search.screening_rates import (
+        rank_memory_of,
+        rank_screening_order,
+        ranks_predicted_to_fit,
+    )
     from pesto_ir.passes.sharding.choose import pairs_layout
 
     graph = lower_config("gpt", GptConfig(layers=2, d_model=256, heads=4, seq=16, batch=8, vocab=512))

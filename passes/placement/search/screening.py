@@ -33,9 +33,11 @@ from pesto_ir.passes.placement.search.screening_rates import (
     Rates,
     ScreeningTimes,
     cannot_fit,
+    first_end,
     first_predicted_to_fit,
     one_batch_ruled_out,
     rank_memory_of,
+    rank_screening_order,
     ranks_predicted_to_fit,
 )
 from pesto_ir.passes.placement.search.strategies import Candidate
@@ -269,7 +271,7 @@ def _screen_ranks(graph: Graph, cluster: Cluster, todo: list[Strategy], options:
     for strategy in rank_screening_order(graph, cluster, todo, capacity, rates):
         t, d = strategy.tensor_parallel, strategy.data_parallel
         stages = k // (d * t)
-        if work.now() > (end if t in degrees_screened else _first_end(graph, cluster, times, rates, one_batch_next)):
+        if work.now() > (end if t in degrees_screened else first_end(graph, cluster, times, rates, one_batch_next)):
             tried.append(Candidate(strategy, why_not="not screened: the screening time ran out"))
             continue
         fits_from = first_predicted_to_fit(graph, cluster, [s for s in todo if (s.tensor_parallel, s.data_parallel)
@@ -303,45 +305,6 @@ def _screen_ranks(graph: Graph, cluster: Cluster, todo: list[Strategy], options:
         if c.plan is not None and k == d * t:
             fitted.add((t, d))
     return tried
-
-
-def rank_screening_order(graph: Graph, cluster: Cluster, todo: list[Strategy], capacity: float, rates: Rates
-                         ) -> list[Strategy]:
-    """Tensor-parallel strategies in the order `_screen_ranks` takes them: those the rank graph's
-    walk predicts to fit first, then the largest degree; one device per rank before pipelines, and
-    pipelines of fewer replicas (more stages) first: replicas all-reduce every gradient, pipeline
-    stages send only activations, and across hosts the gradients cost more (alpa-gpt-39B on 64
-    V100s, 25 Gb/s between hosts: d = 1 t = 8 over 8 stages gives 2.673 s, d = 2 t = 8 over 4
-    stages 4.711 s); a pipeline's micro-batches from its stage count up (fewer leave stages idle,
-    and one batch over several stages is list-scheduled near memory), then fewer first."""
-    k = len(cluster)
-
-    def key(s: Strategy) -> tuple[bool, int, bool, int, bool, int, Strategy]:
-        stages = k // (s.data_parallel * s.tensor_parallel)
-        return (not _rank_predicted_to_fit(graph, cluster, s, capacity, rates), -s.tensor_parallel, stages > 1,
-                s.data_parallel, s.microbatches < stages, s.microbatches, s)
-
-    return sorted(todo, key=key)
-
-
-def _rank_predicted_to_fit(graph: Graph, cluster: Cluster, strategy: Strategy, capacity: float, rates: Rates) -> bool:
-    """Whether the rank graph's walk predicts `strategy` (its least sharded variant that does) to
-    fit in `capacity` over its stages."""
-    memory = rank_memory_of(graph, cluster, strategy, rates)
-    if memory is None:
-        return True  # no prediction: nothing to rank it below
-    stages = len(cluster) // (strategy.data_parallel * strategy.tensor_parallel)
-    variant, _ = variant_to_screen(memory, strategy, capacity, rates.shard, rates.fsdp, stages)
-    return variant is not None and memory.predicted_peak(variant, stages) <= capacity
-
-
-def _first_end(graph: Graph, cluster: Cluster, times: ScreeningTimes, rates: Rates, one_batch_next: bool) -> float:
-    """Until when a tensor-parallel degree's first strategy may start: the end of the screening,
-    and past it by `times.spare` where one batch, still to come, is ruled out by its bound."""
-    if times.finish_by < work.now() <= times.finish_by + times.spare and one_batch_next \
-            and not work.was_cut() and one_batch_ruled_out(graph, cluster, rates):
-        return times.finish_by + times.spare
-    return times.finish_by
 
 
 def _screen_replicas(graph: Graph, cluster: Cluster, todo: list[Strategy], options: PlaceOptions,
