@@ -239,3 +239,35 @@ def test_a_step_that_cannot_be_split_by_samples_skips_to_one_batch_per_rank() ->
     built = [t for t in summary.split("; ") if "none (cannot micro-batch op 'scores'" in t]
     skipped = [t for t in summary.split("; ") if "none (not screened: cannot micro-batch op 'scores'" in t]
     assert len(built) == 1 and len(skipped) >= 5, summary
+
+
+@pytest.mark.parametrize(("whole", "sharded", "kept"), [(1.0, 0.9, True), (1.0, 1.0, False), (1.0, 1.2, False)])
+def test_a_replicated_rank_plan_is_screened_sharded_too_and_kept_where_faster(
+        monkeypatch: pytest.MonkeyPatch, whole: float, sharded: float, kept: bool) -> None:
+    """After a tensor-parallel strategy of several replicas gives a plan with the whole state on
+    each, the same strategy with the state sharded is screened, and kept only where faster."""
+    from types import SimpleNamespace
+
+    from pesto_ir.passes.placement.options import PlaceOptions
+    from pesto_ir.passes.placement.search import screening
+    from pesto_ir.passes.placement.search.screening_rates import ScreeningTimes
+    from pesto_ir.passes.placement.search.strategies import Candidate
+    from pesto_ir.util import work
+
+    asked: list[Strategy] = []
+
+    def screen(g: Graph, c: Cluster, found: Candidate, *_: object) -> Candidate:
+        asked.append(found.strategy)
+        found.plan = SimpleNamespace(makespan=sharded)  # type: ignore[assignment]
+        return found
+
+    monkeypatch.setattr(screening, "screen", screen)
+    replicated = Candidate(Strategy(2, 1), plan=SimpleNamespace(makespan=whole))  # type: ignore[arg-type]
+    quiet = PlaceOptions(quiet=True)
+    now = work.now()
+    out = screening._sharded_too(_costed(), Cluster.homogeneous(4, "h100"), replicated, quiet, lambda *_: None,
+                                 ("heuristics",), ScreeningTimes(now, now + 1, 0.0), quiet, Rates())
+    assert asked == [Strategy(2, 1).sharded()]
+    assert [c.strategy for c in out] == ([Strategy(2, 1).sharded()] if kept else [])
+    if kept:
+        assert out[0].why_not.startswith("faster than with the whole state")

@@ -7,6 +7,8 @@ their stages and the interleaved layouts) in the order the stage model predicts 
 (`passes/placement/pipeline/model.py`). A step is started only where it fits in the time left, by
 what rewrites and schedules have cost so far (`Rates`, `BuildCost`), and time is kept for
 refining a one-batch plan that leads (`hybrid.py` refines the best strategy after screening).
+How one strategy is screened (its rewrite, its engines, its state sharded where the whole gives
+no plan) is `screening_core.py`; what the order and the time are predicted by, `screening_rates.py`.
 """
 
 from __future__ import annotations
@@ -24,10 +26,10 @@ from pesto_ir.passes.placement.pipeline.schedules import (
     INTERLEAVED,
     PIPELINE_SCHEDULES,
     SCHEDULES,
-    PipelineGraph,
     pipeline_plan,
 )
 from pesto_ir.passes.placement.search.replica_memory import ReplicaMemory, variant_to_screen
+from pesto_ir.passes.placement.search.screening_core import logged, screen
 from pesto_ir.passes.placement.search.screening_rates import (
     BuildCost,
     Rates,
@@ -41,13 +43,11 @@ from pesto_ir.passes.placement.search.screening_rates import (
     ranks_predicted_to_fit,
 )
 from pesto_ir.passes.placement.search.strategies import Candidate
-from pesto_ir.passes.rewrite.batch_axes import MicrobatchError
 from pesto_ir.passes.rewrite.replicas import (
     ONE_BATCH,
     Solve,
     Strategy,
     bucketed,
-    placed_devices,
     replica_graph,
     replica_groups,
     sub_cluster,
@@ -56,7 +56,6 @@ from pesto_ir.util import work
 from pesto_ir.util.errors import PestoError, first_reason
 from pesto_ir.util.units import human_bytes, human_time
 
-MAX_SCREEN_OPS = 150_000  # a rewritten graph larger than this is not built (memory)
 MAX_HEURISTIC_OPS = 5_000  # the heuristics screen a pipelined replica graph up to this size (m-ETF: 60 s at 19,000)
 MIN_REFINE_SECONDS = 0.25  # below this much time left, the best screening plan is not refined (`hybrid.py`)
 REPLICA_REFINE_MAX_OPS = 5_000  # a replica graph larger than this is not refined (the engines' set-up alone takes seconds)
@@ -67,96 +66,6 @@ PATIENCE = 2  # pipelines built in a row no faster than the best end a degree (w
 MODEL_SLACK = 0.05  # pipelines predicted within this of the best one built are built too (the model errs)
 OTHERS_SLACK = 0.25  # nor one predicted this much slower than a plan of another strategy (batch statistics
 # make micro-batches wait for each other, which the model leaves out)
-
-
-def screen(graph: Graph, cluster: Cluster, found: Candidate, options: PlaceOptions, heuristic: Solve,
-           engines: Sequence[str] = ("heuristics",), rates: Rates | None = None,
-           until: float | None = None) -> Candidate:
-    """`found`'s replica graph (built once) and its best plan so far, trying `engines`: the
-    pipeline schedules ("gpipe", "1f1b": a simulation each; "eager", "interleaved": several, as
-    `schedule_worth` counts them; on replicas of several devices with several micro-batches) or
-    "heuristics" (list scheduling the whole graph). Where `rates`
-    allows it (`Rates.shard`), replicas that give no plan holding the whole optimizer state (it
-    does not fit) are tried with it sharded across them (`passes/rewrite/shard_state.py`), and the
-    candidate becomes that strategy. `until` cuts the eager schedules' searches short
-    (`pipeline_plan`)."""
-    found = _screened(graph, cluster, found, options, heuristic, engines, rates, until)
-    strategy = found.strategy
-    built = found.graph is not None and len(found.graph.ops) <= MAX_SCREEN_OPS  # else sharding changes nothing
-    if rates is None or not rates.shard or found.plan is not None or not built or strategy.data_parallel < 2 \
-            or strategy.parameters == "sharded":
-        return found
-    if strategy.optimizer_state == "sharded":  # screened sharded first (`variant_to_screen`): FSDP is left
-        return _fully_sharded(graph, cluster, found, options, heuristic, engines, rates, until) if rates.fsdp \
-            else found
-    retry = _screened(graph, cluster, Candidate(strategy.sharded()), options, heuristic, engines, rates, until)
-    if retry.plan is None and rates.fsdp:  # the parameters too (FSDP), where the state alone is not enough
-        retry = _fully_sharded(graph, cluster, retry, options, heuristic, engines, rates, until)
-        if retry.plan is not None:
-            return retry
-    if retry.plan is None:
-        found.why_not = f"{found.why_not}; with the optimizer state sharded: {retry.why_not}"
-        return found
-    retry.why_not = f"the whole optimizer state gives no plan ({found.why_not})"
-    return retry
-
-
-def _fully_sharded(graph: Graph, cluster: Cluster, found: Candidate, options: PlaceOptions, heuristic: Solve,
-                   engines: Sequence[str], rates: Rates, until: float | None) -> Candidate:
-    """`found` (its optimizer state sharded, no plan) with its parameters sharded too (FSDP):
-    that candidate where it gives a plan, else `found` saying why not."""
-    fully = _screened(graph, cluster, Candidate(found.strategy.fully_sharded()), options, heuristic, engines, rates,
-                      until)
-    if fully.plan is not None:
-        fully.why_not = f"sharding the optimizer state alone gives no plan ({found.why_not})"
-        return fully
-    found.why_not = f"{found.why_not}; with the parameters sharded too: {fully.why_not}"
-    return found
-
-
-def _screened(graph: Graph, cluster: Cluster, found: Candidate, options: PlaceOptions, heuristic: Solve,
-              engines: Sequence[str], rates: Rates | None, until: float | None = None) -> Candidate:
-    """`screen` for `found`'s own strategy."""
-    strategy = found.strategy
-    if found.graph is None and rates is not None and strategy in rates.prebuilt:
-        found.graph = rates.prebuilt.pop(strategy)
-    if found.graph is None:
-        started = work.now()
-        try:
-            found.graph = replica_graph(graph, cluster, strategy)
-        except PestoError as e:
-            found.why_not = first_reason(e)
-            if isinstance(e, MicrobatchError) and rates is not None and strategy.tensor_parallel > 1:
-                rates.unsplittable.setdefault(strategy.tensor, found.why_not)
-            return found
-        if rates is not None and found.graph is not graph:
-            rates.rewrote(work.now() - started, len(found.graph.ops))
-    if len(found.graph.ops) > MAX_SCREEN_OPS:
-        found.why_not = f"{len(found.graph.ops)} ops after the rewrite, more than {MAX_SCREEN_OPS} to screen"
-        return found
-    sub = sub_cluster(cluster, placed_devices(cluster, strategy))
-    source = found.source or found.graph
-    found.source = source  # the rewrite as built: the plans are of it, or of copies with buckets
-    for engine in engines:
-        try:
-            if engine == "heuristics":
-                started = work.now()
-                plan = heuristic(source, sub, options)
-                if rates is not None and strategy == ONE_BATCH:
-                    rates.heuristic = (work.now() - started) / max(len(source.ops) * len(sub), 1)
-            else:
-                if found.pipeline is None or found.pipeline.graph is not source:
-                    found.pipeline = PipelineGraph(source, sub)
-                plan = pipeline_plan(source, found.pipeline.cluster, engine, options, until, found.pipeline)
-        except PestoError as e:
-            found.why_not = found.why_not or f"{engine}: {first_reason(e)}"
-            continue
-        planned = source
-        if strategy != ONE_BATCH:
-            planned, plan = bucketed(source, cluster, plan, strategy)
-        if found.plan is None or plan.makespan < found.plan.makespan:
-            found.graph, found.plan, found.engine = planned, plan, plan.algorithm or engine
-    return found
 
 
 CUT = "not screened: the time limit's wall clock had passed"
@@ -240,7 +149,7 @@ def _unfit(strategy: Strategy, cluster: Cluster, rates: Rates, tried: list[Candi
     """Whether `strategy` cannot fit (`cannot_fit`): then it is tried as that, and logged."""
     why = cannot_fit(strategy, cluster, rates)
     if why:
-        tried.append(_logged(Candidate(strategy, why_not=why, unfit=True), log, rates))
+        tried.append(logged(Candidate(strategy, why_not=why, unfit=True), log, rates))
     return bool(why)
 
 
@@ -277,7 +186,7 @@ def _screen_ranks(graph: Graph, cluster: Cluster, todo: list[Strategy], options:
         fits_from = first_predicted_to_fit(graph, cluster, [s for s in todo if (s.tensor_parallel, s.data_parallel)
                                                              == (t, d)], capacity, rates)
         if fits_from is not None and strategy.microbatches < fits_from.microbatches:
-            tried.append(_logged(Candidate(strategy, why_not=(
+            tried.append(logged(Candidate(strategy, why_not=(
                 f"not screened: predicted over the {human_bytes(capacity)} a device has however sharded, where "
                 f"{fits_from} is predicted to fit")), log, rates))
             continue
@@ -294,17 +203,37 @@ def _screen_ranks(graph: Graph, cluster: Cluster, todo: list[Strategy], options:
         if memory is not None:  # the walk predicts a rank's peak, over its stages where it has several
             variant, why = variant_to_screen(memory, strategy, capacity, rates.shard, rates.fsdp, stages)
         if variant is None:
-            tried.append(_logged(Candidate(strategy, why_not=why, over=True), log, rates))
+            tried.append(logged(Candidate(strategy, why_not=why, over=True), log, rates))
             continue
         engines = ("1f1b", "gpipe") if strategy.microbatches > 1 else ("heuristics",)
         degrees_screened.add(t)
         c = screen(graph, cluster, Candidate(variant), options, heuristic, engines, rates, times.finish_by)
         if c.plan is not None and why and not c.why_not:
             c.why_not = why
-        tried.append(_logged(c, log, rates))
+        tried.append(logged(c, log, rates))
+        if c.plan is not None and rates.shard and d > 1 and c.strategy.optimizer_state == "replicated" \
+                and work.now() <= times.finish_by:
+            tried.extend(_sharded_too(graph, cluster, c, options, heuristic, engines, times, log, rates))
         if c.plan is not None and k == d * t:
             fitted.add((t, d))
     return tried
+
+
+def _sharded_too(graph: Graph, cluster: Cluster, c: Candidate, options: PlaceOptions, heuristic: Solve,
+                 engines: tuple[str, ...], times: ScreeningTimes, log: PlaceOptions, rates: Rates
+                 ) -> list[Candidate]:
+    """`c` (a plan with the whole state on each replica) screened with the state sharded across
+    its replicas, as one-device replicas are (`_screen_replicas`), within the screening: kept
+    where faster. Each rank then updates 1/d of its state, with reduce-scatters and all-gathers
+    for its all-reduces: faster or slower by the model (megatron-gpt-16B 355.8 ms against 365.2
+    whole; 32B 633.0 against 569.9)."""
+    assert c.plan is not None
+    sharded = screen(graph, cluster, Candidate(c.strategy.sharded()), options, heuristic, engines, rates,
+                     times.finish_by)
+    if sharded.plan is None or sharded.plan.makespan >= c.plan.makespan:
+        return []
+    sharded.why_not = f"faster than with the whole state, {human_time(c.plan.makespan, 4)}"
+    return [logged(sharded, log, rates)]
 
 
 def _screen_replicas(graph: Graph, cluster: Cluster, todo: list[Strategy], options: PlaceOptions,
@@ -324,12 +253,12 @@ def _screen_replicas(graph: Graph, cluster: Cluster, todo: list[Strategy], optio
         variant, why = (strategy, "") if memory is None else \
             variant_to_screen(memory, strategy, capacity, rates.shard, rates.fsdp)
         if variant is None:
-            tried.append(_logged(Candidate(strategy, why_not=why, over=True), log, rates))
+            tried.append(logged(Candidate(strategy, why_not=why, over=True), log, rates))
             continue
         c = screen(graph, cluster, Candidate(variant), options, heuristic, _one_device_engines(strategy), rates=rates)
         if c.plan is not None and why and not c.why_not:
             c.why_not = why
-        _logged(c, log, rates)
+        logged(c, log, rates)
         tried.append(c)
         if c.plan is not None and rates.shard and c.strategy.optimizer_state == "replicated" and \
                 work.now() <= stop:
@@ -339,7 +268,7 @@ def _screen_replicas(graph: Graph, cluster: Cluster, todo: list[Strategy], optio
                              _one_device_engines(strategy), rates=rates)
             if sharded.plan is not None and sharded.plan.makespan < c.plan.makespan:
                 sharded.why_not = f"faster than with the whole state, {human_time(c.plan.makespan, 4)}"
-                tried.append(_logged(sharded, log, rates))
+                tried.append(logged(sharded, log, rates))
         if c.plan is not None:
             rest = todo[todo.index(strategy) + 1:]
             tried.extend(Candidate(s, why_not=f"not screened: one device is no faster with more micro-batches "
@@ -387,7 +316,7 @@ def _screen_pipelines(graph: Graph, cluster: Cluster, todo: list[Strategy], opti
         now = work.now()
         ruled_out = one_batch_ruled_out(graph, cluster, rates) if strategy == ONE_BATCH else ""
         if ruled_out:
-            tried.append(_logged(Candidate(strategy, why_not=ruled_out), log, rates))
+            tried.append(logged(Candidate(strategy, why_not=ruled_out), log, rates))
         elif strategy != ONE_BATCH and (before or tried) and \
                 (now > stop or now + expected > hard - _one_batch_reserve([*before, *tried])):
             why = ("not screened: its share of the time ran out" if now > stop
@@ -400,7 +329,7 @@ def _screen_pipelines(graph: Graph, cluster: Cluster, todo: list[Strategy], opti
             end = stop if not last or any(c.plan is not None for c in before) else until
             given = options if strategy != ONE_BATCH else dataclasses.replace(options, time_limit=max(end - now, 1e-3))
             with work.stopping_at(end if strategy == ONE_BATCH else math.inf):  # all its heuristics, the first too
-                tried.append(_logged(screen(graph, cluster, Candidate(strategy), given, heuristic, rates=rates), log,
+                tried.append(logged(screen(graph, cluster, Candidate(strategy), given, heuristic, rates=rates), log,
                                      rates))
     pipelined = _predicted_to_fit([s for s in todo if s.microbatches > 1], cluster, rates, tried, log)
     if not pipelined:
@@ -442,14 +371,14 @@ def _screen_pipelines(graph: Graph, cluster: Cluster, todo: list[Strategy], opti
             continue
         previous = c.plan.makespan if c.plan is not None else None
         started, built = work.now(), c.graph is not None
-        _logged(screen(graph, cluster, c, options, heuristic, (schedule,)), log, rates)
+        logged(screen(graph, cluster, c, options, heuristic, (schedule,)), log, rates)
         cost.learn(c, work.now() - started, built, (schedule,))
         left = [] if alone or c.source is None else [INTERLEAVED, EAGER]
         while eager := _eager_schedules_that_fit(c, cost, end, left):
             # not learnt: their searches take what is left, the first the most; one left out may
             # still fit once the first has ended (its search may not need all it was given)
             until = end - cost.estimate(c, eager[1:])
-            _logged(screen(graph, cluster, c, options, heuristic, eager[:1], until=until), log, rates)
+            logged(screen(graph, cluster, c, options, heuristic, eager[:1], until=until), log, rates)
             left.remove(eager[0])
         if c.plan is None or c.plan.makespan == previous:
             continue
@@ -462,7 +391,7 @@ def _screen_pipelines(graph: Graph, cluster: Cluster, todo: list[Strategy], opti
         _on_fewer_devices(cluster, c, options, cost, deadline - _one_batch_reserve([*before, *tried]), log, rates)
         if c.source is not None and len(c.source.ops) <= MAX_HEURISTIC_OPS and \
                 work.now() + cost.estimate(c, ("heuristics",)) <= stop:
-            _logged(screen(graph, cluster, c, options, heuristic), log, rates)
+            logged(screen(graph, cluster, c, options, heuristic), log, rates)
     for c in candidates.values():
         c.pipeline = None  # the schedules are done: their graphs' preparations need not stay in memory
     return tried
@@ -482,7 +411,7 @@ def _predicted_to_fit(todo: list[Strategy], cluster: Cluster, rates: Rates, trie
         variant, why = variant_to_screen(rates.memory, s, capacity, rates.shard, rates.fsdp,
                                          len(cluster) // s.data_parallel)
         if variant is None:
-            tried.append(_logged(Candidate(s, why_not=why, over=True), log, rates))
+            tried.append(logged(Candidate(s, why_not=why, over=True), log, rates))
         else:
             kept.append(s)
     return kept
@@ -516,7 +445,7 @@ def _on_fewer_devices(cluster: Cluster, c: Candidate, options: PlaceOptions, cos
         plan.notes.append(f"{engine} over {len(half)} of the {per_replica} devices: "
                           f"{human_time(plan.makespan, 4)}, against {human_time(c.plan.makespan, 4)} over all")
         c.graph, c.plan, c.engine = graph, plan, f"{engine} on {len(half)} devices"
-        _logged(c, log, rates)
+        logged(c, log, rates)
 
 
 def _eager_schedules_that_fit(c: Candidate, cost: BuildCost, end: float, left: Sequence[str]) -> tuple[str, ...]:
@@ -584,12 +513,3 @@ def _no_time(seconds: float, what: str, kept: bool = False) -> str:
         return (f"not screened: its {seconds:.2g} s or so would use the last {REFINE_RESERVE:g} s, kept for "
                 "refining the one-batch plan")
     return f"not screened: no time left {what} (about {seconds:.2g} s by the rates measured or guessed so far)"
-
-
-def _logged(c: Candidate, log: PlaceOptions, rates: Rates) -> Candidate:
-    rates.screened(c)
-    if c.plan is not None:
-        log.progress(f"place: screened {c.strategy}: {human_time(c.plan.makespan, 4)} ({c.engine})")
-    elif c.why_not:
-        log.progress(f"place: screened {c.strategy}: no plan ({c.why_not})")
-    return c
