@@ -50,7 +50,6 @@ Results go to `bench/results/llm.{md,json}` (`llm-quick` for `--quick`; `--out` 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import math
 import os
@@ -333,9 +332,10 @@ def gib(n: int | None) -> str:
     return "—" if n is None else f"{n / 2**30:.3g}"
 
 
-def _step_cell(f: Result) -> str:
-    """A fixed plan's step time, with its layout's name, or why it does not fit or was not built."""
-    layout = f" ({f.strategy})" if f.strategy else ""
+def _step_cell(f: Result, named: bool = True) -> str:
+    """A fixed plan's step time, with its layout's name where `named`, or why it does not fit or
+    was not built."""
+    layout = f" ({f.strategy})" if f.strategy and named else ""
     return ms(f.step) + layout if f.step is not None and not f.error else \
         f"{ms(f.step)} ({f.error})" if f.step is not None else f"not built: {f.error}"
 
@@ -343,7 +343,7 @@ def _step_cell(f: Result) -> str:
 def cells(r: RowResult) -> list[str]:
     p, f = r.pesto, r.fixed
     pesto_step = ms(p.step) if p.step is not None else f"no plan: {p.error}"
-    searched = "—" if r.searched is None else _step_cell(dataclasses.replace(r.searched, strategy=""))
+    searched = "—" if r.searched is None else _step_cell(r.searched, named=False)
     fits = "—" if p.fits is None else "yes" if p.fits else "no"
     return [r.name, str(r.devices), r.published, r.batch.split(" (")[0].replace("simulated global batch ", "").replace("global batch ", ""),
             pesto_step, percent(p.mfu), p.strategy or "—", _step_cell(f), percent(f.mfu), r.published_mfu or "—",

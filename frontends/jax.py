@@ -154,7 +154,7 @@ def lower_function(fn: Callable[..., Any], *example_args: Any, param_argnums: in
             raise
         raise LoweringError(f"tracing {function_name(fn)}: {e} ({COLLECTIVE_ADVICE})") from None
     in_tree = jax.tree_util.tree_structure((example_args, example_kwargs))
-    flags = _param_flags(example_args, example_kwargs, param_argnums)
+    flags = _argnum_flags(example_args, example_kwargs, param_argnums, "param_argnums")
     donated = _argnum_flags(example_args, example_kwargs, donate_argnums, "donate_argnums")
     graph, consts = lower_jaxpr(closed, name=function_name(fn), param_flags=flags)
     donate_inputs(graph, [v.name for v, d in zip(graph.inputs, donated) if d])
@@ -257,18 +257,21 @@ def _read_vars(jaxpr: Any) -> set[Any]:
     return out
 
 
-def _param_flags(args: tuple[Any, ...], kwargs: dict[str, Any], argnums: int | Sequence[int]) -> list[bool]:
-    return _argnum_flags(args, kwargs, argnums, "param_argnums")
+def _argnum_list(argnums: int | Sequence[int], what: str) -> list[int]:
+    """`argnums` (one position or several, as `jax.jit` takes them) as a list, checked: whole
+    numbers, not bools (a LoweringError naming `what` otherwise); range is the caller's to check."""
+    nums = [argnums] if isinstance(argnums, int) and not isinstance(argnums, bool) else argnums
+    if isinstance(nums, (str, bytes)) or not isinstance(nums, Sequence) \
+            or any(isinstance(i, bool) or not isinstance(i, int) for i in nums):
+        raise LoweringError(f"{what} must be a position or a list of positions of the function's "
+                            f"arguments (whole numbers from 0), got {argnums!r}")
+    return list(nums)
 
 
 def _argnum_flags(args: tuple[Any, ...], kwargs: dict[str, Any], argnums: int | Sequence[int],
                   what: str) -> list[bool]:
     """Per flattened input (positional leaves, then keyword leaves): whether its argument is in `argnums`."""
-    if isinstance(argnums, bool) or not isinstance(argnums, (int, Sequence)) or isinstance(argnums, (str, bytes)) \
-            or (not isinstance(argnums, int) and any(isinstance(i, bool) or not isinstance(i, int) for i in argnums)):
-        raise PestoError(f"{what} must be a position or a list of positions of the function's arguments "
-                         f"(whole numbers from 0), got {argnums!r}")
-    wanted = {argnums} if isinstance(argnums, int) else set(argnums)
+    wanted = set(_argnum_list(argnums, what))
     bad = [i for i in wanted if not 0 <= i < len(args)]
     if bad:
         raise PestoError(f"{what} {sorted(bad)} out of range for {len(args)} positional argument(s)")
@@ -285,12 +288,7 @@ def _batch_argnums(args: tuple[Any, ...], param_argnums: int | Sequence[int],
     params = {param_argnums} if isinstance(param_argnums, int) else set(param_argnums)
     if batch_argnums is None:
         return [i for i in range(len(args)) if i not in params]
-    nums = [batch_argnums] if isinstance(batch_argnums, int) and not isinstance(batch_argnums, bool) \
-        else batch_argnums
-    if isinstance(nums, (str, bytes)) or not isinstance(nums, Sequence) \
-            or any(isinstance(i, bool) or not isinstance(i, int) for i in nums):
-        raise LoweringError(f"batch_argnums must be a position or a list of positions of the function's "
-                            f"arguments (whole numbers from 0), got {batch_argnums!r}")
+    nums = _argnum_list(batch_argnums, "batch_argnums")
     bad = sorted({i for i in nums if not 0 <= i < len(args)})
     if bad:
         raise LoweringError(f"batch_argnums {bad} out of range: the function was given {len(args)} positional "

@@ -250,7 +250,6 @@ def test_a_replicated_rank_plan_is_screened_sharded_too_and_kept_where_faster(
 
     from pesto_ir.passes.placement.options import PlaceOptions
     from pesto_ir.passes.placement.search import screening
-    from pesto_ir.passes.placement.search.screening_rates import ScreeningTimes
     from pesto_ir.passes.placement.search.strategies import Candidate
     from pesto_ir.util import work
 
@@ -266,7 +265,7 @@ def test_a_replicated_rank_plan_is_screened_sharded_too_and_kept_where_faster(
     quiet = PlaceOptions(quiet=True)
     now = work.now()
     out = screening._sharded_too(_costed(), Cluster.homogeneous(4, "h100"), replicated, quiet, lambda *_: None,
-                                 ("heuristics",), ScreeningTimes(now, now + 1, 0.0), quiet, Rates())
+                                 ("heuristics",), quiet, Rates(), now + 1)
     assert asked == [Strategy(2, 1).sharded()]
     assert [c.strategy for c in out] == ([Strategy(2, 1).sharded()] if kept else [])
     if kept:

@@ -419,7 +419,8 @@ def donate_inputs(graph: Graph, names: Iterable[str]) -> None:
     unknown = sorted(wanted - known)
     if unknown:
         raise ValueError(f"graph '{graph.name}' has no input(s) {', '.join('%' + n for n in unknown)} to donate")
-    ordered = [v.name for v in graph.inputs if v.name in wanted | donated_inputs(graph)]
+    wanted |= donated_inputs(graph)
+    ordered = [v.name for v in graph.inputs if v.name in wanted]
     if ordered:
         graph.attrs[DONATED] = to_attr(ordered)
 

@@ -213,23 +213,22 @@ def _screen_ranks(graph: Graph, cluster: Cluster, todo: list[Strategy], options:
         tried.append(logged(c, log, rates))
         if c.plan is not None and rates.shard and d > 1 and c.strategy.optimizer_state == "replicated" \
                 and work.now() <= times.finish_by:
-            tried.extend(_sharded_too(graph, cluster, c, options, heuristic, engines, times, log, rates))
+            tried.extend(_sharded_too(graph, cluster, c, options, heuristic, engines, log, rates, times.finish_by))
         if c.plan is not None and k == d * t:
             fitted.add((t, d))
     return tried
 
 
 def _sharded_too(graph: Graph, cluster: Cluster, c: Candidate, options: PlaceOptions, heuristic: Solve,
-                 engines: tuple[str, ...], times: ScreeningTimes, log: PlaceOptions, rates: Rates
+                 engines: Sequence[str], log: PlaceOptions, rates: Rates, until: float | None = None
                  ) -> list[Candidate]:
     """`c` (a plan with the whole state on each replica) screened with the state sharded across
-    its replicas, as one-device replicas are (`_screen_replicas`), within the screening: kept
-    where faster. Each rank then updates 1/d of its state, with reduce-scatters and all-gathers
-    for its all-reduces: faster or slower by the model (megatron-gpt-16B 355.8 ms against 365.2
-    whole; 32B 633.0 against 569.9)."""
+    its replicas, kept where faster (`until`: `screen`'s). Each replica (each rank of it) then
+    updates 1/d of its state, with a reduce-scatter and an all-gather for each all-reduce: faster
+    or slower by the model (megatron-gpt-16B 355.8 ms against 365.2 whole; 32B 633.0 against
+    569.9)."""
     assert c.plan is not None
-    sharded = screen(graph, cluster, Candidate(c.strategy.sharded()), options, heuristic, engines, rates,
-                     times.finish_by)
+    sharded = screen(graph, cluster, Candidate(c.strategy.sharded()), options, heuristic, engines, rates, until)
     if sharded.plan is None or sharded.plan.makespan >= c.plan.makespan:
         return []
     sharded.why_not = f"faster than with the whole state, {human_time(c.plan.makespan, 4)}"
@@ -262,13 +261,8 @@ def _screen_replicas(graph: Graph, cluster: Cluster, todo: list[Strategy], optio
         tried.append(c)
         if c.plan is not None and rates.shard and c.strategy.optimizer_state == "replicated" and \
                 work.now() <= stop:
-            # one device's update of its 1/d of the state, with the reduce-scatters and all-gathers
-            # that replace each all-reduce, is often faster than the whole update
-            sharded = screen(graph, cluster, Candidate(strategy.sharded()), options, heuristic,
-                             _one_device_engines(strategy), rates=rates)
-            if sharded.plan is not None and sharded.plan.makespan < c.plan.makespan:
-                sharded.why_not = f"faster than with the whole state, {human_time(c.plan.makespan, 4)}"
-                tried.append(logged(sharded, log, rates))
+            tried.extend(_sharded_too(graph, cluster, c, options, heuristic, _one_device_engines(strategy), log,
+                                      rates))
         if c.plan is not None:
             rest = todo[todo.index(strategy) + 1:]
             tried.extend(Candidate(s, why_not=f"not screened: one device is no faster with more micro-batches "

@@ -239,13 +239,10 @@ def rank_screening_order(graph: Graph, cluster: Cluster, todo: list[Strategy], c
 
 def rank_predicted_to_fit(graph: Graph, cluster: Cluster, strategy: Strategy, capacity: float, rates: Rates) -> bool:
     """Whether the rank graph's walk predicts `strategy` (its least sharded variant that does) to
-    fit in `capacity` over its stages."""
-    memory = rank_memory_of(graph, cluster, strategy, rates)
-    if memory is None:
+    fit in `capacity` over its stages (`first_predicted_to_fit`); True where it predicts nothing."""
+    if rank_memory_of(graph, cluster, strategy, rates) is None:
         return True  # no prediction: nothing to rank it below
-    stages = len(cluster) // (strategy.data_parallel * strategy.tensor_parallel)
-    variant, _ = variant_to_screen(memory, strategy, capacity, rates.shard, rates.fsdp, stages)
-    return variant is not None and memory.predicted_peak(variant, stages) <= capacity
+    return first_predicted_to_fit(graph, cluster, [strategy], capacity, rates) is not None
 
 
 def first_end(graph: Graph, cluster: Cluster, times: ScreeningTimes, rates: Rates, one_batch_next: bool) -> float:
