@@ -19,12 +19,16 @@ Two published suites:
   largest): the sizes and the tensor (TP) and pipeline (PP) degrees as issue 42 lists them; the
   rest of the GPUs are data-parallel replicas. The sizes count an output layer apart from the
   token embedding (7.1B = 12 x 30 x 4096^2 + 2 x 131072 x 4096), so these rows untie them. One data-parallel group and a few replicas are
-  simulated (8-16 H100 80 GB, 8 per node with NVLink, InfiniBand between nodes). Megatron trains
+  simulated (8-32 H100 80 GB, 8 per node with NVLink, InfiniBand between nodes). Megatron trains
   these with fused flash attention (Transformer Engine), which never holds an attention layer's
   seq x seq scores: it recomputes them in the backward pass, as Megatron's selective recomputation
   does too. These rows do the same: each attention core (scores, softmax, the product with v) is
   `jax.checkpoint`ed, so the forward pass keeps only q, k and v, and the backward pass recomputes
   the scores (flash attention's recomputation, at the graph's costs, not a fused kernel's).
+  Megatron's tensor-parallel layers run with sequence parallelism (Megatron-SP), and its
+  distributed optimizer shards the optimizer state across the data-parallel replicas, so 70B
+  (TP8 x PP2) is simulated with two replicas: with one, no replica shares the f32 weights and
+  Adam state, which alone fill 65 GiB of each device's 80 (as they would Megatron's).
 
 A row's `published` layout is the published (DP, TP, PP, micro-batches of the published global
 batch). Planning 128 micro-batches of a 24-layer GPT is a graph of 1.2 million ops, so a row simulates
@@ -177,7 +181,7 @@ MEGATRON_ROWS = (
     _megatron("7.1B", 4096, 30, 32, 2, 1, 4, 1, "41-48% (the table's range)"),
     _megatron("16B", 6144, 32, 48, 4, 1, 2, 1, "41-48% (the table's range)"),
     _megatron("32B", 7168, 48, 56, 8, 1, 2, 1, "41-48% (the table's range)"),
-    _megatron("70B", 8192, 84, 64, 8, 2, 1, 4, "47-48% (the table's largest models)"),
+    _megatron("70B", 8192, 84, 64, 8, 2, 2, 4, "47-48% (the table's largest models)"),
 )
 
 ROWS: tuple[LlmRow, ...] = (*ALPA_ROWS, *MEGATRON_ROWS)

@@ -50,6 +50,7 @@ Results go to `bench/results/llm.{md,json}` (`llm-quick` for `--quick`; `--out` 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -193,7 +194,9 @@ def tensor_layouts(graph: Graph, cluster: Cluster, tp: int, seconds_for_search: 
     if tp == 1:
         return {"": TensorLayout(1)}
     searched = tensor_layout(graph, cluster, tp, None, fixed=True, until=work.now() + seconds_for_search).layout
-    return {"Megatron's pairs": pairs_layout(graph, tp), "searched": searched}
+    pairs = pairs_layout(graph, tp)
+    return {"Megatron's pairs": pairs, "Megatron's pairs, SP": dataclasses.replace(pairs, sequence_parallel=True),
+            "searched": searched}
 
 
 def fixed_plan(graph: Graph, cluster: Cluster, layout: Layout, tensor: TensorLayout) -> Plan:
@@ -218,9 +221,11 @@ def fixed_plan(graph: Graph, cluster: Cluster, layout: Layout, tensor: TensorLay
     return bucketed(replica, cluster, plan, strategy)[1]
 
 
-PUBLISHED_LAYOUTS = {"alpa": ("Megatron's pairs", "searched"), "megatron": ("Megatron's pairs",)}
-# which of `tensor_layouts` stand for the published split: Megatron's is its pairs; Alpa's is its
-# intra-op search's, stood for by the layout search at that degree or the pairs, whichever is faster
+PUBLISHED_LAYOUTS = {"alpa": ("Megatron's pairs", "searched"), "megatron": ("Megatron's pairs, SP",)}
+# which of `tensor_layouts` stand for the published split: Megatron's is its pairs with sequence
+# parallelism (Megatron-Core's `--sequence-parallel`, which its tensor-parallel recipes turn on);
+# Alpa's is its intra-op search's, stood for by the layout search at that degree or the pairs
+# (Alpa has no sequence parallelism of its own), whichever is faster
 
 
 def _fixed(graph: Graph, row: LlmRow, cluster: Cluster, flops: float, peak: float, layout_seconds: float
@@ -233,14 +238,20 @@ def _fixed(graph: Graph, row: LlmRow, cluster: Cluster, flops: float, peak: floa
         layouts = tensor_layouts(graph, cluster, row.simulated.tp, layout_seconds)
     except PestoError as e:
         return Result(seconds=time.perf_counter() - started, error=reason(e)), None
-    built, others = [], []
+    built, searched = [], None
     for name, tensor in layouts.items():
+        published = not name or name in PUBLISHED_LAYOUTS[row.suite]
+        if not published and name != "searched":
+            continue
         result = _fixed_with(graph, row, cluster, flops, peak, tensor)
         result.strategy = name
-        (built if not name or name in PUBLISHED_LAYOUTS[row.suite] else others).append(result)
+        if published:
+            built.append(result)
+        else:
+            searched = result
     best = min(built, key=lambda r: (r.step is None, bool(r.error), r.step or 0.0))
     best.seconds = time.perf_counter() - started
-    return best, (others[0] if others else None)
+    return best, searched
 
 
 def _fixed_with(graph: Graph, row: LlmRow, cluster: Cluster, flops: float, peak: float, tensor: TensorLayout) -> Result:

@@ -38,7 +38,7 @@ MEGATRON = {
     "megatron-gpt-7.1B": (4096, 30, 32, 4096, 131072, 8, (4, 2, 1, 1)),
     "megatron-gpt-16B": (6144, 32, 48, 4096, 131072, 8, (2, 4, 1, 1)),
     "megatron-gpt-32B": (7168, 48, 56, 4096, 131072, 16, (2, 8, 1, 1)),
-    "megatron-gpt-70B": (8192, 84, 64, 4096, 131072, 16, (1, 8, 2, 4)),
+    "megatron-gpt-70B": (8192, 84, 64, 4096, 131072, 32, (2, 8, 2, 4)),
 }
 PUBLISHED = {**ALPA, **MEGATRON}
 # parameters in billions, as the row names say (tied embeddings, learned positions)
@@ -206,8 +206,9 @@ def test_quick_mode_runs_a_few_rows(tmp_path: Path) -> None:
         assert row["pesto"]["step"] is not None and row["pesto"]["fits"] is True
         assert row["fixed"]["step"] is not None and not row["fixed"]["error"]
     # Alpa's published split is its intra-op search's: the faster of Megatron's pairs and the
-    # searched layout; Megatron's is its pairs, and the searched layout is shown beside it
-    assert doc["rows"][1]["fixed"]["strategy"] == "Megatron's pairs"
+    # searched layout; Megatron's is its pairs with sequence parallelism, and the searched layout
+    # is shown beside it
+    assert doc["rows"][1]["fixed"]["strategy"] == "Megatron's pairs, SP"
     searched = doc["rows"][1]["searched"]
     assert searched["strategy"] == "searched" and (searched["step"] is not None or searched["error"])
     assert doc["rows"][0]["searched"] is None  # no TP: one layout

@@ -18,6 +18,7 @@ from strategies import layered_graphs, v100s
 import pesto_ir
 from pesto_ir.cluster.model import Cluster
 from pesto_ir.ir.graph import Graph
+from pesto_ir.passes.placement.common import is_backward
 from pesto_ir.passes.placement.options import PlaceOptions
 from pesto_ir.passes.placement.pipeline.interleaved import interleaved_cut, interleaved_layouts
 from pesto_ir.passes.placement.pipeline.priorities import stage_slots
@@ -29,7 +30,6 @@ from pesto_ir.passes.placement.pipeline.schedules import (
     PipelineGraph,
     pipeline_plan,
 )
-from pesto_ir.passes.placement.pipeline.stages import is_backward
 from pesto_ir.passes.rewrite.rebatch import rebatch
 from pesto_ir.schedule.plan import Plan
 from pesto_ir.schedule.validate import validate_plan

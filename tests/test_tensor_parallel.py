@@ -362,8 +362,9 @@ def test_cost_graphs_are_refused_with_a_reason() -> None:
 
 # ---------------------------------------------------------------- random layered graphs
 
-def _layered(widths: list[int]) -> Any:
-    """An MLP training step of the given widths (tanh between layers, SGD)."""
+def _layered(widths: list[int], sequence: int | None = None) -> Any:
+    """An MLP training step of the given widths (tanh between layers, SGD), on a batch of 4
+    samples, or of 2 sequences of `sequence` positions."""
     def loss(p: Any, x: jax.Array) -> jax.Array:
         h = x
         for i in range(len(widths) - 1):
@@ -374,7 +375,8 @@ def _layered(widths: list[int]) -> Any:
     for i, (a, b) in enumerate(zip(widths, widths[1:])):
         params[f"w{i}"] = jax.ShapeDtypeStruct((a, b), jnp.float32)
         params[f"b{i}"] = jax.ShapeDtypeStruct((b,), jnp.float32)
-    x = jax.ShapeDtypeStruct((4, widths[0]), jnp.float32)
+    x = jax.ShapeDtypeStruct((4, widths[0]) if sequence is None else (2, sequence, widths[0]), jnp.float32)
+
     def step(p: Any, x: jax.Array) -> Any:
         return jax.tree_util.tree_map(lambda w, g: w - 0.1 * g, p, jax.grad(loss)(p, x))
 
@@ -385,10 +387,12 @@ def _layered(widths: list[int]) -> Any:
 @given(widths=st.lists(st.sampled_from([4, 8, 12]), min_size=2, max_size=4), t=st.sampled_from([2, 4]),
        data=st.data())
 def test_random_layouts_give_valid_plans_and_exact_collective_bytes(widths: list[int], t: int, data: Any) -> None:
-    """Any layout the rewrite accepts gives a plan the validator accepts, on t devices; every
-    collective carries exactly the bytes its layout implies (an all-reduce the rank's value, a
-    gather or a scatter t blocks), and every split input holds 1/t of its elements."""
-    graph = _layered(widths)
+    """Any layout the rewrite accepts, with sequence parallelism or not, gives a plan the validator
+    accepts, on t devices; every collective carries exactly the bytes its layout implies (an
+    all-reduce the rank's value, a gather or a scatter t blocks), and every split input holds 1/t
+    of its elements."""
+    sequence_parallel = data.draw(st.booleans())
+    graph = _layered(widths, 4 if sequence_parallel else None)
     params = [v for v in graph.inputs if v.param and isinstance(v.type, TensorType)]
     splits = []
     for v in params:
@@ -397,13 +401,14 @@ def test_random_layouts_give_valid_plans_and_exact_collective_bytes(widths: list
             splits.append((v.name, axis))
     cluster = Cluster.homogeneous(t, "h100")
     PassManager("annotate-costs{model=roofline}").run(graph, PassContext(cluster=cluster, quiet=True))
-    strategy = Strategy(1, 1, tensor=TensorLayout(t, tuple(splits)))
+    strategy = Strategy(1, 1, tensor=TensorLayout(t, tuple(splits), sequence_parallel=sequence_parallel))
     try:
         rank = replica_graph(graph, cluster, strategy)
     except ShardingError:
         return  # a layout whose split axes meet in a product across blocks: refused with the op named
     sub = sub_cluster(cluster, placed_devices(cluster, strategy))
     plan = as_hybrid(rank, cluster, place_single(rank, sub, PlaceOptions(time_limit=1.0)), strategy)  # validated inside
+    assert plan.parallelism is not None and plan.parallelism.sequence_parallel == sequence_parallel
     whole = {v.name: v for v in graph.inputs}
     for v in rank.inputs:
         if v.name in dict(splits):

@@ -117,6 +117,11 @@ class PlaceGraph:
         return (sum(sum(row) for row in self.latency) / pairs, sum(sum(row) for row in self.inv_bw) / pairs)
 
 
+def is_backward(op: Op) -> bool:
+    """A backward op: cost graphs mark it, JAX's transposition names it in the scope."""
+    return op.get("backward") is True or "transpose(" in str(op.get("scope", "") or "")
+
+
 def colocation_units(ops: Sequence[Op]) -> list[list[Op]]:
     """Ops grouped by `colocate` attribute (an op without one alone), each group's ops in the order
     of `ops`, the groups in the order of their first op: the units every algorithm places whole."""

@@ -23,7 +23,7 @@ from pesto_ir.passes.rewrite.collective_buckets import bucket_all_reduces
 from pesto_ir.passes.rewrite.rebatch import rebatch
 from pesto_ir.passes.rewrite.shard_params import shard_parameters
 from pesto_ir.passes.rewrite.shard_state import shard_optimizer_state
-from pesto_ir.passes.rewrite.tensor_rank import interleaved, partition_specs
+from pesto_ir.passes.rewrite.tensor_rank import interleaved, partition_specs, sequence_parallel
 from pesto_ir.passes.rewrite.tensor_shard import TensorLayout, tensor_shard
 from pesto_ir.passmanager import PassContext
 from pesto_ir.schedule.plan import RING_PHASES, Parallelism, Plan, write_plan_attrs
@@ -203,7 +203,7 @@ def as_hybrid(graph: Graph, cluster: Cluster, plan: Plan, strategy: Strategy) ->
                                parallelism=Parallelism(strategy.data_parallel, strategy.microbatches, groups,
                                                        state_of(graph), strategy.tensor_parallel,
                                                        partition_specs(graph), interleaved(graph),
-                                                       parameters_of(graph)))
+                                                       parameters_of(graph), sequence_parallel(graph)))
     plan.collectives = collectives_for(graph, plan)
     return plan if same else check_plan(graph, cluster, plan)
 

@@ -1,7 +1,7 @@
 """What a tensor-parallel rank graph records about its split, read by those who run or plan it.
 
 `tensor_shard` leaves the split in the rank graph's attributes (`tensor_inputs`, `tensor_input_runs`)
-and keeps the names of the values it splits or copies; the plan's `layouts` and `interleave`, and the
+(and `sequence_parallel`) and keeps the names of the values it splits or copies; the plan's `layouts` and `interleave`, and the
 memory model's per-sample values, are read back from them here.
 """
 
@@ -23,6 +23,12 @@ def split_axes(graph: Graph, key: str) -> Mapping[str, int]:
 def interleaved(graph: Graph) -> tuple[tuple[str, int], ...]:
     """A rank graph's inputs split in several runs, for the plan's `interleave`."""
     return tuple(sorted(split_axes(graph, "tensor_input_runs").items()))
+
+
+def sequence_parallel(graph: Graph) -> bool:
+    """Whether a rank graph splits its activations along the sequence (`TensorLayout.sequence_parallel`)."""
+    raw = graph.attrs.get("sequence_parallel")
+    return raw is not None and bool(raw.value)
 
 
 def partition_specs(graph: Graph) -> tuple[tuple[str, tuple[str | None, ...]], ...]:

@@ -33,12 +33,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from pesto_ir.ir.attributes import Attr, DictAttr, DurationAttr, IntAttr, ListAttr, StringAttr, to_attr
+from pesto_ir.ir.attributes import Attr, BoolAttr, DictAttr, DurationAttr, IntAttr, ListAttr, StringAttr, to_attr
 from pesto_ir.ir.graph import Graph, Op, Value
 from pesto_ir.ir.opdefs import opcodes
 from pesto_ir.ir.types import BlobType, TensorType, Type
 from pesto_ir.ir.verifier import verify
 from pesto_ir.passes.dce import dead_code_elimination
+from pesto_ir.passes.placement.common import is_backward
 from pesto_ir.passes.rewrite.batch_axes import BATCH_RULES, ELEMENTWISE, Batch, Batched, Cut, MicrobatchError, refuse
 from pesto_ir.passes.rewrite.rebatch import MAX_MICROBATCHES, PLAN_KEYS, Rewriter, _is_zeros, _PerSample, scaled_costs
 from pesto_ir.util import work
@@ -57,11 +58,14 @@ class TensorLayout:
     """t ranks, and the inputs split across them: (input name, axis), sorted by name. An input in
     `interleave` (name, runs) is split as `runs` runs of t blocks: its axis is `runs` equal parts
     (a fused projection's q, k and v) and rank j holds block j of each, so that each part is split
-    alike (Megatron keeps fused QKV weights so, by heads)."""
+    alike (Megatron keeps fused QKV weights so, by heads). With `sequence_parallel`, partial sums
+    of activations are reduce-scattered along the sequence, not all-reduced (Megatron-SP,
+    `TensorRewriter.sequence_axis`)."""
 
     size: int
     splits: tuple[tuple[str, int], ...] = ()
     interleave: tuple[tuple[str, int], ...] = ()
+    sequence_parallel: bool = False
 
     def __post_init__(self) -> None:
         if isinstance(self.size, bool) or not isinstance(self.size, int) or not 1 <= self.size <= MAX_MICROBATCHES:
@@ -74,6 +78,8 @@ class TensorLayout:
         if bad is not None:
             raise ShardingError(f"interleave of %{bad} must be a whole number >= 1 of an input the layout splits")
         object.__setattr__(self, "interleave", tuple(sorted(runs.items())))
+        if not isinstance(self.sequence_parallel, bool):
+            raise ShardingError(f"sequence_parallel must be true or false, not {self.sequence_parallel!r}")
 
     @property
     def axes(self) -> dict[str, int]:
@@ -83,7 +89,8 @@ class TensorLayout:
         return dict(self.interleave).get(name, 1)
 
     def __str__(self) -> str:
-        return f"t={self.size}" + (f" ({len(self.splits)} inputs split)" if self.splits else "")
+        return (f"t={self.size}" + (f" ({len(self.splits)} inputs split)" if self.splits else "")
+                + (", sequence-parallel" if self.sequence_parallel else ""))
 
 
 # ---------------------------------------------------------------- rules
@@ -242,14 +249,17 @@ class TensorRewriter(Rewriter):
     OUTPUT_AXES = "tensor_outputs"
 
     def __init__(self, src: Graph, size: int, cost: CollectiveCost | None,
-                 replica_cost: CollectiveCost | None = None, scatter: dict[int, int] | None = None) -> None:
+                 replica_cost: CollectiveCost | None = None, scatter: dict[int, int] | None = None,
+                 sequence: int | None = None) -> None:
         super().__init__(src, 1, size, None if cost is None else (lambda nbytes: cost("all_reduce", nbytes)))
         self.cost, self.replica_cost = cost, replica_cost
         self.scatter = scatter or {}  # id(source value) -> axis: its partial sums reduce-scattered
+        self.sequence = sequence  # sequence-parallel: the sequence's length (`sequence_axis`)
         self.reduced: dict[int, int] = {}  # id(an all-reduce's result) -> id(the source value it is)
         self.rules = tensor_rules(size)
         self.runs = 1  # the runs of the op being rewritten's split operands (`op`)
         self.lookups: dict[int, tuple[int, int]] = {}  # id(a `Lookup`'s indices) -> (axis, size) it picks from
+        self.gathers: dict[tuple[int, bool], Value] = {}  # (id(split value), backward) -> its gather
 
     def op(self, op: Op) -> None:
         lookup = self.lookups.get(id(op.operands[1])) if len(op.operands) == 3 else None
@@ -287,23 +297,43 @@ class TensorRewriter(Rewriter):
 
     def regathered(self, op: Op) -> bool:
         """`op` where no rule runs it on its blocks (operands split along axes that do not pair up:
-        a sequence-split activation meeting a column-split weight): its operands split in one run
-        gathered whole across the group (`all_gather`), then the op on the rest's blocks, or whole
-        when nothing else is split. False where nothing can be gathered (runs of blocks, which no
-        gather puts back in order)."""
+        a sequence-split activation meeting a column-split weight): operands split in one run
+        gathered whole across the group (`all_gather`, GSPMD's resharding), then the op on the
+        rest's blocks, or whole when nothing else is split. One operand is gathered where that is
+        enough, the smallest first (the activation, not the weight, where the sequence is shorter
+        than four times the width: Megatron-SP's gather); else all of them. False where nothing
+        can be gathered (runs of blocks, which no gather puts back in order)."""
         split = [v for v in op.operands if id(v) in self.per]
-        single = [v for v in split if self.per[id(v)].batch[1] == self.d]
+        single = list({id(v): v for v in split if self.per[id(v)].batch[1] == self.d}.values())
         if not single:
             return False
-        held = {id(v): self.per.pop(id(v)) for v in single}  # seen whole by this op only
+        if len(split) > 1:
+            for v in sorted(single, key=lambda v: v.type.nbytes):
+                if self.gathered_then_split(op, [v], split):
+                    return True
+        return self.gathered_then_split(op, single, split)
+
+    def gathered_then_split(self, op: Op, gathered: list[Value], split: list[Value]) -> bool:
+        """`op` with the values `gathered` whole and the rest of `split` on blocks by the rules;
+        False, and nothing made, where the rules refuse the rest. A gather is made before its
+        first reader and shared by the later readers of the same pass: the backward pass gathers
+        again rather than hold a whole copy from the forward pass (as Megatron-SP does)."""
+        backward = is_backward(op)
+        held = {id(v): self.per.pop(id(v)) for v in gathered}  # seen whole by this op only
+        made = [(id(v), backward) for v in gathered if (id(v), backward) not in self.gathers]
+        for v in gathered:
+            if (id(v), backward) not in self.gathers:
+                self.gathers[(id(v), backward)] = self.gather(op, v, held[id(v)])
+            self.one[id(v)] = self.gathers[(id(v), backward)]
         try:
-            for v in single:
-                if id(v) not in self.one:
-                    self.one[id(v)] = self.gather(op, v, held[id(v)])
-            if len(single) < len(split):
+            if any(id(v) in self.per for v in split):
                 try:
                     self.attempt(op, self.split_op)
                 except MicrobatchError:
+                    for key in made:
+                        owner = self.gathers.pop(key).owner
+                        assert owner is not None
+                        self.out.erase(owner)
                     return False
                 return True
             attrs = {k: a for k, a in op.attrs.items() if k not in PLAN_KEYS}
@@ -314,6 +344,8 @@ class TensorRewriter(Rewriter):
             return True
         finally:
             self.per.update(held)
+            for v in gathered:
+                del self.one[id(v)]
 
     def cut(self, op: Op, axes: list[Batch | None], attrs: dict[str, Attr], how: Cut) -> None:
         """The rank's partial results, combined across the group: all-reduced, or reduce-scattered
@@ -329,7 +361,7 @@ class TensorRewriter(Rewriter):
                          self.copy_attrs(op, attrs, 0), op.name, [r.name for r in op.results])
         reduction = "sum" if how.combine == "chain" else how.combine
         for r, acc in zip(op.results, part.results):
-            axis = self.scatter.get(id(r)) if reduction == "sum" else None
+            axis = self.scatter.get(id(r), self.sequence_axis(r)) if reduction == "sum" else None
             if axis is None:
                 whole = self.all_reduce(op, [acc], reduction, f"{r.name}.allreduce")[0]
                 self.reduced[id(whole)] = id(r)
@@ -342,6 +374,18 @@ class TensorRewriter(Rewriter):
             made = self.emit(op, "reduce_scatter", [acc], [self.small(acc.type, axis)], attrs,
                              self.out.fresh_name(f"{r.name}.scatter"))
             self.per[id(r)] = _PerSample([made.result], (axis, self.d))
+
+    def sequence_axis(self, v: Value) -> int | None:
+        """Sequence parallelism (Megatron-SP): the axis a partial sum `v` is reduce-scattered along
+        where it is an activation, `[batch, sequence, ...features]` (rank 3 or more, axis 1 the
+        sequence), so that what reads it up to the next layer that splits its parameters (the
+        residual stream, norms, biases, the loss) works on the rank's positions; that layer
+        gathers it again. None for everything else (a weight's or a norm's statistics' partial
+        sums are all-reduced), and without sequence parallelism."""
+        shape = _shape_of(v)
+        if self.sequence is None or len(shape) < 3 or shape[1] != self.sequence:
+            return None
+        return 1
 
     def block_scatter(self, op: Op, axis: int, size: int) -> None:
         """`op`, the gradient of a `Lookup` (updates added into zeros at the rows its indices pick),
@@ -363,10 +407,15 @@ class TensorRewriter(Rewriter):
         return self.sliced[key][0]
 
     def gather(self, op: Op, v: Value, split: _PerSample) -> Value:
-        """`v` whole again: an all-gather of its blocks, made before `op`."""
+        """`v` whole again: an all-gather of its blocks, made before `op`, in its scope, colocation
+        group and micro-batch (the pipeline's slot): a gather for the backward pass is part of it, where pipelines and
+        schedules look for it, so it runs when its reader does, not as soon as its block is made."""
         block, axis = split.copies[0], split.batch[0]
         attrs: dict[str, Attr] = {"replicas": IntAttr(self.d), "axes": ListAttr((IntAttr(axis),)),
                                   "across": StringAttr("tensor")}
+        for key in ("scope", "colocate", "microbatch"):
+            if op.get(key) is not None:
+                attrs[key] = op.attrs[key]
         if self.cost is not None:
             attrs["cost"] = DurationAttr(self.cost("all_gather", v.type.nbytes))
         made = self.emit(op, "all_gather", [block], [v.type], attrs, self.out.fresh_name(f"{v.name}.gather"))
@@ -460,6 +509,8 @@ def tensor_shard(graph: Graph, layout: TensorLayout, cost: CollectiveCost | None
         rw = _rewritten(graph, layout, cost, replica_cost, blocks)
     out = rw.out
     out.attrs["tensor_parallel"] = IntAttr(layout.size)
+    if layout.sequence_parallel:
+        out.attrs["sequence_parallel"] = BoolAttr(True)
     out.attrs["tensor_inputs"] = DictAttr(tuple((name, IntAttr(a)) for name, a in layout.splits))
     if layout.interleave:
         out.attrs["tensor_input_runs"] = DictAttr(tuple((n, IntAttr(r)) for n, r in layout.interleave))
@@ -476,7 +527,8 @@ def _rewritten(graph: Graph, layout: TensorLayout, cost: CollectiveCost | None, 
     """The rewrite of `graph` by `layout` (dead whole ops dropped, block slices hoisted), the
     partial sums in `scatter` reduce-scattered along their axis."""
     work.charge(work.rewrite_kind(typed=True), len(graph.ops))  # cost graphs have no shapes to split
-    rw = TensorRewriter(graph, layout.size, cost, replica_cost, scatter)
+    rw = TensorRewriter(graph, layout.size, cost, replica_cost, scatter,
+                        sequence_length(graph, layout.size) if layout.sequence_parallel else None)
     try:
         rw.split_inputs(layout)
         for op in graph.ops:
@@ -488,6 +540,23 @@ def _rewritten(graph: Graph, layout: TensorLayout, cost: CollectiveCost | None, 
     dead_code_elimination(rw.out, only=rw.whole)
     _hoist_slices(rw.out, layout.size)
     return rw
+
+
+def sequence_length(graph: Graph, t: int) -> int:
+    """The length of the sequence a sequence-parallel rewrite of `graph` over t ranks splits: axis
+    1 of its batch inputs (those not parameters, of rank 2 or more: tokens `[batch, sequence]`),
+    which must agree and divide into t blocks."""
+    lengths = {v.type.shape[1] for v in graph.inputs
+               if not v.param and isinstance(v.type, TensorType) and v.type.rank >= 2}
+    if len(lengths) != 1:
+        found = f"their lengths are {sorted(lengths)}" if lengths else "it has none"
+        raise ShardingError(f"graph '{graph.name}': sequence parallelism splits activations along the sequence, axis "
+                            f"1 of the batch inputs (inputs not parameters, [batch, sequence, ...]), but {found}")
+    n = next(iter(lengths))
+    if n % t:
+        raise ShardingError(f"graph '{graph.name}': sequence parallelism over {t} ranks: the sequence ({n}) does not "
+                            f"split into {t} equal blocks")
+    return n
 
 
 def _hoist_slices(graph: Graph, t: int) -> None:

@@ -14,6 +14,7 @@ limit only caps it (saying so).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
@@ -32,6 +33,7 @@ from pesto_ir.passes.rewrite.tensor_shard import (
     CollectiveCost,
     ShardingError,
     TensorLayout,
+    sequence_length,
     tensor_shard,
 )
 from pesto_ir.passes.sharding.classes import ParamClass, layer_count, parameter_classes
@@ -311,7 +313,28 @@ def choose_layout(graph: Graph, size: int, device: Device, cost: CollectiveCost 
     if split_some and all(pick is None for pick in chosen.values()) and fallback is not None:
         chosen = fallback[1]
         best = fallback[0]
-    return Choice(layout_of(chosen), best, evaluations, cut, tuple(chosen[i] for i in range(len(classes))))
+    layout = layout_of(chosen)
+    if layout.splits and not cut and evaluations < max_evaluations and (until is None or work.now() <= until):
+        layout, best, tried = _with_sequence_parallel(graph, layout, best, scored)
+        evaluations += tried
+        if progress is not None and tried:
+            progress(f"tensor-parallel {size}: sequence parallelism "
+                     + ("kept: " if layout.sequence_parallel else "not kept: the layout without it scores better ")
+                     + f"({best.seconds * 1e3:.4g} ms a step, peak {best.peak / 2**30:.3g} GiB)")
+    return Choice(layout, best, evaluations, cut, tuple(chosen[i] for i in range(len(classes))))
+
+
+def _with_sequence_parallel(graph: Graph, layout: TensorLayout, score: Score,
+                            scored: Callable[[TensorLayout], Score | None]) -> tuple[TensorLayout, Score, int]:
+    """`layout` with sequence parallelism (Megatron-SP) where that scores better, its score, and
+    the layouts scored (0 where the graph has no sequence to split)."""
+    try:
+        sequence_length(graph, layout.size)
+    except ShardingError:
+        return layout, score, 0
+    with_sp = dataclasses.replace(layout, sequence_parallel=True)
+    found = scored(with_sp)
+    return (with_sp, found, 1) if found is not None and found < score else (layout, score, 1)
 
 
 def tensor_layout(graph: Graph, cluster: Cluster, size: int, progress: Callable[[str], None] | None = None,
@@ -366,7 +389,7 @@ def restricted_layout(layout: TensorLayout, graph: Graph) -> TensorLayout:
     if all(n in names for n, _ in layout.splits):
         return layout
     return TensorLayout(layout.size, tuple(kv for kv in layout.splits if kv[0] in names),
-                        tuple(kv for kv in layout.interleave if kv[0] in names))
+                        tuple(kv for kv in layout.interleave if kv[0] in names), layout.sequence_parallel)
 
 
 def alternating_start(graph: Graph, classes: list[ParamClass]) -> dict[int, Option]:
@@ -393,7 +416,9 @@ def alternating_start(graph: Graph, classes: list[ParamClass]) -> dict[int, Opti
     out: dict[int, Option] = {}
     for n, (_, i, contracted, parts) in enumerate(sorted(found)):
         out[i] = (1 - contracted, parts) if n % 2 == 0 else (contracted, 1)
-    out.update(vocabulary_start(graph, classes))
+    vocabulary = vocabulary_start(graph, classes)
+    out.update(vocabulary)
+    out.update(head_start(graph, classes, {classes[i].shape[pick[0]] for i, pick in vocabulary.items() if pick}))
     return out
 
 
@@ -432,6 +457,22 @@ def vocabulary_start(graph: Graph, classes: list[ParamClass]) -> dict[int, Optio
             picked = next(iter(axes))
             if cls.shape[picked] >= max(cls.shape):
                 out[i] = (picked, 1)
+    return out
+
+
+def head_start(graph: Graph, classes: list[ParamClass], vocabularies: set[int]) -> dict[int, Option]:
+    """Megatron's output layer as a start: an untied head, a matrix outside the layers (one family)
+    whose matmul's output axis is a looked-up table's vocabulary, split along that axis
+    (column-parallel): each rank computes its block of the logits, as the vocabulary-parallel
+    loss reads them, instead of every rank computing all of them."""
+    inputs = {v.name: v for v in graph.inputs}
+    out: dict[int, Option] = {}
+    for i, cls in enumerate(classes):
+        if len(cls.shape) != 2 or len(cls.families) != 1:
+            continue
+        use = _first_matmul(inputs[cls.names[0]])
+        if use is not None and cls.shape[1 - use[1]] in vocabularies:
+            out[i] = (1 - use[1], 1)
     return out
 
 

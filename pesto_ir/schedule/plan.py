@@ -75,8 +75,16 @@ class Parallelism:
     # inputs split in several equal runs, each split alike (`passes/rewrite/tensor_shard.py`): name -> runs
     interleave: tuple[tuple[str, int], ...] = ()
     parameters: str = "replicated"  # or "sharded": each replica holds 1/d of the parameters too (FSDP)
+    # activations between the tensor-parallel layers split along the sequence (Megatron-SP)
+    sequence_parallel: bool = False
 
     def __post_init__(self) -> None:
+        if not isinstance(self.sequence_parallel, bool):
+            raise PestoError(f"parallelism: sequence_parallel must be true or false, "
+                             f"not {brief(repr(self.sequence_parallel))}")
+        if self.sequence_parallel and self.tensor_parallel == 1:
+            raise PestoError("parallelism: sequence_parallel splits activations across tensor-parallel ranks, "
+                             "but tensor_parallel is 1")
         if self.parameters not in OPTIMIZER_STATES:
             raise PestoError(f"parallelism: parameters must be one of {', '.join(OPTIMIZER_STATES)}, "
                              f"not {brief(repr(self.parameters))}")
@@ -152,6 +160,8 @@ class Parallelism:
             out["layouts"] = {name: list(spec) for name, spec in self.layouts}
             if self.interleave:
                 out["interleave"] = dict(self.interleave)
+            if self.sequence_parallel:
+                out["sequence_parallel"] = True
         return out
 
 
@@ -416,7 +426,8 @@ def write_plan_attrs(graph: Graph, plan: Plan) -> None:
                         if value != "replicated")
         ranks = (("tensor_parallel", to_attr(par.tensor_parallel)),
                  ("layouts", to_attr({n: list(spec) for n, spec in par.layouts})),
-                 *((("interleave", to_attr(dict(par.interleave))),) if par.interleave else ())) \
+                 *((("interleave", to_attr(dict(par.interleave))),) if par.interleave else ()),
+                 *((("sequence_parallel", to_attr(True)),) if par.sequence_parallel else ())) \
             if par.tensor_parallel > 1 else ()
         meta["parallelism"] = DictAttr((
             ("data_parallel", to_attr(par.data_parallel)), ("microbatches", to_attr(par.microbatches)),
@@ -540,7 +551,7 @@ def _parallelism(raw: Any) -> Parallelism | None:
     return Parallelism(raw["data_parallel"], raw["microbatches"], tuple(tuple(g) for g in groups),
                        raw.get("optimizer_state", "replicated"), raw.get("tensor_parallel", 1),
                        tuple((n, tuple(spec)) for n, spec in layouts.items()), tuple(interleave.items()),
-                       raw.get("parameters", "replicated"))
+                       raw.get("parameters", "replicated"), raw.get("sequence_parallel", False))
 
 
 def _collectives(raw: Any) -> list[Collective]:

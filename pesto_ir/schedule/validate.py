@@ -172,6 +172,11 @@ def _check_layouts(graph: Graph, par: Parallelism, problems: list[str]) -> None:
     if runs != dict(par.interleave):
         problems.append(f"the plan interleaves {dict(par.interleave) or 'no input'} but the graph splits "
                         f"{runs or 'no input'} in runs")
+    raw = graph.attrs.get("sequence_parallel")
+    if par.sequence_parallel != (raw is not None and bool(raw.value)):
+        says = "is" if par.sequence_parallel else "is not"
+        problems.append(f"the plan {says} sequence-parallel but the graph {'is not' if par.sequence_parallel else 'is'}"
+                        " (its sequence_parallel attribute)")
 
 
 def _check_collectives(graph: Graph, cluster: Cluster, plan: Plan, problems: list[str]) -> None:

@@ -36,9 +36,10 @@ from pesto_ir.cluster.model import Cluster
 from pesto_ir.cost.lookup import op_cost, value_bytes
 from pesto_ir.cost.roofline import kernel_overhead, op_family
 from pesto_ir.ir.graph import Graph
+from pesto_ir.passes.placement.common import is_backward
 from pesto_ir.passes.placement.pipeline.priorities import slot_ticks
 from pesto_ir.passes.placement.pipeline.schedules import SCHEDULES
-from pesto_ir.passes.placement.pipeline.stages import is_backward, split_stages
+from pesto_ir.passes.placement.pipeline.stages import split_stages
 from pesto_ir.util import work
 
 MODEL_MICROBATCHES = 2  # the rewrite the model reads

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 
 from pesto_ir.cluster.model import Cluster
 from pesto_ir.ir.graph import Graph
-from pesto_ir.passes.placement.pipeline.stages import is_backward
+from pesto_ir.passes.placement.common import is_backward
 from pesto_ir.schedule.simulate import Prepared
 
 PHASE_TIME = {"F": 1.0, "B": 2.0}  # the abstract pipeline's slot lengths (backward ~ twice forward)

@@ -38,7 +38,7 @@ from pesto_ir.cluster.model import Cluster
 from pesto_ir.cost.lookup import summed_costs
 from pesto_ir.ir.graph import Graph, Op
 from pesto_ir.ir.types import TensorType
-from pesto_ir.passes.placement.common import colocation_units
+from pesto_ir.passes.placement.common import colocation_units, is_backward
 from pesto_ir.util import work
 from pesto_ir.util.errors import PestoError
 
@@ -57,11 +57,6 @@ class Stages:
 
     def stage_of(self) -> dict[str, int]:
         return {op.name: s for ops, s in zip(self.units, self.stage) for op in ops}
-
-
-def is_backward(op: Op) -> bool:
-    """A backward op: cost graphs mark it, JAX's transposition names it in the scope."""
-    return op.get("backward") is True or "transpose(" in str(op.get("scope", "") or "")
 
 
 def op_kinds(graph: Graph) -> dict[str, str]:

@@ -41,7 +41,7 @@ from pesto_ir.passes.rewrite.replicas import (
     replica_groups,
     sub_cluster,
 )
-from pesto_ir.passes.rewrite.tensor_rank import interleaved, partition_specs
+from pesto_ir.passes.rewrite.tensor_rank import interleaved, partition_specs, sequence_parallel
 from pesto_ir.passes.rewrite.tensor_shard import TensorLayout
 from pesto_ir.schedule.bounds import lower_bound
 from pesto_ir.schedule.plan import RING_PHASES, Parallelism, Plan, faster
@@ -104,7 +104,7 @@ def strategy_of(plan: Plan) -> Strategy:
     splits = tuple((n, next(i for i, a in enumerate(spec) if a is not None)) for n, spec in par.layouts
                    if any(a is not None for a in spec))
     return Strategy(par.data_parallel, par.microbatches, par.optimizer_state,
-                    TensorLayout(par.tensor_parallel, splits, par.interleave), par.parameters)
+                    TensorLayout(par.tensor_parallel, splits, par.interleave, par.sequence_parallel), par.parameters)
 
 
 def apply_start(graph: Graph, cluster: Cluster, plan: Plan, source: str) -> StartPlan:
@@ -162,7 +162,7 @@ def _as_given(target: Graph, cluster: Cluster, plan: Plan, strategy: Strategy) -
                                     strategy.data_parallel, strategy.microbatches,
                                     mirror_groups(cluster, strategy.data_parallel, strategy.tensor_parallel),
                                     strategy.optimizer_state, strategy.tensor_parallel, partition_specs(target),
-                                    interleaved(target), strategy.parameters))
+                                    interleaved(target), strategy.parameters, sequence_parallel(target)))
     named.collectives = collectives_for(target, named)
     try:
         return check_plan(target, cluster, named)
