@@ -11,7 +11,7 @@ from collections.abc import Mapping
 
 from pesto_ir.ir.graph import Graph
 from pesto_ir.ir.types import TensorType
-from pesto_ir.passes.rewrite.tensor_shard import ACROSS_REPLICAS
+from pesto_ir.passes.rewrite.tensor_rules import ACROSS_REPLICAS
 
 
 def split_axes(graph: Graph, key: str) -> Mapping[str, int]:
