@@ -220,11 +220,13 @@ def choose_layout(graph: Graph, size: int, device: Device, cost: CollectiveCost 
     `split_some`, the best of those that split a parameter where splitting none scores best (a
     degree the user fixed: a small model whose all-reduces cost more than its blocks save). `until`
     (a `work.now()` reading) caps the search: a layout is not scored past it, and the
-    choice says it was cut (`Choice.cut`); the first layout (every parameter whole) is always
-    scored. `start` (another degree's `Choice.picks`; without one, `alternating_start`) is scored
-    next, where its splits divide into `size` blocks, and searched from where it scores better: the
-    classes a layout splits seldom depend on the degree, and a cut search keeps what the start
-    found."""
+    choice says it was cut (`Choice.cut`); the first layout (every parameter whole), the start and
+    the start with sequence parallelism are always scored. `start` (another degree's
+    `Choice.picks`; without one, `alternating_start`) is scored next, where its splits divide into
+    `size` blocks, and searched from where it scores better: the classes a layout splits seldom
+    depend on the degree, and a cut search keeps what the start found. Sequence parallelism is
+    decided on the start (it decides whether a model too large for one device per rank fits a
+    pipeline of them at all), then again after the sweeps."""
     classes = parameter_classes(graph)
     probe = LayerProbe.of(graph, classes)
     if probe is not None and progress is not None:
@@ -244,8 +246,10 @@ def choose_layout(graph: Graph, size: int, device: Device, cost: CollectiveCost 
     raw = graph.attrs.get("batch_inputs")
     batch = {k: int(a) for k, a in raw.value.items()} if raw is not None and isinstance(raw.value, dict) else {}
 
+    sequence = False  # sequence parallelism: decided after the start, checked again at the end
+
     def layout_of(picks: dict[int, Option]) -> TensorLayout:
-        return picked_layout(size, classes, picks)
+        return picked_layout(size, classes, picks, sequence)
 
     best = scored(layout_of(chosen))
     if best is None:
@@ -275,6 +279,22 @@ def choose_layout(graph: Graph, size: int, device: Device, cost: CollectiveCost 
         if progress is not None:
             progress(f"tensor-parallel {size}: the model's partitioning metadata splits {len(hinted)} parameter "
                      f"class(es): {'the start of the search' if found is not None else 'not a layout the rewrite builds'}")
+
+    def sequence_parallelism() -> int:
+        """Sequence parallelism on or off, whichever scores better with the layout so far (a
+        layout it scores, or none where the layout splits nothing or the graph has no sequence)."""
+        nonlocal best, sequence
+        assert best is not None
+        layout, best, tried = _with_sequence_parallel(graph, layout_of(chosen), best, scored)
+        sequence = layout.sequence_parallel
+        if progress is not None and tried:
+            progress(f"tensor-parallel {size}: sequence parallelism "
+                     + ("kept: " if sequence else "not kept: the layout without it scores better ")
+                     + f"({best.seconds * 1e3:.4g} ms a step, peak {best.peak / 2**30:.3g} GiB)")
+        return tried
+
+    if evaluations < max_evaluations:  # before the sweeps, past `until` too (as the start): a cut search keeps it
+        evaluations += sequence_parallelism()
     fallback: tuple[Score, dict[int, Option]] | None = None  # the best layout that splits something
     cut = False
     started = {i for i, pick in chosen.items() if pick is not None}
@@ -313,28 +333,25 @@ def choose_layout(graph: Graph, size: int, device: Device, cost: CollectiveCost 
     if split_some and all(pick is None for pick in chosen.values()) and fallback is not None:
         chosen = fallback[1]
         best = fallback[0]
-    layout = layout_of(chosen)
-    if layout.splits and not cut and evaluations < max_evaluations and (until is None or work.now() <= until):
-        layout, best, tried = _with_sequence_parallel(graph, layout, best, scored)
-        evaluations += tried
-        if progress is not None and tried:
-            progress(f"tensor-parallel {size}: sequence parallelism "
-                     + ("kept: " if layout.sequence_parallel else "not kept: the layout without it scores better ")
-                     + f"({best.seconds * 1e3:.4g} ms a step, peak {best.peak / 2**30:.3g} GiB)")
-    return Choice(layout, best, evaluations, cut, tuple(chosen[i] for i in range(len(classes))))
+    if not cut and evaluations < max_evaluations and (until is None or work.now() <= until):
+        evaluations += sequence_parallelism()  # the sweeps may have changed what it saves
+    return Choice(layout_of(chosen), best, evaluations, cut, tuple(chosen[i] for i in range(len(classes))))
 
 
 def _with_sequence_parallel(graph: Graph, layout: TensorLayout, score: Score,
                             scored: Callable[[TensorLayout], Score | None]) -> tuple[TensorLayout, Score, int]:
-    """`layout` with sequence parallelism (Megatron-SP) where that scores better, its score, and
-    the layouts scored (0 where the graph has no sequence to split)."""
+    """`layout` (of `score`) or the same with sequence parallelism (Megatron-SP) flipped, whichever
+    scores better; its score; and the layouts scored (0 where the layout splits nothing or the
+    graph has no sequence to split)."""
+    if not layout.splits:
+        return layout, score, 0
     try:
         sequence_length(graph, layout.size)
     except ShardingError:
         return layout, score, 0
-    with_sp = dataclasses.replace(layout, sequence_parallel=True)
-    found = scored(with_sp)
-    return (with_sp, found, 1) if found is not None and found < score else (layout, score, 1)
+    flipped = dataclasses.replace(layout, sequence_parallel=not layout.sequence_parallel)
+    found = scored(flipped)
+    return (flipped, found, 1) if found is not None and found < score else (layout, score, 1)
 
 
 def tensor_layout(graph: Graph, cluster: Cluster, size: int, progress: Callable[[str], None] | None = None,
@@ -429,11 +446,12 @@ def pairs_layout(graph: Graph, size: int) -> TensorLayout:
     return picked_layout(size, classes, dividing(alternating_start(graph, classes), classes, size))
 
 
-def picked_layout(size: int, classes: list[ParamClass], picks: dict[int, Option]) -> TensorLayout:
+def picked_layout(size: int, classes: list[ParamClass], picks: dict[int, Option],
+                  sequence_parallel: bool = False) -> TensorLayout:
     """The layout of `size` ranks splitting each class in `picks` by its option (axis, runs)."""
     split = [(name, pick) for i, pick in picks.items() if pick is not None for name in classes[i].names]
     return TensorLayout(size, tuple((name, pick[0]) for name, pick in split),
-                        tuple((name, pick[1]) for name, pick in split if pick[1] > 1))
+                        tuple((name, pick[1]) for name, pick in split if pick[1] > 1), sequence_parallel)
 
 
 def dividing(picks: dict[int, Option], classes: list[ParamClass], size: int) -> dict[int, Option]:
