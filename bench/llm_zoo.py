@@ -10,8 +10,8 @@ master weights and Adam) and costs it with the roofline model of the row's devic
   micro-batches x placement, on the row's cluster, its plan fitting in the devices' memory;
 - **published**: the published (DP, TP, PP) with the simulated micro-batches as a fixed plan: the
   micro-batch and tensor-parallel rewrites of the step (`passes/rewrite/replicas.py`; TP's ranks
-  split as Megatron splits them, column- then row-parallel pairs and a vocabulary-parallel
-  embedding; on Alpa's rows, whose shardings Alpa's intra-op search chooses, also as the layout
+  split as Megatron splits them, column- then row-parallel pairs, a vocabulary-parallel
+  embedding and output layer, and on Megatron's rows sequence parallelism; on Alpa's rows, whose shardings Alpa's intra-op search chooses, also as the layout
   search at that degree splits them, whichever plan is faster, named in the table), PP contiguous
   stages balanced by cost on replica 0's rank-0 devices under the 1F1B schedule (one device:
   its micro-batches one after another; one micro-batch: the one device runs the step), gradient
