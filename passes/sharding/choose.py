@@ -289,7 +289,7 @@ def choose_layout(graph: Graph, size: int, device: Device, cost: CollectiveCost 
         sequence = layout.sequence_parallel
         if progress is not None and tried:
             progress(f"tensor-parallel {size}: sequence parallelism "
-                     + ("kept: " if sequence else "not kept: the layout without it scores better ")
+                     + ("kept: " if sequence else "not kept: it cuts no memory over the device's ")
                      + f"({best.seconds * 1e3:.4g} ms a step, peak {best.peak / 2**30:.3g} GiB)")
         return tried
 
@@ -340,9 +340,12 @@ def choose_layout(graph: Graph, size: int, device: Device, cost: CollectiveCost 
 
 def _with_sequence_parallel(graph: Graph, layout: TensorLayout, score: Score,
                             scored: Callable[[TensorLayout], Score | None]) -> tuple[TensorLayout, Score, int]:
-    """`layout` (of `score`) or the same with sequence parallelism (Megatron-SP) flipped, whichever
-    scores better; its score; and the layouts scored (0 where the layout splits nothing or the
-    graph has no sequence to split)."""
+    """`layout` (of `score`) with sequence parallelism (Megatron-SP) where it cuts the memory a
+    rank holds over its device's (the score's overflow), without it elsewhere; the score of the
+    one kept; and the layouts scored (0 where the layout splits nothing or the graph has no
+    sequence to split). Only memory decides: by the ops' seconds one after another SP can score
+    better where the placed plan is slower (its gathers and scatters overlap compute less), which
+    on the 13B GPT left `auto` without a plan."""
     if not layout.splits:
         return layout, score, 0
     try:
@@ -351,7 +354,10 @@ def _with_sequence_parallel(graph: Graph, layout: TensorLayout, score: Score,
         return layout, score, 0
     flipped = dataclasses.replace(layout, sequence_parallel=not layout.sequence_parallel)
     found = scored(flipped)
-    return (flipped, found, 1) if found is not None and found < score else (layout, score, 1)
+    if found is None:
+        return layout, score, 1
+    on, off = ((flipped, found), (layout, score)) if flipped.sequence_parallel else ((layout, score), (flipped, found))
+    return (*(on if on[1].overflow < off[1].overflow else off), 1)
 
 
 def tensor_layout(graph: Graph, cluster: Cluster, size: int, progress: Callable[[str], None] | None = None,
