@@ -183,11 +183,13 @@ def pesto_plan(graph: Graph, cluster: Cluster, place: str, time_limit: float) ->
     return plan, time.perf_counter() - started
 
 
-def tensor_layouts(graph: Graph, cluster: Cluster, tp: int, seconds_for_search: float) -> dict[str, TensorLayout]:
-    """The layouts a published TP degree is built with, by name: Megatron's pairs as they are
-    (`pairs_layout`: column- then row-parallel, vocabulary-parallel embedding) and the layout search
-    at that degree for `seconds_for_search` of counted work (`pesto_ir.util.work`); the faster
-    plan is the published one (`_fixed`)."""
+def tensor_layouts(graph: Graph, cluster: Cluster, tp: int, seconds_for_search: float, suite: str
+                   ) -> dict[str, TensorLayout]:
+    """The layouts a published TP degree is built with on `suite`'s rows, by name: those
+    `PUBLISHED_LAYOUTS` names (Megatron's pairs as they are, `pairs_layout`: column- then
+    row-parallel, vocabulary-parallel embedding and head; with sequence parallelism on Megatron's
+    rows) and the layout search at that degree for `seconds_for_search` of counted work
+    (`pesto_ir.util.work`)."""
     from pesto_ir.passes.sharding.choose import pairs_layout, tensor_layout
     from pesto_ir.util import work
 
@@ -195,8 +197,9 @@ def tensor_layouts(graph: Graph, cluster: Cluster, tp: int, seconds_for_search: 
         return {"": TensorLayout(1)}
     searched = tensor_layout(graph, cluster, tp, None, fixed=True, until=work.now() + seconds_for_search).layout
     pairs = pairs_layout(graph, tp)
-    return {"Megatron's pairs": pairs, "Megatron's pairs, SP": dataclasses.replace(pairs, sequence_parallel=True),
-            "searched": searched}
+    named = {"Megatron's pairs": pairs, "Megatron's pairs, SP": dataclasses.replace(pairs, sequence_parallel=True),
+             "searched": searched}
+    return {name: named[name] for name in (*PUBLISHED_LAYOUTS[suite], "searched")}
 
 
 def fixed_plan(graph: Graph, cluster: Cluster, layout: Layout, tensor: TensorLayout) -> Plan:
@@ -235,14 +238,12 @@ def _fixed(graph: Graph, row: LlmRow, cluster: Cluster, flops: float, peak: floa
     in `Result.strategy`); and the searched layout's where it is not one of those (else None)."""
     started = time.perf_counter()
     try:
-        layouts = tensor_layouts(graph, cluster, row.simulated.tp, layout_seconds)
+        layouts = tensor_layouts(graph, cluster, row.simulated.tp, layout_seconds, row.suite)
     except PestoError as e:
         return Result(seconds=time.perf_counter() - started, error=reason(e)), None
     built, searched = [], None
     for name, tensor in layouts.items():
         published = not name or name in PUBLISHED_LAYOUTS[row.suite]
-        if not published and name != "searched":
-            continue
         result = _fixed_with(graph, row, cluster, flops, peak, tensor)
         result.strategy = name
         if published:
